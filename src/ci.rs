@@ -1,0 +1,199 @@
+//! Gitea/GitHub Actions I/O: workflow commands and step outputs.
+//!
+//! Gitea Actions runs workflows with act, which implements GitHub's workflow commands; both set
+//! `GITHUB_ACTIONS=true` and Gitea also sets `GITEA_ACTIONS=true`. Workflow commands are read from
+//! the step's **stdout** (GitHub docs, "Workflow commands for GitHub Actions"), so they go there
+//! even though our logs go to stderr.
+//!
+//! * [`mask`] — `::add-mask::VALUE` for every secret the process learns, before anything could
+//!   print it;
+//! * [`Group`] — `::group::NAME` … `::endgroup::` around a step;
+//! * [`error_annotation`] — `::error file=F,line=L::MSG` for input problems;
+//! * [`set_outputs`] — appends `key=value` (or a heredoc for multi-line values) to `$GITHUB_OUTPUT`.
+
+use std::collections::HashSet;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+
+use crate::error::Problem;
+
+/// True when running under Gitea or GitHub Actions (`GITEA_ACTIONS` or `GITHUB_ACTIONS` set to
+/// a non-empty value other than `false`).
+pub fn in_actions() -> bool {
+    ["GITEA_ACTIONS", "GITHUB_ACTIONS"].iter().any(|v| {
+        std::env::var(v).map(|s| !s.is_empty() && s != "false").unwrap_or(false)
+    })
+}
+
+static MASKED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// Registers a secret value with the runner so it is replaced by `***` in the job log.
+///
+/// Emits `::add-mask::` once per distinct value (and per line of a multi-line value) when running
+/// under Actions; elsewhere it only remembers the value so [`redact`] can scrub it. Empty values
+/// are ignored (masking "" would blank the whole log).
+pub fn mask(secret: &str) {
+    let mut guard = MASKED.lock().unwrap_or_else(|e| e.into_inner());
+    let set = guard.get_or_insert_with(HashSet::new);
+    for part in std::iter::once(secret).chain(secret.lines()) {
+        let part = part.trim_end_matches('\r');
+        if part.is_empty() || !set.insert(part.to_string()) {
+            continue;
+        }
+        if in_actions() && !part.contains('\n') {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "::add-mask::{part}");
+            let _ = out.flush();
+        }
+    }
+}
+
+/// Replaces every value registered with [`mask`] in `text` by `***`.
+///
+/// Used on text that comes from elsewhere (a tool's output, a remote log tail) before it is
+/// logged or stored in an artifact.
+pub fn redact(text: &str) -> String {
+    let guard = MASKED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(set) = guard.as_ref() else { return text.to_string() };
+    let mut secrets: Vec<&String> = set.iter().collect();
+    // Longest first, so a secret containing another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut out = text.to_string();
+    for s in secrets {
+        if out.contains(s.as_str()) {
+            out = out.replace(s.as_str(), "***");
+        }
+    }
+    out
+}
+
+/// Escapes a workflow-command message (`%`, CR, LF), per the runner's `escapeData`.
+fn escape_data(s: &str) -> String {
+    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+}
+
+/// Escapes a workflow-command property value (also `:` and `,`), per `escapeProperty`.
+fn escape_property(s: &str) -> String {
+    escape_data(s).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// Prints `::error file=F,line=L::MSG` for an input problem when under Actions (no-op otherwise).
+pub fn error_annotation(problem: &Problem) {
+    if !in_actions() {
+        return;
+    }
+    let mut props = vec![format!("file={}", escape_property(&problem.location.file.to_string_lossy()))];
+    if let Some(line) = problem.location.line {
+        props.push(format!("line={line}"));
+    }
+    let mut msg = problem.message.clone();
+    if let Some(key) = &problem.location.key {
+        msg = format!("{key}: {msg}");
+    }
+    println!("::error {}::{}", props.join(","), escape_data(&redact(&msg)));
+}
+
+/// Prints `::error::MSG` for an operational failure when under Actions (no-op otherwise).
+pub fn error_message(msg: &str) {
+    if in_actions() {
+        println!("::error::{}", escape_data(&redact(msg)));
+    }
+}
+
+/// A `::group::` … `::endgroup::` pair around a step's log, closed on drop. Outside Actions it
+/// prints nothing.
+pub struct Group {
+    active: bool,
+}
+
+impl Group {
+    /// Opens a group named `name`.
+    pub fn start(name: &str) -> Self {
+        let active = in_actions();
+        if active {
+            println!("::group::{}", escape_data(name));
+        }
+        Group { active }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.active {
+            println!("::endgroup::");
+        }
+    }
+}
+
+/// Appends step outputs to the file named by `$GITHUB_OUTPUT`, when that variable is set.
+///
+/// Single-line values are written as `key=value`; multi-line values (e.g. JSON) use the heredoc
+/// form `key<<DELIM` … `DELIM` with a random delimiter that does not occur in the value (GitHub
+/// docs, "Setting an output parameter"; Gitea's act_runner reads the same file format).
+///
+/// # Errors
+/// Fails when the file cannot be opened or written.
+pub fn set_outputs(outputs: &[(&str, String)]) -> std::io::Result<()> {
+    match std::env::var_os("GITHUB_OUTPUT") {
+        Some(path) if !path.is_empty() => write_outputs(Path::new(&path), outputs),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `outputs` to `path` in the `$GITHUB_OUTPUT` format (see [`set_outputs`]).
+pub fn write_outputs(path: &Path, outputs: &[(&str, String)]) -> std::io::Result<()> {
+    let mut text = String::new();
+    for (key, value) in outputs {
+        if value.contains('\n') || value.contains('\r') {
+            let delim = loop {
+                let d = format!("ghadelimiter_{:016x}", rand::random::<u64>());
+                if !value.contains(&d) {
+                    break d;
+                }
+            };
+            text.push_str(&format!("{key}<<{delim}\n{value}\n{delim}\n"));
+        } else {
+            text.push_str(&format!("{key}={value}\n"));
+        }
+    }
+    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    f.write_all(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_single_and_multiline() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("out");
+        write_outputs(&p, &[("a", "1".into()), ("json", "{\n \"x\": 1\n}".into())]).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("a=1"));
+        let head = lines.next().unwrap();
+        let delim = head.strip_prefix("json<<").unwrap();
+        assert!(delim.starts_with("ghadelimiter_"));
+        assert_eq!(lines.next(), Some("{"));
+        assert_eq!(lines.next(), Some(" \"x\": 1"));
+        assert_eq!(lines.next(), Some("}"));
+        assert_eq!(lines.next(), Some(delim));
+        assert_eq!(lines.next(), None);
+    }
+
+    #[test]
+    fn redact_replaces_longest_first() {
+        mask("hunter2");
+        mask("hunter2-extended");
+        assert_eq!(redact("x hunter2-extended y hunter2"), "x *** y ***");
+    }
+
+    #[test]
+    fn escaping() {
+        assert_eq!(escape_property("a:b,c%\n"), "a%3Ab%2Cc%25%0A");
+        assert_eq!(escape_data("50%\r\n"), "50%25%0D%0A");
+    }
+}

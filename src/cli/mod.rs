@@ -1,0 +1,185 @@
+//! Command-line interface: argument parsing, logging set-up, exit codes and human output.
+//!
+//! One file per subcommand; each turns its arguments into a step's options and calls the step
+//! (see [`crate::steps`]). Exit codes: 0 success, 1 operational failure, 2 invalid input or
+//! usage (see [`crate::error`]).
+
+mod plan;
+mod resolve;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::error::{Error, Result};
+use crate::inventory::Inventory;
+use crate::settings::ProcessEnv;
+use crate::steps::resolve::{ResolveOptions, resolve};
+
+/// Turn a Git monorepo into running Proxmox VE containers.
+#[derive(Debug, Parser)]
+#[command(name = "proxmox-gitops", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args)]
+struct GlobalArgs {
+    /// The monorepo's working tree.
+    #[arg(long, global = true, default_value = ".", env = "PGO_REPO")]
+    repo: PathBuf,
+    /// Directory for the JSON artifacts [default: <repo>/.proxmox-gitops].
+    #[arg(long, global = true, env = "PGO_ARTIFACTS")]
+    artifacts: Option<PathBuf>,
+    /// Stage whose `container.<stage>.env` files apply; hostnames become `<stage>-<lib>`.
+    #[arg(long, global = true, default_value = "main", env = "PGO_STAGE")]
+    stage: String,
+    /// Print the step's artifact as JSON on stdout instead of the human summary.
+    #[arg(long, global = true)]
+    json: bool,
+    /// More log output (-v debug, -vv trace). `RUST_LOG` overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Less log output (warnings and errors only).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Read the monorepo and its submodules into inventory.json.
+    Resolve(resolve::ResolveArgs),
+    /// Show what a deploy of a ref would do, per container, without changing anything.
+    Plan(plan::PlanArgs),
+}
+
+/// What every subcommand gets: the global options, resolved.
+pub(crate) struct Ctx {
+    /// The monorepo root as given.
+    pub repo: PathBuf,
+    /// The artifacts directory.
+    pub artifacts: ArtifactDir,
+    /// The stage.
+    pub stage: String,
+    /// `--json`.
+    pub json: bool,
+}
+
+impl Ctx {
+    /// The inventory: read from `inventory` when given (an artifact from an earlier job),
+    /// otherwise resolved fresh from the repo and written to `inventory.json`.
+    pub fn inventory(&self, inventory: Option<&Path>) -> Result<Inventory> {
+        if let Some(path) = inventory {
+            return artifact::read::<Inventory>(path).map_err(|e| Error::Failed(e.into()));
+        }
+        let inv = resolve(&ResolveOptions { repo: self.repo.clone(), stage: self.stage.clone() }, &ProcessEnv)?;
+        artifact::write(&self.artifacts.inventory(), &inv).map_err(|e| Error::Failed(e.into()))?;
+        Ok(inv)
+    }
+
+    /// Prints the artifact (with `--json`) or the human summary on stdout.
+    pub fn emit<A: Artifact>(&self, a: &A, human: impl FnOnce() -> String) {
+        let text = if self.json { artifact::to_string(a) } else { human() };
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+fn init_logging(global: &GlobalArgs) {
+    use tracing_subscriber::EnvFilter;
+    let default = if global.quiet {
+        "warn"
+    } else {
+        match global.verbose {
+            0 => "info",
+            1 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default},hyper=warn,rustls=warn,reqwest=warn")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// Reports an error on stderr (and as Actions annotations) and returns its exit code.
+fn report(err: &Error) -> i32 {
+    match err {
+        Error::Input(problems) => {
+            for p in problems.iter() {
+                crate::ci::error_annotation(p);
+            }
+            eprint!("error: {}", crate::ci::redact(&problems.to_string()));
+        }
+        Error::Usage(msg) => {
+            crate::ci::error_message(msg);
+            eprintln!("error: {}", crate::ci::redact(msg));
+        }
+        Error::Failed(e) => {
+            let msg = format!("{e:#}");
+            crate::ci::error_message(&msg);
+            eprintln!("error: {}", crate::ci::redact(&msg));
+        }
+    }
+    err.exit_code()
+}
+
+/// Runs the CLI with the process arguments; returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { crate::error::EXIT_INPUT } else { crate::error::EXIT_OK };
+        }
+    };
+    init_logging(&cli.global);
+    let artifacts = cli.global.artifacts.clone().unwrap_or_else(|| cli.global.repo.join(".proxmox-gitops"));
+    let ctx = Ctx {
+        repo: cli.global.repo.clone(),
+        artifacts: ArtifactDir::new(artifacts),
+        stage: cli.global.stage.clone(),
+        json: cli.global.json,
+    };
+    let result = match cli.command {
+        Command::Resolve(args) => resolve::run(&ctx, args),
+        Command::Plan(args) => plan::run(&ctx, args),
+    };
+    match result {
+        Ok(()) => crate::error::EXIT_OK,
+        Err(e) => report(&e),
+    }
+}
+
+/// Renders rows as a left-aligned text table with a header.
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let parts: Vec<String> =
+            cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        out.push_str(parts.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec(), &mut out);
+    for r in rows {
+        line(r.iter().map(String::as_str).collect(), &mut out);
+    }
+    out
+}

@@ -1,0 +1,74 @@
+//! `proxmox-gitops resolve`: the monorepo → `inventory.json`.
+
+use clap::Args;
+
+use super::{Ctx, table};
+use crate::artifact;
+use crate::error::{Error, Result};
+use crate::inventory::{IpConfig, Mount};
+use crate::steps::resolve::{ResolveOptions, resolve};
+
+/// Arguments of `resolve` (the global `--repo`, `--stage`, `--artifacts` apply).
+#[derive(Debug, Args)]
+pub struct ResolveArgs {}
+
+pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
+    let _group = crate::ci::Group::start("resolve");
+    let inv = resolve(
+        &ResolveOptions { repo: ctx.repo.clone(), stage: ctx.stage.clone() },
+        &crate::settings::ProcessEnv,
+    )?;
+    let path = ctx.artifacts.inventory();
+    artifact::write(&path, &inv).map_err(|e| Error::Failed(e.into()))?;
+    crate::ci::set_outputs(&[
+        ("inventory", path.display().to_string()),
+        ("containers", inv.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(",")),
+    ])
+    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    ctx.emit(&inv, || {
+        let rows: Vec<Vec<String>> = inv
+            .containers
+            .iter()
+            .map(|c| {
+                vec![
+                    c.name.clone(),
+                    c.hostname.clone(),
+                    c.vmid.to_string(),
+                    match c.ip {
+                        IpConfig::Dhcp => "dhcp".into(),
+                        IpConfig::Static { address, prefix: Some(p) } => format!("{address}/{p}"),
+                        IpConfig::Static { address, prefix: None } => address.to_string(),
+                    },
+                    c.cores.to_string(),
+                    format!("{} MiB", c.memory_mib),
+                    format!("{}:{} GiB", c.rootfs.storage, c.rootfs.size_gib),
+                    c.mounts
+                        .iter()
+                        .map(|m| match m {
+                            Mount::Share { name } => name.clone(),
+                            Mount::Bind { container_path, .. } => format!("bind:{container_path}"),
+                            Mount::Volume { container_path, .. } => format!("vol:{container_path}"),
+                            Mount::Device { path } => path.clone(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    format!("{:?}", c.engine).to_lowercase(),
+                    if c.submodule.is_some() { "submodule".into() } else { "dir".into() },
+                ]
+            })
+            .collect();
+        let mut s = table(
+            &["NAME", "HOSTNAME", "VMID", "IP", "CORES", "MEMORY", "ROOTFS", "MOUNTS", "ENGINE", "SOURCE"],
+            &rows,
+        );
+        s.push_str(&format!(
+            "\n{} container(s), {} task(s), stage {}; wrote {}\n",
+            inv.containers.len(),
+            inv.tasks.len(),
+            inv.stage,
+            path.display()
+        ));
+        s
+    });
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! Error types shared by every step.
+//!
+//! Two families of failure matter to the user and to the exit code:
+//!
+//! * **input problems** ([`Problems`]): something in the monorepo, a config file or the command
+//!   line is wrong. Every problem names the file and, where known, the line or JSON key, so a run
+//!   reports *all* of them at once and exits with code 2;
+//! * **operational failures** (everything else, carried as [`anyhow::Error`] with context): the
+//!   input was fine but an API, a host or a tool failed. Exit code 1.
+//!
+//! Library modules return typed errors; the binary adds context at the edge (see `cli`).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Exit code for success.
+pub const EXIT_OK: i32 = 0;
+/// Exit code for an operational failure (API error, unreachable host, failed task …).
+pub const EXIT_FAILURE: i32 = 1;
+/// Exit code for invalid input or usage (bad `container.env`, unknown option …).
+pub const EXIT_INPUT: i32 = 2;
+
+/// Where in the user's input a problem sits: a file, and optionally a 1-based line or a key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Location {
+    /// Path of the file, as given to the user (relative to the repository root when possible).
+    pub file: PathBuf,
+    /// 1-based line number, when the problem is on one line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// The key (dotenv key or JSON path such as `proxmox.host`) the problem is about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl Location {
+    /// A location naming only a file.
+    pub fn file(file: impl Into<PathBuf>) -> Self {
+        Self { file: file.into(), line: None, key: None }
+    }
+
+    /// A location naming a file and a 1-based line.
+    pub fn line(file: impl Into<PathBuf>, line: usize) -> Self {
+        Self { file: file.into(), line: Some(line), key: None }
+    }
+
+    /// Adds the key the problem is about.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if let Some(key) = &self.key {
+            write!(f, " ({key})")?;
+        }
+        Ok(())
+    }
+}
+
+/// One problem with the user's input: where, and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// Where the problem is.
+    pub location: Location,
+    /// What is wrong and what was expected, as one sentence for a human.
+    pub message: String,
+}
+
+impl Problem {
+    /// Creates a problem at `location`.
+    pub fn new(location: Location, message: impl Into<String>) -> Self {
+        Self { location, message: message.into() }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+/// All input problems found in one run (never empty when returned as an error).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problems(pub Vec<Problem>);
+
+impl Problems {
+    /// An empty collection.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a problem.
+    pub fn push(&mut self, problem: Problem) {
+        self.0.push(problem);
+    }
+
+    /// Records a problem at `location` with `message`.
+    pub fn add(&mut self, location: Location, message: impl Into<String>) {
+        self.0.push(Problem::new(location, message));
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Number of problems.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Appends all problems of `other`.
+    pub fn extend(&mut self, other: Problems) {
+        self.0.extend(other.0);
+    }
+
+    /// `Ok(())` when empty, otherwise `Err(self)`; the problems are sorted by file and line so
+    /// the report reads top to bottom.
+    pub fn into_result(mut self) -> Result<(), Problems> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            self.0.sort_by(|a, b| {
+                (&a.location.file, a.location.line).cmp(&(&b.location.file, b.location.line))
+            });
+            Err(self)
+        }
+    }
+
+    /// Iterates over the problems.
+    pub fn iter(&self) -> impl Iterator<Item = &Problem> {
+        self.0.iter()
+    }
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        writeln!(f, "{n} problem{} in the input:", if n == 1 { "" } else { "s" })?;
+        for p in &self.0 {
+            writeln!(f, "  {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Problems {}
+
+/// The error every step returns: either bad input (exit 2) or an operational failure (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The input is invalid; every problem found is listed.
+    #[error("{0}")]
+    Input(Problems),
+    /// A command-line usage error that clap could not catch (e.g. conflicting settings).
+    #[error("{0}")]
+    Usage(String),
+    /// The step failed while acting (API, SSH, tool …), with context.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+impl Error {
+    /// Exit code for this error: [`EXIT_INPUT`] for input and usage, [`EXIT_FAILURE`] otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Input(_) | Error::Usage(_) => EXIT_INPUT,
+            Error::Failed(_) => EXIT_FAILURE,
+        }
+    }
+
+    /// A single input problem as an error.
+    pub fn input(location: Location, message: impl Into<String>) -> Self {
+        let mut p = Problems::new();
+        p.add(location, message);
+        Error::Input(p)
+    }
+}
+
+impl From<Problems> for Error {
+    fn from(p: Problems) -> Self {
+        Error::Input(p)
+    }
+}
+
+/// Result alias for step functions.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Renders `path` relative to `root` when it lies below it, for messages users can click.
+pub fn display_path(root: &Path, path: &Path) -> PathBuf {
+    path.strip_prefix(root).map(Path::to_path_buf).unwrap_or_else(|_| path.to_path_buf())
+}

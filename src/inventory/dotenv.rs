@@ -1,0 +1,283 @@
+//! A dotenv parser that never executes anything.
+//!
+//! `container.env` files are shell-flavoured `KEY=value` files (the seed sources them with bash).
+//! We read them as data, with the shell's quoting rules where they are unambiguous, and we refuse
+//! anything a shell would *evaluate* instead of silently producing a different value than bash
+//! would:
+//!
+//! * blank lines and `# comment` lines are skipped; an `export ` prefix is accepted;
+//! * `KEY=value` — unquoted; a ` #` (whitespace, then `#`) starts a trailing comment;
+//!   surrounding whitespace is trimmed; inner whitespace is an error (bash would split it);
+//! * `KEY='value'` — literal, no escapes (POSIX single quotes);
+//! * `KEY="value"` — `\"`, `\\`, `\$` and `` \` `` are unescaped;
+//! * after a closing quote only whitespace and a `# comment` may follow;
+//! * `$(…)`, backticks, `$VAR` and `${VAR}` outside single quotes are input errors (a literal `$`
+//!   goes in single quotes or as `\$` in double quotes);
+//! * keys match `[A-Za-z_][A-Za-z0-9_]*`; a key given twice in one file: the last one wins, as in
+//!   bash.
+//!
+//! We keep our own parser (instead of e.g. `dotenvy`) because the contract is part of the product:
+//! every key carries its line number for error messages, and substitutions are rejected rather
+//! than performed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Location, Problems};
+
+/// One `KEY=value` assignment and where it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The key.
+    pub key: String,
+    /// The value after unquoting.
+    pub value: String,
+    /// The file it came from.
+    pub file: PathBuf,
+    /// 1-based line number.
+    pub line: usize,
+}
+
+/// The parsed assignments of one file, in file order.
+pub type Entries = Vec<Entry>;
+
+/// Parses `text` (the contents of `file`, which is only used in problems).
+///
+/// # Errors
+/// Every malformed line is reported as a [`crate::error::Problem`] naming `file` and the line.
+pub fn parse(file: &Path, text: &str) -> Result<Entries, Problems> {
+    let mut entries = Vec::new();
+    let mut problems = Problems::new();
+    for (idx, raw) in text.lines().enumerate() {
+        let line_no = idx + 1;
+        match parse_line(raw) {
+            Ok(None) => {}
+            Ok(Some((key, value))) => {
+                entries.push(Entry { key, value, file: file.to_path_buf(), line: line_no })
+            }
+            Err(msg) => problems.add(Location::line(file, line_no), msg),
+        }
+    }
+    problems.into_result().map(|_| entries)
+}
+
+/// Reads and parses `path`; `display` is the path used in problems (usually repo-relative).
+///
+/// # Errors
+/// An unreadable file or malformed lines, as problems.
+pub fn parse_file(path: &Path, display: &Path) -> Result<Entries, Problems> {
+    match std::fs::read(path) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => parse(display, &text),
+            Err(_) => {
+                let mut p = Problems::new();
+                p.add(Location::file(display), "file is not valid UTF-8 text");
+                Err(p)
+            }
+        },
+        Err(e) => {
+            let mut p = Problems::new();
+            p.add(Location::file(display), format!("cannot read file: {e}"));
+            Err(p)
+        }
+    }
+}
+
+/// Layers entry lists: later lists override earlier ones, key by key. The result maps each key to
+/// the entry that won, so errors can point at the file and line the value came from.
+pub fn layer<'a>(layers: impl IntoIterator<Item = &'a Entries>) -> BTreeMap<String, Entry> {
+    let mut map = BTreeMap::new();
+    for entries in layers {
+        for e in entries {
+            map.insert(e.key.clone(), e.clone());
+        }
+    }
+    map
+}
+
+fn is_key(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// Parses one line: `Ok(None)` for blank/comment lines.
+fn parse_line(raw: &str) -> Result<Option<(String, String)>, String> {
+    let line = raw.trim_start();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let line = match line.strip_prefix("export") {
+        Some(rest) if rest.starts_with([' ', '\t']) => rest.trim_start(),
+        _ => line,
+    };
+    let Some(eq) = line.find('=') else {
+        return Err(format!("expected KEY=value, found `{}`", raw.trim()));
+    };
+    let key = &line[..eq];
+    if !is_key(key) {
+        return Err(format!(
+            "invalid key `{}`: expected letters, digits and `_`, not starting with a digit, \
+             and no spaces around `=`",
+            key.trim()
+        ));
+    }
+    let value = parse_value(&line[eq + 1..])?;
+    Ok(Some((key.to_string(), value)))
+}
+
+fn substitution_error(found: &str) -> String {
+    format!(
+        "`{found}` would be evaluated by a shell; substitutions are not supported in env files \
+         (put a literal `$` in single quotes, or write `\\$` in double quotes)"
+    )
+}
+
+/// Checks what follows a closing quote: whitespace, then optionally a comment.
+fn trailing(rest: &str) -> Result<(), String> {
+    let t = rest.trim_start();
+    if t.is_empty() {
+        return Ok(());
+    }
+    if t.starts_with('#') {
+        if t.len() < rest.len() {
+            return Ok(());
+        }
+        // `"a"#b` — bash would glue `#b` to the value; refuse the ambiguity.
+        return Err("a comment after a closing quote needs a space before `#`".into());
+    }
+    Err(format!("unexpected text after the closing quote: `{t}`"))
+}
+
+fn check_dollar(chars: &[char], i: usize) -> Result<(), String> {
+    match chars.get(i + 1) {
+        Some('(') => Err(substitution_error("$(")),
+        Some('{') => Err(substitution_error("${")),
+        Some(c) if c.is_ascii_alphabetic() || *c == '_' || c.is_ascii_digit() || "@*#?$!-".contains(*c) => {
+            Err(substitution_error(&format!("${c}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn parse_value(v: &str) -> Result<String, String> {
+    let v = v.trim_start_matches([' ', '\t']);
+    let chars: Vec<char> = v.chars().collect();
+    match chars.first() {
+        Some('\'') => {
+            let Some(end) = chars[1..].iter().position(|&c| c == '\'') else {
+                return Err("unterminated single quote (multi-line values are not supported)".into());
+            };
+            let value: String = chars[1..1 + end].iter().collect();
+            trailing(&chars[2 + end..].iter().collect::<String>())?;
+            Ok(value)
+        }
+        Some('"') => {
+            let mut out = String::new();
+            let mut i = 1;
+            while i < chars.len() {
+                match chars[i] {
+                    '\\' => {
+                        match chars.get(i + 1) {
+                            Some(c @ ('"' | '\\' | '$' | '`')) => out.push(*c),
+                            Some(c) => {
+                                out.push('\\');
+                                out.push(*c);
+                            }
+                            None => return Err("unterminated double quote".into()),
+                        }
+                        i += 2;
+                    }
+                    '"' => {
+                        trailing(&chars[i + 1..].iter().collect::<String>())?;
+                        return Ok(out);
+                    }
+                    '`' => return Err(substitution_error("`")),
+                    '$' => {
+                        check_dollar(&chars, i)?;
+                        out.push('$');
+                        i += 1;
+                    }
+                    c => {
+                        out.push(c);
+                        i += 1;
+                    }
+                }
+            }
+            Err("unterminated double quote (multi-line values are not supported)".into())
+        }
+        _ => {
+            let mut out = String::new();
+            let mut i = 0;
+            while i < chars.len() {
+                let c = chars[i];
+                match c {
+                    '#' if i == 0 || chars[i - 1].is_whitespace() => break,
+                    '`' => return Err(substitution_error("`")),
+                    '$' => {
+                        check_dollar(&chars, i)?;
+                        out.push('$');
+                    }
+                    '\'' | '"' => {
+                        return Err("quotes in the middle of a value are not supported; quote the whole value".into());
+                    }
+                    '\\' => return Err("backslash in an unquoted value; quote the value".into()),
+                    ';' | '|' | '&' | '<' | '>' | '(' | ')' => {
+                        return Err(format!("`{c}` in an unquoted value would be interpreted by a shell; quote the value"));
+                    }
+                    _ => out.push(c),
+                }
+                i += 1;
+            }
+            let trimmed = out.trim_end();
+            if trimmed.contains([' ', '\t']) {
+                return Err("unquoted value contains whitespace; quote the whole value".into());
+            }
+            Ok(trimmed.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(line: &str) -> Result<(String, String), String> {
+        parse_line(line).map(|o| o.expect("an assignment"))
+    }
+
+    #[test]
+    fn forms() {
+        assert_eq!(one("A=1").unwrap(), ("A".into(), "1".into()));
+        assert_eq!(one("export A=1").unwrap(), ("A".into(), "1".into()));
+        assert_eq!(one("A=\"192.168.1.2\"").unwrap().1, "192.168.1.2");
+        assert_eq!(one("A='x $y `z`'").unwrap().1, "x $y `z`");
+        assert_eq!(one("A=\"a \\\"b\\\" \\$c\"  # note").unwrap().1, "a \"b\" $c");
+        assert_eq!(one("A=val # comment").unwrap().1, "val");
+        assert_eq!(one("A=val#notcomment").unwrap().1, "val#notcomment");
+        assert_eq!(one("A=").unwrap().1, "");
+        assert_eq!(one("A=\"\"").unwrap().1, "");
+        assert_eq!(one("A=50$").unwrap().1, "50$");
+        assert_eq!(parse_line("   # c").unwrap(), None);
+        assert_eq!(parse_line("").unwrap(), None);
+    }
+
+    #[test]
+    fn refusals() {
+        for bad in [
+            "A=$(id)", "A=\"$(id)\"", "A=`id`", "A=\"`id`\"", "A=$HOME", "A=\"${HOME}\"", "A=x y",
+            "A=\"open", "A='open", "1A=x", "A B=x", "A =x", "just text", "A=\"x\"y", "A=a;b",
+        ] {
+            assert!(parse_line(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn problems_carry_lines() {
+        let err = parse(Path::new("libs/x/container.env"), "A=1\n\nB=$(rm -rf /)\nC='x\n").unwrap_err();
+        let lines: Vec<_> = err.iter().map(|p| p.location.line.unwrap()).collect();
+        assert_eq!(lines, vec![3, 4]);
+        assert!(err.0[0].message.contains("$("), "{}", err.0[0].message);
+        assert_eq!(err.0[0].location.file, Path::new("libs/x/container.env"));
+    }
+}

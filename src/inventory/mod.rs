@@ -1,0 +1,232 @@
+//! The typed inventory: what `resolve` reads out of a monorepo and every later step consumes.
+//!
+//! The inventory is plain data (serde) and is written as the `inventory.json` artifact. It holds
+//! one [`ContainerSpec`] per container of the stage (the control plane `config` from the root
+//! `container.env`, and one per `libs/<name>/`), the submodule tree, the globals, the tasks and
+//! the non-secret settings.
+
+pub mod dotenv;
+pub mod spec;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::Artifact;
+use crate::settings::PublicSettings;
+
+/// The name of the control-plane container (root `container.env`), as in the seed.
+pub const CONTROL_PLANE: &str = "config";
+
+/// The whole inventory of one stage of a monorepo (artifact kind `inventory`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// Absolute path of the monorepo's working tree when it was resolved.
+    pub root: PathBuf,
+    /// The stage (`main` unless `--stage` says otherwise).
+    pub stage: String,
+    /// The monorepo's `HEAD` commit, if it has one.
+    pub head: Option<String>,
+    /// The containers, control plane first, then libs by name.
+    pub containers: Vec<ContainerSpec>,
+    /// The monorepo's submodules, recursively.
+    pub submodules: Vec<Submodule>,
+    /// Globals from `globals.json` overlaid by `globals.local.json` (empty values dropped).
+    pub globals: BTreeMap<String, String>,
+    /// Scheduled tasks (`tasks/<name>/`).
+    pub tasks: Vec<Task>,
+    /// The baseline role directory (`base/`), relative to `root`, when present.
+    pub base: Option<PathBuf>,
+    /// Shared helpers (`config/libraries/`), relative to `root`, when present.
+    pub libraries: Option<PathBuf>,
+    /// Non-secret settings (PVE, Gitea, share); secrets are only recorded as the auth kind.
+    pub settings: PublicSettings,
+}
+
+impl Artifact for Inventory {
+    const KIND: &'static str = "inventory";
+    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+}
+
+impl Inventory {
+    /// The container named `name` (lib name, or `config` for the control plane).
+    pub fn container(&self, name: &str) -> Option<&ContainerSpec> {
+        self.containers.iter().find(|c| c.name == name || c.hostname == name)
+    }
+}
+
+/// Desired state of one LXC container, validated from its layered env files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerSpec {
+    /// The lib's name (directory name under `libs/`), or `config` for the control plane.
+    pub name: String,
+    /// The container's hostname: the name for stage `main`, `<stage>-<name>` otherwise; a DNS
+    /// label (PVE's `dns-name` format rejects `_`).
+    pub hostname: String,
+    /// PVE guest id (`ID`), 100–999999999 (PVE `pve-vmid`).
+    pub vmid: u32,
+    /// The address of `net0` (`IP`).
+    pub ip: IpConfig,
+    /// CPU cores (`CORES`), ≥ 1.
+    pub cores: u32,
+    /// Memory in MiB (`MEMORY`), ≥ 16.
+    pub memory_mib: u64,
+    /// Swap in MiB (`SWAP`).
+    pub swap_mib: u64,
+    /// The root filesystem (`DISK` = `STORAGE:SIZE`, size in GiB).
+    pub rootfs: Disk,
+    /// Mounts from `MOUNT`, in order.
+    pub mounts: Vec<Mount>,
+    /// Start at host boot (`BOOT`), PVE `onboot`.
+    pub onboot: bool,
+    /// PVE node for this container (`NODE`), overriding the configured/discovered node.
+    pub node: Option<String>,
+    /// Absolute paths inside the container whose data survives recreation (`SNAPSHOT`,
+    /// comma-separated).
+    pub snapshot_paths: Vec<String>,
+    /// How the lib configures itself, from the files it has.
+    pub engine: Engine,
+    /// The lib's directory, relative to the monorepo root (`.` for the control plane).
+    pub dir: PathBuf,
+    /// The env files that were layered, lowest precedence first, relative to the root.
+    pub sources: Vec<PathBuf>,
+    /// The submodule path when the lib is a git submodule, `None` for a plain directory.
+    pub submodule: Option<PathBuf>,
+    /// Every key of the layered env files with its raw value (the lib's own container env,
+    /// handed to its configuration engine).
+    pub env: BTreeMap<String, String>,
+    /// The keys of `env` this tool does not interpret.
+    pub extra: BTreeMap<String, String>,
+}
+
+/// The `net0` address of a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum IpConfig {
+    /// DHCP (`IP=dhcp`).
+    Dhcp,
+    /// A static IPv4 address; `prefix` is the CIDR length when the value had `/N`, otherwise the
+    /// configured `PROXMOX_MASK` applies.
+    Static {
+        /// The address.
+        address: Ipv4Addr,
+        /// CIDR prefix length 0–32.
+        prefix: Option<u8>,
+    },
+}
+
+impl IpConfig {
+    /// The static address, if any.
+    pub fn address(&self) -> Option<Ipv4Addr> {
+        match self {
+            IpConfig::Dhcp => None,
+            IpConfig::Static { address, .. } => Some(*address),
+        }
+    }
+}
+
+/// A volume on PVE storage: `STORAGE:SIZE` with the size in GiB.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Disk {
+    /// PVE storage id, e.g. `local-lvm`.
+    pub storage: String,
+    /// Size in GiB (integer, ≥ 1).
+    pub size_gib: u64,
+}
+
+/// One entry of `MOUNT` (the seed's comma list).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Mount {
+    /// A bare name such as `share`: the control plane's shared directory, mounted over CIFS by
+    /// the base role (needs the `mount=cifs` feature and a privileged container, as in the seed).
+    Share {
+        /// The share's name.
+        name: String,
+    },
+    /// `HOST_PATH:CONTAINER_PATH`: a bind mount (PVE `mpN: HOST_PATH,mp=CONTAINER_PATH`; needs
+    /// root@pam).
+    Bind {
+        /// Absolute path on the host.
+        host_path: String,
+        /// Absolute path in the container.
+        container_path: String,
+    },
+    /// `STORAGE:SIZE:CONTAINER_PATH`: a new volume of SIZE GiB (PVE `mpN: STORAGE:SIZE,mp=…`).
+    Volume {
+        /// PVE storage id.
+        storage: String,
+        /// Size in GiB.
+        size_gib: u64,
+        /// Absolute path in the container.
+        container_path: String,
+    },
+    /// `/dev/…`: device passthrough (PVE `devN: PATH`; needs root@pam).
+    Device {
+        /// The device node on the host.
+        path: String,
+    },
+}
+
+/// The lib's configuration engine, chosen by the files it has (first match wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// `playbook.yml`: `ansible-playbook` from the runner.
+    Ansible,
+    /// `configure.sh`: uploaded and run with bash as root.
+    Shell,
+    /// `recipes/default.rb`: a Cinc cookbook run with `cinc-client --local-mode`.
+    Cinc,
+    /// No configuration of its own (only the base role applies).
+    None,
+}
+
+impl Engine {
+    /// Detects the engine of the lib directory `dir`.
+    pub fn detect(dir: &std::path::Path) -> Engine {
+        if dir.join("playbook.yml").is_file() {
+            Engine::Ansible
+        } else if dir.join("configure.sh").is_file() {
+            Engine::Shell
+        } else if dir.join("recipes/default.rb").is_file() {
+            Engine::Cinc
+        } else {
+            Engine::None
+        }
+    }
+}
+
+/// A git submodule of the monorepo (or of another submodule).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submodule {
+    /// The submodule's name in `.gitmodules`.
+    pub name: String,
+    /// Its path relative to the **monorepo root** (not to its parent).
+    pub path: PathBuf,
+    /// The URL exactly as written in `.gitmodules` (`None` when missing).
+    pub url: Option<String>,
+    /// The commit recorded in the parent's index (the gitlink), hex.
+    pub commit: Option<String>,
+    /// True when the submodule's repository and working tree are present.
+    pub checked_out: bool,
+    /// The checked-out `HEAD` commit when it differs from `commit`.
+    pub head: Option<String>,
+    /// Nested submodules (known only when checked out).
+    pub children: Vec<Submodule>,
+}
+
+/// A scheduled task repo: `tasks/<name>/` with a script carrying `# ! cron '<expr>'`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// The task's name (directory name).
+    pub name: String,
+    /// The task's directory, relative to the root.
+    pub dir: PathBuf,
+    /// The script file holding the cron line, relative to the root.
+    pub script: PathBuf,
+    /// The cron expression (five fields).
+    pub cron: String,
+}

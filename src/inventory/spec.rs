@@ -1,0 +1,379 @@
+//! Validation of a container's layered env into a [`ContainerSpec`].
+//!
+//! Keys and rules (the seed's `container.env`, checked against what PVE accepts):
+//!
+//! | key | rule | default |
+//! |---|---|---|
+//! | `ID` | integer 100–999999999 (PVE `pve-vmid`) | required |
+//! | `IP` | IPv4 with optional `/prefix`, or `dhcp` | required |
+//! | `CORES` | integer ≥ 1 (PVE `cores` 1–8192) | 1 |
+//! | `MEMORY` | MiB, integer ≥ 16 (PVE `memory` minimum) | 512 |
+//! | `SWAP` | MiB, integer ≥ 0 | 512 |
+//! | `DISK` | `STORAGE:SIZE`, size in GiB, integer ≥ 1 | `local-lvm:8` |
+//! | `BOOT` | yes/no/true/false/1/0 | yes |
+//! | `MOUNT` | comma list of `name`, `HOST:CT`, `STORAGE:SIZE:CT`, `/dev/…` | empty |
+//! | `NODE` | PVE node name | none |
+//! | `SNAPSHOT` | comma list of absolute container paths | empty |
+//!
+//! Other keys are kept in `extra`. Every problem names the file and line the value came from (or
+//! the lib's `container.env` for a missing key).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use super::dotenv::Entry;
+use super::{ContainerSpec, Disk, Engine, IpConfig, Mount};
+use crate::error::{Location, Problems};
+
+/// Keys this tool interprets; everything else goes to `extra`.
+pub const KNOWN_KEYS: &[&str] =
+    &["ID", "IP", "CORES", "MEMORY", "SWAP", "DISK", "BOOT", "MOUNT", "NODE", "SNAPSHOT"];
+
+/// What [`build`] needs to know about a container besides its env.
+#[derive(Debug, Clone)]
+pub struct SpecInput<'a> {
+    /// Lib name (or `config`).
+    pub name: &'a str,
+    /// Stage name.
+    pub stage: &'a str,
+    /// The lib directory relative to the root.
+    pub dir: PathBuf,
+    /// The lib directory on disk (for engine detection).
+    pub abs_dir: PathBuf,
+    /// The layered env: key → winning entry.
+    pub env: &'a BTreeMap<String, Entry>,
+    /// The env files layered, lowest first (relative paths).
+    pub sources: Vec<PathBuf>,
+    /// The lib's main env file, named in problems about missing keys.
+    pub main_file: PathBuf,
+    /// Submodule path when the lib is a submodule.
+    pub submodule: Option<PathBuf>,
+}
+
+/// True when `s` is a valid DNS label (RFC 1123): 1–63 of `[A-Za-z0-9-]`, not starting or
+/// ending with `-`. PVE's `dns-name` format checks the same per label.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// True when `s` is a PVE storage id (`pve-storage-id`: `[a-z][a-z0-9\-_.]*[a-z0-9]`).
+pub fn is_storage_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 2
+        && b[0].is_ascii_lowercase()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"-_.".contains(c))
+        && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
+}
+
+/// The hostname of lib `name` on `stage`: `name` for `main`, `<stage>-<name>` otherwise.
+pub fn hostname(name: &str, stage: &str) -> String {
+    if stage == "main" { name.to_string() } else { format!("{stage}-{name}") }
+}
+
+fn loc(e: &Entry) -> Location {
+    Location::line(&e.file, e.line).with_key(&e.key)
+}
+
+fn parse_int(e: &Entry, min: u64, max: u64, what: &str, problems: &mut Problems) -> Option<u64> {
+    match e.value.trim().parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => Some(v),
+        Ok(v) => {
+            problems.add(loc(e), format!("{what} must be between {min} and {max}, found {v}"));
+            None
+        }
+        Err(_) => {
+            problems.add(loc(e), format!("expected {what} as a whole number, found `{}`", e.value));
+            None
+        }
+    }
+}
+
+/// Parses a `STORAGE:SIZE` pair (size in GiB).
+fn parse_disk(s: &str) -> Result<Disk, String> {
+    let Some((storage, size)) = s.split_once(':') else {
+        return Err(format!("expected STORAGE:SIZE (size in GiB, e.g. local-lvm:8), found `{s}`"));
+    };
+    if !is_storage_id(storage) {
+        return Err(format!("`{storage}` is not a PVE storage id (lowercase letters, digits, `-_.`)"));
+    }
+    let size = size.trim().trim_end_matches(['G', 'g']);
+    match size.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(Disk { storage: storage.to_string(), size_gib: n }),
+        _ => Err(format!("expected a size in whole GiB ≥ 1 after `{storage}:`, found `{size}`")),
+    }
+}
+
+fn parse_ip(s: &str) -> Result<IpConfig, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("dhcp") {
+        return Ok(IpConfig::Dhcp);
+    }
+    let (addr, prefix) = match s.split_once('/') {
+        Some((a, p)) => {
+            let p = p.parse::<u8>().ok().filter(|p| *p <= 32).ok_or_else(|| {
+                format!("expected a prefix length 0–32 after `/`, found `{p}`")
+            })?;
+            (a, Some(p))
+        }
+        None => (s, None),
+    };
+    let address: Ipv4Addr = addr
+        .parse()
+        .map_err(|_| format!("expected an IPv4 address (optionally with /prefix) or `dhcp`, found `{s}`"))?;
+    if address.is_unspecified() || address.is_broadcast() || address.is_multicast() {
+        return Err(format!("`{address}` cannot be a container's address"));
+    }
+    Ok(IpConfig::Static { address, prefix })
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" | "on" => Some(true),
+        "no" | "false" | "0" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+fn is_abs_path(s: &str) -> bool {
+    s.starts_with('/') && !s.contains('\0') && !s.split('/').any(|c| c == "..")
+}
+
+/// Parses one `MOUNT` entry.
+pub fn parse_mount(item: &str) -> Result<Mount, String> {
+    let item = item.trim();
+    if item.starts_with("/dev/") && !item.contains(':') {
+        if !is_abs_path(item) {
+            return Err(format!("device path `{item}` must be absolute without `..`"));
+        }
+        return Ok(Mount::Device { path: item.to_string() });
+    }
+    let parts: Vec<&str> = item.split(':').collect();
+    match parts.as_slice() {
+        [name] if !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+            && name.as_bytes()[0].is_ascii_lowercase() =>
+        {
+            Ok(Mount::Share { name: name.to_string() })
+        }
+        [host, ct] if host.starts_with('/') => {
+            if !is_abs_path(host) || !is_abs_path(ct) || *ct == "/" {
+                return Err(format!("bind mount `{item}`: both paths must be absolute (without `..`), and not `/` in the container"));
+            }
+            Ok(Mount::Bind { host_path: host.to_string(), container_path: ct.to_string() })
+        }
+        [storage, size, ct] => {
+            let disk = parse_disk(&format!("{storage}:{size}")).map_err(|e| format!("volume mount `{item}`: {e}"))?;
+            if !is_abs_path(ct) || *ct == "/" {
+                return Err(format!("volume mount `{item}`: the container path must be absolute and not `/`"));
+            }
+            Ok(Mount::Volume { storage: disk.storage, size_gib: disk.size_gib, container_path: ct.to_string() })
+        }
+        _ => Err(format!(
+            "cannot read mount `{item}`: expected a share name (`share`), HOST_PATH:CONTAINER_PATH, \
+             STORAGE:SIZE:CONTAINER_PATH or a /dev/… device"
+        )),
+    }
+}
+
+/// Validates the layered env of one container into a [`ContainerSpec`].
+///
+/// # Errors
+/// All problems found (missing `ID`/`IP`, malformed values, out-of-range numbers, an invalid
+/// hostname), each with the file and line of the offending value.
+pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
+    let mut problems = Problems::new();
+    let env = input.env;
+    let missing = |key: &str, what: &str, problems: &mut Problems| {
+        problems.add(
+            Location::file(&input.main_file).with_key(key),
+            format!("missing required key {key} ({what})"),
+        );
+    };
+    // Empty values mean "not set", as an empty shell variable would.
+    let get = |k: &str| env.get(k).filter(|e| !e.value.trim().is_empty());
+
+    let hostname = hostname(input.name, input.stage);
+    if !is_dns_label(&hostname) {
+        problems.add(
+            Location::file(&input.dir),
+            format!(
+                "hostname `{hostname}` (from the lib's directory name) is not a valid DNS label: use \
+                 letters, digits and `-` (no `_`), at most 63 characters"
+            ),
+        );
+    }
+
+    let vmid = match get("ID") {
+        Some(e) => parse_int(e, 100, 999_999_999, "ID (the vmid)", &mut problems).map(|v| v as u32),
+        None => {
+            missing("ID", "the PVE vmid, 100–999999999", &mut problems);
+            None
+        }
+    };
+    let ip = match get("IP") {
+        Some(e) => match parse_ip(&e.value) {
+            Ok(ip) => Some(ip),
+            Err(m) => {
+                problems.add(loc(e), m);
+                None
+            }
+        },
+        None => {
+            missing("IP", "an IPv4 address such as 192.168.178.20/24, or `dhcp`", &mut problems);
+            None
+        }
+    };
+    let cores = get("CORES").map_or(Some(1), |e| parse_int(e, 1, 8192, "CORES", &mut problems)) ;
+    let memory = get("MEMORY").map_or(Some(512), |e| parse_int(e, 16, u32::MAX as u64, "MEMORY (MiB)", &mut problems));
+    let swap = get("SWAP").map_or(Some(512), |e| parse_int(e, 0, u32::MAX as u64, "SWAP (MiB)", &mut problems));
+    let rootfs = match get("DISK") {
+        Some(e) => match parse_disk(e.value.trim()) {
+            Ok(d) => Some(d),
+            Err(m) => {
+                problems.add(loc(e), m);
+                None
+            }
+        },
+        None => Some(Disk { storage: "local-lvm".into(), size_gib: 8 }),
+    };
+    let onboot = match get("BOOT") {
+        Some(e) => parse_bool(&e.value).or_else(|| {
+            problems.add(loc(e), format!("expected yes/no/true/false/1/0, found `{}`", e.value));
+            None
+        }),
+        None => Some(true),
+    };
+    let mut mounts = Vec::new();
+    if let Some(e) = get("MOUNT") {
+        for item in e.value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match parse_mount(item) {
+                Ok(m) => mounts.push(m),
+                Err(msg) => problems.add(loc(e), msg),
+            }
+        }
+    }
+    let node = match get("NODE") {
+        Some(e) if !is_dns_label(e.value.trim()) => {
+            problems.add(loc(e), format!("`{}` is not a valid PVE node name", e.value));
+            None
+        }
+        Some(e) => Some(e.value.trim().to_string()),
+        None => None,
+    };
+    let mut snapshot_paths = Vec::new();
+    if let Some(e) = get("SNAPSHOT") {
+        for p in e.value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if is_abs_path(p) && p != "/" {
+                snapshot_paths.push(p.trim_end_matches('/').to_string());
+            } else {
+                problems.add(loc(e), format!("snapshot path `{p}` must be absolute (not `/`, no `..`)"));
+            }
+        }
+    }
+
+    problems.into_result()?;
+    let all: BTreeMap<String, String> = env.iter().map(|(k, e)| (k.clone(), e.value.clone())).collect();
+    let extra = all.iter().filter(|(k, _)| !KNOWN_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    Ok(ContainerSpec {
+        name: input.name.to_string(),
+        hostname,
+        vmid: vmid.expect("checked"),
+        ip: ip.expect("checked"),
+        cores: cores.expect("checked") as u32,
+        memory_mib: memory.expect("checked"),
+        swap_mib: swap.expect("checked"),
+        rootfs: rootfs.expect("checked"),
+        mounts,
+        onboot: onboot.expect("checked"),
+        node,
+        snapshot_paths,
+        engine: Engine::detect(&input.abs_dir),
+        dir: input.dir,
+        sources: input.sources,
+        submodule: input.submodule,
+        env: all,
+        extra,
+    })
+}
+
+/// Cross-checks within one stage: duplicate vmid, static address or hostname → a problem naming
+/// both files.
+pub fn cross_check(specs: &[ContainerSpec], problems: &mut Problems) {
+    let main_file = |s: &ContainerSpec| -> PathBuf {
+        s.sources.first().cloned().unwrap_or_else(|| s.dir.join("container.env"))
+    };
+    let mut check = |what: &str, key: &str, value: &dyn Fn(&ContainerSpec) -> Option<String>| {
+        let mut seen: BTreeMap<String, &ContainerSpec> = BTreeMap::new();
+        for s in specs {
+            let Some(v) = value(s) else { continue };
+            if let Some(first) = seen.get(&v) {
+                problems.add(
+                    Location::file(main_file(s)).with_key(key),
+                    format!(
+                        "duplicate {what} {v}: also used by `{}` ({})",
+                        first.name,
+                        main_file(first).display()
+                    ),
+                );
+            } else {
+                seen.insert(v, s);
+            }
+        }
+    };
+    check("vmid", "ID", &|s| Some(s.vmid.to_string()));
+    check("IP address", "IP", &|s| s.ip.address().map(|a| a.to_string()));
+    check("hostname", "hostname", &|s| Some(s.hostname.to_ascii_lowercase()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mounts() {
+        assert_eq!(parse_mount("share").unwrap(), Mount::Share { name: "share".into() });
+        assert_eq!(
+            parse_mount("/srv/data:/data").unwrap(),
+            Mount::Bind { host_path: "/srv/data".into(), container_path: "/data".into() }
+        );
+        assert_eq!(
+            parse_mount("local-lvm:4:/var/lib/x").unwrap(),
+            Mount::Volume { storage: "local-lvm".into(), size_gib: 4, container_path: "/var/lib/x".into() }
+        );
+        assert_eq!(parse_mount("/dev/ttyUSB0").unwrap(), Mount::Device { path: "/dev/ttyUSB0".into() });
+        for bad in ["Share!", "rel:/x", "/a:rel", "local-lvm:x:/d", "a:b:c:d", "/srv/../etc:/x", "/x:/"] {
+            assert!(parse_mount(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ips_and_disks() {
+        assert_eq!(parse_ip("dhcp").unwrap(), IpConfig::Dhcp);
+        assert_eq!(
+            parse_ip("10.0.0.5/24").unwrap(),
+            IpConfig::Static { address: "10.0.0.5".parse().unwrap(), prefix: Some(24) }
+        );
+        assert!(parse_ip("10.0.0.5/33").is_err());
+        assert!(parse_ip("10.0.0").is_err());
+        assert!(parse_ip("0.0.0.0").is_err());
+        assert_eq!(parse_disk("local-lvm:8").unwrap(), Disk { storage: "local-lvm".into(), size_gib: 8 });
+        assert_eq!(parse_disk("local-lvm:8G").unwrap().size_gib, 8);
+        assert!(parse_disk("local-lvm:0").is_err());
+        assert!(parse_disk("Local:8").is_err());
+        assert!(parse_disk("8").is_err());
+    }
+
+    #[test]
+    fn labels() {
+        assert!(is_dns_label("broker"));
+        assert!(is_dns_label("stage-broker"));
+        assert!(!is_dns_label("my_lib"));
+        assert!(!is_dns_label("-x"));
+        assert!(!is_dns_label(&"a".repeat(64)));
+    }
+}

@@ -1,0 +1,19 @@
+//! proxmox-gitops: turn a Git monorepo into running Proxmox VE containers.
+//!
+//! Floors, top to bottom (arrows only point down):
+//!
+//! * `cli` — argument parsing, one file per subcommand, exit codes, human output;
+//! * [`steps`] — the pipeline steps (resolve, plan, provision, configure, snapshot, …) as
+//!   library functions over typed artifacts;
+//! * data and client modules — [`inventory`], [`artifact`], [`settings`], [`git`], [`ci`],
+//!   [`progress`], and one client module per external system.
+
+pub mod artifact;
+pub mod ci;
+pub mod cli;
+pub mod error;
+pub mod git;
+pub mod inventory;
+pub mod progress;
+pub mod settings;
+pub mod steps;

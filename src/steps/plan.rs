@@ -1,0 +1,154 @@
+//! Step `plan`: what a deploy of a ref would do, per container, without changing anything.
+//!
+//! The ref decides the steps (the seed's branch model):
+//!
+//! | ref | steps |
+//! |---|---|
+//! | `refs/heads/release` | provision, configure |
+//! | `refs/heads/main` | configure |
+//! | `refs/heads/snapshot` | snapshot |
+//!
+//! Any other ref is an input error. With live state (a backend), `provision` steps are refined
+//! into create / update in place / resize / recreate / nothing by the provision planner.
+
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::Artifact;
+use crate::error::{Error, Location, Result};
+use crate::inventory::Inventory;
+
+/// A pipeline step a deploy may run for a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Step {
+    /// Create/update/start the container.
+    Provision,
+    /// Apply the base role and the lib's configuration.
+    Configure,
+    /// Take a verified data snapshot.
+    Snapshot,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Step::Provision => "provision",
+            Step::Configure => "configure",
+            Step::Snapshot => "snapshot",
+        })
+    }
+}
+
+/// The steps a push to `git_ref` runs.
+///
+/// # Errors
+/// [`Error::Input`] for a ref outside `refs/heads/{release,main,snapshot}` (short branch names
+/// are accepted too).
+pub fn steps_for_ref(git_ref: &str) -> Result<Vec<Step>> {
+    let branch = git_ref.strip_prefix("refs/heads/").unwrap_or(git_ref);
+    match branch {
+        "release" => Ok(vec![Step::Provision, Step::Configure]),
+        "main" => Ok(vec![Step::Configure]),
+        "snapshot" => Ok(vec![Step::Snapshot]),
+        _ => Err(Error::input(
+            Location::file("--ref").with_key(git_ref),
+            format!(
+                "ref `{git_ref}` does not deploy: expected refs/heads/release (provision + configure), \
+                 refs/heads/main (configure) or refs/heads/snapshot (snapshot)"
+            ),
+        )),
+    }
+}
+
+/// One container's planned steps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerPlan {
+    /// Container name.
+    pub name: String,
+    /// Hostname.
+    pub hostname: String,
+    /// vmid.
+    pub vmid: u32,
+    /// Steps, in order.
+    pub steps: Vec<Step>,
+}
+
+/// The `plan.json` artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The ref planned for, as given.
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    /// Stage.
+    pub stage: String,
+    /// One entry per selected container, in inventory order.
+    pub containers: Vec<ContainerPlan>,
+}
+
+impl Artifact for Plan {
+    const KIND: &'static str = "plan";
+    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+}
+
+/// Selects containers by name (lib name or hostname); an empty selection means all.
+///
+/// # Errors
+/// [`Error::Input`] naming each unknown container and listing the known ones.
+pub fn select<'a>(inv: &'a Inventory, names: &[String]) -> Result<Vec<&'a crate::inventory::ContainerSpec>> {
+    if names.is_empty() {
+        return Ok(inv.containers.iter().collect());
+    }
+    let mut out = Vec::new();
+    let mut problems = crate::error::Problems::new();
+    for n in names {
+        match inv.container(n) {
+            Some(c) => {
+                if !out.iter().any(|o: &&crate::inventory::ContainerSpec| o.name == c.name) {
+                    out.push(c)
+                }
+            }
+            None => problems.add(
+                Location::file("--container").with_key(n),
+                format!(
+                    "no container `{n}` in stage `{}`; known: {}",
+                    inv.stage,
+                    inv.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+        }
+    }
+    problems.into_result()?;
+    Ok(out)
+}
+
+/// Plans `git_ref` for the selected containers (all when `names` is empty).
+///
+/// # Errors
+/// See [`steps_for_ref`] and [`select`].
+pub fn plan(inv: &Inventory, git_ref: &str, names: &[String]) -> Result<Plan> {
+    let steps = steps_for_ref(git_ref)?;
+    let containers = select(inv, names)?
+        .into_iter()
+        .map(|c| ContainerPlan {
+            name: c.name.clone(),
+            hostname: c.hostname.clone(),
+            vmid: c.vmid,
+            steps: steps.clone(),
+        })
+        .collect();
+    Ok(Plan { git_ref: git_ref.to_string(), stage: inv.stage.clone(), containers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs() {
+        assert_eq!(steps_for_ref("refs/heads/release").unwrap(), vec![Step::Provision, Step::Configure]);
+        assert_eq!(steps_for_ref("main").unwrap(), vec![Step::Configure]);
+        assert_eq!(steps_for_ref("refs/heads/snapshot").unwrap(), vec![Step::Snapshot]);
+        let e = steps_for_ref("refs/heads/feature").unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+}
