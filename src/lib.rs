@@ -15,5 +15,6 @@ pub mod error;
 pub mod git;
 pub mod inventory;
 pub mod progress;
+pub mod provision;
 pub mod settings;
 pub mod steps;

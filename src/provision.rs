@@ -1,0 +1,190 @@
+//! Provisioning data shared by every backend: the plan per container, the recreate policy and
+//! the `provision/<name>.json` artifact.
+//!
+//! Backends (`pve`, `lxc`) compare a [`crate::inventory::ContainerSpec`] with the live container
+//! and produce a [`ContainerPlan`] (pure data, printed before any change); the provision step
+//! then executes it and records every action in a [`Provision`] artifact, which `configure` and
+//! `snapshot` read without caring which backend made the container.
+
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::Artifact;
+
+/// Which backend manages the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Proxmox VE over its HTTPS API.
+    Pve,
+    /// LXC on the local host (lxc-* tools).
+    Lxc,
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendKind::Pve => "pve",
+            BackendKind::Lxc => "lxc",
+        })
+    }
+}
+
+/// When an existing container may be destroyed and created again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecreatePolicy {
+    /// Never: a change that needs a recreate is refused (the default).
+    #[default]
+    Never,
+    /// Only when the spec changed in a way that cannot be applied in place (`--allow-recreate`).
+    WhenNeeded,
+    /// Always recreate existing containers (the seed's behaviour on release).
+    Always,
+}
+
+/// One setting that differs between the spec and the live container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// Config key in the backend's terms (PVE `memory`, `cores`, `mp0` …; LXC
+    /// `lxc.cgroup2.memory.max` …).
+    pub key: String,
+    /// Live value, `None` when unset.
+    pub from: Option<String>,
+    /// Desired value, `None` to delete the key.
+    pub to: Option<String>,
+}
+
+/// A volume that grows (never shrinks: a shrink is a recreate).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resize {
+    /// The disk: `rootfs` or `mpN`.
+    pub disk: String,
+    /// Live size in GiB.
+    pub from_gib: u64,
+    /// Desired size in GiB.
+    pub to_gib: u64,
+}
+
+/// What provisioning will do to one container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Action {
+    /// The container does not exist: create it.
+    Create,
+    /// The live container matches the spec.
+    Nothing,
+    /// Settings the backend changes in place, and/or volumes to grow.
+    Update {
+        /// Config changes (only the keys that differ).
+        changes: Vec<Change>,
+        /// Volumes to grow.
+        resizes: Vec<Resize>,
+        /// True when some change only applies after a reboot (PVE `pending`).
+        reboot_needed: bool,
+    },
+    /// The container must be destroyed and created again, and the policy allows it.
+    Recreate {
+        /// Why (e.g. "ostemplate changed", "rootfs shrinks from 8 to 4 GiB").
+        reasons: Vec<String>,
+    },
+    /// A recreate is needed but the policy forbids it: nothing is changed, the step fails.
+    Refused {
+        /// Why a recreate is needed.
+        reasons: Vec<String>,
+    },
+}
+
+impl Action {
+    /// True when executing the action changes something.
+    pub fn changes_something(&self) -> bool {
+        !matches!(self, Action::Nothing | Action::Refused { .. })
+    }
+}
+
+/// The plan for one container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerPlan {
+    /// Container (lib) name.
+    pub name: String,
+    /// vmid.
+    pub vmid: u32,
+    /// Hostname.
+    pub hostname: String,
+    /// What will be done to the container's definition.
+    #[serde(flatten)]
+    pub action: Action,
+    /// True when the container will be started (it is not running, or is created).
+    pub start: bool,
+}
+
+/// One action taken, with its PVE task when there was one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionRecord {
+    /// What was done: `download`, `create`, `config`, `resize`, `start`, `shutdown`, `stop`,
+    /// `destroy`, `snapshot`, `wait-ssh` ….
+    pub action: String,
+    /// The PVE task's UPID, when the call was asynchronous.
+    pub upid: Option<String>,
+    /// The task's exit status (`OK`, `WARNINGS: n`, or the error).
+    pub exit_status: Option<String>,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+    /// Free-form detail (e.g. the changed keys).
+    pub detail: Option<String>,
+}
+
+/// Final outcome of a step for one container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "lowercase")]
+pub enum Outcome {
+    /// Done.
+    Ok,
+    /// Failed; `error` says why (secrets redacted).
+    Failed {
+        /// The error message with its causes.
+        error: String,
+    },
+}
+
+/// The `provision/<name>.json` artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provision {
+    /// Backend that manages the container.
+    pub backend: BackendKind,
+    /// Container (lib) name.
+    pub name: String,
+    /// PVE node (`None` for the lxc backend).
+    pub node: Option<String>,
+    /// vmid.
+    pub vmid: u32,
+    /// Hostname (also the LXC container name for the lxc backend).
+    pub hostname: String,
+    /// The address `configure` connects to (static address, or the one read back from DHCP).
+    pub address: Option<String>,
+    /// SSH port at `address`.
+    pub ssh_port: u16,
+    /// The plan that was executed.
+    pub plan: ContainerPlan,
+    /// Every action taken, in order.
+    pub actions: Vec<ActionRecord>,
+    /// Warnings (task `WARNINGS`, ignored spec settings, pending changes …).
+    pub warnings: Vec<String>,
+    /// Live status afterwards (`running`, `stopped`).
+    pub status: Option<String>,
+    /// True when this run created or re-created the container (its SSH host key is new, so
+    /// `configure` replaces the recorded one).
+    pub created: bool,
+    /// The data snapshot that protected a destroy, when one was taken.
+    pub protected_by: Option<String>,
+    /// Digest of the inputs (spec + lib tree + base tree) this result is for, used by `deploy` to
+    /// skip work already done.
+    pub inputs_digest: Option<String>,
+    /// Result.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl Artifact for Provision {
+    const KIND: &'static str = "provision";
+    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+}
