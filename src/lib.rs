@@ -14,6 +14,8 @@ pub mod cli;
 pub mod error;
 pub mod git;
 pub mod inventory;
+pub mod keys;
+pub mod net;
 pub mod progress;
 pub mod provision;
 pub mod settings;
