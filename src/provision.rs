@@ -188,3 +188,30 @@ impl Artifact for Provision {
     const KIND: &'static str = "provision";
     const SCHEMA_VERSION: (u32, u32) = (1, 0);
 }
+
+/// Options for executing a plan, common to every backend.
+#[derive(Debug, Clone)]
+pub struct ApplyOptions {
+    /// The share directory holding `.keys/<vmid>` (see [`crate::keys`]).
+    pub share: std::path::PathBuf,
+    /// Wait until the container's SSH port answers after start.
+    pub wait_ssh: bool,
+    /// SSH port to wait for (22).
+    pub ssh_port: u16,
+    /// How long to wait for SSH, e.g. 120 s.
+    pub ssh_timeout: std::time::Duration,
+    /// The recreate policy the plan was made with.
+    pub recreate: RecreatePolicy,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        Self {
+            share: "/share".into(),
+            wait_ssh: true,
+            ssh_port: 22,
+            ssh_timeout: std::time::Duration::from_secs(120),
+            recreate: RecreatePolicy::Never,
+        }
+    }
+}
