@@ -1,9 +1,12 @@
 //! Gitea/GitHub Actions I/O: workflow commands and step outputs.
 //!
 //! Gitea Actions runs workflows with act, which implements GitHub's workflow commands; both set
-//! `GITHUB_ACTIONS=true` and Gitea also sets `GITEA_ACTIONS=true`. Workflow commands are read from
-//! the step's **stdout** (GitHub docs, "Workflow commands for GitHub Actions"), so they go there
-//! even though our logs go to stderr.
+//! `GITHUB_ACTIONS=true` and Gitea also sets `GITEA_ACTIONS=true`. Both runners read workflow
+//! commands from stdout *and* stderr of a step (GitHub's runner feeds both streams to its command
+//! parser; act, which Gitea's act_runner embeds, writes both through one line writer). We emit
+//! them on **stderr**, next to our logs: stdout stays clean for `--json` (a user may redirect it to
+//! a file), and a `::group::` cannot be reordered against the log lines it encloses, as it could be
+//! across two pipes.
 //!
 //! * [`mask`] — `::add-mask::VALUE` for every secret the process learns, before anything could
 //!   print it;
@@ -43,7 +46,7 @@ pub fn mask(secret: &str) {
             continue;
         }
         if in_actions() && !part.contains('\n') {
-            let mut out = std::io::stdout().lock();
+            let mut out = std::io::stderr().lock();
             let _ = writeln!(out, "::add-mask::{part}");
             let _ = out.flush();
         }
@@ -79,31 +82,49 @@ fn escape_property(s: &str) -> String {
     escape_data(s).replace(':', "%3A").replace(',', "%2C")
 }
 
-/// Prints `::error file=F,line=L::MSG` for an input problem when under Actions (no-op otherwise).
-pub fn error_annotation(problem: &Problem) {
-    if !in_actions() {
-        return;
+/// The `::error …::` workflow command for an input problem (without the trailing newline).
+///
+/// `file=` names the problem's file and `line=` its line when known; a JSON or dotenv key is put
+/// in front of the message. Problems that are not about a file in the repository (the
+/// environment, a command-line option: see [`crate::error::Location::is_file`]) get no `file=`
+/// and carry their source in the message instead. Secrets are redacted from the message.
+pub fn error_command(problem: &Problem) -> String {
+    let loc = &problem.location;
+    let mut props = Vec::new();
+    let mut msg = String::new();
+    if loc.is_file() {
+        props.push(format!("file={}", escape_property(&loc.file.to_string_lossy())));
+        if let Some(line) = loc.line {
+            props.push(format!("line={line}"));
+        }
+    } else {
+        msg.push_str(&format!("{}: ", loc.file.display()));
     }
-    let mut props = vec![format!("file={}", escape_property(&problem.location.file.to_string_lossy()))];
-    if let Some(line) = problem.location.line {
-        props.push(format!("line={line}"));
+    if let Some(key) = &loc.key {
+        msg.push_str(&format!("{key}: "));
     }
-    let mut msg = problem.message.clone();
-    if let Some(key) = &problem.location.key {
-        msg = format!("{key}: {msg}");
-    }
-    println!("::error {}::{}", props.join(","), escape_data(&redact(&msg)));
+    msg.push_str(&problem.message);
+    let props = if props.is_empty() { String::new() } else { format!(" {}", props.join(",")) };
+    format!("::error{props}::{}", escape_data(&redact(&msg)))
 }
 
-/// Prints `::error::MSG` for an operational failure when under Actions (no-op otherwise).
+/// Prints [`error_command`] for an input problem on stderr when under Actions (no-op otherwise).
+pub fn error_annotation(problem: &Problem) {
+    if in_actions() {
+        eprintln!("{}", error_command(problem));
+    }
+}
+
+/// Prints `::error::MSG` for an operational failure on stderr when under Actions (no-op
+/// otherwise).
 pub fn error_message(msg: &str) {
     if in_actions() {
-        println!("::error::{}", escape_data(&redact(msg)));
+        eprintln!("::error::{}", escape_data(&redact(msg)));
     }
 }
 
-/// A `::group::` … `::endgroup::` pair around a step's log, closed on drop. Outside Actions it
-/// prints nothing.
+/// A `::group::` … `::endgroup::` pair around a step's log (on stderr, with the log), closed on
+/// drop. Outside Actions it prints nothing.
 pub struct Group {
     active: bool,
 }
@@ -113,7 +134,7 @@ impl Group {
     pub fn start(name: &str) -> Self {
         let active = in_actions();
         if active {
-            println!("::group::{}", escape_data(name));
+            eprintln!("::group::{}", escape_data(name));
         }
         Group { active }
     }
@@ -122,7 +143,7 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         if self.active {
-            println!("::endgroup::");
+            eprintln!("::endgroup::");
         }
     }
 }
@@ -189,6 +210,19 @@ mod tests {
         mask("hunter2");
         mask("hunter2-extended");
         assert_eq!(redact("x hunter2-extended y hunter2"), "x *** y ***");
+    }
+
+    #[test]
+    fn error_commands() {
+        use crate::error::Location;
+        let p = Problem::new(Location::line("libs/a,b/container.env", 3).with_key("ID"), "bad: 50%");
+        assert_eq!(error_command(&p), "::error file=libs/a%2Cb/container.env,line=3::ID: bad: 50%25");
+        let p = Problem::new(Location::file("globals.json").with_key("x"), "expected a string");
+        assert_eq!(error_command(&p), "::error file=globals.json::x: expected a string");
+        let p = Problem::new(Location::environment("PROXMOX_PORT"), "expected a TCP port");
+        assert_eq!(error_command(&p), "::error::environment: PROXMOX_PORT: expected a TCP port");
+        let p = Problem::new(Location::file("--stage"), "must be a DNS label");
+        assert_eq!(error_command(&p), "::error::--stage: must be a DNS label");
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub const EXIT_FAILURE: i32 = 1;
 /// Exit code for invalid input or usage (bad `container.env`, unknown option …).
 pub const EXIT_INPUT: i32 = 2;
 
+/// The pseudo-file naming the process environment in a [`Location`] (the key is the variable).
+pub const ENVIRONMENT: &str = "environment";
+
 /// Where in the user's input a problem sits: a file, and optionally a 1-based line or a key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Location {
@@ -44,6 +47,19 @@ impl Location {
     /// A location naming a file and a 1-based line.
     pub fn line(file: impl Into<PathBuf>, line: usize) -> Self {
         Self { file: file.into(), line: Some(line), key: None }
+    }
+
+    /// A problem with the environment variable `var` (file `environment`, key `var`).
+    pub fn environment(var: impl Into<String>) -> Self {
+        Self::file(ENVIRONMENT).with_key(var)
+    }
+
+    /// True when `file` names a file or directory of the user's repository, false for the
+    /// pseudo-files [`ENVIRONMENT`] and command-line options (`--stage`, `--ref` …). Actions
+    /// annotations (`::error file=…`) are only attached to real files.
+    pub fn is_file(&self) -> bool {
+        let f = self.file.to_string_lossy();
+        !(f == ENVIRONMENT || f.starts_with('-') || f.is_empty())
     }
 
     /// Adds the key the problem is about.
