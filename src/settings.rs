@@ -32,11 +32,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Location, Problems};
 
-/// Raw `proxmox` section of a config file (all optional).
+/// Raw `proxmox` section of a config file (all optional; keys and types are checked by
+/// [`read_config`] before this is built).
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawProxmox {
     host: Option<String>,
+    #[serde(skip)]
     port: Option<u16>,
     user: Option<String>,
     password: Option<String>,
@@ -54,7 +55,6 @@ struct RawProxmox {
 
 /// Raw config file.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawConfig {
     #[serde(default)]
     proxmox: RawProxmox,
@@ -208,6 +208,9 @@ pub struct PublicSettings {
     pub gitea_auth: GiteaAuthKind,
 }
 
+/// The environment variables holding secrets (masked as soon as they are read).
+pub const SECRET_VARS: &[&str] = &["PROXMOX_PASSWORD", "PROXMOX_SECRET", "PASSWORD", "GITEA_TOKEN"];
+
 fn nonempty(s: Option<String>) -> Option<String> {
     s.map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
@@ -240,6 +243,46 @@ impl EnvSource for std::collections::BTreeMap<String, String> {
     }
 }
 
+/// Keys of the `proxmox` section and whether each is a string (`false`: string or number).
+const PROXMOX_KEYS: &[(&str, bool)] = &[
+    ("host", true),
+    ("port", false),
+    ("user", true),
+    ("password", true),
+    ("token", true),
+    ("secret", true),
+    ("node", true),
+    ("gateway", true),
+    ("mask", false),
+    ("interface", true),
+    ("bridge", true),
+    ("storage", true),
+    ("template", true),
+    ("share", true),
+];
+
+/// Top-level keys of a config file besides `proxmox` (all strings).
+const TOP_KEYS: &[&str] = &["host", "login", "password", "token"];
+
+/// 1-based line of the first `"key":` at or after byte `from` of `text`, and the byte offset
+/// after it. A heuristic for messages (JSON parsers do not report key positions): a key that
+/// also appears inside a string value earlier could be mis-attributed, never missed.
+fn key_line(text: &str, key: &str, from: usize) -> Option<(usize, usize)> {
+    let needle = format!("\"{key}\"");
+    let mut start = from;
+    while let Some(pos) = text.get(start..).and_then(|t| t.find(&needle)) {
+        let at = start + pos;
+        let after = at + needle.len();
+        if text[after..].trim_start().starts_with(':') {
+            return Some((text[..at].matches('\n').count() + 1, after));
+        }
+        start = after;
+    }
+    None
+}
+
+/// Reads one config file, reporting *every* unknown key and wrongly typed value (with its line
+/// when it can be found), not just the first one as a strict deserializer would.
 fn read_config(path: &Path, display: &Path, problems: &mut Problems) -> RawConfig {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -249,16 +292,97 @@ fn read_config(path: &Path, display: &Path, problems: &mut Problems) -> RawConfi
             return RawConfig::default();
         }
     };
-    match serde_json::from_str::<RawConfig>(&text) {
-        Ok(c) => c,
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
         Err(e) => {
-            problems.add(
-                Location::line(display, e.line()),
-                format!("invalid config: {e} (expected an object with `proxmox`, `host`, `login`, `password`, `token`)"),
+            problems.add(Location::line(display, e.line()), format!("invalid JSON: {e}"));
+            return RawConfig::default();
+        }
+    };
+    let serde_json::Value::Object(mut top) = value else {
+        problems.add(
+            Location::file(display),
+            "expected a JSON object with `proxmox`, `host`, `login`, `password`, `token`",
+        );
+        return RawConfig::default();
+    };
+    let at = |key: &str, json_key: &str, from: usize| {
+        let mut loc = Location::file(display);
+        loc.line = key_line(&text, key, from).map(|(l, _)| l);
+        loc.with_key(json_key)
+    };
+    let bad = |loc: Location, msg: String, problems: &mut Problems| problems.add(loc, msg);
+
+    let mut proxmox = serde_json::Map::new();
+    match top.remove("proxmox") {
+        None | Some(serde_json::Value::Null) => {}
+        Some(serde_json::Value::Object(map)) => {
+            let from = key_line(&text, "proxmox", 0).map_or(0, |(_, o)| o);
+            for (k, v) in map {
+                let json_key = format!("proxmox.{k}");
+                match PROXMOX_KEYS.iter().find(|(name, _)| *name == k) {
+                    None => bad(
+                        at(&k, &json_key, from),
+                        format!(
+                            "unknown key `{k}`; the `proxmox` section takes {}",
+                            PROXMOX_KEYS.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                        ),
+                        problems,
+                    ),
+                    Some((_, true)) if !(v.is_string() || v.is_null()) => bad(
+                        at(&k, &json_key, from),
+                        format!("expected a string, found {v}"),
+                        problems,
+                    ),
+                    Some((_, false)) if !(v.is_string() || v.is_number() || v.is_null()) => bad(
+                        at(&k, &json_key, from),
+                        format!("expected a number or a string, found {v}"),
+                        problems,
+                    ),
+                    Some(_) => {
+                        proxmox.insert(k, v);
+                    }
+                }
+            }
+        }
+        Some(other) => bad(at("proxmox", "proxmox", 0), format!("expected an object, found {other}"), problems),
+    }
+    let mut kept = serde_json::Map::new();
+    for (k, v) in top {
+        if !TOP_KEYS.contains(&k.as_str()) {
+            bad(
+                at(&k, &k, 0),
+                format!("unknown key `{k}`; a config file takes `proxmox`, `host`, `login`, `password`, `token`"),
+                problems,
             );
-            RawConfig::default()
+        } else if !(v.is_string() || v.is_null()) {
+            bad(at(&k, &k, 0), format!("expected a string, found {v}"), problems);
+        } else {
+            kept.insert(k, v);
         }
     }
+    // `port` as a string ("8006") is accepted like the number.
+    let port = match proxmox.remove("port") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => {
+            let text_value = v.as_str().map(str::trim).map(str::to_string).unwrap_or_else(|| v.to_string());
+            match text_value.parse::<u16>() {
+                Ok(p) if p > 0 => Some(p),
+                _ if text_value.is_empty() => None,
+                _ => {
+                    problems.add(
+                        at("port", "proxmox.port", key_line(&text, "proxmox", 0).map_or(0, |(_, o)| o)),
+                        format!("expected a TCP port 1–65535, found {v}"),
+                    );
+                    None
+                }
+            }
+        }
+    };
+    kept.insert("proxmox".into(), serde_json::Value::Object(proxmox));
+    let mut raw: RawConfig = serde_json::from_value(serde_json::Value::Object(kept)).unwrap_or_default();
+    raw.proxmox.port = port;
+    raw
 }
 
 fn parse_mask(v: Option<serde_json::Value>, loc: Location, problems: &mut Problems) -> Option<u8> {
@@ -292,6 +416,16 @@ impl Settings {
         let local_display = Path::new("local/config.local.json");
         let base = read_config(&root.join(base_display), base_display, &mut problems);
         let local = read_config(&root.join(local_display), local_display, &mut problems);
+        // Every secret value the process learns is masked, including ones a higher layer
+        // overrides: they are still in memory and must never reach a log unmasked.
+        for raw in [&base, &local] {
+            for v in [&raw.proxmox.password, &raw.proxmox.secret, &raw.password, &raw.token] {
+                secret(v.clone());
+            }
+        }
+        for var in SECRET_VARS {
+            secret(env.get(var));
+        }
 
         macro_rules! pick {
             ($env:literal, $field:ident) => {
@@ -313,7 +447,7 @@ impl Settings {
                 Ok(p) if p > 0 => p,
                 _ => {
                     problems.add(
-                        Location::file("environment").with_key("PROXMOX_PORT"),
+                        Location::environment("PROXMOX_PORT"),
                         format!("expected a TCP port 1–65535, found `{p}`"),
                     );
                     8006
@@ -324,7 +458,7 @@ impl Settings {
         let mask = match nonempty(env.get("PROXMOX_MASK")) {
             Some(m) => parse_mask(
                 Some(serde_json::Value::String(m)),
-                Location::file("environment").with_key("PROXMOX_MASK"),
+                Location::environment("PROXMOX_MASK"),
                 &mut problems,
             ),
             None => {
@@ -442,5 +576,28 @@ mod tests {
         assert_eq!(e.0[0].location.file, Path::new("local/config.json"));
         assert_eq!(e.0[0].location.line, Some(3));
         assert!(e.0[0].message.contains("hots"), "{}", e.0[0].message);
+    }
+
+    #[test]
+    fn every_bad_key_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("local")).unwrap();
+        std::fs::write(
+            dir.path().join("local/config.json"),
+            "{\n \"proxmox\": {\n  \"hots\": \"x\",\n  \"port\": \"http\",\n  \"user\": 5\n },\n \"logn\": \"a\"\n}\n",
+        )
+        .unwrap();
+        let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
+        let got: Vec<(Option<usize>, Option<&str>)> =
+            e.iter().map(|p| (p.location.line, p.location.key.as_deref())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(3), Some("proxmox.hots")),
+                (Some(4), Some("proxmox.port")),
+                (Some(5), Some("proxmox.user")),
+                (Some(7), Some("logn")),
+            ]
+        );
     }
 }
