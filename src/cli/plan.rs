@@ -27,7 +27,15 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
     let _group = crate::ci::Group::start("plan");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let p = plan(&inv, &args.git_ref, &args.containers)?;
-    artifact::write(&ctx.artifacts.plan(), &p).map_err(|e| Error::Failed(e.into()))?;
+    let path = ctx.artifacts.plan();
+    artifact::write(&path, &p).map_err(|e| Error::Failed(e.into()))?;
+    let names: Vec<&str> = p.containers.iter().map(|c| c.name.as_str()).collect();
+    crate::ci::set_outputs(&[
+        ("plan", path.display().to_string()),
+        ("containers", names.join(",")),
+        ("containers_json", serde_json::to_string(&names).expect("strings serialize")),
+    ])
+    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
     ctx.emit(&p, || {
         let rows: Vec<Vec<String>> = p
             .containers

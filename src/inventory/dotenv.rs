@@ -48,6 +48,8 @@ pub type Entries = Vec<Entry>;
 pub fn parse(file: &Path, text: &str) -> Result<Entries, Problems> {
     let mut entries = Vec::new();
     let mut problems = Problems::new();
+    // A UTF-8 byte order mark (some Windows editors write one) is not part of the first key.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (idx, raw) in text.lines().enumerate() {
         let line_no = idx + 1;
         match parse_line(raw) {

@@ -80,7 +80,10 @@ fn loc(e: &Entry) -> Location {
 }
 
 fn parse_int(e: &Entry, min: u64, max: u64, what: &str, problems: &mut Problems) -> Option<u64> {
-    match e.value.trim().parse::<u64>() {
+    let v = e.value.trim();
+    // Digits only: Rust's parser would also take `+5`, which PVE does not.
+    let parsed = if v.bytes().all(|b| b.is_ascii_digit()) { v.parse::<u64>().map_err(|_| ()) } else { Err(()) };
+    match parsed {
         Ok(v) if (min..=max).contains(&v) => Some(v),
         Ok(v) => {
             problems.add(loc(e), format!("{what} must be between {min} and {max}, found {v}"));
@@ -115,9 +118,11 @@ fn parse_ip(s: &str) -> Result<IpConfig, String> {
     }
     let (addr, prefix) = match s.split_once('/') {
         Some((a, p)) => {
-            let p = p.parse::<u8>().ok().filter(|p| *p <= 32).ok_or_else(|| {
-                format!("expected a prefix length 0–32 after `/`, found `{p}`")
-            })?;
+            let p = Some(p)
+                .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|p| p.parse::<u8>().ok())
+                .filter(|p| (1..=32).contains(p))
+                .ok_or_else(|| format!("expected a prefix length 1–32 after `/`, found `{p}`"))?;
             (a, Some(p))
         }
         None => (s, None),
@@ -200,7 +205,7 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
     let hostname = hostname(input.name, input.stage);
     if !is_dns_label(&hostname) {
         problems.add(
-            Location::file(&input.dir),
+            Location::file(&input.dir).with_key("hostname"),
             format!(
                 "hostname `{hostname}` (from the lib's directory name) is not a valid DNS label: use \
                  letters, digits and `-` (no `_`), at most 63 characters"
@@ -250,9 +255,30 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
     };
     let mut mounts = Vec::new();
     if let Some(e) = get("MOUNT") {
+        let mut targets: BTreeMap<String, String> = BTreeMap::new();
         for item in e.value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match parse_mount(item) {
-                Ok(m) => mounts.push(m),
+                Ok(m) => {
+                    // Two entries on one container path (or one device twice) would make PVE
+                    // refuse the config, or the second silently hide the first.
+                    let target = match &m {
+                        Mount::Share { name } => format!("share `{name}`"),
+                        Mount::Bind { container_path, .. } | Mount::Volume { container_path, .. } => {
+                            container_path.trim_end_matches('/').to_string()
+                        }
+                        Mount::Device { path } => path.clone(),
+                    };
+                    match targets.get(&target) {
+                        Some(first) => problems.add(
+                            loc(e),
+                            format!("mount `{item}` uses {target} again (already used by `{first}`)"),
+                        ),
+                        None => {
+                            targets.insert(target, item.to_string());
+                            mounts.push(m);
+                        }
+                    }
+                }
                 Err(msg) => problems.add(loc(e), msg),
             }
         }
@@ -303,31 +329,65 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
 
 /// Cross-checks within one stage: duplicate vmid, static address or hostname → a problem naming
 /// both files.
+///
+/// Problems point at each container's first env file (its `sources`); when the layered env is
+/// at hand, [`cross_check_env`] names the exact file and line the value came from.
 pub fn cross_check(specs: &[ContainerSpec], problems: &mut Problems) {
     let main_file = |s: &ContainerSpec| -> PathBuf {
         s.sources.first().cloned().unwrap_or_else(|| s.dir.join("container.env"))
     };
-    let mut check = |what: &str, key: &str, value: &dyn Fn(&ContainerSpec) -> Option<String>| {
-        let mut seen: BTreeMap<String, &ContainerSpec> = BTreeMap::new();
-        for s in specs {
+    let located: Vec<(&ContainerSpec, Location, Location)> = specs
+        .iter()
+        .map(|s| (s, Location::file(main_file(s)).with_key("ID"), Location::file(main_file(s)).with_key("IP")))
+        .collect();
+    cross_check_located(&located, problems);
+}
+
+/// [`cross_check`] with each container's layered env (key → winning entry), so a duplicate
+/// names the file *and line* of both values, e.g. `libs/b/container.stage.env:2 (IP): duplicate
+/// IP address 10.0.0.5: also used by `a` (libs/a/container.env:1)`.
+pub fn cross_check_env(specs: &[(&ContainerSpec, &BTreeMap<String, Entry>)], problems: &mut Problems) {
+    let located: Vec<(&ContainerSpec, Location, Location)> = specs
+        .iter()
+        .map(|(s, env)| {
+            let at = |key: &str| {
+                env.get(key).map(loc).unwrap_or_else(|| {
+                    Location::file(s.sources.first().cloned().unwrap_or_else(|| s.dir.join("container.env")))
+                        .with_key(key)
+                })
+            };
+            (*s, at("ID"), at("IP"))
+        })
+        .collect();
+    cross_check_located(&located, problems);
+}
+
+fn cross_check_located(specs: &[(&ContainerSpec, Location, Location)], problems: &mut Problems) {
+    fn place(l: &Location) -> String {
+        match l.line {
+            Some(line) => format!("{}:{line}", l.file.display()),
+            None => l.file.display().to_string(),
+        }
+    }
+    let mut check = |what: &str, value: &dyn Fn(&ContainerSpec) -> Option<String>, at: &dyn Fn(usize) -> Location| {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, (s, ..)) in specs.iter().enumerate() {
             let Some(v) = value(s) else { continue };
-            if let Some(first) = seen.get(&v) {
+            if let Some(&first) = seen.get(&v) {
                 problems.add(
-                    Location::file(main_file(s)).with_key(key),
-                    format!(
-                        "duplicate {what} {v}: also used by `{}` ({})",
-                        first.name,
-                        main_file(first).display()
-                    ),
+                    at(i),
+                    format!("duplicate {what} {v}: also used by `{}` ({})", specs[first].0.name, place(&at(first))),
                 );
             } else {
-                seen.insert(v, s);
+                seen.insert(v, i);
             }
         }
     };
-    check("vmid", "ID", &|s| Some(s.vmid.to_string()));
-    check("IP address", "IP", &|s| s.ip.address().map(|a| a.to_string()));
-    check("hostname", "hostname", &|s| Some(s.hostname.to_ascii_lowercase()));
+    check("vmid", &|s| Some(s.vmid.to_string()), &|i| specs[i].1.clone());
+    check("IP address", &|s| s.ip.address().map(|a| a.to_string()), &|i| specs[i].2.clone());
+    check("hostname", &|s| Some(s.hostname.to_ascii_lowercase()), &|i| {
+        Location::file(&specs[i].0.dir).with_key("hostname")
+    });
 }
 
 #[cfg(test)]
@@ -359,6 +419,8 @@ mod tests {
             IpConfig::Static { address: "10.0.0.5".parse().unwrap(), prefix: Some(24) }
         );
         assert!(parse_ip("10.0.0.5/33").is_err());
+        assert!(parse_ip("10.0.0.5/0").is_err());
+        assert!(parse_ip("10.0.0.5/+8").is_err());
         assert!(parse_ip("10.0.0").is_err());
         assert!(parse_ip("0.0.0.0").is_err());
         assert_eq!(parse_disk("local-lvm:8").unwrap(), Disk { storage: "local-lvm".into(), size_gib: 8 });

@@ -60,28 +60,42 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
     }
     let globals = read_globals(&root, &mut problems);
 
-    let mut containers = Vec::new();
+    let all_submodules = crate::git::flatten(&tree.submodules);
+    let submodule_at = |rel: &Path| all_submodules.iter().find(|s| s.path == rel).copied();
+
+    // (spec, layered env) per valid container, control plane first, then libs by name.
+    let mut resolved: Vec<(ContainerSpec, BTreeMap<String, dotenv::Entry>)> = Vec::new();
     if root.join("container.env").is_file() {
         if let Some(c) = container(&root, Path::new("."), CONTROL_PLANE, &opts.stage, None, &mut problems) {
-            containers.push(c);
+            resolved.push(c);
         }
     }
-    let submodule_paths: Vec<PathBuf> = tree.submodules.iter().map(|s| s.path.clone()).collect();
-    let libs = root.join("libs");
-    let mut lib_dirs: Vec<PathBuf> = match std::fs::read_dir(&libs) {
-        Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect(),
+    // Every directory under libs/ is a lib, and so is every submodule registered there (a
+    // submodule whose directory is missing is still a lib the user expects to deploy).
+    let mut lib_names: Vec<String> = match std::fs::read_dir(root.join("libs")) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
         Err(_) => Vec::new(),
     };
-    lib_dirs.sort();
-    for abs in lib_dirs {
-        let name = abs.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    for sm in &all_submodules {
+        if let Ok(rest) = sm.path.strip_prefix("libs") {
+            if rest.components().count() == 1 {
+                lib_names.push(rest.to_string_lossy().into_owned());
+            }
+        }
+    }
+    lib_names.sort();
+    lib_names.dedup();
+    for name in lib_names {
         if name.starts_with('.') {
             continue;
         }
         let rel = Path::new("libs").join(&name);
-        let submodule = submodule_paths.iter().find(|p| **p == rel).cloned();
-        if !abs.join("container.env").is_file() {
-            let sm = tree.submodules.iter().find(|s| s.path == rel);
+        let sm = submodule_at(&rel);
+        if !root.join(&rel).join("container.env").is_file() {
             match sm {
                 Some(sm) if !sm.checked_out => problems.add(
                     Location::file(&rel),
@@ -97,12 +111,32 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
             }
             continue;
         }
-        if let Some(c) = container(&root, &rel, &name, &opts.stage, submodule, &mut problems) {
-            containers.push(c);
+        if let Some(c) =
+            container(&root, &rel, &name, &opts.stage, sm.map(|s| s.path.clone()), &mut problems)
+        {
+            resolved.push(c);
         }
     }
-    spec::cross_check(&containers, &mut problems);
-    let tasks = read_tasks(&root, &mut problems);
+    let located: Vec<_> = resolved.iter().map(|(c, env)| (c, env)).collect();
+    spec::cross_check_env(&located, &mut problems);
+    let containers: Vec<ContainerSpec> = resolved.into_iter().map(|(c, _)| c).collect();
+    for c in &containers {
+        tracing::debug!(
+            "container {} (vmid {}, hostname {}) from {}",
+            c.name,
+            c.vmid,
+            c.hostname,
+            c.sources.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" < ")
+        );
+    }
+    let tasks = read_tasks(&root, &all_submodules, &mut problems);
+    tracing::debug!(
+        "{} submodule(s) ({} checked out), {} task(s), {} global(s)",
+        all_submodules.len(),
+        all_submodules.iter().filter(|s| s.checked_out).count(),
+        tasks.len(),
+        globals.len()
+    );
     problems.into_result()?;
 
     let present = |p: &str| root.join(p).is_dir().then(|| PathBuf::from(p));
@@ -128,7 +162,7 @@ fn container(
     stage: &str,
     submodule: Option<PathBuf>,
     problems: &mut Problems,
-) -> Option<ContainerSpec> {
+) -> Option<(ContainerSpec, BTreeMap<String, dotenv::Entry>)> {
     let norm = |p: PathBuf| p.strip_prefix(".").map(Path::to_path_buf).unwrap_or(p);
     let mut files = vec![norm(rel.join("container.env")), norm(rel.join("container.local.env"))];
     if stage != "main" {
@@ -158,8 +192,11 @@ fn container(
         let host = spec::hostname(name, stage);
         if !spec::is_dns_label(&host) {
             problems.add(
-                Location::file(rel),
-                format!("hostname `{host}` (from the lib's directory name) is not a valid DNS label: use letters, digits and `-` (no `_`), at most 63 characters"),
+                Location::file(rel).with_key("hostname"),
+                format!(
+                    "hostname `{host}` (from the lib's directory name) is not a valid DNS label: use \
+                     letters, digits and `-` (no `_`), at most 63 characters"
+                ),
             );
         }
         return None;
@@ -175,7 +212,7 @@ fn container(
         main_file: files[0].clone(),
         submodule,
     }) {
-        Ok(c) => Some(c),
+        Ok(c) => Some((c, env)),
         Err(p) => {
             problems.extend(p);
             None
@@ -245,7 +282,11 @@ pub fn find_cron(text: &str) -> Option<(usize, String)> {
     None
 }
 
-fn read_tasks(root: &Path, problems: &mut Problems) -> Vec<crate::inventory::Task> {
+fn read_tasks(
+    root: &Path,
+    submodules: &[&crate::inventory::Submodule],
+    problems: &mut Problems,
+) -> Vec<crate::inventory::Task> {
     let mut dirs: Vec<PathBuf> = match std::fs::read_dir(root.join("tasks")) {
         Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect(),
         Err(_) => return Vec::new(),
@@ -285,10 +326,19 @@ fn read_tasks(root: &Path, problems: &mut Problems) -> Vec<crate::inventory::Tas
                     ),
                 }
             }
-            None => problems.add(
-                Location::file(&rel),
-                "no script in this task has a `# ! cron '<expr>'` line",
-            ),
+            None => match submodules.iter().find(|s| s.path == rel) {
+                Some(sm) if !sm.checked_out => problems.add(
+                    Location::file(&rel),
+                    format!(
+                        "task `{name}` is a submodule that is not checked out; run \
+                         `git submodule update --init --recursive` first"
+                    ),
+                ),
+                _ => problems.add(
+                    Location::file(&rel),
+                    "no file in this task has a `# ! cron '<expr>'` line (e.g. `# ! cron '0 3 * * *'`)",
+                ),
+            },
         }
     }
     tasks
