@@ -10,7 +10,7 @@ mod resolve;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
 use crate::error::{Error, Result};
@@ -157,14 +157,22 @@ fn report(err: &Error, repo: &Path) -> i32 {
 }
 
 /// Runs the CLI with the process arguments; returns the exit code.
+///
+/// Under Actions the whole subcommand, including its error report, runs inside one
+/// `::group::<subcommand>` (subcommands do not open their own).
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let parsed = Cli::command().try_get_matches().and_then(|m| {
+        let name = m.subcommand_name().unwrap_or("proxmox-gitops").to_string();
+        Cli::from_arg_matches(&m).map(|c| (c, name))
+    });
+    let (cli, name) = match parsed {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() { crate::error::EXIT_INPUT } else { crate::error::EXIT_OK };
         }
     };
+    let _group = crate::ci::Group::start(&name);
     init_logging(&cli.global);
     let artifacts = cli.global.artifacts.clone().unwrap_or_else(|| cli.global.repo.join(".proxmox-gitops"));
     let ctx = Ctx {

@@ -24,7 +24,6 @@ pub struct PlanArgs {
 }
 
 pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
-    let _group = crate::ci::Group::start("plan");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let p = plan(&inv, &args.git_ref, &args.containers)?;
     let path = ctx.artifacts.plan();

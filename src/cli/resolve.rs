@@ -13,7 +13,6 @@ use crate::steps::resolve::{ResolveOptions, resolve};
 pub struct ResolveArgs {}
 
 pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
-    let _group = crate::ci::Group::start("resolve");
     let inv = resolve(
         &ResolveOptions { repo: ctx.repo.clone(), stage: ctx.stage.clone() },
         &crate::settings::ProcessEnv,

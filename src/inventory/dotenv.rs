@@ -129,9 +129,10 @@ fn parse_line(raw: &str) -> Result<Option<(String, String)>, String> {
 }
 
 fn substitution_error(found: &str) -> String {
+    let what = if found == "`" { "a backtick (`)".to_string() } else { format!("`{found}`") };
     format!(
-        "`{found}` would be evaluated by a shell; substitutions are not supported in env files \
-         (put a literal `$` in single quotes, or write `\\$` in double quotes)"
+        "{what} would be evaluated by a shell; substitutions are not supported in env files \
+         (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)"
     )
 }
 

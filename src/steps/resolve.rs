@@ -63,12 +63,12 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
     let all_submodules = crate::git::flatten(&tree.submodules);
     let submodule_at = |rel: &Path| all_submodules.iter().find(|s| s.path == rel).copied();
 
-    // (spec, layered env) per valid container, control plane first, then libs by name.
-    let mut resolved: Vec<(ContainerSpec, BTreeMap<String, dotenv::Entry>)> = Vec::new();
+    // Valid containers, control plane first, then libs by name; and the identity (vmid, IP,
+    // hostname) of every container whose env files parse, valid or not, for the cross-checks.
+    let mut resolved: Vec<ContainerSpec> = Vec::new();
+    let mut identities: Vec<spec::Identity> = Vec::new();
     if root.join("container.env").is_file() {
-        if let Some(c) = container(&root, Path::new("."), CONTROL_PLANE, &opts.stage, None, &mut problems) {
-            resolved.push(c);
-        }
+        container(&root, Path::new("."), CONTROL_PLANE, &opts.stage, None, &mut resolved, &mut identities, &mut problems);
     }
     // Every directory under libs/ is a lib, and so is every submodule registered there (a
     // submodule whose directory is missing is still a lib the user expects to deploy).
@@ -111,15 +111,11 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
             }
             continue;
         }
-        if let Some(c) =
-            container(&root, &rel, &name, &opts.stage, sm.map(|s| s.path.clone()), &mut problems)
-        {
-            resolved.push(c);
-        }
+        let submodule = sm.map(|s| s.path.clone());
+        container(&root, &rel, &name, &opts.stage, submodule, &mut resolved, &mut identities, &mut problems);
     }
-    let located: Vec<_> = resolved.iter().map(|(c, env)| (c, env)).collect();
-    spec::cross_check_env(&located, &mut problems);
-    let containers: Vec<ContainerSpec> = resolved.into_iter().map(|(c, _)| c).collect();
+    spec::cross_check_identities(&identities, &mut problems);
+    let containers: Vec<ContainerSpec> = resolved;
     for c in &containers {
         tracing::debug!(
             "container {} (vmid {}, hostname {}) from {}",
@@ -154,15 +150,19 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
     })
 }
 
-/// Reads and layers one container's env files and validates them.
+/// Reads and layers one container's env files and validates them: pushes the spec when valid
+/// and the identity when the files parse.
+#[allow(clippy::too_many_arguments)]
 fn container(
     root: &Path,
     rel: &Path,
     name: &str,
     stage: &str,
     submodule: Option<PathBuf>,
+    specs: &mut Vec<ContainerSpec>,
+    identities: &mut Vec<spec::Identity>,
     problems: &mut Problems,
-) -> Option<(ContainerSpec, BTreeMap<String, dotenv::Entry>)> {
+) {
     let norm = |p: PathBuf| p.strip_prefix(".").map(Path::to_path_buf).unwrap_or(p);
     let mut files = vec![norm(rel.join("container.env")), norm(rel.join("container.local.env"))];
     if stage != "main" {
@@ -199,9 +199,10 @@ fn container(
                 ),
             );
         }
-        return None;
+        return;
     }
     let env = dotenv::layer(&layers);
+    identities.push(spec::Identity::from_env(name, stage, rel.to_path_buf(), &env));
     match spec::build(SpecInput {
         name,
         stage,
@@ -212,11 +213,8 @@ fn container(
         main_file: files[0].clone(),
         submodule,
     }) {
-        Ok(c) => Some((c, env)),
-        Err(p) => {
-            problems.extend(p);
-            None
-        }
+        Ok(c) => specs.push(c),
+        Err(p) => problems.extend(p),
     }
 }
 

@@ -1,0 +1,653 @@
+//! Integration tests of `resolve` (and the CLI around it) on fixture monorepos built with git.
+//!
+//! Run with `cargo test --test resolve`.
+
+#[path = "support/fixture.rs"]
+mod fixture;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use pretty_assertions::assert_eq;
+use proxmox_gitops::error::Problems;
+use proxmox_gitops::steps::resolve::{ResolveOptions, resolve};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_proxmox-gitops");
+
+fn no_env() -> BTreeMap<String, String> {
+    BTreeMap::new()
+}
+
+fn resolve_at(root: &Path, stage: &str) -> Result<proxmox_gitops::inventory::Inventory, Problems> {
+    match resolve(&ResolveOptions { repo: root.to_path_buf(), stage: stage.into() }, &no_env()) {
+        Ok(inv) => Ok(inv),
+        Err(proxmox_gitops::error::Error::Input(p)) => Err(p),
+        Err(e) => panic!("unexpected operational error: {e:#}"),
+    }
+}
+
+/// The inventory as JSON with the fixture's temp dir replaced by `$TMP`.
+fn normalized(f: &fixture::Fixture, inv: &proxmox_gitops::inventory::Inventory) -> Value {
+    let mut v = proxmox_gitops::artifact::to_value(inv);
+    let tmp = f.tmp.path().canonicalize().unwrap();
+    fixture::replace_strings(&mut v, &tmp.to_string_lossy(), "$TMP");
+    v
+}
+
+/// The whole expected inventory of [`fixture::standard`] for `stage` (`main` or `stage`).
+fn expected(ids: &fixture::Ids, stage: &str) -> Value {
+    let staged = stage != "main";
+    let host = |n: &str| if staged { format!("{stage}-{n}") } else { n.to_string() };
+    let srcs = |dir: &str, files: &[&str]| -> Value {
+        files.iter().map(|f| if dir == "." { f.to_string() } else { format!("{dir}/{f}") }).collect()
+    };
+    let (cp_id, cp_ip) = if staged { ("200", "10.0.3.11") } else { ("100", "10.0.3.10") };
+    let (broker_id, broker_ip) = if staged { ("220", "10.0.3.21") } else { ("120", "10.0.3.20") };
+    let (dns_id, dns_ip) = if staged { ("240", "dhcp") } else { ("140", "10.0.3.40/24") };
+    let stage_file = format!("container.{stage}.env");
+    let with_stage = |base: &[&'static str]| -> Vec<String> {
+        let mut v: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+        if staged {
+            v.push(stage_file.clone());
+        }
+        v
+    };
+    fn as_refs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    let cp_files = with_stage(&["container.env", "container.local.env"]);
+    let broker_files = with_stage(&["container.env", "container.local.env"]);
+    let dns_files = with_stage(&["container.env"]);
+    json!({
+      "kind": "inventory",
+      "schema_version": "1.0",
+      "root": "$TMP/mono",
+      "stage": stage,
+      "head": ids.root,
+      "containers": [
+        {
+          "name": "config", "hostname": host("config"), "vmid": cp_id.parse::<u32>().unwrap(),
+          "ip": { "mode": "static", "address": cp_ip, "prefix": 24 },
+          "cores": 4, "memory_mib": 4096, "swap_mib": 1024,
+          "rootfs": { "storage": "local-lvm", "size_gib": 32 },
+          "mounts": [], "onboot": true, "node": null, "snapshot_paths": [],
+          "engine": "none", "dir": ".",
+          "sources": srcs(".", &as_refs(&cp_files)),
+          "submodule": null,
+          "env": { "BOOT": "yes", "CORES": "4", "DISK": "local-lvm:32", "ID": cp_id,
+                   "IP": format!("{cp_ip}/24"), "MEMORY": "4096", "MOUNT": "", "SWAP": "1024" },
+          "extra": {}
+        },
+        {
+          "name": "broker", "hostname": host("broker"), "vmid": broker_id.parse::<u32>().unwrap(),
+          "ip": { "mode": "static", "address": broker_ip, "prefix": 24 },
+          "cores": 1, "memory_mib": 512, "swap_mib": 256,
+          "rootfs": { "storage": "local-lvm", "size_gib": 4 },
+          "mounts": [ { "type": "volume", "storage": "local-lvm", "size_gib": 2,
+                        "container_path": "/var/lib/mosquitto" } ],
+          "onboot": true, "node": "pve2",
+          "snapshot_paths": [ "/var/lib/mosquitto", "/etc/mosquitto" ],
+          "engine": "shell", "dir": "libs/broker",
+          "sources": srcs("libs/broker", &as_refs(&broker_files)),
+          "submodule": "libs/broker",
+          "env": { "BOOT": "yes", "CORES": "1", "DISK": "local-lvm:4", "ID": broker_id,
+                   "IP": format!("{broker_ip}/24"), "MEMORY": "512",
+                   "MOUNT": "local-lvm:2:/var/lib/mosquitto", "NODE": "pve2",
+                   "SNAPSHOT": "/var/lib/mosquitto/,/etc/mosquitto", "SWAP": "256" },
+          "extra": {}
+        },
+        {
+          "name": "dns", "hostname": host("dns"), "vmid": dns_id.parse::<u32>().unwrap(),
+          "ip": if staged { json!({ "mode": "dhcp" }) }
+                else { json!({ "mode": "static", "address": "10.0.3.40", "prefix": 24 }) },
+          "cores": 1, "memory_mib": 128, "swap_mib": 0,
+          "rootfs": { "storage": "local", "size_gib": 2 },
+          "mounts": [], "onboot": true, "node": null, "snapshot_paths": [],
+          "engine": "cinc", "dir": "libs/dns",
+          "sources": srcs("libs/dns", &as_refs(&dns_files)),
+          "submodule": null,
+          "env": { "DISK": "local:2", "ID": dns_id, "IP": dns_ip, "MEMORY": "128", "SWAP": "0",
+                   "UPSTREAM": "1.1.1.1 9.9.9.9" },
+          "extra": { "UPSTREAM": "1.1.1.1 9.9.9.9" }
+        },
+        {
+          "name": "web", "hostname": host("web"), "vmid": 130,
+          "ip": { "mode": "static", "address": "10.0.3.30", "prefix": 24 },
+          "cores": 2, "memory_mib": 1024, "swap_mib": 0,
+          "rootfs": { "storage": "local-lvm", "size_gib": 16 },
+          "mounts": [
+            { "type": "share", "name": "share" },
+            { "type": "bind", "host_path": "/srv/web", "container_path": "/var/www" },
+            { "type": "device", "path": "/dev/net/tun" }
+          ],
+          "onboot": false, "node": null, "snapshot_paths": [],
+          "engine": "ansible", "dir": "libs/web",
+          "sources": [ "libs/web/container.env" ],
+          "submodule": "libs/web",
+          "env": { "BOOT": "no", "CORES": "2", "DISK": "local-lvm:16", "ID": "130",
+                   "IP": "10.0.3.30/24", "MEMORY": "1024",
+                   "MOUNT": "share,/srv/web:/var/www,/dev/net/tun", "SITE_NAME": "Home $ite",
+                   "SWAP": "0" },
+          "extra": { "SITE_NAME": "Home $ite" }
+        }
+      ],
+      "submodules": [
+        { "name": "libs/broker", "path": "libs/broker",
+          "url": "git@git.example.com:homelab/broker.git",
+          "commit": ids.broker, "checked_out": true, "head": null, "children": [] },
+        { "name": "libs/web", "path": "libs/web", "url": "$TMP/src/web",
+          "commit": ids.web, "checked_out": true, "head": null,
+          "children": [
+            { "name": "vendor/theme", "path": "libs/web/vendor/theme", "url": "$TMP/src/theme",
+              "commit": ids.theme, "checked_out": true, "head": null,
+              "children": [
+                { "name": "icons", "path": "libs/web/vendor/theme/icons", "url": "$TMP/src/icons",
+                  "commit": ids.icons, "checked_out": true, "head": null, "children": [] }
+              ] },
+            { "name": "vendor/extra", "path": "libs/web/vendor/extra",
+              "url": "https://git.example.com/homelab/extra.git",
+              "commit": ids.extra, "checked_out": false, "head": null, "children": [] }
+          ] },
+        { "name": "tasks/backup", "path": "tasks/backup", "url": "$TMP/src/backup",
+          "commit": ids.backup, "checked_out": true, "head": null, "children": [] }
+      ],
+      "globals": { "TZ": "Europe/Berlin" },
+      "tasks": [
+        { "name": "backup", "dir": "tasks/backup", "script": "tasks/backup/default.rb",
+          "cron": "0 3 * * *" }
+      ],
+      "base": "base",
+      "libraries": "config/libraries",
+      "settings": {
+        "pve_host": "127.0.0.1", "pve_port": 8006, "pve_user": "root@pam", "pve_token": null,
+        "pve_auth": "password", "pve_node": "pve1", "gateway": "10.0.3.1", "mask": 24,
+        "interface": "eth0", "bridge": "lxcbr0", "storage": "local", "template": null,
+        "share": "/share", "gitea_host": "http://127.0.0.1:3000", "gitea_login": "gitops",
+        "gitea_auth": "password"
+      }
+    })
+}
+
+#[test]
+fn standard_monorepo_whole_inventory_main() {
+    let f = fixture::standard();
+    let inv = resolve_at(&f.root, "main").unwrap();
+    assert_eq!(normalized(&f, &inv), expected(&f.ids, "main"));
+}
+
+#[test]
+fn standard_monorepo_whole_inventory_stage() {
+    let f = fixture::standard();
+    let inv = resolve_at(&f.root, "stage").unwrap();
+    assert_eq!(normalized(&f, &inv), expected(&f.ids, "stage"));
+}
+
+#[test]
+fn submodule_head_differing_from_gitlink_is_recorded() {
+    let f = fixture::standard();
+    let broker = f.root.join("libs/broker");
+    fixture::write(&broker, "NOTES", "local work\n");
+    fixture::git(&broker, &["add", "NOTES"]);
+    fixture::git(&broker, &["commit", "-q", "-m", "local"]);
+    let new_head = fixture::git(&broker, &["rev-parse", "HEAD"]);
+    let inv = resolve_at(&f.root, "main").unwrap();
+    let sm = &inv.submodules[0];
+    assert_eq!(sm.commit.as_deref(), Some(f.ids.broker.as_str()));
+    assert_eq!(sm.head.as_deref(), Some(new_head.as_str()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary: exit codes, --json, the human table, Actions behaviour, GITHUB_OUTPUT.
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the binary with a clean environment (PATH and HOME only) plus `env`.
+fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).current_dir(dir).env_clear();
+    cmd.env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    cmd.env("HOME", std::env::temp_dir());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("binary runs");
+    Run {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+#[test]
+fn cli_json_is_the_artifact_and_outputs_are_written() {
+    let f = fixture::standard();
+    let out_file = f.tmp.path().join("github_output");
+    let r = run(&f.root, &["resolve", "--json"], &[("GITHUB_OUTPUT", out_file.to_str().unwrap())]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let artifact = std::fs::read_to_string(f.root.join(".proxmox-gitops/inventory.json")).unwrap();
+    assert_eq!(r.stdout, artifact);
+    let mut v: Value = serde_json::from_str(&r.stdout).unwrap();
+    let tmp = f.tmp.path().canonicalize().unwrap();
+    fixture::replace_strings(&mut v, &tmp.to_string_lossy(), "$TMP");
+    assert_eq!(v, expected(&f.ids, "main"));
+    assert_eq!(
+        std::fs::read_to_string(&out_file).unwrap(),
+        "inventory=./.proxmox-gitops/inventory.json\nstage=main\ncontainers=config,broker,dns,web\n\
+         containers_json=[\"config\",\"broker\",\"dns\",\"web\"]\n"
+    );
+}
+
+#[test]
+fn cli_human_table() {
+    let f = fixture::standard();
+    let artifacts = f.tmp.path().join("out");
+    let r = run(&f.root, &["resolve", "--artifacts", artifacts.to_str().unwrap()], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let expected = format!(
+        "\
+NAME    HOSTNAME  VMID  IP            CORES  MEMORY    ROOTFS            MOUNTS                            ENGINE   SOURCE
+config  config    100   10.0.3.10/24  4      4096 MiB  local-lvm:32 GiB                                    none     dir
+broker  broker    120   10.0.3.20/24  1      512 MiB   local-lvm:4 GiB   vol:/var/lib/mosquitto            shell    submodule
+dns     dns       140   10.0.3.40/24  1      128 MiB   local:2 GiB                                         cinc     dir
+web     web       130   10.0.3.30/24  2      1024 MiB  local-lvm:16 GiB  share,bind:/var/www,/dev/net/tun  ansible  submodule
+
+4 container(s), 1 task(s), stage main; wrote {}
+",
+        artifacts.join("inventory.json").display()
+    );
+    assert_eq!(r.stdout, expected);
+    assert!(artifacts.join("inventory.json").is_file());
+}
+
+#[test]
+fn cli_exit_codes() {
+    let f = fixture::standard();
+    // usage error
+    let r = run(&f.root, &["resolve", "--no-such-flag"], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // -v and -q conflict
+    assert_eq!(run(&f.root, &["-v", "-q", "resolve"], &[]).code, 2);
+    // --help is success
+    assert_eq!(run(&f.root, &["--help"], &[]).code, 0);
+    // a repository that does not exist is bad input
+    let r = run(&f.root, &["resolve", "--repo", "/nonexistent/monorepo"], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("/nonexistent/monorepo"), "{}", r.stderr);
+    // an artifacts directory that cannot be created is an operational failure
+    let blocker = f.tmp.path().join("a-file");
+    std::fs::write(&blocker, "").unwrap();
+    let r = run(&f.root, &["resolve", "--artifacts", blocker.join("sub").to_str().unwrap()], &[]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.starts_with("error: "), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+}
+
+#[test]
+fn cli_log_levels() {
+    let f = fixture::standard();
+    let quiet_default = run(&f.root, &["resolve"], &[]);
+    assert!(!quiet_default.stderr.contains("submodule(s)"), "{}", quiet_default.stderr);
+    let verbose = run(&f.root, &["-v", "resolve"], &[]);
+    assert!(verbose.stderr.contains("6 submodule(s) (5 checked out), 1 task(s), 1 global(s)"), "{}", verbose.stderr);
+    assert!(
+        verbose.stderr.contains("container broker (vmid 120, hostname broker) from libs/broker/container.env < libs/broker/container.local.env"),
+        "{}",
+        verbose.stderr
+    );
+    let rust_log = run(&f.root, &["resolve"], &[("RUST_LOG", "debug")]);
+    assert!(rust_log.stderr.contains("submodule(s)"), "{}", rust_log.stderr);
+    // a plain directory (not a repo) warns; -q keeps warnings
+    let (_tmp, plain) = fixture::minimal();
+    let r = run(&plain, &["-q", "resolve"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("is not a git repository"), "{}", r.stderr);
+    let r = run(&plain, &["resolve"], &[("RUST_LOG", "error")]);
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+}
+
+#[test]
+fn cli_actions_group_and_error_annotations() {
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, "libs/app/container.env", "IP=10.0.3.20/24\nID=12\nCORES=zero\n");
+    let r = run(&root, &["resolve"], &[("GITHUB_ACTIONS", "true")]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(r.stdout, "", "stdout stays clean");
+    let commands: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("::")).collect();
+    assert_eq!(
+        commands,
+        vec![
+            "::group::resolve",
+            "::error file=libs/app/container.env,line=2::ID: ID (the vmid) must be between 100 and 999999999, found 12",
+            "::error file=libs/app/container.env,line=3::CORES: expected CORES as a whole number, found `zero`",
+            "::endgroup::",
+        ]
+    );
+    assert!(r.stderr.contains("error: 2 problems in the input:\n  libs/app/container.env:2 (ID): ID (the vmid)"), "{}", r.stderr);
+    // Gitea sets GITEA_ACTIONS too; outside Actions no workflow commands at all.
+    let r = run(&root, &["resolve"], &[("GITEA_ACTIONS", "true")]);
+    assert!(r.stderr.contains("::error file=libs/app/container.env,line=2::"), "{}", r.stderr);
+    let r = run(&root, &["resolve"], &[]);
+    assert!(!r.stderr.contains("::"), "{}", r.stderr);
+}
+
+#[test]
+fn cli_annotation_paths_are_relative_to_the_workspace() {
+    let (tmp, root) = fixture::minimal();
+    fixture::write(&root, "libs/app/container.env", "IP=10.0.3.20/24\nID=12\n");
+    let ws = tmp.path().canonicalize().unwrap();
+    let r = run(
+        &ws,
+        &["resolve", "--repo", "mono"],
+        &[("GITHUB_ACTIONS", "true"), ("GITHUB_WORKSPACE", ws.to_str().unwrap())],
+    );
+    assert!(r.stderr.contains("::error file=mono/libs/app/container.env,line=2::ID: "), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation: one failing case per rule, each naming file and line (or key).
+
+/// Writes `files` over the minimal fixture, resolves, and returns the problems rendered as
+/// `file:line (key): message` lines.
+fn problems_for(files: &[(&str, &str)]) -> Vec<String> {
+    let (_tmp, root) = fixture::minimal();
+    for (rel, text) in files {
+        fixture::write(&root, rel, text);
+    }
+    match resolve_at(&root, "main") {
+        Ok(inv) => panic!("expected problems, resolved {} containers", inv.containers.len()),
+        Err(p) => p.iter().map(|p| p.to_string()).collect(),
+    }
+}
+
+/// Asserts exactly one problem, at `location` (rendered `file[:line][ (key)]`), whose message
+/// contains `needle`.
+#[track_caller]
+fn one_problem(files: &[(&str, &str)], location: &str, needle: &str) {
+    let got = problems_for(files);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    let (loc, msg) = got[0].split_once(": ").unwrap();
+    assert_eq!(loc, location, "{}", got[0]);
+    assert!(msg.contains(needle), "{:?} does not contain {needle:?}", got[0]);
+}
+
+const APP: &str = "libs/app/container.env";
+
+fn app(extra: &str) -> String {
+    format!("IP=10.0.3.20/24\nID=120\n{extra}")
+}
+
+#[test]
+fn rule_id_range_and_format() {
+    one_problem(&[(APP, "IP=10.0.3.20/24\nID=99\n")], "libs/app/container.env:2 (ID)", "between 100 and 999999999, found 99");
+    one_problem(&[(APP, "IP=10.0.3.20/24\nID=1000000000\n")], "libs/app/container.env:2 (ID)", "found 1000000000");
+    one_problem(&[(APP, "IP=10.0.3.20/24\nID=+120\n")], "libs/app/container.env:2 (ID)", "whole number, found `+120`");
+    one_problem(&[(APP, "IP=10.0.3.20/24\nID=abc\n")], "libs/app/container.env:2 (ID)", "whole number, found `abc`");
+    one_problem(&[(APP, "IP=10.0.3.20/24\n")], "libs/app/container.env (ID)", "missing required key ID");
+}
+
+#[test]
+fn rule_ip() {
+    one_problem(&[(APP, "IP=10.0.3.300/24\nID=120\n")], "libs/app/container.env:1 (IP)", "expected an IPv4 address");
+    one_problem(&[(APP, "IP=10.0.3.20/33\nID=120\n")], "libs/app/container.env:1 (IP)", "prefix length 1–32");
+    one_problem(&[(APP, "IP=fe80::1\nID=120\n")], "libs/app/container.env:1 (IP)", "or `dhcp`");
+    one_problem(&[(APP, "ID=120\n")], "libs/app/container.env (IP)", "missing required key IP");
+}
+
+#[test]
+fn rule_cores_memory_swap_disk_boot() {
+    one_problem(&[(APP, &app("CORES=0\n"))], "libs/app/container.env:3 (CORES)", "between 1 and 8192, found 0");
+    one_problem(&[(APP, &app("MEMORY=8\n"))], "libs/app/container.env:3 (MEMORY)", "MEMORY (MiB) must be between 16");
+    one_problem(&[(APP, &app("MEMORY=1G\n"))], "libs/app/container.env:3 (MEMORY)", "whole number, found `1G`");
+    one_problem(&[(APP, &app("SWAP=-1\n"))], "libs/app/container.env:3 (SWAP)", "SWAP (MiB) as a whole number");
+    one_problem(&[(APP, &app("DISK=local-lvm\n"))], "libs/app/container.env:3 (DISK)", "expected STORAGE:SIZE");
+    one_problem(&[(APP, &app("DISK=local-lvm:0\n"))], "libs/app/container.env:3 (DISK)", "size in whole GiB");
+    one_problem(&[(APP, &app("DISK=Local:8\n"))], "libs/app/container.env:3 (DISK)", "not a PVE storage id");
+    one_problem(&[(APP, &app("BOOT=maybe\n"))], "libs/app/container.env:3 (BOOT)", "expected yes/no/true/false/1/0");
+}
+
+#[test]
+fn rule_mount_forms() {
+    let at = "libs/app/container.env:3 (MOUNT)";
+    one_problem(&[(APP, &app("MOUNT=Share!\n"))], at, "cannot read mount `Share!`");
+    one_problem(&[(APP, &app("MOUNT=rel/dir:/data\n"))], at, "cannot read mount `rel/dir:/data`");
+    one_problem(&[(APP, &app("MOUNT=/srv/data:data\n"))], at, "both paths must be absolute");
+    one_problem(&[(APP, &app("MOUNT=/srv/../etc:/data\n"))], at, "both paths must be absolute");
+    one_problem(&[(APP, &app("MOUNT=local-lvm:x:/data\n"))], at, "volume mount `local-lvm:x:/data`");
+    one_problem(&[(APP, &app("MOUNT=/dev/../etc/shadow\n"))], at, "device path");
+    one_problem(&[(APP, &app("MOUNT=/srv/a:/data,/srv/b:/data/\n"))], at, "uses /data again (already used by `/srv/a:/data`)");
+}
+
+#[test]
+fn rule_node_snapshot_hostname() {
+    one_problem(&[(APP, &app("NODE=pve_1\n"))], "libs/app/container.env:3 (NODE)", "not a valid PVE node name");
+    one_problem(&[(APP, &app("SNAPSHOT=/data,var/lib\n"))], "libs/app/container.env:3 (SNAPSHOT)", "snapshot path `var/lib` must be absolute");
+    one_problem(
+        &[("libs/my_app/container.env", "IP=10.0.3.30/24\nID=130\n")],
+        "libs/my_app (hostname)",
+        "hostname `my_app` (from the lib's directory name) is not a valid DNS label",
+    );
+}
+
+#[test]
+fn rule_duplicates_name_both_files() {
+    one_problem(
+        &[("libs/zzz/container.env", "IP=10.0.3.99/24\n\nID=120\n")],
+        "libs/zzz/container.env:3 (ID)",
+        "duplicate vmid 120: also used by `app` (libs/app/container.env:2)",
+    );
+    one_problem(
+        &[("libs/zzz/container.env", "ID=199\nIP=\"10.0.3.20/16\"\n")],
+        "libs/zzz/container.env:2 (IP)",
+        "duplicate IP address 10.0.3.20: also used by `app` (libs/app/container.env:1)",
+    );
+    one_problem(
+        &[("libs/config/container.env", "ID=199\nIP=10.0.3.99/24\n")],
+        "libs/config (hostname)",
+        "duplicate hostname config: also used by `config` (.)",
+    );
+    // A stage override creating the duplicate is named with its own file and line.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, "libs/app/container.prod.env", "# prod\nID=100\n");
+    let p = resolve_at(&root, "prod").unwrap_err();
+    assert_eq!(
+        p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        vec!["libs/app/container.prod.env:2 (ID): duplicate vmid 100: also used by `config` (container.env:2)"]
+    );
+}
+
+#[test]
+fn rule_dotenv_substitutions_and_quotes() {
+    one_problem(&[(APP, &app("NAME=$(hostname)\n"))], "libs/app/container.env:3", "`$(` would be evaluated by a shell");
+    one_problem(&[(APP, &app("NAME=\"`id -u`\"\n"))], "libs/app/container.env:3", "a backtick (`) would be evaluated");
+    one_problem(&[(APP, &app("NAME=${HOME}\n"))], "libs/app/container.env:3", "`${` would be evaluated");
+    one_problem(&[(APP, &app("NAME=\"unterminated\n"))], "libs/app/container.env:3", "unterminated double quote");
+    one_problem(&[(APP, &app("NAME='unterminated\n"))], "libs/app/container.env:3", "unterminated single quote");
+    one_problem(&[(APP, &app("NAME=\"a\"b\n"))], "libs/app/container.env:3", "unexpected text after the closing quote");
+    one_problem(&[(APP, &app("NAME=two words\n"))], "libs/app/container.env:3", "quote the whole value");
+    one_problem(&[(APP, &app("not an assignment\n"))], "libs/app/container.env:3", "expected KEY=value");
+}
+
+#[test]
+fn rule_globals() {
+    one_problem(&[("globals.json", "{\n  \"A\": \"x\",\n  \"B\": 5\n}\n")], "globals.json (B)", "expected a string value, found 5");
+    one_problem(&[("globals.local.json", "{\n  \"A\": \"x\",\n}\n")], "globals.local.json:3", "invalid JSON");
+    one_problem(&[("globals.json", "[\"A\"]\n")], "globals.json", "expected a JSON object of string values");
+}
+
+#[test]
+fn rule_config_keys() {
+    one_problem(
+        &[("local/config.json", "{\n  \"proxmox\": {\n    \"hots\": \"pve\"\n  }\n}\n")],
+        "local/config.json:3 (proxmox.hots)",
+        "unknown key `hots`",
+    );
+    one_problem(&[("local/config.local.json", "{\n  \"logn\": \"x\"\n}\n")], "local/config.local.json:2 (logn)", "unknown key `logn`");
+    one_problem(&[("local/config.json", "{\"proxmox\": {\"mask\": \"33\"}}")], "local/config.json (proxmox.mask)", "prefix length 0–32");
+    one_problem(&[("local/config.json", "{\"proxmox\": \n\n {\"port\": 70000}}")], "local/config.json:3 (proxmox.port)", "TCP port");
+}
+
+#[test]
+fn rule_cron_line() {
+    one_problem(
+        &[("tasks/backup/run.sh", "#!/bin/bash\n# ! cron '61 * * * *'\necho\n")],
+        "tasks/backup/run.sh:2",
+        "invalid cron expression `61 * * * *`",
+    );
+    one_problem(&[("tasks/backup/run.sh", "#!/bin/bash\necho\n")], "tasks/backup", "no file in this task has a `# ! cron '<expr>'` line");
+}
+
+#[test]
+fn rule_lib_without_env_and_unchecked_submodule() {
+    one_problem(&[("libs/empty/README", "x\n")], "libs/empty/container.env", "lib `empty` has no container.env");
+    let f = fixture::standard();
+    fixture::git(&f.root, &["submodule", "deinit", "-q", "-f", "libs/broker"]);
+    let p = resolve_at(&f.root, "main").unwrap_err();
+    assert_eq!(
+        p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        vec!["libs/broker: lib `broker` is a submodule that is not checked out; run `git submodule update --init --recursive` first"]
+    );
+}
+
+#[test]
+fn all_problems_are_reported_together() {
+    let got = problems_for(&[
+        ("container.env", "IP=10.0.3.10/24\nID=100\nCORES=-2\n"),
+        (APP, "IP=10.0.3.20/40\nID=120\nMOUNT=share,bad:mount:x:y\n"),
+        ("libs/b_ad/container.env", "IP=dhcp\nID=$(id)\n"),
+        ("libs/dup/container.env", "IP=10.0.3.10\nID=100\n"),
+        ("globals.json", "{\"A\": true}"),
+        ("local/config.json", "{\"proxmox\": {\"nod\": \"x\"}}"),
+        ("tasks/t/run.sh", "# ! cron 'never'\n"),
+    ]);
+    assert_eq!(
+        got,
+        vec![
+            "container.env:3 (CORES): expected CORES as a whole number, found `-2`",
+            "globals.json (A): expected a string value, found true (globals are flat string maps; quote it)",
+            "libs/app/container.env:1 (IP): expected a prefix length 1–32 after `/`, found `40`",
+            "libs/app/container.env:3 (MOUNT): cannot read mount `bad:mount:x:y`: expected a share name (`share`), HOST_PATH:CONTAINER_PATH, STORAGE:SIZE:CONTAINER_PATH or a /dev/… device",
+            "libs/b_ad (hostname): hostname `b_ad` (from the lib's directory name) is not a valid DNS label: use letters, digits and `-` (no `_`), at most 63 characters",
+            "libs/b_ad/container.env:2: `$(` would be evaluated by a shell; substitutions are not supported in env files (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)",
+            "libs/dup/container.env:1 (IP): duplicate IP address 10.0.3.10: also used by `config` (container.env:1)",
+            "libs/dup/container.env:2 (ID): duplicate vmid 100: also used by `config` (container.env:2)",
+            "local/config.json:1 (proxmox.nod): unknown key `nod`; the `proxmox` section takes `host`, `port`, `user`, `password`, `token`, `secret`, `node`, `gateway`, `mask`, `interface`, `bridge`, `storage`, `template`, `share`",
+            "tasks/t/run.sh:1: invalid cron expression `never`: Invalid pattern: Pattern must have 5 fields when seconds are disallowed. (expected five fields, e.g. '0 3 * * *')",
+        ]
+    );
+}
+
+#[test]
+fn cli_reports_all_problems_and_writes_nothing() {
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, "container.env", "IP=10.0.3.10/24\nID=1\n");
+    fixture::write(&root, APP, "IP=bogus\nID=120\nBOOT=perhaps\n");
+    let r = run(&root, &["resolve", "--json"], &[("GITHUB_ACTIONS", "true")]);
+    assert_eq!(r.code, 2);
+    assert_eq!(r.stdout, "");
+    let errors: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("::error")).collect();
+    assert_eq!(
+        errors,
+        vec![
+            "::error file=container.env,line=2::ID: ID (the vmid) must be between 100 and 999999999, found 1",
+            "::error file=libs/app/container.env,line=1::IP: expected an IPv4 address (optionally with /prefix) or `dhcp`, found `bogus`",
+            "::error file=libs/app/container.env,line=3::BOOT: expected yes/no/true/false/1/0, found `perhaps`",
+        ]
+    );
+    assert!(!root.join(".proxmox-gitops").exists(), "nothing is written on bad input");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets never leave the process.
+
+#[test]
+fn secrets_never_reach_artifacts_or_logs() {
+    let f = fixture::standard();
+    let file_secrets = ["file-pve-pass-7Q2", "file-pve-secret-9Z4", "file-gitea-pass-3K8", "file-gitea-token-5M1"];
+    fixture::write(
+        &f.root,
+        "local/config.local.json",
+        &format!(
+            "{{\"proxmox\": {{\"password\": \"{}\", \"token\": \"ci\", \"secret\": \"{}\"}},\n \"password\": \"{}\", \"token\": \"{}\"}}\n",
+            file_secrets[0], file_secrets[1], file_secrets[2], file_secrets[3]
+        ),
+    );
+    let env_secrets = [
+        ("PROXMOX_PASSWORD", "env-pve-pass-1A1"),
+        ("PROXMOX_SECRET", "env-pve-secret-2B2"),
+        ("PASSWORD", "env-gitea-pass-3C3"),
+        ("GITEA_TOKEN", "env-gitea-token-4D4"),
+    ];
+    let all: Vec<&str> = file_secrets.iter().copied().chain(env_secrets.iter().map(|(_, v)| *v)).collect();
+    let out_file = f.tmp.path().join("github_output");
+    let artifacts = f.tmp.path().join("artifacts");
+    for actions in [false, true] {
+        let mut env: Vec<(&str, &str)> = env_secrets.to_vec();
+        env.push(("GITHUB_OUTPUT", out_file.to_str().unwrap()));
+        if actions {
+            env.push(("GITHUB_ACTIONS", "true"));
+        }
+        let mut logs = String::new();
+        for args in [
+            vec!["resolve", "-vv"],
+            vec!["resolve", "--json"],
+            vec!["plan", "--ref", "refs/heads/release", "-vv"],
+            vec!["plan", "--json", "--ref", "main"],
+        ] {
+            let mut a = args.clone();
+            a.extend(["--artifacts", artifacts.to_str().unwrap()]);
+            let r = run(&f.root, &a, &env);
+            assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+            logs.push_str(&r.stdout);
+            logs.push_str(&r.stderr);
+        }
+        // Under Actions each secret is announced once per run with ::add-mask:: (that line is
+        // consumed by the runner); nothing else anywhere carries a secret.
+        let (masks, rest): (Vec<&str>, Vec<&str>) = logs.lines().partition(|l| l.starts_with("::add-mask::"));
+        if actions {
+            for s in &all {
+                assert_eq!(masks.iter().filter(|l| **l == format!("::add-mask::{s}")).count(), 4, "{s}: {masks:?}");
+            }
+            assert_eq!(masks.len(), 4 * all.len(), "{masks:?}");
+        } else {
+            assert!(masks.is_empty(), "{masks:?}");
+        }
+        let rest = rest.join("\n");
+        let mut texts = vec![("logs".to_string(), rest)];
+        texts.push(("GITHUB_OUTPUT".into(), std::fs::read_to_string(&out_file).unwrap()));
+        let mut written = 0;
+        for entry in walk(&artifacts) {
+            texts.push((entry.display().to_string(), std::fs::read_to_string(&entry).unwrap()));
+            written += 1;
+        }
+        assert_eq!(written, 2, "inventory.json and plan.json");
+        for (what, text) in &texts {
+            for s in &all {
+                assert!(!text.contains(s), "secret {s} found in {what}:\n{text}");
+            }
+        }
+        let inv: Value = serde_json::from_str(&std::fs::read_to_string(artifacts.join("inventory.json")).unwrap()).unwrap();
+        assert_eq!(inv["settings"]["pve_auth"], "password");
+        assert_eq!(inv["settings"]["pve_token"], "ci");
+        assert_eq!(inv["settings"]["gitea_auth"], "token");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
