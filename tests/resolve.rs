@@ -289,6 +289,36 @@ fn cli_exit_codes() {
 }
 
 #[test]
+fn cli_plan_reads_an_inventory_artifact_and_refuses_other_kinds() {
+    let f = fixture::standard();
+    let art = f.tmp.path().join("art");
+    let a = art.to_str().unwrap();
+    assert_eq!(run(&f.root, &["resolve", "--artifacts", a], &[]).code, 0);
+    // The inventory from an earlier job: plan does not need the repo any more.
+    let inv = art.join("inventory.json");
+    let r = run(f.tmp.path(), &["plan", "--json", "--ref", "main", "--inventory", inv.to_str().unwrap(), "--artifacts", a, "-c", "dns", "-c", "web"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let plan: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        plan,
+        json!({
+            "kind": "plan", "schema_version": "1.0", "ref": "main", "stage": "main",
+            "containers": [
+                { "name": "dns", "hostname": "dns", "vmid": 140, "steps": ["configure"] },
+                { "name": "web", "hostname": "web", "vmid": 130, "steps": ["configure"] }
+            ]
+        })
+    );
+    let plan_file = art.join("plan.json");
+    let r = run(f.tmp.path(), &["plan", "--inventory", plan_file.to_str().unwrap(), "--artifacts", a], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("expected an artifact of kind \"inventory\", found kind \"plan\""), "{}", r.stderr);
+    let r = run(&f.root, &["plan", "--ref", "refs/heads/feature", "--artifacts", a], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("ref `refs/heads/feature` does not deploy"), "{}", r.stderr);
+}
+
+#[test]
 fn cli_log_levels() {
     let f = fixture::standard();
     let quiet_default = run(&f.root, &["resolve"], &[]);

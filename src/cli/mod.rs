@@ -76,7 +76,9 @@ impl Ctx {
     /// otherwise resolved fresh from the repo and written to `inventory.json`.
     pub fn inventory(&self, inventory: Option<&Path>) -> Result<Inventory> {
         if let Some(path) = inventory {
-            return artifact::read::<Inventory>(path).map_err(|e| Error::Failed(e.into()));
+            // The file was named on the command line: a missing, foreign or too new artifact is
+            // bad input (exit 2), not an operational failure.
+            return artifact::read::<Inventory>(path).map_err(|e| Error::Usage(format!("--inventory {e}")));
         }
         let inv = resolve(&ResolveOptions { repo: self.repo.clone(), stage: self.stage.clone() }, &ProcessEnv)?;
         artifact::write(&self.artifacts.inventory(), &inv).map_err(|e| Error::Failed(e.into()))?;
