@@ -33,6 +33,14 @@ fn problem(file: &Path, msg: impl std::fmt::Display) -> Problems {
     p
 }
 
+/// Opens a repository reading only its own configuration: no global or system config, no
+/// environment overrides, no spawning of `git` to locate its installation config. What we read
+/// (`.gitmodules`, the index, `HEAD`) does not depend on them, and each submodule is opened this
+/// way, so the saving is paid back per submodule.
+fn open(dir: &Path) -> gix::Result<gix::Repository> {
+    gix::open_opts(dir, gix::open::Options::isolated())
+}
+
 /// Opens the repository whose working tree is `root` and reads its submodules recursively.
 ///
 /// A directory that is not a git repository yields an empty tree with `is_repo == false`.
@@ -43,7 +51,7 @@ pub fn read_tree(root: &Path) -> Result<Tree, Problems> {
     if !root.join(".git").exists() {
         return Ok(Tree::default());
     }
-    let repo = gix::open(root)
+    let repo = open(root)
         .map_err(|e| problem(Path::new(".git"), format!("cannot open the repository: {e}")))?;
     let head = repo.head_id().ok().map(|id| id.to_string());
     let mut problems = Problems::new();
@@ -111,7 +119,7 @@ fn walk(
         let mut head = None;
         let mut children = Vec::new();
         if checked_out {
-            match gix::open(&sub_dir) {
+            match open(&sub_dir) {
                 Ok(sub) => {
                     let h = sub.head_id().ok().map(|id| id.to_string());
                     if h != commit {

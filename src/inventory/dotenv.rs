@@ -7,7 +7,8 @@
 //!
 //! * blank lines and `# comment` lines are skipped; an `export ` prefix is accepted;
 //! * `KEY=value` — unquoted; a ` #` (whitespace, then `#`) starts a trailing comment;
-//!   surrounding whitespace is trimmed; inner whitespace is an error (bash would split it);
+//!   whitespace after the value is trimmed; whitespace right after `=` or inside the value is an
+//!   error (bash would run the rest as a command, or split it);
 //! * `KEY='value'` — literal, no escapes (POSIX single quotes);
 //! * `KEY="value"` — `\"`, `\\`, `\$` and `` \` `` are unescaped;
 //! * after a closing quote only whitespace and a `# comment` may follow;
@@ -164,7 +165,15 @@ fn check_dollar(chars: &[char], i: usize) -> Result<(), String> {
 }
 
 fn parse_value(v: &str) -> Result<String, String> {
-    let v = v.trim_start_matches([' ', '\t']);
+    let trimmed = v.trim_start_matches([' ', '\t']);
+    if trimmed.len() < v.len() && !trimmed.is_empty() && !trimmed.starts_with('#') {
+        // `KEY= value` assigns "" and runs `value` as a command in bash.
+        return Err(format!(
+            "space after `=`: a shell would run `{}` as a command; write KEY=value or quote the value",
+            trimmed.trim_end()
+        ));
+    }
+    let v = trimmed;
     let chars: Vec<char> = v.chars().collect();
     match chars.first() {
         Some('\'') => {
@@ -261,6 +270,8 @@ mod tests {
         assert_eq!(one("A=").unwrap().1, "");
         assert_eq!(one("A=\"\"").unwrap().1, "");
         assert_eq!(one("A=50$").unwrap().1, "50$");
+        assert_eq!(one("A=   # nothing").unwrap().1, "");
+        assert_eq!(one("A=\u{20}").unwrap().1, "");
         assert_eq!(parse_line("   # c").unwrap(), None);
         assert_eq!(parse_line("").unwrap(), None);
     }
@@ -269,7 +280,7 @@ mod tests {
     fn refusals() {
         for bad in [
             "A=$(id)", "A=\"$(id)\"", "A=`id`", "A=\"`id`\"", "A=$HOME", "A=\"${HOME}\"", "A=x y",
-            "A=\"open", "A='open", "1A=x", "A B=x", "A =x", "just text", "A=\"x\"y", "A=a;b",
+            "A=\"open", "A='open", "1A=x", "A B=x", "A =x", "just text", "A=\"x\"y", "A=a;b", "A= x", "A=\t'x'",
         ] {
             assert!(parse_line(bad).is_err(), "{bad} should be refused");
         }
