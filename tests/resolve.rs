@@ -330,6 +330,9 @@ fn cli_log_levels() {
         "{}",
         verbose.stderr
     );
+    // not a terminal: plain text, no colour codes
+    assert!(verbose.stderr.contains("DEBUG container config (vmid 100"), "{:?}", verbose.stderr);
+    assert!(!verbose.stderr.contains('\x1b'), "{:?}", verbose.stderr);
     let rust_log = run(&f.root, &["resolve"], &[("RUST_LOG", "debug")]);
     assert!(rust_log.stderr.contains("submodule(s)"), "{}", rust_log.stderr);
     // a plain directory (not a repo) warns; -q keeps warnings

@@ -110,6 +110,11 @@ fn init_logging(global: &GlobalArgs) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only where they render: a terminal, or an Actions log; not in files or pipes.
+        .with_ansi(
+            (std::io::IsTerminal::is_terminal(&std::io::stderr()) || crate::ci::in_actions())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .with_target(false)
         .without_time()
         .try_init();
