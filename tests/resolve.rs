@@ -511,6 +511,9 @@ fn rule_globals() {
     one_problem(&[("globals.json", "{\n  \"A\": \"x\",\n  \"B\": 5\n}\n")], "globals.json (B)", "expected a string value, found 5");
     one_problem(&[("globals.local.json", "{\n  \"A\": \"x\",\n}\n")], "globals.local.json:3", "invalid JSON");
     one_problem(&[("globals.json", "[\"A\"]\n")], "globals.json", "expected a JSON object of string values");
+    one_problem(&[("globals.json", "{\"my-var\": \"x\"}")], "globals.json (my-var)", "not a valid variable name");
+    one_problem(&[("globals.json", "{\"GITEA_URL\": \"x\"}")], "globals.json (GITEA_URL)", "reserves variable names starting with `GITEA_`");
+    one_problem(&[("globals.json", "{\"tz\": \"x\", \"TZ\": \"y\"}")], "globals.json (TZ)", "`TZ` and `tz` are the same variable name");
 }
 
 #[test]

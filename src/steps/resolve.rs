@@ -218,6 +218,27 @@ fn container(
     }
 }
 
+/// Checks a global's name against Gitea's rules for Actions variables (globals become org
+/// variables; docs.gitea.com, "Variables", naming conventions): `[A-Za-z_][A-Za-z0-9_]*`, not
+/// starting with `GITHUB_`, `GITEA_` or `CI` (case-insensitive).
+pub fn global_name(k: &str) -> Result<(), String> {
+    let mut chars = k.chars();
+    let valid = matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric());
+    if !valid {
+        return Err(format!(
+            "`{k}` is not a valid variable name: use letters, digits and `_`, not starting with a digit"
+        ));
+    }
+    let upper = k.to_ascii_uppercase();
+    for prefix in ["GITHUB_", "GITEA_", "CI"] {
+        if upper.starts_with(prefix) {
+            return Err(format!("`{k}`: Gitea reserves variable names starting with `{prefix}`"));
+        }
+    }
+    Ok(())
+}
+
 /// `globals.json` < `globals.local.json`: flat maps of strings; empty values dropped.
 fn read_globals(root: &Path, problems: &mut Problems) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -241,7 +262,19 @@ fn read_globals(root: &Path, problems: &mut Problems) -> BTreeMap<String, String
             problems.add(Location::file(file), "expected a JSON object of string values");
             continue;
         };
+        let mut seen_upper: BTreeMap<String, &str> = BTreeMap::new();
         for (k, v) in map {
+            if let Err(why) = global_name(k) {
+                problems.add(Location::file(file).with_key(k), why);
+                continue;
+            }
+            if let Some(first) = seen_upper.insert(k.to_ascii_uppercase(), k) {
+                problems.add(
+                    Location::file(file).with_key(k),
+                    format!("`{k}` and `{first}` are the same variable name (Gitea variable names are case-insensitive)"),
+                );
+                continue;
+            }
             match v {
                 serde_json::Value::String(s) if s.is_empty() => {
                     out.remove(k);
