@@ -367,6 +367,18 @@ fn cli_actions_group_and_error_annotations() {
     assert!(r.stderr.contains("::error file=libs/app/container.env,line=2::"), "{}", r.stderr);
     let r = run(&root, &["resolve"], &[]);
     assert!(!r.stderr.contains("::"), "{}", r.stderr);
+    // Problems outside the repository's files carry no file=.
+    fixture::write(&root, "libs/app/container.env", "IP=10.0.3.20/24\nID=120\n");
+    let r = run(&root, &["resolve", "--stage", "qa_1"], &[("GITHUB_ACTIONS", "true"), ("PROXMOX_PORT", "http")]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let errors: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("::error")).collect();
+    assert_eq!(
+        errors,
+        vec![
+            "::error::--stage: stage `qa_1` must be a DNS label (letters, digits, `-`)",
+            "::error::environment: PROXMOX_PORT: expected a TCP port 1–65535, found `http`",
+        ]
+    );
 }
 
 #[test]

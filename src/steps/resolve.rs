@@ -40,7 +40,8 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         Error::input(Location::file(&opts.repo), format!("cannot open the repository directory: {e}"))
     })?;
     let mut problems = Problems::new();
-    if !spec::is_dns_label(&opts.stage) {
+    let stage_ok = spec::is_dns_label(&opts.stage);
+    if !stage_ok {
         problems.add(
             Location::file("--stage"),
             format!("stage `{}` must be a DNS label (letters, digits, `-`)", opts.stage),
@@ -133,6 +134,11 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         tasks.len(),
         globals.len()
     );
+    if !stage_ok {
+        // One problem for a bad --stage, not one more per container for the hostnames it makes.
+        let prefix = format!("hostname `{}-", opts.stage);
+        problems.0.retain(|p| !(p.location.key.as_deref() == Some("hostname") && p.message.starts_with(&prefix)));
+    }
     problems.into_result()?;
 
     let present = |p: &str| root.join(p).is_dir().then(|| PathBuf::from(p));
