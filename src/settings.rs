@@ -281,6 +281,22 @@ fn key_line(text: &str, key: &str, from: usize) -> Option<(usize, usize)> {
     None
 }
 
+/// A wrongly typed value for a message: secret keys show only the JSON type, never the value
+/// (a number or an object given as a password would otherwise end up in the log unmasked).
+fn shown(key: &str, v: &serde_json::Value) -> String {
+    if ["password", "secret", "token"].contains(&key) {
+        match v {
+            serde_json::Value::Bool(_) => "a boolean".into(),
+            serde_json::Value::Number(_) => "a number".into(),
+            serde_json::Value::Array(_) => "an array".into(),
+            serde_json::Value::Object(_) => "an object".into(),
+            _ => "another type".into(),
+        }
+    } else {
+        v.to_string()
+    }
+}
+
 /// Reads one config file, reporting *every* unknown key and wrongly typed value (with its line
 /// when it can be found), not just the first one as a strict deserializer would.
 fn read_config(path: &Path, display: &Path, problems: &mut Problems) -> RawConfig {
@@ -331,7 +347,7 @@ fn read_config(path: &Path, display: &Path, problems: &mut Problems) -> RawConfi
                     ),
                     Some((_, true)) if !(v.is_string() || v.is_null()) => bad(
                         at(&k, &json_key, from),
-                        format!("expected a string, found {v}"),
+                        format!("expected a string, found {}", shown(&k, &v)),
                         problems,
                     ),
                     Some((_, false)) if !(v.is_string() || v.is_number() || v.is_null()) => bad(
@@ -356,7 +372,7 @@ fn read_config(path: &Path, display: &Path, problems: &mut Problems) -> RawConfi
                 problems,
             );
         } else if !(v.is_string() || v.is_null()) {
-            bad(at(&k, &k, 0), format!("expected a string, found {v}"), problems);
+            bad(at(&k, &k, 0), format!("expected a string, found {}", shown(&k, &v)), problems);
         } else {
             kept.insert(k, v);
         }
@@ -599,5 +615,21 @@ mod tests {
                 (Some(7), Some("logn")),
             ]
         );
+    }
+
+    #[test]
+    fn a_mistyped_secret_is_not_echoed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("local")).unwrap();
+        std::fs::write(
+            dir.path().join("local/config.local.json"),
+            r#"{"proxmox": {"password": 31415926}, "token": {"t": "zz-secret-zz"}}"#,
+        )
+        .unwrap();
+        let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("(proxmox.password): expected a string, found a number"), "{text}");
+        assert!(text.contains("(token): expected a string, found an object"), "{text}");
+        assert!(!text.contains("31415926") && !text.contains("zz-secret-zz"), "{text}");
     }
 }
