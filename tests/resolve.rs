@@ -563,6 +563,16 @@ fn rule_lib_without_env_and_unchecked_submodule() {
 }
 
 #[test]
+fn rule_malformed_gitmodules_names_the_file() {
+    let f = fixture::standard();
+    fixture::write(&f.root, "libs/web/.gitmodules", "[submodule \"vendor/theme\"\n\tpath = vendor/theme\n");
+    let p = resolve_at(&f.root, "main").unwrap_err();
+    let got: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert!(got[0].starts_with("libs/web/.gitmodules: cannot parse: "), "{got:#?}");
+}
+
+#[test]
 fn all_problems_are_reported_together() {
     let got = problems_for(&[
         ("container.env", "IP=10.0.3.10/24\nID=100\nCORES=-2\n"),
