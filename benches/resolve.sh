@@ -3,7 +3,8 @@
 # them with a nested submodule), next to `git submodule status --recursive` on the same repo.
 #
 # Usage: benches/resolve.sh [OUT.md]   (default: docs/benchmarks/resolve.md)
-# Needs: git, hyperfine (apt-get install hyperfine), cargo. Builds the release binary first.
+# Needs: git, hyperfine (apt-get install hyperfine), cargo. Builds the release binary first
+# (or set PGO_BIN to a binary to time instead).
 # Everything happens in a temp dir on local paths: no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +12,12 @@ out="${1:-docs/benchmarks/resolve.md}"
 libs=180
 nested=20
 
-cargo build --release --quiet
-bin="$PWD/target/release/proxmox-gitops"
+if [ -n "${PGO_BIN:-}" ]; then
+  bin="$PGO_BIN"   # e.g. a debug build, to try the script quickly
+else
+  cargo build --release --quiet
+  bin="$PWD/target/release/proxmox-gitops"
+fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -41,6 +41,13 @@ fn open(dir: &Path) -> gix::Result<gix::Repository> {
     gix::open_opts(dir, gix::open::Options::isolated())
 }
 
+/// The commit `HEAD` points at (hex), without peeling: a branch or a detached `HEAD` names a
+/// commit directly, so the object itself need not be read (what `head_id()` would do to peel
+/// tags). `None` on an unborn branch.
+fn head_commit(repo: &gix::Repository) -> Option<String> {
+    repo.head().ok()?.id().map(|id| id.to_string())
+}
+
 /// Opens the repository whose working tree is `root` and reads its submodules recursively.
 ///
 /// A directory that is not a git repository yields an empty tree with `is_repo == false`.
@@ -53,7 +60,7 @@ pub fn read_tree(root: &Path) -> Result<Tree, Problems> {
     }
     let repo = open(root)
         .map_err(|e| problem(Path::new(".git"), format!("cannot open the repository: {e}")))?;
-    let head = repo.head_id().ok().map(|id| id.to_string());
+    let head = head_commit(&repo);
     let mut problems = Problems::new();
     let submodules = walk(&repo, root, Path::new(""), 0, &mut problems);
     problems.into_result()?;
@@ -121,7 +128,7 @@ fn walk(
         if checked_out {
             match open(&sub_dir) {
                 Ok(sub) => {
-                    let h = sub.head_id().ok().map(|id| id.to_string());
+                    let h = head_commit(&sub);
                     if h != commit {
                         head = h;
                     }
