@@ -18,5 +18,6 @@ pub mod keys;
 pub mod net;
 pub mod progress;
 pub mod provision;
+pub mod pve;
 pub mod settings;
 pub mod steps;
