@@ -599,6 +599,28 @@ impl PveBackend {
                     }
                     digest = new_digest;
                 }
+                Err(e) if attempts < 4 && e.message().is_some_and(|m| m.contains("detected modified configuration")) => {
+                    // The config file changed since it was read (a backup's lock came and went,
+                    // or someone edited it). Go on only if the keys to change still hold the
+                    // values the plan saw; otherwise the plan is stale.
+                    let (live, new_digest) = self.read_live(node, vmid).await?;
+                    let Live::Present(ct) = live else { bail!("CT {vmid} disappeared while its config was written") };
+                    todo.retain(|c| ct.config.get(&c.key) != c.to.as_ref());
+                    if let Some(c) = todo.iter().find(|c| ct.config.get(&c.key) != c.from.as_ref()) {
+                        return Err(e).with_context(|| {
+                            format!(
+                                "cannot change the config of CT {vmid}: `{}` changed on PVE since the plan (now {}); plan again",
+                                c.key,
+                                ct.config.get(&c.key).map(String::as_str).unwrap_or("unset")
+                            )
+                        });
+                    }
+                    if todo.is_empty() {
+                        break;
+                    }
+                    tracing::info!("CT {vmid}: config changed since the plan (digest), unrelated keys only; writing again");
+                    digest = new_digest;
+                }
                 Err(e) => return Err(e).with_context(|| format!("cannot change the config of CT {vmid}")),
             }
         }
