@@ -637,3 +637,79 @@ async fn plan_shows_the_live_action_without_changing_anything() {
     );
     assert_eq!(env.pve.writes(false), vec![]);
 }
+
+/// A std-thread SSH banner listener for tests that run the binary.
+fn ssh_banner_thread() -> u16 {
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut s = s;
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2 fake\r\n");
+        }
+    });
+    port
+}
+
+#[test]
+fn cli_plan_then_provision_then_converged() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let ssh = ssh_banner_thread();
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
+    std::fs::write(repo.path().join("libs/broker/container.env"), "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n").unwrap();
+    let outputs = repo.path().join("github_output");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .args(args)
+            .arg("--repo")
+            .arg(repo.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PROXMOX_HOST", "127.0.0.1")
+            .env("PROXMOX_PORT", pve.port.to_string())
+            .env("PROXMOX_USER", "root@pam")
+            .env("PROXMOX_PASSWORD", "secret")
+            .env("PROXMOX_TEMPLATE", TEMPLATE)
+            .env("PROXMOX_STORAGE", "local")
+            .env("PROXMOX_GATEWAY", "127.0.0.254")
+            .env("PROXMOX_SHARE", share.path())
+            .env("GITHUB_OUTPUT", &outputs)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let ca = pve.ca.to_str().unwrap().to_string();
+    let ssh_port = ssh.to_string();
+
+    let (code, stdout, stderr) = run(&["plan", "--ref", "refs/heads/release", "--pve-ca", &ca]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with("broker") && l.contains("provision + configure") && l.ends_with("create")), "{stdout}");
+    assert_eq!(pve.writes(false).iter().filter(|(_, p, _)| p != "/access/ticket").count(), 0);
+
+    let (code, _, stderr) = run(&["provision", "--pve-ca", &ca]);
+    assert_eq!(code, Some(2), "neither --container nor --all: {stderr}");
+    assert!(stderr.contains("--container NAME (repeatable) or --all"), "{stderr}");
+
+    let (code, _, stderr) = run(&["provision", "--all"]);
+    assert_eq!(code, Some(1), "system roots do not trust fakepve's certificate: {stderr}");
+    assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+    assert!(!stderr.contains("secret"), "{stderr}");
+
+    let (code, stdout, stderr) = run(&["provision", "--all", "--pve-ca", &ca, "--ssh-port", &ssh_port]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let plan_line = stdout.lines().find(|l| l.starts_with("broker")).unwrap();
+    assert!(plan_line.contains("create"), "the plan is printed first: {stdout}");
+    let art: Provision = artifact::read(&repo.path().join(".proxmox-gitops/provision/broker.json")).unwrap();
+    assert_eq!(art.outcome, Outcome::Ok);
+    assert!(art.created);
+    let outs = std::fs::read_to_string(&outputs).unwrap();
+    assert!(outs.contains("provisioned=broker\nfailed=\ncreated=broker\n"), "{outs}");
+
+    let (code, stdout, stderr) = run(&["provision", "--container", "broker", "--pve-ca", &ca, "--ssh-port", &ssh_port]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with("broker") && l.contains("nothing")), "{stdout}");
+}

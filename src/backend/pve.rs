@@ -495,7 +495,7 @@ impl PveBackend {
         let upid = loop {
             match self.locked("create", || self.client.post(&path, &params, Replay::Unsafe)).await {
                 Ok(v) => break upid_of(&v, &path)?,
-                Err(PveError::Transport { detail, .. }) if lost_answers < 5 => {
+                Err(PveError::Transport { detail, retryable: true, .. }) if lost_answers < 5 => {
                     lost_answers += 1;
                     tracing::info!("create CT {}: no answer ({detail}); repeating", d.vmid);
                     tokio::time::sleep(Duration::from_millis(100 << lost_answers)).await;
@@ -588,7 +588,7 @@ impl PveBackend {
             }
             match self.locked("config", || self.client.put(&path, &params, Replay::Unsafe)).await {
                 Ok(_) => break,
-                Err(e @ PveError::Transport { .. }) if attempts < 4 => {
+                Err(e @ PveError::Transport { retryable: true, .. }) if attempts < 4 => {
                     // The answer was lost: see what PVE has now and write only what is missing.
                     tracing::info!("{e}; reading the config again");
                     let (live, new_digest) = self.read_live(node, vmid).await?;

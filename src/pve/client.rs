@@ -345,7 +345,7 @@ impl PveClient {
             .with_jitter();
         (|| self.send_once(method, path, params, session))
             .retry(backoff)
-            .when(|e: &PveError| matches!(e, PveError::Transport { .. }))
+            .when(|e: &PveError| matches!(e, PveError::Transport { retryable: true, .. }))
             .notify(|e: &PveError, d: Duration| {
                 tracing::debug!("{e}; repeating in {} ms", d.as_millis());
             })
@@ -389,10 +389,11 @@ impl PveClient {
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
         tracing::trace!("{method} {path}");
-        let transport = |e: reqwest::Error| PveError::Transport {
-            method: method.to_string(),
-            path: path.to_string(),
-            detail: error_chain(&e),
+        let transport = |e: reqwest::Error| {
+            let detail = error_chain(&e);
+            // A certificate the verifier refused stays refused: report it at once.
+            let retryable = !(e.is_builder() || detail.contains("certificate") || detail.contains("fingerprint"));
+            PveError::Transport { method: method.to_string(), path: path.to_string(), detail, retryable }
         };
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();

@@ -31,6 +31,8 @@ pub enum PveError {
         path: String,
         /// The transport error with its causes (e.g. the certificate verification failure).
         detail: String,
+        /// False for failures a repetition cannot fix (certificate verification, bad URL).
+        retryable: bool,
     },
     /// The answer was not the JSON expected.
     #[error("{method} {path}: unexpected answer: {detail}")]
