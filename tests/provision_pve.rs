@@ -713,3 +713,51 @@ fn cli_plan_then_provision_then_converged() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.lines().any(|l| l.starts_with("broker") && l.contains("nothing")), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn already_running_is_success_and_destroy_is_idempotent() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    // Stopped when planned, started by someone else before the apply.
+    env.pve.exec("ct = pve.ct(101)\nct.status = 'stopped'\nct.pid = None");
+    let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
+    assert!(plan.start);
+    env.pve.exec("ct = pve.ct(101)\nct.status = 'running'\nct.pid = 4242");
+    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts()).await;
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    assert_eq!(
+        normalised(&p)["actions"][0],
+        json!({"action": "start", "upid": null, "exit_status": null, "duration_ms": 0, "detail": "already running"})
+    );
+    // Destroy: shutdown, destroy with purge; then absent, and a second destroy does nothing.
+    env.pve.requests(true);
+    let actions = b.destroy(&spec("broker", 101)).await.unwrap();
+    assert_eq!(actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["shutdown", "destroy"]);
+    let del = env.pve.writes(false).into_iter().find(|(m, _, _)| m == "DELETE").unwrap();
+    assert_eq!(del.1, "/nodes/pve1/lxc/101");
+    assert!(env.pve.ct_config(101).is_none());
+    assert_eq!(b.destroy(&spec("broker", 101)).await.unwrap(), vec![]);
+    let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
+    assert_eq!(plan.action, Action::Create, "absent again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dhcp_address_wait_is_bounded() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    let mut s = spec("dyn", 130);
+    s.ip = IpConfig::Dhcp;
+    let planned = step::plan_all(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let mut opts = env.apply_opts();
+    opts.ssh_timeout = Duration::from_millis(600);
+    let out = step::apply_all(&b, planned, &opts, 1, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert_eq!(error, "CT 130 got no DHCP address on eth0 within 0.6 s");
+    assert_eq!(out[0].actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["create", "start"]);
+    let cfg = env.pve.ct_config(130).unwrap();
+    assert!(cfg["net0"].as_str().unwrap().contains("ip=dhcp"), "{cfg}");
+    assert!(!cfg["net0"].as_str().unwrap().contains("gw="), "{cfg}");
+}

@@ -747,7 +747,7 @@ impl PveBackend {
                 return Ok(found);
             }
             if start.elapsed() >= timeout {
-                bail!("CT {vmid} got no DHCP address on {iface} within {} s", timeout.as_secs());
+                bail!("CT {vmid} got no DHCP address on {iface} within {:.1} s", timeout.as_secs_f64());
             }
             tokio::time::sleep(delay.min(timeout.saturating_sub(start.elapsed()))).await;
             delay = (delay * 2).min(Duration::from_secs(3));
