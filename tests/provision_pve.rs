@@ -469,7 +469,18 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
     env.pve.requests(true);
     let mut s = spec("nas", 120);
     s.mounts = vec![Mount::Bind { host_path: "/srv/media".into(), container_path: "/media".into() }];
-    let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let out = env.provision(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
+    // apply() refuses too, before any request, even when handed a plan.
+    let plan = proxmox_gitops::provision::ContainerPlan {
+        name: "nas".into(),
+        vmid: 120,
+        hostname: "nas".into(),
+        action: Action::Create,
+        start: true,
+    };
+    let direct = b.apply(&s, &plan, &env.apply_opts()).await;
+    assert_eq!(direct.outcome, out[0].outcome);
+    assert_eq!(direct.node, None);
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
     assert_eq!(
         error,

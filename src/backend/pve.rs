@@ -310,12 +310,13 @@ impl PveBackend {
         if let Some(c) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&spec.vmid) {
             rec.warnings.extend(c.warnings.iter().cloned());
         }
-        let node = self.node_for(spec).await.ok();
         let mut fin = Final::default();
         let outcome = match self.apply_inner(spec, plan, opts, &mut rec, &mut fin).await {
             Ok(()) => Outcome::Ok,
             Err(e) => Outcome::Failed { error: crate::ci::redact(&format!("{e:#}")) },
         };
+        // Without a network call: a refused spec must not reach the API at all.
+        let node = spec.node.clone().or_else(|| self.opts.node.clone()).or_else(|| self.discovered.get().cloned());
         Provision {
             backend: BackendKind::Pve,
             name: spec.name.clone(),
@@ -346,7 +347,6 @@ impl PveBackend {
         self.check_permissions(spec)?;
         let node = self.node_for(spec).await?;
         let vmid = spec.vmid;
-        let mut status = if plan.start { "stopped" } else { "running" };
         match &plan.action {
             Action::Refused { reasons } => {
                 fin.status = None;
@@ -400,8 +400,8 @@ impl PveBackend {
         if plan.start || fin.created {
             self.start(&node, vmid, rec).await?;
         }
-        status = if plan.start || fin.created { "running" } else { status };
-        fin.status = Some(status.to_string());
+        // Started now, or already running (the plan only skips the start for a running CT).
+        fin.status = Some("running".to_string());
         let address = match spec.ip {
             IpConfig::Static { address, .. } => Some(IpAddr::V4(address)),
             IpConfig::Dhcp => self.dhcp_address(&node, vmid, opts.ssh_timeout).await?,
