@@ -9,6 +9,7 @@
 //!   [`progress`], and one client module per external system.
 
 pub mod artifact;
+pub mod backend;
 pub mod ci;
 pub mod cli;
 pub mod error;
@@ -18,5 +19,6 @@ pub mod keys;
 pub mod net;
 pub mod progress;
 pub mod provision;
+pub mod pve;
 pub mod settings;
 pub mod steps;

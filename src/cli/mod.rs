@@ -5,6 +5,7 @@
 //! usage (see [`crate::error`]).
 
 mod plan;
+pub(crate) mod provision;
 mod resolve;
 
 use std::io::Write;
@@ -57,6 +58,8 @@ enum Command {
     Resolve(resolve::ResolveArgs),
     /// Show what a deploy of a ref would do, per container, without changing anything.
     Plan(plan::PlanArgs),
+    /// Create, update and start containers through the Proxmox VE API (or local LXC).
+    Provision(provision::ProvisionArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -191,6 +194,7 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Resolve(args) => resolve::run(&ctx, args),
         Command::Plan(args) => plan::run(&ctx, args),
+        Command::Provision(args) => provision::run(&ctx, args),
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,

@@ -21,11 +21,29 @@ pub struct PlanArgs {
     /// Use this inventory artifact instead of resolving the repo again.
     #[arg(long)]
     inventory: Option<PathBuf>,
+    /// Do not contact PVE: plan the steps only (the default when PROXMOX_HOST is not set).
+    #[arg(long)]
+    offline: bool,
+    /// How many containers are planned against PVE at the same time.
+    #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    jobs: u16,
+    #[command(flatten)]
+    policy: super::provision::PolicyArgs,
+    #[command(flatten)]
+    pve: super::provision::PveArgs,
 }
 
 pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let p = plan(&inv, &args.git_ref, &args.containers)?;
+    let mut p = plan(&inv, &args.git_ref, &args.containers)?;
+    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let provisions = p.containers.iter().any(|c| c.steps.contains(&crate::steps::plan::Step::Provision));
+    if !args.offline && provisions && settings.pve.host.is_some() {
+        // Live state: what provision would do to each container (reads only).
+        let backend = crate::steps::provision::backend(crate::provision::BackendKind::Pve, &settings, &args.pve.connect()?)?;
+        let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
+        rt.block_on(crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.policy(), usize::from(args.jobs)));
+    }
     let path = ctx.artifacts.plan();
     artifact::write(&path, &p).map_err(|e| Error::Failed(e.into()))?;
     let names: Vec<&str> = p.containers.iter().map(|c| c.name.as_str()).collect();
@@ -45,10 +63,15 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
                     c.hostname.clone(),
                     c.vmid.to_string(),
                     c.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + "),
+                    match (&c.provision, &c.provision_error) {
+                        (Some(cp), _) => crate::steps::provision::describe(cp),
+                        (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
+                        (None, None) => String::new(),
+                    },
                 ]
             })
             .collect();
-        let mut s = table(&["NAME", "HOSTNAME", "VMID", "STEPS"], &rows);
+        let mut s = table(&["NAME", "HOSTNAME", "VMID", "STEPS", "PROVISION"], &rows);
         s.push_str(&format!("\n{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
         s
     });

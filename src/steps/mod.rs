@@ -2,4 +2,5 @@
 //! options) and returning a typed artifact; the CLI only parses arguments and calls them.
 
 pub mod plan;
+pub mod provision;
 pub mod resolve;

@@ -71,6 +71,13 @@ pub struct ContainerPlan {
     pub vmid: u32,
     /// Steps, in order.
     pub steps: Vec<Step>,
+    /// The live provision plan (create / update / resize / recreate / nothing …), when a
+    /// backend was reachable and the ref provisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provision: Option<crate::provision::ContainerPlan>,
+    /// Why the live provision plan could not be made (API unreachable, root-only option …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provision_error: Option<String>,
 }
 
 /// The `plan.json` artifact.
@@ -134,9 +141,37 @@ pub fn plan(inv: &Inventory, git_ref: &str, names: &[String]) -> Result<Plan> {
             hostname: c.hostname.clone(),
             vmid: c.vmid,
             steps: steps.clone(),
+            provision: None,
+            provision_error: None,
         })
         .collect();
     Ok(Plan { git_ref: git_ref.to_string(), stage: inv.stage.clone(), containers })
+}
+
+/// Adds each container's live provision plan to `plan` (only when its steps include
+/// provision), planning at most `jobs` containers at a time. Reads only; nothing changes.
+pub async fn with_live_state(
+    plan: &mut Plan,
+    inv: &Inventory,
+    backend: &crate::steps::provision::Backend,
+    policy: crate::provision::RecreatePolicy,
+    jobs: usize,
+) {
+    let specs: Vec<crate::inventory::ContainerSpec> = plan
+        .containers
+        .iter()
+        .filter(|c| c.steps.contains(&Step::Provision))
+        .filter_map(|c| inv.container(&c.name).cloned())
+        .collect();
+    let planned = crate::steps::provision::plan_all(backend, specs, policy, jobs).await;
+    for p in planned {
+        if let Some(c) = plan.containers.iter_mut().find(|c| c.name == p.spec.name) {
+            match p.plan {
+                Ok(cp) => c.provision = Some(cp),
+                Err(e) => c.provision_error = Some(crate::ci::redact(&format!("{e:#}"))),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,418 @@
+//! The desired PVE container, derived from a [`ContainerSpec`] and the PVE settings (pure).
+//!
+//! Mapping (pve-container's `POST /nodes/{node}/lxc` parameters):
+//!
+//! | spec | PVE |
+//! |---|---|
+//! | `ID`, hostname | `vmid`, `hostname` |
+//! | `PROXMOX_STORAGE`/`PROXMOX_TEMPLATE` + node arch | `ostemplate=STORAGE:vztmpl/TEMPLATE_ARCH.tar.zst` |
+//! | `CORES`, `MEMORY`, `SWAP` (MiB) | `cores`, `memory`, `swap` |
+//! | `DISK=STORAGE:SIZE` (GiB) | `rootfs=STORAGE:SIZE` |
+//! | `IP` + `PROXMOX_GATEWAY/MASK/INTERFACE/BRIDGE` | `net0=name=IFACE,bridge=BR,ip=IP/MASK,gw=GW` (`ip=dhcp` for dhcp) |
+//! | `MOUNT` bind `HOST:CT` / volume `STORAGE:SIZE:CT` | `mpN=HOST,mp=CT` / `mpN=STORAGE:SIZE,mp=CT` |
+//! | `MOUNT` `/dev/…` | `devN=PATH` |
+//! | `MOUNT` share name | `features: mount=cifs`, privileged (as the seed) |
+//! | `FEATURES` (e.g. `nesting,keyctl`) | `features=keyctl=1,nesting=1` (only those set) |
+//! | `BOOT` | `onboot` |
+//!
+//! `description` records the lib and the ostemplate (PVE does not keep the template in the
+//! config), so a later plan can tell a template change.
+
+use std::collections::BTreeMap;
+
+use crate::error::{Location, Problems};
+use crate::inventory::{ContainerSpec, IpConfig, Mount};
+
+/// Settings the mapping needs (from [`crate::settings::PveSettings`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PveDefaults {
+    /// Template storage, e.g. `local` or `local:vztmpl`.
+    pub storage: String,
+    /// Template name without arch and extension, e.g. `debian-13-standard_13.1-2`.
+    pub template: String,
+    /// Gateway for static addresses.
+    pub gateway: Option<String>,
+    /// Prefix length for addresses given without one.
+    pub mask: Option<u8>,
+    /// Interface name in the container (`eth0`).
+    pub interface: String,
+    /// Host bridge (`vmbr0`).
+    pub bridge: String,
+}
+
+/// A mount point `mpN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DesiredMount {
+    /// A host directory (root@pam only).
+    Bind {
+        /// Host path.
+        host_path: String,
+        /// Path in the container.
+        mp: String,
+    },
+    /// A new volume.
+    Volume {
+        /// Storage id.
+        storage: String,
+        /// Size in GiB.
+        size_gib: u64,
+        /// Path in the container.
+        mp: String,
+    },
+}
+
+/// The container PVE should have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    /// vmid.
+    pub vmid: u32,
+    /// Hostname.
+    pub hostname: String,
+    /// The lib name.
+    pub name: String,
+    /// `STORAGE:vztmpl/TEMPLATE_ARCH.tar.zst`.
+    pub ostemplate: String,
+    /// `amd64`, `arm64` ….
+    pub arch: String,
+    /// Cores.
+    pub cores: u32,
+    /// Memory, MiB.
+    pub memory_mib: u64,
+    /// Swap, MiB.
+    pub swap_mib: u64,
+    /// Start at boot.
+    pub onboot: bool,
+    /// Root filesystem storage.
+    pub rootfs_storage: String,
+    /// Root filesystem size, GiB.
+    pub rootfs_gib: u64,
+    /// `mpN` → mount, N counting from 0 in MOUNT order.
+    pub mounts: BTreeMap<String, DesiredMount>,
+    /// `devN` → host device path.
+    pub devices: BTreeMap<String, String>,
+    /// `net0` properties in order: name, bridge, ip, gw.
+    pub net0: Vec<(String, String)>,
+    /// Feature flags set (`nesting` → `1`, `mount` → `cifs`), sorted.
+    pub features: BTreeMap<String, String>,
+    /// `unprivileged`.
+    pub unprivileged: bool,
+    /// The `description`.
+    pub description: String,
+}
+
+/// Marker line in the description that records the ostemplate.
+pub const OSTEMPLATE_MARKER: &str = "ostemplate: ";
+
+/// Maps the node's `current-kernel.machine` (`GET /nodes/{node}/status`) to the template arch;
+/// unknown values mean `amd64` (the only arch Proxmox ships templates for).
+pub fn arch_of_machine(machine: &str) -> &'static str {
+    match machine {
+        "aarch64" | "arm64" => "arm64",
+        "armv7l" | "armhf" => "armhf",
+        "riscv64" => "riscv64",
+        "i686" | "i386" => "i386",
+        _ => "amd64",
+    }
+}
+
+/// The template file name `TEMPLATE_ARCH.tar.zst`.
+pub fn template_file(template: &str, arch: &str) -> String {
+    format!("{template}_{arch}.tar.zst")
+}
+
+/// The template storage id and volume id: `local` or `local:vztmpl` → (`local`,
+/// `local:vztmpl/FILE`).
+pub fn template_volid(storage: &str, file: &str) -> (String, String) {
+    let sid = storage.split(':').next().unwrap_or(storage).to_string();
+    (sid.clone(), format!("{sid}:vztmpl/{file}"))
+}
+
+/// Where Proxmox publishes its container templates (the `aplinfo` index's location).
+pub const TEMPLATE_BASE_URL: &str = "http://download.proxmox.com/images/system/";
+
+/// The main env file of a spec, for error locations.
+fn spec_file(spec: &ContainerSpec) -> std::path::PathBuf {
+    spec.sources.first().cloned().unwrap_or_else(|| spec.dir.join("container.env"))
+}
+
+/// Feature flags PVE knows for containers that `FEATURES` may set (pve-container `features`).
+const BOOL_FEATURES: &[&str] = &["nesting", "keyctl", "fuse", "mknod", "force_rw_sys"];
+
+/// Parses `FEATURES` (comma list of `nesting`, `keyctl`, `fuse`, `mknod`, `force_rw_sys`,
+/// each optionally `=1`/`=0`).
+///
+/// # Errors
+/// A problem naming the lib's env file and key `FEATURES`.
+pub fn parse_features(spec: &ContainerSpec) -> Result<BTreeMap<String, String>, Problems> {
+    let mut out = BTreeMap::new();
+    let mut problems = Problems::new();
+    let Some(raw) = spec.env.get("FEATURES") else { return Ok(out) };
+    for item in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) = item.split_once('=').unwrap_or((item, "1"));
+        let on = match value.trim() {
+            "1" | "yes" | "true" => true,
+            "0" | "no" | "false" => false,
+            _ => {
+                problems.add(Location::file(spec_file(spec)).with_key("FEATURES"), format!("`{item}`: expected NAME or NAME=1/0"));
+                continue;
+            }
+        };
+        if !BOOL_FEATURES.contains(&name.trim()) {
+            problems.add(
+                Location::file(spec_file(spec)).with_key("FEATURES"),
+                format!("unknown feature `{}`; expected one of {}", name.trim(), BOOL_FEATURES.join(", ")),
+            );
+            continue;
+        }
+        if on {
+            out.insert(name.trim().to_string(), "1".to_string());
+        }
+    }
+    problems.into_result()?;
+    Ok(out)
+}
+
+/// Derives the desired container from `spec` for a node of architecture `arch`.
+///
+/// # Errors
+/// Problems naming the file/key: a static address without prefix and no `PROXMOX_MASK`, a bad
+/// `FEATURES`, missing `PROXMOX_TEMPLATE`.
+pub fn desired(spec: &ContainerSpec, d: &PveDefaults, arch: &str) -> Result<Desired, Problems> {
+    let mut problems = Problems::new();
+    let features_set = parse_features(spec).unwrap_or_else(|p| {
+        problems.extend(p);
+        BTreeMap::new()
+    });
+    let mut net0 = vec![("name".to_string(), d.interface.clone()), ("bridge".to_string(), d.bridge.clone())];
+    match spec.ip {
+        IpConfig::Dhcp => net0.push(("ip".into(), "dhcp".into())),
+        IpConfig::Static { address, prefix } => match prefix.or(d.mask) {
+            Some(p) => {
+                net0.push(("ip".into(), format!("{address}/{p}")));
+                if let Some(gw) = &d.gateway {
+                    net0.push(("gw".into(), gw.clone()));
+                }
+            }
+            None => problems.add(
+                Location::file(spec_file(spec)).with_key("IP"),
+                format!("`{address}` has no prefix length and PROXMOX_MASK is not set: write `{address}/24` or set PROXMOX_MASK"),
+            ),
+        },
+    }
+    let mut mounts = BTreeMap::new();
+    let mut devices = BTreeMap::new();
+    let mut features = features_set;
+    let mut share = false;
+    for m in &spec.mounts {
+        match m {
+            Mount::Share { .. } => share = true,
+            Mount::Bind { host_path, container_path } => {
+                mounts.insert(format!("mp{}", mounts.len()), DesiredMount::Bind { host_path: host_path.clone(), mp: container_path.clone() });
+            }
+            Mount::Volume { storage, size_gib, container_path } => {
+                mounts.insert(
+                    format!("mp{}", mounts.len()),
+                    DesiredMount::Volume { storage: storage.clone(), size_gib: *size_gib, mp: container_path.clone() },
+                );
+            }
+            Mount::Device { path } => {
+                devices.insert(format!("dev{}", devices.len()), path.clone());
+            }
+        }
+    }
+    if share {
+        features.insert("mount".into(), "cifs".into());
+    }
+    problems.into_result()?;
+    let file = template_file(&d.template, arch);
+    let (_, ostemplate) = template_volid(&d.storage, &file);
+    let description = format!("managed by proxmox-gitops: lib `{}`\n{OSTEMPLATE_MARKER}{ostemplate}\n", spec.name);
+    Ok(Desired {
+        vmid: spec.vmid,
+        hostname: spec.hostname.clone(),
+        name: spec.name.clone(),
+        ostemplate,
+        arch: arch.to_string(),
+        cores: spec.cores,
+        memory_mib: spec.memory_mib,
+        swap_mib: spec.swap_mib,
+        onboot: spec.onboot,
+        rootfs_storage: spec.rootfs.storage.clone(),
+        rootfs_gib: spec.rootfs.size_gib,
+        mounts,
+        devices,
+        net0,
+        features,
+        unprivileged: !share,
+        description,
+    })
+}
+
+/// `features` as PVE writes it: `k=v` sorted, comma-joined.
+pub fn features_string(f: &BTreeMap<String, String>) -> String {
+    f.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// `net0` value from ordered properties.
+pub fn props_string(p: &[(String, String)]) -> String {
+    p.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// The options of a spec that PVE reserves for `root@pam` (a ticket, not a token), each with
+/// why: bind mounts and devices (`check_ct_modify_config_perm`: "mount point type bind is only
+/// allowed for root@pam", "device passthrough"), feature flags other than `nesting`, and any
+/// feature on a privileged container (share mounts make one).
+pub fn root_only_options(d: &Desired) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, m) in &d.mounts {
+        if let DesiredMount::Bind { host_path, mp } = m {
+            out.push(format!("{k} (bind mount {host_path} → {mp})"));
+        }
+    }
+    for (k, p) in &d.devices {
+        out.push(format!("{k} (device passthrough {p})"));
+    }
+    if !d.unprivileged && !d.features.is_empty() {
+        out.push(format!("features={} on a privileged container (share mount)", features_string(&d.features)));
+    } else {
+        let others: Vec<&str> = d.features.keys().map(String::as_str).filter(|k| *k != "nesting").collect();
+        if !others.is_empty() {
+            out.push(format!("features {} (only nesting is allowed to non-root users)", others.join(",")));
+        }
+    }
+    out
+}
+
+/// The parameters of `POST /nodes/{node}/lxc` creating `d` with the public key `ssh_key`.
+pub fn create_params(d: &Desired, ssh_key: &str) -> Vec<(String, String)> {
+    let mut p: Vec<(&str, String)> = vec![
+        ("vmid", d.vmid.to_string()),
+        ("hostname", d.hostname.clone()),
+        ("ostemplate", d.ostemplate.clone()),
+        ("cores", d.cores.to_string()),
+        ("memory", d.memory_mib.to_string()),
+        ("swap", d.swap_mib.to_string()),
+        ("rootfs", format!("{}:{}", d.rootfs_storage, d.rootfs_gib)),
+        ("net0", props_string(&d.net0)),
+        ("unprivileged", if d.unprivileged { "1" } else { "0" }.into()),
+        ("onboot", if d.onboot { "1" } else { "0" }.into()),
+        ("description", d.description.clone()),
+        ("ssh-public-keys", ssh_key.trim().to_string()),
+    ];
+    if !d.features.is_empty() {
+        p.push(("features", features_string(&d.features)));
+    }
+    let mut p: Vec<(String, String)> = p.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    for (k, m) in &d.mounts {
+        p.push((k.clone(), match m {
+            DesiredMount::Bind { host_path, mp } => format!("{host_path},mp={mp}"),
+            DesiredMount::Volume { storage, size_gib, mp } => format!("{storage}:{size_gib},mp={mp}"),
+        }));
+    }
+    for (k, path) in &d.devices {
+        p.push((k.clone(), path.clone()));
+    }
+    p
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::inventory::{Disk, Engine};
+
+    pub fn spec() -> ContainerSpec {
+        ContainerSpec {
+            name: "broker".into(),
+            hostname: "broker".into(),
+            vmid: 101,
+            ip: IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: None },
+            cores: 2,
+            memory_mib: 1024,
+            swap_mib: 256,
+            rootfs: Disk { storage: "local-lvm".into(), size_gib: 8 },
+            mounts: vec![],
+            onboot: true,
+            node: None,
+            snapshot_paths: vec![],
+            engine: Engine::None,
+            dir: "libs/broker".into(),
+            sources: vec!["libs/broker/container.env".into()],
+            submodule: None,
+            env: BTreeMap::new(),
+            extra: BTreeMap::new(),
+        }
+    }
+
+    pub fn defaults() -> PveDefaults {
+        PveDefaults {
+            storage: "local:vztmpl".into(),
+            template: "debian-13-standard_13.1-2".into(),
+            gateway: Some("127.0.0.254".into()),
+            mask: Some(8),
+            interface: "eth0".into(),
+            bridge: "vmbr0".into(),
+        }
+    }
+
+    #[test]
+    fn create_parameters() {
+        let mut s = spec();
+        s.mounts = vec![
+            Mount::Volume { storage: "local-lvm".into(), size_gib: 4, container_path: "/data".into() },
+            Mount::Device { path: "/dev/ttyUSB0".into() },
+        ];
+        s.env.insert("FEATURES".into(), "nesting, keyctl=1, fuse=0".into());
+        let d = desired(&s, &defaults(), "amd64").unwrap();
+        let p = create_params(&d, "ssh-ed25519 AAAA x\n");
+        let got: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(
+            got,
+            vec![
+                "vmid=101",
+                "hostname=broker",
+                "ostemplate=local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst",
+                "cores=2",
+                "memory=1024",
+                "swap=256",
+                "rootfs=local-lvm:8",
+                "net0=name=eth0,bridge=vmbr0,ip=127.0.0.1/8,gw=127.0.0.254",
+                "unprivileged=1",
+                "onboot=1",
+                "description=managed by proxmox-gitops: lib `broker`\nostemplate: local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst\n",
+                "ssh-public-keys=ssh-ed25519 AAAA x",
+                "features=keyctl=1,nesting=1",
+                "mp0=local-lvm:4,mp=/data",
+                "dev0=/dev/ttyUSB0",
+            ]
+        );
+        assert_eq!(root_only_options(&d), vec!["dev0 (device passthrough /dev/ttyUSB0)", "features keyctl (only nesting is allowed to non-root users)"]);
+    }
+
+    #[test]
+    fn dhcp_share_and_errors() {
+        let mut s = spec();
+        s.ip = IpConfig::Dhcp;
+        s.mounts = vec![Mount::Share { name: "share".into() }, Mount::Bind { host_path: "/srv".into(), container_path: "/srv".into() }];
+        let d = desired(&s, &defaults(), "arm64").unwrap();
+        assert_eq!(props_string(&d.net0), "name=eth0,bridge=vmbr0,ip=dhcp");
+        assert!(!d.unprivileged);
+        assert_eq!(features_string(&d.features), "mount=cifs");
+        assert_eq!(d.ostemplate, "local:vztmpl/debian-13-standard_13.1-2_arm64.tar.zst");
+        assert_eq!(root_only_options(&d).len(), 2);
+
+        let mut s = spec();
+        let mut d0 = defaults();
+        d0.mask = None;
+        s.env.insert("FEATURES".into(), "nestin".into());
+        let e = desired(&s, &d0, "amd64").unwrap_err();
+        let msgs: Vec<String> = e.iter().map(|p| p.to_string()).collect();
+        assert_eq!(msgs, vec![
+            "libs/broker/container.env (FEATURES): unknown feature `nestin`; expected one of nesting, keyctl, fuse, mknod, force_rw_sys",
+            "libs/broker/container.env (IP): `127.0.0.1` has no prefix length and PROXMOX_MASK is not set: write `127.0.0.1/24` or set PROXMOX_MASK",
+        ]);
+        assert_eq!(arch_of_machine("x86_64"), "amd64");
+        assert_eq!(arch_of_machine("fake"), "amd64");
+        assert_eq!(arch_of_machine("aarch64"), "arm64");
+        assert_eq!(template_volid("local", "t.tar.zst"), ("local".into(), "local:vztmpl/t.tar.zst".into()));
+    }
+}

@@ -1,0 +1,631 @@
+//! The provision planner: desired container vs. live config → [`Action`] (pure, no I/O).
+//!
+//! Live state is what `GET /nodes/{node}/lxc/{vmid}/config` answers (with pending values
+//! applied, PVE's default), the keys `GET …/pending` marks as pending, and whether the container
+//! runs. Rules (pve-container semantics):
+//!
+//! * absent → **create**;
+//! * identical → **nothing**;
+//! * only `cores`, `memory`, `swap`, `onboot`, `description`, `net0` or feature flags the caller
+//!   may change differ → **update** in place (`PUT …/config` with the digest, only those keys);
+//!   feature changes on a running container need a reboot (they go to `pending`);
+//! * `rootfs`/`mpN` grow → **resize** (`PUT …/resize`; PVE keeps a volume id in `rootfs`, so a
+//!   `STORAGE:SIZE` value is never PUT on an existing container);
+//! * anything else — another ostemplate or arch, `unprivileged`, a volume on another storage, a
+//!   shrink, mount points added/removed/changed, devices, the vmid holding another hostname, a
+//!   template — needs a **recreate**, done only when the [`RecreatePolicy`] allows
+//!   (`when-needed`, `always`); otherwise the action is **refused** and nothing changes.
+//! * feature flags PVE reserves for `root@pam` (all but `nesting`; any on a privileged
+//!   container) that would change under a token or non-root user are refused with the reason.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::desired::{Desired, DesiredMount, OSTEMPLATE_MARKER, features_string, props_string};
+use crate::provision::{Action, Change, RecreatePolicy, Resize};
+
+/// A live container as read from PVE.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveCt {
+    /// `GET …/config` (pending values applied) as strings, without `digest`.
+    pub config: BTreeMap<String, String>,
+    /// Keys with a pending change or delete (`GET …/pending` entries with `pending` or `delete`).
+    pub pending: BTreeSet<String>,
+    /// `status == "running"` (`GET …/status/current`).
+    pub running: bool,
+}
+
+/// The live side of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Live {
+    /// `GET …/config` answered "does not exist".
+    Absent,
+    /// The container exists.
+    Present(LiveCt),
+}
+
+/// The planner's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    /// What to do.
+    pub action: Action,
+    /// Whether to start the container afterwards.
+    pub start: bool,
+    /// Notes for the artifact (unknown ostemplate, pending changes, a lock …).
+    pub warnings: Vec<String>,
+}
+
+/// Splits a PVE property string `first,k=v,…` into the bare first value and the pairs.
+pub fn split_props(s: &str) -> (Option<String>, BTreeMap<String, String>) {
+    let mut first = None;
+    let mut props = BTreeMap::new();
+    for (i, part) in s.split(',').enumerate() {
+        match part.split_once('=') {
+            Some((k, v)) => {
+                props.insert(k.trim().to_string(), v.trim().to_string());
+            }
+            None if i == 0 && !part.is_empty() => first = Some(part.trim().to_string()),
+            None => {}
+        }
+    }
+    (first, props)
+}
+
+/// Bytes of a PVE size (`8G`, `512M`, `1T`, `4096K`, plain bytes).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, unit) = match s.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_uppercase()),
+        _ => (s, 'B'),
+    };
+    let n: f64 = num.parse().ok()?;
+    let mult: f64 = match unit {
+        'B' => 1.0,
+        'K' => 1024.0,
+        'M' => 1024.0 * 1024.0,
+        'G' => 1024.0 * 1024.0 * 1024.0,
+        'T' => 1024.0_f64.powi(4),
+        _ => return None,
+    };
+    Some((n * mult) as u64)
+}
+
+const GIB: u64 = 1024 * 1024 * 1024;
+
+fn truthy(v: Option<&String>) -> bool {
+    matches!(v.map(String::as_str), Some("1") | Some("true") | Some("yes") | Some("on"))
+}
+
+fn num(v: Option<&String>) -> Option<u64> {
+    v.and_then(|s| s.trim().parse::<u64>().ok())
+}
+
+/// The ostemplate recorded in a description by [`super::desired`], if any.
+pub fn recorded_ostemplate(description: &str) -> Option<&str> {
+    description.lines().find_map(|l| l.trim().strip_prefix(OSTEMPLATE_MARKER)).map(str::trim)
+}
+
+/// Parses `features` into `name → value` (booleans as `1`/`0`).
+fn parse_features(s: Option<&String>) -> BTreeMap<String, String> {
+    let Some(s) = s else { return BTreeMap::new() };
+    split_props(s)
+        .1
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v.as_str() {
+                "true" | "yes" | "on" => "1".to_string(),
+                "false" | "no" | "off" => "0".to_string(),
+                _ => v,
+            };
+            (k, v)
+        })
+        .filter(|(k, v)| !(v == "0" && k != "mount"))
+        .collect()
+}
+
+/// Compares one volume (`rootfs` or a volume `mpN`): storage, mount path, size.
+fn compare_volume(
+    key: &str,
+    live: &str,
+    storage: &str,
+    size_gib: u64,
+    mp: Option<&str>,
+    recreate: &mut Vec<String>,
+    resizes: &mut Vec<Resize>,
+) {
+    let (volume, props) = split_props(live);
+    let volume = volume.or_else(|| props.get("volume").cloned()).unwrap_or_default();
+    if volume.starts_with('/') {
+        recreate.push(format!("{key} is a bind mount of {volume} on PVE, the spec wants a volume on {storage}"));
+        return;
+    }
+    let live_storage = volume.split(':').next().unwrap_or("");
+    if live_storage != storage {
+        recreate.push(format!("{key} moves from storage `{live_storage}` to `{storage}`"));
+        return;
+    }
+    if let Some(mp) = mp {
+        let live_mp = props.get("mp").map(String::as_str).unwrap_or("");
+        if live_mp != mp {
+            recreate.push(format!("{key} is mounted at `{live_mp}` on PVE, the spec wants `{mp}`"));
+            return;
+        }
+    }
+    let want = size_gib * GIB;
+    match props.get("size").and_then(|s| parse_size(s)) {
+        Some(have) if have < want => resizes.push(Resize { disk: key.to_string(), from_gib: have / GIB, to_gib: size_gib }),
+        Some(have) if have > want => recreate.push(format!(
+            "{key} would shrink from {} to {size_gib} GiB (PVE cannot shrink a volume)",
+            props.get("size").map(String::as_str).unwrap_or("?")
+        )),
+        _ => {}
+    }
+}
+
+fn describe_mount(m: &DesiredMount) -> String {
+    match m {
+        DesiredMount::Bind { host_path, mp } => format!("{host_path},mp={mp}"),
+        DesiredMount::Volume { storage, size_gib, mp } => format!("{storage}:{size_gib},mp={mp}"),
+    }
+}
+
+/// Plans `d` against `live` under `policy`; `is_root` says whether the API identity is a
+/// `root@pam` ticket (see [`crate::pve::Auth::is_root`]).
+pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> Planned {
+    let ct = match live {
+        Live::Absent => return Planned { action: Action::Create, start: true, warnings: vec![] },
+        Live::Present(ct) => ct,
+    };
+    let cfg = &ct.config;
+    let mut recreate: Vec<String> = Vec::new();
+    let mut refused: Vec<String> = Vec::new();
+    let mut changes: Vec<Change> = Vec::new();
+    let mut resizes: Vec<Resize> = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
+
+    // Identity: the vmid must hold this container.
+    match cfg.get("hostname") {
+        Some(h) if h == &d.hostname => {}
+        other => recreate.push(format!(
+            "vmid {} holds `{}`, not `{}` (vmid reused by another container?)",
+            d.vmid,
+            other.map(String::as_str).unwrap_or("(no hostname)"),
+            d.hostname
+        )),
+    }
+    if truthy(cfg.get("template")) {
+        recreate.push(format!("vmid {} is a template", d.vmid));
+    }
+    if let Some(lock) = cfg.get("lock") {
+        warnings.push(format!("CT {} is locked ({lock}); changes wait for the lock to clear", d.vmid));
+    }
+    let live_arch = cfg.get("arch").map(String::as_str).unwrap_or("amd64");
+    if live_arch != d.arch {
+        recreate.push(format!("arch changes from {live_arch} to {}", d.arch));
+    }
+    let live_desc = cfg.get("description").map(String::as_str).unwrap_or("");
+    let recorded = recorded_ostemplate(live_desc);
+    match recorded {
+        Some(t) if t != d.ostemplate => recreate.push(format!("ostemplate changes from {t} to {}", d.ostemplate)),
+        Some(_) => {}
+        None => warnings.push(format!(
+            "CT {} was not created by proxmox-gitops (no `{}` line in its description): template changes cannot be detected",
+            d.vmid,
+            OSTEMPLATE_MARKER.trim()
+        )),
+    }
+    if truthy(cfg.get("unprivileged")) != d.unprivileged {
+        recreate.push(format!(
+            "unprivileged changes from {} to {}",
+            u8::from(truthy(cfg.get("unprivileged"))),
+            u8::from(d.unprivileged)
+        ));
+    }
+
+    // Volumes.
+    match cfg.get("rootfs") {
+        Some(v) => compare_volume("rootfs", v, &d.rootfs_storage, d.rootfs_gib, None, &mut recreate, &mut resizes),
+        None => recreate.push("rootfs is missing on PVE".into()),
+    }
+    let live_mps: BTreeSet<&String> = cfg.keys().filter(|k| is_numbered(k, "mp")).collect();
+    let mut mp_keys: BTreeSet<String> = live_mps.iter().map(|k| k.to_string()).collect();
+    mp_keys.extend(d.mounts.keys().cloned());
+    for key in &mp_keys {
+        match (cfg.get(key), d.mounts.get(key)) {
+            (Some(l), None) => recreate.push(format!("{key} ({l}) is not in the spec")),
+            (None, Some(m)) => recreate.push(format!("{key} ({}) is new", describe_mount(m))),
+            (Some(l), Some(DesiredMount::Volume { storage, size_gib, mp })) => {
+                compare_volume(key, l, storage, *size_gib, Some(mp), &mut recreate, &mut resizes)
+            }
+            (Some(l), Some(DesiredMount::Bind { host_path, mp })) => {
+                let (first, props) = split_props(l);
+                let live_vol = first.or_else(|| props.get("volume").cloned()).unwrap_or_default();
+                if &live_vol != host_path || props.get("mp") != Some(mp) {
+                    recreate.push(format!("{key} is `{l}` on PVE, the spec wants `{host_path},mp={mp}`"));
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    let mut dev_keys: BTreeSet<String> = cfg.keys().filter(|k| is_numbered(k, "dev")).cloned().collect();
+    dev_keys.extend(d.devices.keys().cloned());
+    for key in &dev_keys {
+        let live_path = cfg.get(key).map(|v| {
+            let (first, props) = split_props(v);
+            first.or_else(|| props.get("path").cloned()).unwrap_or_default()
+        });
+        if live_path.as_ref() != d.devices.get(key) {
+            recreate.push(format!(
+                "{key} is `{}` on PVE, the spec wants `{}`",
+                live_path.as_deref().unwrap_or("(none)"),
+                d.devices.get(key).map(String::as_str).unwrap_or("(none)")
+            ));
+        }
+    }
+
+    // In-place settings.
+    let mut set = |key: &str, from: Option<&String>, to: String| {
+        changes.push(Change { key: key.into(), from: from.cloned(), to: Some(to) });
+    };
+    if num(cfg.get("cores")) != Some(u64::from(d.cores)) {
+        set("cores", cfg.get("cores"), d.cores.to_string());
+    }
+    if num(cfg.get("memory")).unwrap_or(512) != d.memory_mib {
+        set("memory", cfg.get("memory"), d.memory_mib.to_string());
+    }
+    if num(cfg.get("swap")).unwrap_or(512) != d.swap_mib {
+        set("swap", cfg.get("swap"), d.swap_mib.to_string());
+    }
+    if truthy(cfg.get("onboot")) != d.onboot {
+        set("onboot", cfg.get("onboot"), if d.onboot { "1" } else { "0" }.into());
+    }
+    if recorded.is_some() && live_desc.trim() != d.description.trim() {
+        set("description", cfg.get("description"), d.description.clone());
+    }
+    // net0: compare the properties we manage; keep the MAC address and anything else PVE added.
+    let (_, mut net) = split_props(cfg.get("net0").map(String::as_str).unwrap_or(""));
+    let want: BTreeMap<&str, &str> = d.net0.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let net_differs = ["name", "bridge", "ip", "gw"]
+        .iter()
+        .any(|k| net.get(*k).map(String::as_str) != want.get(k).copied());
+    if net_differs {
+        for k in ["name", "bridge", "ip", "gw"] {
+            match want.get(k) {
+                Some(v) => {
+                    net.insert(k.to_string(), v.to_string());
+                }
+                None => {
+                    net.remove(k);
+                }
+            }
+        }
+        let mut ordered: Vec<(String, String)> = d.net0.clone();
+        ordered.extend(net.into_iter().filter(|(k, _)| !want.contains_key(k.as_str())));
+        set("net0", cfg.get("net0"), props_string(&ordered));
+    }
+    let live_features = parse_features(cfg.get("features"));
+    let mut reboot_needed = false;
+    if live_features != d.features {
+        let changed: BTreeSet<&String> = live_features
+            .keys()
+            .chain(d.features.keys())
+            .filter(|k| live_features.get(*k) != d.features.get(*k))
+            .collect();
+        let others: Vec<&str> = changed.iter().map(|s| s.as_str()).filter(|k| *k != "nesting").collect();
+        if !is_root && (!truthy(cfg.get("unprivileged")) || !others.is_empty()) {
+            refused.push(format!(
+                "features change from `{}` to `{}`: PVE lets only root@pam (a ticket, not an API token) change {}; \
+                 set PROXMOX_PASSWORD for root@pam or change the features in the PVE UI",
+                features_string(&live_features),
+                features_string(&d.features),
+                if others.is_empty() { "feature flags of a privileged container".to_string() } else { others.join(",") }
+            ));
+        } else {
+            let from = cfg.get("features").cloned();
+            changes.push(Change {
+                key: "features".into(),
+                from,
+                to: (!d.features.is_empty()).then(|| features_string(&d.features)),
+            });
+            reboot_needed |= ct.running;
+        }
+    }
+    if !ct.pending.is_empty() {
+        warnings.push(format!(
+            "pending changes ({}) apply at the next reboot of CT {}",
+            ct.pending.iter().cloned().collect::<Vec<_>>().join(", "),
+            d.vmid
+        ));
+        reboot_needed |= ct.running;
+    }
+
+    let action = if policy == RecreatePolicy::Always {
+        let mut reasons = recreate;
+        reasons.push("recreate policy `always`".into());
+        Action::Recreate { reasons }
+    } else if !recreate.is_empty() {
+        match policy {
+            RecreatePolicy::WhenNeeded => Action::Recreate { reasons: recreate },
+            _ => Action::Refused { reasons: recreate },
+        }
+    } else if !refused.is_empty() {
+        Action::Refused { reasons: refused }
+    } else if !changes.is_empty() || !resizes.is_empty() {
+        Action::Update { changes, resizes, reboot_needed }
+    } else {
+        Action::Nothing
+    };
+    let start = match &action {
+        Action::Create | Action::Recreate { .. } => true,
+        Action::Refused { .. } => false,
+        Action::Nothing | Action::Update { .. } => !ct.running,
+    };
+    Planned { action, start, warnings }
+}
+
+fn is_numbered(key: &str, prefix: &str) -> bool {
+    key.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::pve::desired::tests::{defaults, spec};
+    use crate::backend::pve::desired::{Desired, desired};
+    use crate::inventory::Mount;
+    use pretty_assertions::assert_eq;
+
+    fn want() -> Desired {
+        desired(&spec(), &defaults(), "amd64").unwrap()
+    }
+
+    /// The config PVE shows for a container created from `want()`.
+    fn live_of(d: &Desired) -> LiveCt {
+        let mut c: BTreeMap<String, String> = BTreeMap::new();
+        c.insert("hostname".into(), d.hostname.clone());
+        c.insert("arch".into(), d.arch.clone());
+        c.insert("ostype".into(), "debian".into());
+        c.insert("cores".into(), d.cores.to_string());
+        c.insert("memory".into(), d.memory_mib.to_string());
+        c.insert("swap".into(), d.swap_mib.to_string());
+        c.insert("onboot".into(), if d.onboot { "1" } else { "0" }.into());
+        c.insert("description".into(), d.description.clone());
+        c.insert("rootfs".into(), format!("{}:vm-{}-disk-0,size={}G", d.rootfs_storage, d.vmid, d.rootfs_gib));
+        c.insert("net0".into(), "name=eth0,bridge=vmbr0,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,ip=127.0.0.1/8,type=veth".into());
+        if d.unprivileged {
+            c.insert("unprivileged".into(), "1".into());
+        }
+        if !d.features.is_empty() {
+            c.insert("features".into(), features_string(&d.features));
+        }
+        LiveCt { config: c, pending: BTreeSet::new(), running: true }
+    }
+
+    fn run(d: &Desired, ct: LiveCt, policy: RecreatePolicy, root: bool) -> Planned {
+        plan(d, &Live::Present(ct), policy, root)
+    }
+
+    #[test]
+    fn absent_creates() {
+        let p = plan(&want(), &Live::Absent, RecreatePolicy::Never, false);
+        assert_eq!(p, Planned { action: Action::Create, start: true, warnings: vec![] });
+    }
+
+    #[test]
+    fn equal_is_nothing() {
+        let d = want();
+        let p = run(&d, live_of(&d), RecreatePolicy::Never, false);
+        assert_eq!(p, Planned { action: Action::Nothing, start: false, warnings: vec![] });
+        let mut stopped = live_of(&d);
+        stopped.running = false;
+        // Memory comes back as a string or number; `lock` is ignored (with a warning).
+        stopped.config.insert("lock".into(), "backup".into());
+        let p = run(&d, stopped, RecreatePolicy::WhenNeeded, false);
+        assert_eq!(p.action, Action::Nothing);
+        assert!(p.start);
+        assert_eq!(p.warnings, vec!["CT 101 is locked (backup); changes wait for the lock to clear"]);
+    }
+
+    #[test]
+    fn in_place_changes_only_changed_keys() {
+        let d = want();
+        let mut ct = live_of(&d);
+        ct.config.insert("memory".into(), "512".into());
+        ct.config.remove("swap"); // PVE default 512
+        ct.config.insert("cores".into(), "1".into());
+        ct.config.insert("onboot".into(), "0".into());
+        ct.config.insert("description".into(), format!("{}old\n", d.description));
+        let p = run(&d, ct, RecreatePolicy::Never, false);
+        assert_eq!(
+            p.action,
+            Action::Update {
+                changes: vec![
+                    Change { key: "cores".into(), from: Some("1".into()), to: Some("2".into()) },
+                    Change { key: "memory".into(), from: Some("512".into()), to: Some("1024".into()) },
+                    Change { key: "swap".into(), from: None, to: Some("256".into()) },
+                    Change { key: "onboot".into(), from: Some("0".into()), to: Some("1".into()) },
+                    Change { key: "description".into(), from: Some(format!("{}old\n", d.description)), to: Some(d.description.clone()) },
+                ],
+                resizes: vec![],
+                reboot_needed: false,
+            }
+        );
+        assert!(!p.start);
+    }
+
+    #[test]
+    fn net0_change_keeps_mac() {
+        let d = want();
+        let mut ct = live_of(&d);
+        ct.config.insert("net0".into(), "name=eth0,bridge=vmbr1,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,ip=127.0.0.2/8,type=veth".into());
+        let p = run(&d, ct, RecreatePolicy::Never, false);
+        let Action::Update { changes, .. } = p.action else { panic!("{:?}", p.action) };
+        assert_eq!(changes[0].to.as_deref(), Some("name=eth0,bridge=vmbr0,ip=127.0.0.1/8,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,type=veth"));
+    }
+
+    #[test]
+    fn grow_resizes_and_shrink_recreates() {
+        let mut s = spec();
+        s.mounts = vec![Mount::Volume { storage: "local-lvm".into(), size_gib: 4, container_path: "/data".into() }];
+        s.rootfs.size_gib = 10;
+        let d = desired(&s, &defaults(), "amd64").unwrap();
+        let mut ct = live_of(&d);
+        ct.config.insert("rootfs".into(), "local-lvm:vm-101-disk-0,size=8G".into());
+        ct.config.insert("mp0".into(), "local-lvm:vm-101-disk-1,mp=/data,size=2048M".into());
+        let p = run(&d, ct.clone(), RecreatePolicy::Never, false);
+        assert_eq!(
+            p.action,
+            Action::Update {
+                changes: vec![],
+                resizes: vec![
+                    Resize { disk: "rootfs".into(), from_gib: 8, to_gib: 10 },
+                    Resize { disk: "mp0".into(), from_gib: 2, to_gib: 4 },
+                ],
+                reboot_needed: false,
+            }
+        );
+        ct.config.insert("rootfs".into(), "local-lvm:vm-101-disk-0,size=12G".into());
+        ct.config.insert("mp0".into(), "local-lvm:vm-101-disk-1,mp=/data,size=4G".into());
+        let reasons = vec!["rootfs would shrink from 12G to 10 GiB (PVE cannot shrink a volume)".to_string()];
+        assert_eq!(run(&d, ct.clone(), RecreatePolicy::Never, false).action, Action::Refused { reasons: reasons.clone() });
+        let p = run(&d, ct, RecreatePolicy::WhenNeeded, false);
+        assert_eq!(p.action, Action::Recreate { reasons });
+        assert!(p.start);
+    }
+
+    #[test]
+    fn recreate_reasons() {
+        let d = want();
+        let mut ct = live_of(&d);
+        ct.config.insert("description".into(), "managed by proxmox-gitops: lib `broker`\nostemplate: local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst\n".into());
+        ct.config.insert("rootfs".into(), "ceph:vm-101-disk-0,size=8G".into());
+        ct.config.remove("unprivileged");
+        ct.config.insert("hostname".into(), "other".into());
+        ct.config.insert("arch".into(), "arm64".into());
+        ct.config.insert("mp3".into(), "/srv,mp=/srv".into());
+        ct.config.insert("dev0".into(), "/dev/ttyUSB0".into());
+        ct.config.insert("template".into(), "1".into());
+        let p = run(&d, ct, RecreatePolicy::Never, true);
+        assert_eq!(
+            p.action,
+            Action::Refused {
+                reasons: vec![
+                    "vmid 101 holds `other`, not `broker` (vmid reused by another container?)".into(),
+                    "vmid 101 is a template".into(),
+                    "arch changes from arm64 to amd64".into(),
+                    "ostemplate changes from local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst to local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst".into(),
+                    "unprivileged changes from 0 to 1".into(),
+                    "rootfs moves from storage `ceph` to `local-lvm`".into(),
+                    "mp3 (/srv,mp=/srv) is not in the spec".into(),
+                    "dev0 is `/dev/ttyUSB0` on PVE, the spec wants `(none)`".into(),
+                ]
+            }
+        );
+        assert!(!run(&d, live_of(&d), RecreatePolicy::Never, true).action.changes_something());
+    }
+
+    #[test]
+    fn mounts_added_or_changed_recreate() {
+        let mut s = spec();
+        s.mounts = vec![
+            Mount::Bind { host_path: "/srv/a".into(), container_path: "/a".into() },
+            Mount::Volume { storage: "local-lvm".into(), size_gib: 4, container_path: "/data".into() },
+        ];
+        let d = desired(&s, &defaults(), "amd64").unwrap();
+        let mut ct = live_of(&d);
+        ct.config.insert("mp0".into(), "/srv/b,mp=/a".into());
+        let p = run(&d, ct, RecreatePolicy::WhenNeeded, true);
+        assert_eq!(
+            p.action,
+            Action::Recreate {
+                reasons: vec![
+                    "mp0 is `/srv/b,mp=/a` on PVE, the spec wants `/srv/a,mp=/a`".into(),
+                    "mp1 (local-lvm:4,mp=/data) is new".into(),
+                ]
+            }
+        );
+        let mut ct = live_of(&d);
+        ct.config.insert("mp0".into(), "/srv/a,mp=/a".into());
+        ct.config.insert("mp1".into(), "local-lvm:vm-101-disk-1,mp=/other,size=4G".into());
+        let p = run(&d, ct, RecreatePolicy::Never, true);
+        assert_eq!(p.action, Action::Refused { reasons: vec!["mp1 is mounted at `/other` on PVE, the spec wants `/data`".into()] });
+    }
+
+    #[test]
+    fn ostemplate_unknown_is_a_warning() {
+        let d = want();
+        let mut ct = live_of(&d);
+        ct.config.remove("description");
+        let p = run(&d, ct, RecreatePolicy::Never, false);
+        assert_eq!(p.action, Action::Nothing);
+        assert_eq!(p.warnings.len(), 1);
+        assert!(p.warnings[0].contains("not created by proxmox-gitops"), "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn always_recreates() {
+        let d = want();
+        let p = run(&d, live_of(&d), RecreatePolicy::Always, false);
+        assert_eq!(p.action, Action::Recreate { reasons: vec!["recreate policy `always`".into()] });
+        assert!(p.start);
+    }
+
+    #[test]
+    fn features_by_auth() {
+        let mut s = spec();
+        s.env.insert("FEATURES".into(), "nesting".into());
+        let d = desired(&s, &defaults(), "amd64").unwrap();
+        let mut ct = live_of(&d);
+        ct.config.remove("features");
+        // nesting alone: allowed under a token, needs a reboot when running.
+        let p = run(&d, ct.clone(), RecreatePolicy::Never, false);
+        assert_eq!(
+            p.action,
+            Action::Update {
+                changes: vec![Change { key: "features".into(), from: None, to: Some("nesting=1".into()) }],
+                resizes: vec![],
+                reboot_needed: true,
+            }
+        );
+        // keyctl removed on PVE side: only root may change it.
+        ct.config.insert("features".into(), "keyctl=1,nesting=1".into());
+        let p = run(&d, ct.clone(), RecreatePolicy::WhenNeeded, false);
+        let Action::Refused { reasons } = &p.action else { panic!("{:?}", p.action) };
+        assert!(reasons[0].contains("only root@pam") && reasons[0].contains("keyctl"), "{reasons:?}");
+        let p = run(&d, ct, RecreatePolicy::Never, true);
+        assert_eq!(
+            p.action,
+            Action::Update {
+                changes: vec![Change { key: "features".into(), from: Some("keyctl=1,nesting=1".into()), to: Some("nesting=1".into()) }],
+                resizes: vec![],
+                reboot_needed: true,
+            }
+        );
+        // Equal flags written differently are equal.
+        let mut ct = live_of(&d);
+        ct.config.insert("features".into(), "nesting=1,fuse=0".into());
+        assert_eq!(run(&d, ct, RecreatePolicy::Never, false).action, Action::Nothing);
+    }
+
+    #[test]
+    fn pending_is_reported() {
+        let d = want();
+        let mut ct = live_of(&d);
+        ct.pending.insert("memory".into());
+        let p = run(&d, ct.clone(), RecreatePolicy::Never, false);
+        assert_eq!(p.action, Action::Nothing);
+        assert_eq!(p.warnings, vec!["pending changes (memory) apply at the next reboot of CT 101"]);
+        ct.config.insert("cores".into(), "4".into());
+        let p = run(&d, ct, RecreatePolicy::Never, false);
+        assert!(matches!(p.action, Action::Update { reboot_needed: true, .. }), "{:?}", p.action);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8G"), Some(8 * GIB));
+        assert_eq!(parse_size("512M"), Some(512 * 1024 * 1024));
+        assert_eq!(parse_size("1T"), Some(1024 * GIB));
+        assert_eq!(parse_size("1024"), Some(1024));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(split_props("local-lvm:vm-1-disk-0,size=8G").0.as_deref(), Some("local-lvm:vm-1-disk-0"));
+    }
+}

@@ -1,0 +1,505 @@
+//! [`PveClient`]: authenticated, bounded requests to `https://HOST:PORT/api2/json`.
+//!
+//! **Authentication** (PVE API docs, "Authentication"):
+//!
+//! * ticket — `POST /access/ticket` with `username` and `password` in the form body (never in the
+//!   URL); the answer's `ticket` is sent as cookie `PVEAuthCookie`, its `CSRFPreventionToken` as a
+//!   header on every write. Tickets live two hours; on a 401 the client logs in again **once** per
+//!   request and repeats it. Concurrent requests share one session and one re-login;
+//! * API token — header `Authorization: PVEAPIToken=USER@REALM!TOKENID=SECRET`, no CSRF.
+//!
+//! Secret header values are marked sensitive (hyper never logs them) and registered with
+//! [`crate::ci::mask`]; request parameters are never logged.
+//!
+//! **Retries**: a request that got no HTTP answer (connection refused/reset, timeout) is repeated
+//! with capped exponential backoff only when the caller says replaying it is safe
+//! ([`Replay::Safe`]: reads, and writes whose repetition the caller detects, such as a create whose
+//! second attempt answers "already exists"). Everything else is reported at once. PVE's own errors
+//! are never retried here; lock conflicts are the backend's business (it knows the operation).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use reqwest::Method;
+use reqwest::header::{HeaderMap, HeaderValue};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+
+use super::PveError;
+use super::tls::{self, TlsMode};
+
+/// How the client authenticates.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// Ticket auth with `user` (`root@pam`) and password.
+    Ticket {
+        /// `USER@REALM`.
+        user: String,
+        /// The password (secret).
+        password: SecretString,
+    },
+    /// API token `USER@REALM!TOKENID` with its secret.
+    Token {
+        /// `USER@REALM`.
+        user: String,
+        /// Token id (after `!`).
+        token: String,
+        /// Token secret (a UUID; secret).
+        secret: SecretString,
+    },
+}
+
+impl Auth {
+    /// True when PVE treats the caller as `root@pam` for the options it reserves to root (bind
+    /// mounts, devices, most feature flags): only a `root@pam` **ticket** qualifies — PVE compares
+    /// the authenticated id with `root@pam`, and a token's id is `root@pam!TOKENID`
+    /// (pve-container `LXC.pm` `check_ct_modify_config_perm`).
+    pub fn is_root(&self) -> bool {
+        matches!(self, Auth::Ticket { user, .. } if user == "root@pam")
+    }
+
+    /// The identity PVE sees: `USER@REALM` or `USER@REALM!TOKENID`.
+    pub fn identity(&self) -> String {
+        match self {
+            Auth::Ticket { user, .. } => user.clone(),
+            Auth::Token { user, token, .. } => format!("{user}!{token}"),
+        }
+    }
+}
+
+/// Whether a request may be sent again after it got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// Repeating it cannot do harm (reads; writes whose repetition the caller recognises).
+    Safe,
+    /// Not repeated on transport errors.
+    Unsafe,
+}
+
+/// Connection options.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Host name or address (no scheme, no port).
+    pub host: String,
+    /// API port (8006).
+    pub port: u16,
+    /// Certificate verification.
+    pub tls: TlsMode,
+    /// Timeout of one HTTP request (PVE holds a config lock up to 10 s before answering).
+    pub request_timeout: Duration,
+    /// How many times a request without answer is repeated (when [`Replay::Safe`]).
+    pub transport_retries: usize,
+    /// First backoff delay between those repetitions (doubling, capped at 2 s, jittered).
+    pub retry_delay: Duration,
+}
+
+impl ClientOptions {
+    /// Options with defaults: port 8006, system roots, 60 s per request, 6 retries from 100 ms.
+    pub fn new(host: impl Into<String>) -> Self {
+        Self {
+            host: host.into(),
+            port: 8006,
+            tls: TlsMode::System,
+            request_timeout: Duration::from_secs(60),
+            transport_retries: 6,
+            retry_delay: Duration::from_millis(100),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Session {
+    ticket: SecretString,
+    csrf: SecretString,
+    generation: u64,
+}
+
+/// A PVE API client; cheap to share (`Arc`), safe to use from many tasks at once.
+pub struct PveClient {
+    http: reqwest::Client,
+    base: url::Url,
+    auth: Auth,
+    opts: ClientOptions,
+    session: RwLock<Option<Arc<Session>>>,
+    login: tokio::sync::Mutex<u64>,
+    requests: AtomicU64,
+    logins: AtomicU64,
+}
+
+impl std::fmt::Debug for PveClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PveClient").field("base", &self.base.as_str()).field("identity", &self.auth.identity()).finish()
+    }
+}
+
+/// Joins the API base and a path such as `/nodes/pve1/lxc/101/config`, percent-encoding each
+/// segment (node names, UPIDs and storage ids are taken literally).
+fn url_for(base: &url::Url, path: &str) -> url::Url {
+    let mut url = base.clone();
+    if let Ok(mut segs) = url.path_segments_mut() {
+        segs.pop_if_empty();
+        segs.extend(path.trim_start_matches('/').split('/'));
+    }
+    url
+}
+
+fn form_encode(params: &[(&str, String)]) -> String {
+    let mut ser = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in params {
+        ser.append_pair(k, v);
+    }
+    ser.finish()
+}
+
+fn sensitive(value: &str) -> Result<HeaderValue, PveError> {
+    let mut v = HeaderValue::from_str(value)
+        .map_err(|_| PveError::Config("credentials contain characters not allowed in an HTTP header".into()))?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+impl PveClient {
+    /// Builds a client; nothing is sent until the first request (a ticket login happens then).
+    ///
+    /// # Errors
+    /// [`PveError::Config`] for an unusable TLS set-up (see [`tls::client_config`]).
+    pub fn new(opts: ClientOptions, auth: Auth) -> Result<Self, PveError> {
+        if opts.tls == TlsMode::Insecure {
+            tracing::warn!(
+                "--insecure: the certificate of {} is NOT verified; anyone on the path can read the PVE credentials. \
+                 Use --pve-fingerprint or --pve-ca instead.",
+                opts.host
+            );
+        }
+        match &auth {
+            Auth::Ticket { password, .. } => crate::ci::mask(password.expose_secret()),
+            Auth::Token { secret, .. } => crate::ci::mask(secret.expose_secret()),
+        }
+        let config = tls::client_config(&opts.tls)?;
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(config)
+            .timeout(opts.request_timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .user_agent(concat!("proxmox-gitops/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| PveError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let host = if opts.host.contains(':') && !opts.host.starts_with('[') {
+            format!("[{}]", opts.host)
+        } else {
+            opts.host.clone()
+        };
+        let base = url::Url::parse(&format!("https://{host}:{}/api2/json", opts.port))
+            .map_err(|e| PveError::Config(format!("PROXMOX_HOST `{}` is not a host name or address: {e}", opts.host)))?;
+        Ok(Self {
+            http,
+            base,
+            auth,
+            opts,
+            session: RwLock::new(None),
+            login: tokio::sync::Mutex::new(0),
+            requests: AtomicU64::new(0),
+            logins: AtomicU64::new(0),
+        })
+    }
+
+    /// The authentication in use.
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
+    /// `https://HOST:PORT/api2/json`.
+    pub fn base_url(&self) -> &str {
+        self.base.as_str()
+    }
+
+    /// HTTP requests sent so far (every attempt, logins included).
+    pub fn request_count(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Ticket logins done so far.
+    pub fn login_count(&self) -> u64 {
+        self.logins.load(Ordering::Relaxed)
+    }
+
+    /// `GET path` with `params` in the query string; returns `data`.
+    ///
+    /// # Errors
+    /// See [`PveClient::call`].
+    pub async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
+        self.call(Method::GET, path, params, Replay::Safe).await
+    }
+
+    /// `POST path` with a form body; returns `data` (a UPID for asynchronous calls).
+    ///
+    /// # Errors
+    /// See [`PveClient::call`].
+    pub async fn post(&self, path: &str, params: &[(&str, String)], replay: Replay) -> Result<Value, PveError> {
+        self.call(Method::POST, path, params, replay).await
+    }
+
+    /// `PUT path` with a form body.
+    ///
+    /// # Errors
+    /// See [`PveClient::call`].
+    pub async fn put(&self, path: &str, params: &[(&str, String)], replay: Replay) -> Result<Value, PveError> {
+        self.call(Method::PUT, path, params, replay).await
+    }
+
+    /// `DELETE path` with `params` in the query string.
+    ///
+    /// # Errors
+    /// See [`PveClient::call`].
+    pub async fn delete(&self, path: &str, params: &[(&str, String)], replay: Replay) -> Result<Value, PveError> {
+        self.call(Method::DELETE, path, params, replay).await
+    }
+
+    /// Sends one API request and returns the `data` member of the answer.
+    ///
+    /// Ticket auth logs in first when there is no session, and once more after a 401.
+    ///
+    /// # Errors
+    /// [`PveError::Api`] for an HTTP error (with PVE's message and per-field `errors`),
+    /// [`PveError::Transport`] when no answer came (after the retries [`Replay::Safe`] allows),
+    /// [`PveError::Decode`] for an answer that is not PVE's JSON.
+    pub async fn call(&self, method: Method, path: &str, params: &[(&str, String)], replay: Replay) -> Result<Value, PveError> {
+        let mut relogged = false;
+        loop {
+            let session = match &self.auth {
+                Auth::Ticket { .. } => Some(self.session().await?),
+                Auth::Token { .. } => None,
+            };
+            let res = self.send_retrying(&method, path, params, replay, session.as_deref()).await;
+            match res {
+                Err(e) if e.is_unauthorized() && !relogged && session.is_some() => {
+                    let generation = session.as_ref().map(|s| s.generation).unwrap_or(0);
+                    tracing::info!("{method} {path}: ticket refused (401), logging in again");
+                    self.relogin(generation).await?;
+                    relogged = true;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn session(&self) -> Result<Arc<Session>, PveError> {
+        if let Some(s) = self.session.read().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(s);
+        }
+        self.relogin(0).await
+    }
+
+    /// Logs in unless another task already replaced the session of `generation`.
+    async fn relogin(&self, generation: u64) -> Result<Arc<Session>, PveError> {
+        let mut current = self.login.lock().await;
+        if let Some(s) = self.session.read().unwrap_or_else(|e| e.into_inner()).clone() {
+            if s.generation != generation {
+                return Ok(s);
+            }
+        }
+        let Auth::Ticket { user, password } = &self.auth else {
+            return Err(PveError::Config("no ticket auth configured".into()));
+        };
+        let params = [("username", user.clone()), ("password", password.expose_secret().to_string())];
+        let data = self.send_retrying(&Method::POST, "/access/ticket", &params, Replay::Safe, None).await?;
+        self.logins.fetch_add(1, Ordering::Relaxed);
+        if data.get("NeedTFA").and_then(Value::as_i64).unwrap_or(0) != 0 {
+            return Err(PveError::Config(format!(
+                "{user} needs a second factor (TFA) to log in; use an API token (PROXMOX_TOKEN + PROXMOX_SECRET) instead"
+            )));
+        }
+        let field = |k: &str| {
+            data.get(k).and_then(Value::as_str).map(str::to_string).ok_or_else(|| PveError::Decode {
+                method: "POST".into(),
+                path: "/access/ticket".into(),
+                detail: format!("no `{k}` in the login answer"),
+            })
+        };
+        let ticket = field("ticket")?;
+        let csrf = field("CSRFPreventionToken")?;
+        crate::ci::mask(&ticket);
+        crate::ci::mask(&csrf);
+        *current += 1;
+        let s = Arc::new(Session { ticket: ticket.into(), csrf: csrf.into(), generation: *current });
+        *self.session.write().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
+        tracing::debug!("logged in to {} as {user}", self.opts.host);
+        Ok(s)
+    }
+
+    async fn send_retrying(
+        &self,
+        method: &Method,
+        path: &str,
+        params: &[(&str, String)],
+        replay: Replay,
+        session: Option<&Session>,
+    ) -> Result<Value, PveError> {
+        let times = if replay == Replay::Safe { self.opts.transport_retries } else { 0 };
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(self.opts.retry_delay)
+            .with_max_delay(Duration::from_secs(2))
+            .with_max_times(times)
+            .with_jitter();
+        (|| self.send_once(method, path, params, session))
+            .retry(backoff)
+            .when(|e: &PveError| matches!(e, PveError::Transport { retryable: true, .. }))
+            .notify(|e: &PveError, d: Duration| {
+                tracing::debug!("{e}; repeating in {} ms", d.as_millis());
+            })
+            .await
+    }
+
+    async fn send_once(
+        &self,
+        method: &Method,
+        path: &str,
+        params: &[(&str, String)],
+        session: Option<&Session>,
+    ) -> Result<Value, PveError> {
+        let mut url = url_for(&self.base, path);
+        let write = *method != Method::GET && *method != Method::HEAD;
+        let body_in_query = *method == Method::GET || *method == Method::DELETE;
+        if body_in_query && !params.is_empty() {
+            url.set_query(Some(&form_encode(params)));
+        }
+        let mut headers = HeaderMap::new();
+        match (&self.auth, session) {
+            (Auth::Token { user, token, secret }, _) => {
+                headers.insert(
+                    reqwest::header::AUTHORIZATION,
+                    sensitive(&format!("PVEAPIToken={user}!{token}={}", secret.expose_secret()))?,
+                );
+            }
+            (Auth::Ticket { .. }, Some(s)) => {
+                headers.insert(reqwest::header::COOKIE, sensitive(&format!("PVEAuthCookie={}", s.ticket.expose_secret()))?);
+                if write {
+                    headers.insert("CSRFPreventionToken", sensitive(s.csrf.expose_secret())?);
+                }
+            }
+            (Auth::Ticket { .. }, None) => {}
+        }
+        let mut req = self.http.request(method.clone(), url).headers(headers);
+        if !body_in_query {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(form_encode(params));
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!("{method} {path}");
+        let transport = |e: reqwest::Error| {
+            let detail = error_chain(&e);
+            // A certificate the verifier refused stays refused: report it at once.
+            let retryable = !(e.is_builder() || detail.contains("certificate") || detail.contains("fingerprint"));
+            PveError::Transport { method: method.to_string(), path: path.to_string(), detail, retryable }
+        };
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        let reason = status.canonical_reason().unwrap_or("").to_string();
+        let bytes = resp.bytes().await.map_err(transport)?;
+        parse_answer(method.as_str(), path, status.as_u16(), &reason, &bytes)
+    }
+}
+
+/// The error and its sources, `: `-joined (reqwest hides the TLS cause in the chain).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    crate::ci::redact(&s)
+}
+
+/// Interprets an HTTP answer: `data` for 2xx; otherwise [`PveError::Api`] with PVE's message
+/// (JSON `message`, else the plain-text body, else the HTTP reason) and per-field `errors`.
+pub fn parse_answer(method: &str, path: &str, status: u16, reason: &str, body: &[u8]) -> Result<Value, PveError> {
+    let json: Option<Value> = serde_json::from_slice(body).ok();
+    if (200..300).contains(&status) {
+        return match json {
+            Some(v) => Ok(v.get("data").cloned().unwrap_or(Value::Null)),
+            None => Err(PveError::Decode {
+                method: method.into(),
+                path: path.into(),
+                detail: format!("HTTP {status} with a body that is not JSON: {}", snippet(body)),
+            }),
+        };
+    }
+    let mut errors = std::collections::BTreeMap::new();
+    let mut message = None;
+    if let Some(v) = &json {
+        message = v.get("message").and_then(Value::as_str).map(|m| m.trim().to_string()).filter(|m| !m.is_empty());
+        if let Some(map) = v.get("errors").and_then(Value::as_object) {
+            for (k, e) in map {
+                let text = e.as_str().map(str::to_string).unwrap_or_else(|| e.to_string());
+                errors.insert(k.clone(), text.trim().to_string());
+            }
+        }
+    }
+    let message = message
+        .or_else(|| if json.is_none() { Some(snippet(body)).filter(|s| !s.is_empty()) } else { None })
+        .unwrap_or_else(|| reason.to_string());
+    Err(PveError::Api { method: method.into(), path: path.into(), status, message: crate::ci::redact(&message), errors })
+}
+
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let mut s: String = text.chars().take(300).collect();
+    if text.chars().count() > 300 {
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers() {
+        assert_eq!(parse_answer("GET", "/version", 200, "OK", br#"{"data":{"v":1}}"#).unwrap(), serde_json::json!({"v":1}));
+        let e = parse_answer("POST", "/nodes/pve1/lxc", 400, "Parameter verification failed.",
+            br#"{"data":null,"message":"Parameter verification failed.\n","errors":{"memory":"type check ('integer') failed - got 'abc'\n"}}"#).unwrap_err();
+        match &e {
+            PveError::Api { status, message, errors, .. } => {
+                assert_eq!(*status, 400);
+                assert_eq!(message, "Parameter verification failed.");
+                assert_eq!(errors["memory"], "type check ('integer') failed - got 'abc'");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Plain-text bodies (a proxy, or PVE's own non-JSON errors).
+        let e = parse_answer("GET", "/x", 502, "Bad Gateway", b"<html>upstream down</html>").unwrap_err();
+        assert_eq!(e.to_string(), "GET /x: HTTP 502: <html>upstream down</html>");
+        let e = parse_answer("GET", "/x", 596, "", b"").unwrap_err();
+        assert_eq!(e.to_string(), "GET /x: HTTP 596: ");
+        assert!(matches!(parse_answer("GET", "/x", 200, "OK", b"nope"), Err(PveError::Decode { .. })));
+    }
+
+    #[test]
+    fn urls() {
+        let base = url::Url::parse("https://127.0.0.1:8006/api2/json").unwrap();
+        assert_eq!(
+            url_for(&base, "/nodes/pve1/tasks/UPID:pve1:000003E8:00001B58:6B0DA64A:download:local:root@pam:/status").as_str(),
+            "https://127.0.0.1:8006/api2/json/nodes/pve1/tasks/UPID:pve1:000003E8:00001B58:6B0DA64A:download:local:root@pam:/status"
+        );
+        assert_eq!(form_encode(&[("net0", "name=eth0,ip=1.2.3.4/24".into())]), "net0=name%3Deth0%2Cip%3D1.2.3.4%2F24");
+    }
+
+    #[test]
+    fn root_rule() {
+        let t = Auth::Ticket { user: "root@pam".into(), password: "x".to_string().into() };
+        assert!(t.is_root());
+        let k = Auth::Token { user: "root@pam".into(), token: "ci".into(), secret: "s".to_string().into() };
+        assert!(!k.is_root());
+        assert_eq!(k.identity(), "root@pam!ci");
+    }
+}

@@ -1,0 +1,186 @@
+//! Errors of the PVE API client.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// An error talking to PVE. Every variant names the request (`METHOD /path`) it is about; none
+/// carries a secret (tickets, passwords and token secrets are never part of a path or message).
+#[derive(Debug, thiserror::Error)]
+pub enum PveError {
+    /// PVE answered with an HTTP error: `message` is PVE's (`{"data":null,"message":…}`, or the
+    /// plain-text body, or the HTTP reason), `errors` the per-field map of a 400.
+    #[error("{method} {path}: HTTP {status}: {message}{}", FieldErrors(errors))]
+    Api {
+        /// HTTP method.
+        method: String,
+        /// API path below `/api2/json`.
+        path: String,
+        /// HTTP status code.
+        status: u16,
+        /// PVE's message, trimmed.
+        message: String,
+        /// Per-parameter errors (400 "Parameter verification failed.").
+        errors: BTreeMap<String, String>,
+    },
+    /// No HTTP answer: connection refused/reset, TLS failure, timeout.
+    #[error("{method} {path}: {detail}")]
+    Transport {
+        /// HTTP method.
+        method: String,
+        /// API path.
+        path: String,
+        /// The transport error with its causes (e.g. the certificate verification failure).
+        detail: String,
+        /// False for failures a repetition cannot fix (certificate verification, bad URL).
+        retryable: bool,
+    },
+    /// The answer was not the JSON expected.
+    #[error("{method} {path}: unexpected answer: {detail}")]
+    Decode {
+        /// HTTP method.
+        method: String,
+        /// API path.
+        path: String,
+        /// What did not match.
+        detail: String,
+    },
+    /// A task ended with an error (`TASK ERROR: …`); `log_tail` holds the last lines of its log.
+    #[error("task {upid} failed: {exit_status}{}", LogTail(log_tail))]
+    Task {
+        /// The task's UPID.
+        upid: String,
+        /// Its exit status (the error message).
+        exit_status: String,
+        /// The last lines of `/nodes/{node}/tasks/{upid}/log`.
+        log_tail: Vec<String>,
+    },
+    /// A wait did not finish in time (the task may still run on PVE).
+    #[error("{what}: no result after {secs} s (timeout)")]
+    Timeout {
+        /// What was waited for (e.g. the UPID).
+        what: String,
+        /// The timeout in seconds.
+        secs: u64,
+    },
+    /// Bad client configuration (unreadable CA file, malformed fingerprint, missing credentials).
+    #[error("{0}")]
+    Config(String),
+}
+
+struct FieldErrors<'a>(&'a BTreeMap<String, String>);
+
+impl fmt::Display for FieldErrors<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let parts: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}: {}", v.trim())).collect();
+        write!(f, " ({})", parts.join("; "))
+    }
+}
+
+struct LogTail<'a>(&'a [String]);
+
+impl fmt::Display for LogTail<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        write!(f, "\n  task log (last {} lines):", self.0.len())?;
+        for l in self.0 {
+            write!(f, "\n    {l}")?;
+        }
+        Ok(())
+    }
+}
+
+impl PveError {
+    /// The HTTP status of an API error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            PveError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// PVE's message (API error) or the task's exit status (task error).
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            PveError::Api { message, .. } => Some(message),
+            PveError::Task { exit_status, .. } => Some(exit_status),
+            _ => None,
+        }
+    }
+
+    /// True for PVE's "does not exist" answers (HTTP 500 `Configuration file … does not exist`),
+    /// which mean the guest is absent (pve-container `LXC/Config.pm` `load_config`).
+    pub fn is_absent(&self) -> bool {
+        matches!(self, PveError::Api { status: 500, message, .. } if message.contains("does not exist"))
+    }
+
+    /// True for a config-lock conflict that clears by itself: `CT is locked (…)`,
+    /// `VM is locked (…)`, `can't lock file '…' - got timeout` (PVE `AbstractConfig::lock_config`
+    /// and `check_lock`), whether answered directly or as a task's exit status.
+    pub fn is_locked(&self) -> bool {
+        self.message().is_some_and(is_lock_message)
+    }
+
+    /// True for `… already exists …` (create of a vmid in use).
+    pub fn is_already_exists(&self) -> bool {
+        self.message().is_some_and(|m| m.contains("already exists"))
+    }
+
+    /// True for "already running" (start of a running guest).
+    pub fn is_already_running(&self) -> bool {
+        self.message().is_some_and(|m| m.contains("already running"))
+    }
+
+    /// True for "not running" (stop/shutdown of a stopped guest).
+    pub fn is_not_running(&self) -> bool {
+        self.message().is_some_and(|m| m.contains("not running"))
+    }
+
+    /// True for 401: the ticket expired or was revoked, or the CSRF token was refused.
+    pub fn is_unauthorized(&self) -> bool {
+        self.status() == Some(401)
+    }
+}
+
+/// True when `msg` is a lock conflict message (see [`PveError::is_locked`]).
+pub fn is_lock_message(msg: &str) -> bool {
+    msg.contains("is locked (") || (msg.contains("can't lock file") && msg.contains("got timeout"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_and_classes() {
+        let e = PveError::Api {
+            method: "POST".into(),
+            path: "/nodes/pve1/lxc".into(),
+            status: 400,
+            message: "Parameter verification failed.".into(),
+            errors: [("memory".to_string(), "type check ('integer') failed - got 'abc'\n".to_string())].into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "POST /nodes/pve1/lxc: HTTP 400: Parameter verification failed. (memory: type check ('integer') failed - got 'abc')"
+        );
+        let absent = PveError::Api {
+            method: "GET".into(),
+            path: "/nodes/pve1/lxc/100/config".into(),
+            status: 500,
+            message: "Configuration file 'nodes/pve1/lxc/100.conf' does not exist".into(),
+            errors: BTreeMap::new(),
+        };
+        assert!(absent.is_absent());
+        assert!(!absent.is_locked());
+        assert!(is_lock_message("CT is locked (backup)"));
+        assert!(is_lock_message("can't lock file '/run/lock/lxc/pve-config-101.lock' - got timeout"));
+        assert!(!is_lock_message("CT 101 already running"));
+        let t = PveError::Task { upid: "UPID:x".into(), exit_status: "boom".into(), log_tail: vec!["a".into(), "TASK ERROR: boom".into()] };
+        assert_eq!(t.to_string(), "task UPID:x failed: boom\n  task log (last 2 lines):\n    a\n    TASK ERROR: boom");
+    }
+}

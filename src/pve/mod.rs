@@ -1,0 +1,24 @@
+//! A typed client for the Proxmox VE HTTP API (`https://HOST:8006/api2/json`).
+//!
+//! One module per concern:
+//!
+//! * [`client`] — [`PveClient`]: authentication (ticket or API token), requests, error mapping,
+//!   bounded retries of transport failures for calls that are safe to replay, a request counter;
+//! * [`tls`] — certificate verification: system roots, a CA file, or a pinned SHA-256
+//!   fingerprint (the usual self-signed PVE node), or `--insecure`;
+//! * [`task`] — waiting for asynchronous tasks (UPIDs) with backoff and a timeout;
+//! * [`error`] — [`PveError`], which names method, path, HTTP status, PVE's message and its
+//!   per-field `errors`.
+//!
+//! The client knows nothing about containers specs or policy: the `backend::pve` module decides
+//! what to call.
+
+pub mod client;
+pub mod error;
+pub mod task;
+pub mod tls;
+
+pub use client::{Auth, ClientOptions, PveClient, Replay};
+pub use error::PveError;
+pub use task::TaskOutcome;
+pub use tls::TlsMode;

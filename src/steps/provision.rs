@@ -1,0 +1,264 @@
+//! Step `provision`: plan and apply the inventory's containers on a backend, concurrently.
+//!
+//! 1. [`plan_all`] reads live state and plans every selected container (bounded parallelism);
+//!    the caller prints the plans **before** anything changes;
+//! 2. [`apply_all`] executes them (same bound), writing `provision/<name>.json` atomically as
+//!    each container finishes. A failing container does not stop the others.
+//!
+//! One backend instance — and so one PVE client and session — serves every container.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures_util::StreamExt;
+
+use crate::artifact::{self, ArtifactDir};
+use crate::backend::pve::{PveBackend, PveBackendOptions, Timeouts, desired::PveDefaults};
+use crate::error::{Error, Location, Problems, Result};
+use crate::inventory::{ContainerSpec, Inventory};
+use crate::provision::{Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy};
+use crate::pve::{Auth, ClientOptions, PveClient, TlsMode};
+use crate::settings::Settings;
+
+/// A provisioning backend. The provision step dispatches over the variants; each implements
+/// `plan`, `apply` and `destroy` with the same signatures.
+pub enum Backend {
+    /// Proxmox VE over its API.
+    Pve(PveBackend),
+}
+
+impl Backend {
+    /// Which backend this is.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Backend::Pve(_) => BackendKind::Pve,
+        }
+    }
+
+    /// Plans one container (reads only). See [`PveBackend::plan`].
+    ///
+    /// # Errors
+    /// The backend's planning errors.
+    pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> anyhow::Result<ContainerPlan> {
+        match self {
+            Backend::Pve(b) => b.plan(spec, policy).await,
+        }
+    }
+
+    /// Applies a plan; never panics, failures are in the outcome. See [`PveBackend::apply`].
+    pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
+        match self {
+            Backend::Pve(b) => b.apply(spec, plan, opts).await,
+        }
+    }
+
+    /// Destroys a container. See [`PveBackend::destroy`].
+    ///
+    /// # Errors
+    /// The backend's errors.
+    pub async fn destroy(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<ActionRecord>> {
+        match self {
+            Backend::Pve(b) => b.destroy(spec).await,
+        }
+    }
+}
+
+/// How to reach PVE besides the settings: TLS and timeouts.
+#[derive(Debug, Clone)]
+pub struct PveConnect {
+    /// Certificate verification.
+    pub tls: TlsMode,
+    /// Per-operation timeouts.
+    pub timeouts: Timeouts,
+    /// Timeout of one HTTP request.
+    pub request_timeout: Duration,
+}
+
+impl Default for PveConnect {
+    fn default() -> Self {
+        Self { tls: TlsMode::System, timeouts: Timeouts::default(), request_timeout: Duration::from_secs(60) }
+    }
+}
+
+fn env_problem(key: &str, msg: impl Into<String>) -> Problems {
+    let mut p = Problems::new();
+    p.add(Location::file("environment").with_key(key), msg);
+    p
+}
+
+/// The backend chosen by default: `pve` when `PROXMOX_HOST` is configured, else `lxc`.
+pub fn default_backend(settings: &Settings) -> BackendKind {
+    if settings.pve.host.is_some() { BackendKind::Pve } else { BackendKind::Lxc }
+}
+
+/// Builds the PVE backend from the settings (`PROXMOX_*`).
+///
+/// # Errors
+/// [`Error::Input`] naming the missing setting (host, credentials, template);
+/// [`Error::Failed`] for an unusable TLS set-up (unreadable CA file …).
+pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBackend> {
+    let s = &settings.pve;
+    let host = s.host.clone().ok_or_else(|| env_problem("PROXMOX_HOST", "not set: the PVE API host (name or address)"))?;
+    let auth = if let Some(pw) = &s.password {
+        Auth::Ticket { user: s.user.clone().unwrap_or_else(|| "root@pam".into()), password: pw.clone() }
+    } else if let (Some(token), Some(secret)) = (&s.token, &s.secret) {
+        let user = s.user.clone().ok_or_else(|| {
+            env_problem("PROXMOX_USER", "not set: an API token needs its user, e.g. root@pam (PROXMOX_USER) with PROXMOX_TOKEN=ID")
+        })?;
+        Auth::Token { user, token: token.clone(), secret: secret.clone() }
+    } else {
+        return Err(env_problem(
+            "PROXMOX_PASSWORD",
+            "no PVE credentials: set PROXMOX_PASSWORD (ticket auth) or PROXMOX_TOKEN and PROXMOX_SECRET (API token)",
+        )
+        .into());
+    };
+    let template = s.template.clone().ok_or_else(|| {
+        env_problem("PROXMOX_TEMPLATE", "not set: the container template without arch and extension, e.g. debian-13-standard_13.1-2")
+    })?;
+    let mut opts = ClientOptions::new(host);
+    opts.port = s.port;
+    opts.tls = connect.tls.clone();
+    opts.request_timeout = connect.request_timeout;
+    let client = PveClient::new(opts, auth).map_err(|e| Error::Failed(e.into()))?;
+    Ok(PveBackend::new(
+        Arc::new(client),
+        PveBackendOptions {
+            defaults: PveDefaults {
+                storage: s.storage.clone().unwrap_or_else(|| "local".into()),
+                template,
+                gateway: s.gateway.clone(),
+                mask: s.mask,
+                interface: s.interface.clone(),
+                bridge: s.bridge.clone(),
+            },
+            node: s.node.clone(),
+            timeouts: connect.timeouts.clone(),
+        },
+    ))
+}
+
+/// Builds the backend of `kind`.
+///
+/// # Errors
+/// See [`pve_backend`]; the lxc backend is not part of this build yet.
+pub fn backend(kind: BackendKind, settings: &Settings, connect: &PveConnect) -> Result<Backend> {
+    match kind {
+        BackendKind::Pve => Ok(Backend::Pve(pve_backend(settings, connect)?)),
+        BackendKind::Lxc => Err(Error::Usage(
+            "the lxc backend is not built yet; use --backend pve with PROXMOX_HOST configured".into(),
+        )),
+    }
+}
+
+/// One container's plan, or why it could not be planned.
+#[derive(Debug)]
+pub struct Planned {
+    /// The container.
+    pub spec: ContainerSpec,
+    /// Its plan.
+    pub plan: anyhow::Result<ContainerPlan>,
+}
+
+/// Plans `specs` with at most `jobs` at a time, in the given order.
+pub async fn plan_all(backend: &Backend, specs: Vec<ContainerSpec>, policy: RecreatePolicy, jobs: usize) -> Vec<Planned> {
+    futures_util::stream::iter(specs.into_iter().map(|spec| async move {
+        let plan = backend.plan(&spec, policy).await;
+        Planned { spec, plan }
+    }))
+    .buffered(jobs.max(1))
+    .collect()
+    .await
+}
+
+/// Applies the plans with at most `jobs` at a time; writes `provision/<name>.json` for each
+/// as it finishes, and returns the artifacts in the given order. A container whose planning
+/// failed gets a failed artifact (with a `refused` plan: nothing was changed).
+///
+/// # Errors
+/// Only when an artifact cannot be written.
+pub async fn apply_all(
+    backend: &Backend,
+    planned: Vec<Planned>,
+    opts: &ApplyOptions,
+    jobs: usize,
+    artifacts: &ArtifactDir,
+) -> Result<Vec<Provision>> {
+    let results: Vec<anyhow::Result<Provision>> = futures_util::stream::iter(planned.into_iter().map(|p| async move {
+        let _group = crate::ci::Group::start(&format!("provision {}", p.spec.name));
+        let prov = match &p.plan {
+            Ok(plan) => backend.apply(&p.spec, plan, opts).await,
+            Err(e) => failed_before_plan(backend.kind(), &p.spec, opts, e),
+        };
+        write_artifact(&artifacts.provision(&prov.name), &prov)?;
+        Ok(prov)
+    }))
+    .buffered(jobs.max(1))
+    .collect()
+    .await;
+    results.into_iter().map(|r| r.map_err(Error::Failed)).collect()
+}
+
+fn write_artifact(path: &Path, prov: &Provision) -> anyhow::Result<()> {
+    artifact::write(path, prov).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The artifact of a container that could not be planned.
+pub fn failed_before_plan(kind: BackendKind, spec: &ContainerSpec, opts: &ApplyOptions, e: &anyhow::Error) -> Provision {
+    let error = crate::ci::redact(&format!("{e:#}"));
+    Provision {
+        backend: kind,
+        name: spec.name.clone(),
+        node: spec.node.clone(),
+        vmid: spec.vmid,
+        hostname: spec.hostname.clone(),
+        address: spec.ip.address().map(|a| a.to_string()),
+        ssh_port: opts.ssh_port,
+        plan: ContainerPlan {
+            name: spec.name.clone(),
+            vmid: spec.vmid,
+            hostname: spec.hostname.clone(),
+            action: Action::Refused { reasons: vec![format!("planning failed: {error}")] },
+            start: false,
+        },
+        actions: vec![],
+        warnings: vec![],
+        status: None,
+        created: false,
+        protected_by: None,
+        inputs_digest: None,
+        outcome: Outcome::Failed { error },
+    }
+}
+
+/// One line of a printed plan: what will happen to the container.
+pub fn describe(plan: &ContainerPlan) -> String {
+    match &plan.action {
+        Action::Create => "create".into(),
+        Action::Nothing => "nothing".into(),
+        Action::Update { changes, resizes, reboot_needed } => {
+            let mut parts: Vec<String> = changes.iter().map(|c| format!("{}={}", c.key, match &c.to {
+                Some(v) if c.key == "description" || v.len() > 40 => "…".to_string(),
+                Some(v) => v.clone(),
+                None => "(delete)".into(),
+            })).collect();
+            parts.extend(resizes.iter().map(|r| format!("resize {} {}→{} GiB", r.disk, r.from_gib, r.to_gib)));
+            format!("update {}{}", parts.join(" "), if *reboot_needed { " (reboot needed)" } else { "" })
+        }
+        Action::Recreate { reasons } => format!("RECREATE: {}", reasons.join("; ")),
+        Action::Refused { reasons } => format!("refused (needs --allow-recreate): {}", reasons.join("; ")),
+    }
+}
+
+/// Selects the containers of the stage by name; `all` selects every one.
+///
+/// # Errors
+/// [`Error::Input`] for unknown names, [`Error::Usage`] when neither names nor `all` are given.
+pub fn select(inv: &Inventory, names: &[String], all: bool) -> Result<Vec<ContainerSpec>> {
+    if names.is_empty() && !all {
+        return Err(Error::Usage("give --container NAME (repeatable) or --all".into()));
+    }
+    Ok(crate::steps::plan::select(inv, names)?.into_iter().cloned().collect())
+}

@@ -1,0 +1,774 @@
+//! Integration tests of `provision` against fakepve (PyPI), started on loopback per test with
+//! its own certificate. The SSH wait targets a banner-writing listener on 127.0.0.1; container
+//! addresses are 127.0.0.1 — nothing else is ever contacted.
+
+#[path = "support/fakepve.rs"]
+mod fakepve;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fakepve::{FakePve, TEMPLATE, TEMPLATE_FILE};
+use pretty_assertions::assert_eq;
+use proxmox_gitops::artifact::{self, ArtifactDir};
+use proxmox_gitops::backend::pve::Timeouts;
+use proxmox_gitops::inventory::{ContainerSpec, Disk, Engine, IpConfig, Mount};
+use proxmox_gitops::provision::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
+use proxmox_gitops::pve::TlsMode;
+use proxmox_gitops::settings::{PveSettings, Settings};
+use proxmox_gitops::steps::provision::{self as step, Backend, PveConnect};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+/// A TCP listener on 127.0.0.1 that greets like sshd.
+async fn ssh_banner() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2 fake\r\n").await;
+        }
+    });
+    port
+}
+
+enum Login {
+    Root,
+    Token,
+}
+
+struct Env {
+    pve: FakePve,
+    ssh_port: u16,
+    share: tempfile::TempDir,
+    artifacts: tempfile::TempDir,
+}
+
+impl Env {
+    async fn new() -> Env {
+        Env {
+            pve: FakePve::start(),
+            ssh_port: ssh_banner().await,
+            share: tempfile::tempdir().unwrap(),
+            artifacts: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn settings(&self, login: Login) -> Settings {
+        let (password, token, secret) = match login {
+            Login::Root => (Some(SecretString::from("secret")), None, None),
+            Login::Token => {
+                self.pve.exec("pve.apitokens['root@pam!ci'] = '0b8e5a72-5e0c-4d4b-9a3a-2f4f1d8c9e11'");
+                (None, Some("ci".to_string()), Some(SecretString::from("0b8e5a72-5e0c-4d4b-9a3a-2f4f1d8c9e11")))
+            }
+        };
+        Settings {
+            pve: PveSettings {
+                host: Some("127.0.0.1".into()),
+                port: self.pve.port,
+                user: Some("root@pam".into()),
+                password,
+                token,
+                secret,
+                node: None,
+                gateway: Some("127.0.0.254".into()),
+                mask: Some(8),
+                interface: "eth0".into(),
+                bridge: "vmbr0".into(),
+                storage: Some("local:vztmpl".into()),
+                template: Some(TEMPLATE.into()),
+            },
+            gitea: Default::default(),
+            share: self.share.path().to_path_buf(),
+        }
+    }
+
+    fn connect(&self) -> PveConnect {
+        PveConnect {
+            tls: TlsMode::CaFile(self.pve.ca.clone()),
+            timeouts: Timeouts { lock: Duration::from_secs(10), ..Timeouts::default() },
+            request_timeout: Duration::from_secs(20),
+        }
+    }
+
+    fn backend(&self, login: Login) -> Backend {
+        step::backend(proxmox_gitops::provision::BackendKind::Pve, &self.settings(login), &self.connect()).unwrap()
+    }
+
+    fn apply_opts(&self) -> ApplyOptions {
+        ApplyOptions {
+            share: self.share.path().to_path_buf(),
+            wait_ssh: true,
+            ssh_port: self.ssh_port,
+            ssh_timeout: Duration::from_secs(10),
+            recreate: RecreatePolicy::Never,
+        }
+    }
+
+    async fn provision(&self, backend: &Backend, specs: Vec<ContainerSpec>, policy: RecreatePolicy, jobs: usize) -> Vec<Provision> {
+        let planned = step::plan_all(backend, specs, policy, jobs).await;
+        let dir = ArtifactDir::new(self.artifacts.path());
+        step::apply_all(backend, planned, &self.apply_opts(), jobs, &dir).await.unwrap()
+    }
+}
+
+fn spec(name: &str, vmid: u32) -> ContainerSpec {
+    ContainerSpec {
+        name: name.into(),
+        hostname: name.into(),
+        vmid,
+        ip: IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: Some(8) },
+        cores: 2,
+        memory_mib: 1024,
+        swap_mib: 256,
+        rootfs: Disk { storage: "local-lvm".into(), size_gib: 8 },
+        mounts: vec![],
+        onboot: true,
+        node: None,
+        snapshot_paths: vec![],
+        engine: Engine::None,
+        dir: format!("libs/{name}").into(),
+        sources: vec![format!("libs/{name}/container.env").into()],
+        submodule: None,
+        env: BTreeMap::new(),
+        extra: BTreeMap::new(),
+    }
+}
+
+fn client(b: &Backend) -> &Arc<proxmox_gitops::pve::PveClient> {
+    match b {
+        Backend::Pve(p) => p.client(),
+    }
+}
+
+/// `UPID:pve1:…:vzcreate:101:root@pam:` → `UPID:pve1:vzcreate:101:root@pam`.
+fn short_upid(u: &str) -> String {
+    let p: Vec<&str> = u.split(':').collect();
+    assert!(p.len() >= 9 && p[0] == "UPID", "not a UPID: {u}");
+    format!("UPID:{}:{}:{}:{}", p[1], p[5], p[6], p[7])
+}
+
+/// The artifact as JSON with UPIDs shortened and durations zeroed, for whole-artifact asserts.
+fn normalised(p: &Provision) -> Value {
+    let mut v = artifact::to_value(p);
+    for a in v["actions"].as_array_mut().unwrap() {
+        a["duration_ms"] = json!(0);
+        if let Some(u) = a["upid"].as_str() {
+            a["upid"] = json!(short_upid(u));
+        }
+    }
+    v
+}
+
+/// Request paths with UPIDs shortened.
+fn paths(reqs: &[(String, String, String)]) -> Vec<String> {
+    reqs.iter()
+        .map(|(m, p, _)| {
+            let p = match p.find("UPID:") {
+                Some(i) => {
+                    let end = p[i..].find('/').map(|e| i + e).unwrap_or(p.len());
+                    format!("{}{}{}", &p[..i], short_upid(&p[i..end]), &p[end..])
+                }
+                None => p.clone(),
+            };
+            format!("{m} {p}")
+        })
+        .collect()
+}
+
+fn expected_created(name: &str, vmid: u32, ssh_port: u16, actions: Value) -> Value {
+    json!({
+        "kind": "provision",
+        "schema_version": "1.0",
+        "backend": "pve",
+        "name": name,
+        "node": "pve1",
+        "vmid": vmid,
+        "hostname": name,
+        "address": "127.0.0.1",
+        "ssh_port": ssh_port,
+        "plan": {"name": name, "vmid": vmid, "hostname": name, "action": "create", "start": true},
+        "actions": actions,
+        "warnings": [],
+        "status": "running",
+        "created": true,
+        "protected_by": null,
+        "inputs_digest": null,
+        "result": "ok"
+    })
+}
+
+fn create_actions(vmid: u32, ssh_port: u16, user: &str) -> Value {
+    json!([
+        {"action": "create", "upid": format!("UPID:pve1:vzcreate:{vmid}:{user}"), "exit_status": "OK", "duration_ms": 0,
+         "detail": format!("local:vztmpl/{TEMPLATE_FILE}")},
+        {"action": "start", "upid": format!("UPID:pve1:vzstart:{vmid}:{user}"), "exit_status": "OK", "duration_ms": 0, "detail": null},
+        {"action": "wait-ssh", "upid": null, "exit_status": null, "duration_ms": 0, "detail": format!("127.0.0.1:{ssh_port}")}
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_from_nothing_with_ticket_auth() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    env.pve.requests(true);
+    let b = env.backend(Login::Root);
+    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    assert_eq!(normalised(&out[0]), expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam")));
+    // The artifact on disk is the same document.
+    let on_disk: Provision = artifact::read(&env.artifacts.path().join("provision/broker.json")).unwrap();
+    assert_eq!(on_disk, out[0]);
+    // Exactly these requests: one login, node discovery, arch, live state, template check,
+    // create, start (time scale 0: each task is done at the first poll).
+    assert_eq!(
+        paths(&env.pve.requests(false)),
+        vec![
+            "POST /access/ticket",
+            "GET /nodes",
+            "GET /nodes/pve1/status",
+            "GET /nodes/pve1/lxc/101/config",
+            "GET /nodes/pve1/storage/local/content",
+            "POST /nodes/pve1/lxc",
+            "GET /nodes/pve1/tasks/UPID:pve1:vzcreate:101:root@pam/status",
+            "POST /nodes/pve1/lxc/101/status/start",
+            "GET /nodes/pve1/tasks/UPID:pve1:vzstart:101:root@pam/status",
+        ]
+    );
+    // The password went in the login body only (fakepve records it redacted), never a URL.
+    let reqs = env.pve.requests(false);
+    assert!(reqs.iter().all(|(_, p, b)| !p.contains("secret") && !b.contains("secret")), "{reqs:?}");
+    // What PVE holds now.
+    let key = std::fs::read_to_string(env.share.path().join(".keys/101.pub")).unwrap();
+    let cfg = env.pve.ct_config(101).unwrap();
+    let net0 = cfg["net0"].as_str().unwrap().to_string();
+    assert!(net0.starts_with("name=eth0,bridge=vmbr0,gw=127.0.0.254,hwaddr="), "{net0}");
+    assert!(net0.ends_with(",ip=127.0.0.1/8,type=veth"), "{net0}");
+    assert_eq!(
+        cfg,
+        json!({
+            "hostname": "broker", "cores": 2, "memory": 1024, "swap": 256, "net0": net0, "unprivileged": 1, "onboot": 1,
+            "description": format!("managed by proxmox-gitops: lib `broker`\nostemplate: local:vztmpl/{TEMPLATE_FILE}\n"),
+            "rootfs": "local-lvm:vm-101-disk-0,size=8G", "ostype": "debian", "arch": "amd64", "status": "running"
+        })
+    );
+    // The create request carried the container's public key.
+    let create_body = &reqs.iter().find(|(m, p, _)| m == "POST" && p == "/nodes/pve1/lxc").unwrap().2;
+    let sent: BTreeMap<String, String> = url::form_urlencoded::parse(create_body.as_bytes()).into_owned().collect();
+    assert_eq!(sent["ssh-public-keys"], key.trim());
+    assert_eq!(sent["rootfs"], "local-lvm:8");
+    assert!(!sent.contains_key("features"), "features only when set: {sent:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_template_is_downloaded_once_for_concurrent_creates() {
+    let env = Env::new().await;
+    let b = env.backend(Login::Root);
+    let specs = vec![spec("a", 201), spec("b", 202), spec("c", 203)];
+    let out = env.provision(&b, specs, RecreatePolicy::Never, 3).await;
+    assert!(out.iter().all(|p| p.outcome == Outcome::Ok), "{out:#?}");
+    let downloads: Vec<&Provision> = out.iter().filter(|p| p.actions.iter().any(|a| a.action == "download")).collect();
+    assert_eq!(downloads.len(), 1, "one container downloads, the others wait for it");
+    let d = downloads[0].actions.iter().find(|a| a.action == "download").unwrap();
+    assert_eq!(d.detail.as_deref(), Some(format!("local:vztmpl/{TEMPLATE_FILE}").as_str()));
+    assert_eq!(d.exit_status.as_deref(), Some("OK"));
+    let reqs = env.pve.requests(false);
+    let dl: Vec<&(String, String, String)> = reqs.iter().filter(|(_, p, _)| p.ends_with("/download-url")).collect();
+    assert_eq!(dl.len(), 1);
+    let body: BTreeMap<String, String> = url::form_urlencoded::parse(dl[0].2.as_bytes()).into_owned().collect();
+    assert_eq!(body["url"], format!("http://download.proxmox.com/images/system/{TEMPLATE_FILE}"));
+    assert_eq!(body["content"], "vztmpl");
+    assert_eq!(body["filename"], TEMPLATE_FILE);
+    for vmid in [201, 202, 203] {
+        assert_eq!(env.pve.ct_config(vmid).unwrap()["status"], "running");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rerun_changes_nothing_and_writes_nothing() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    env.pve.requests(true);
+    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let p = &out[0];
+    assert_eq!(p.plan.action, Action::Nothing);
+    assert!(!p.plan.start);
+    assert!(!p.created);
+    assert_eq!(p.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["wait-ssh"]);
+    assert_eq!(env.pve.writes(false), vec![], "a converged container sees no write");
+    // Reads only (pending and status are fetched concurrently, so compare sorted).
+    let mut got = paths(&env.pve.requests(false));
+    got.sort();
+    assert_eq!(
+        got,
+        vec!["GET /nodes/pve1/lxc/101/config", "GET /nodes/pve1/lxc/101/pending", "GET /nodes/pve1/lxc/101/status/current"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_change_is_applied_in_place_with_the_digest() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    env.pve.requests(true);
+    let mut s = spec("broker", 101);
+    s.memory_mib = 2048;
+    let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let p = &out[0];
+    assert_eq!(
+        p.plan.action,
+        Action::Update {
+            changes: vec![Change { key: "memory".into(), from: Some("1024".into()), to: Some("2048".into()) }],
+            resizes: vec![],
+            reboot_needed: false,
+        }
+    );
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    assert_eq!(p.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["config", "wait-ssh"]);
+    assert_eq!(p.actions[0].detail.as_deref(), Some("memory: 1024 → 2048"));
+    let writes = env.pve.writes(false);
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    let (m, path, body) = &writes[0];
+    assert_eq!((m.as_str(), path.as_str()), ("PUT", "/nodes/pve1/lxc/101/config"));
+    let sent: BTreeMap<String, String> = url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+    assert_eq!(sent.keys().cloned().collect::<Vec<_>>(), vec!["digest".to_string(), "memory".to_string()]);
+    assert_eq!(sent["memory"], "2048");
+    assert_eq!(env.pve.ct_config(101).unwrap()["memory"], 2048);
+    assert!(!p.created);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn disk_grow_is_a_resize_not_a_rootfs_put() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    env.pve.requests(true);
+    let mut s = spec("broker", 101);
+    s.rootfs.size_gib = 12;
+    let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let p = &out[0];
+    assert_eq!(
+        p.plan.action,
+        Action::Update { changes: vec![], resizes: vec![Resize { disk: "rootfs".into(), from_gib: 8, to_gib: 12 }], reboot_needed: false }
+    );
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    let writes = env.pve.writes(false);
+    assert_eq!(paths(&writes), vec!["PUT /nodes/pve1/lxc/101/resize"]);
+    assert_eq!(writes[0].2, "disk=rootfs&size=12G");
+    assert_eq!(env.pve.ct_config(101).unwrap()["rootfs"], "local-lvm:vm-101-disk-0,size=12G");
+    assert_eq!(normalised(p)["actions"][0], json!({"action": "resize", "upid": "UPID:pve1:resize:101:root@pam", "exit_status": "OK", "duration_ms": 0, "detail": "rootfs → 12G"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    // The next release uses another template.
+    let mut settings = env.settings(Login::Root);
+    settings.pve.template = Some("debian-13-standard_13.2-1".into());
+    let b2 = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    env.pve.requests(true);
+    let out = env.provision(&b2, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let p = &out[0];
+    let reason = format!(
+        "ostemplate changes from local:vztmpl/{TEMPLATE_FILE} to local:vztmpl/debian-13-standard_13.2-1_amd64.tar.zst"
+    );
+    assert_eq!(p.plan.action, Action::Refused { reasons: vec![reason.clone()] });
+    let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
+    assert!(error.contains("--allow-recreate") && error.contains(&reason), "{error}");
+    assert_eq!(p.actions, vec![]);
+    assert_eq!(paths(&env.pve.writes(false)), vec!["POST /access/ticket"], "nothing but the new session's login");
+    let before = env.pve.ct_config(101).unwrap();
+    assert_eq!(before["status"], "running");
+
+    // With --allow-recreate: shutdown, destroy (purge), download, create, start.
+    env.pve.requests(true);
+    let out = env.provision(&b2, vec![spec("broker", 101)], RecreatePolicy::WhenNeeded, 1).await;
+    let p = &out[0];
+    assert_eq!(p.plan.action, Action::Recreate { reasons: vec![reason] });
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    assert_eq!(
+        p.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
+        vec!["download", "shutdown", "destroy", "create", "start", "wait-ssh"]
+    );
+    assert!(p.created);
+    let destroy = env.pve.writes(false).into_iter().find(|(m, _, _)| m == "DELETE").unwrap();
+    assert_eq!(destroy.1, "/nodes/pve1/lxc/101");
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert!(cfg["description"].as_str().unwrap().contains("debian-13-standard_13.2-1_amd64.tar.zst"), "{cfg}");
+    assert_eq!(cfg["status"], "running");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn api_token_auth_creates_without_ticket_or_csrf() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    env.pve.requests(true);
+    let b = env.backend(Login::Token);
+    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    assert_eq!(normalised(&out[0]), expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam!ci")));
+    assert!(env.pve.requests(false).iter().all(|(_, p, _)| p != "/access/ticket"));
+    assert_eq!(client(&b).login_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_csrf_token_logs_in_again_once() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    // Log in (a read), then make PVE refuse the session's CSRF token on writes.
+    let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
+    env.pve.exec("for t in pve.tickets.values():\n    t['csrf'] = 'refused'");
+    env.pve.requests(true);
+    let dir = ArtifactDir::new(env.artifacts.path());
+    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts()).await;
+    let _ = dir;
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    assert_eq!(client(&b).login_count(), 2);
+    let got = paths(&env.pve.requests(false));
+    assert_eq!(&got[..4], &["GET /nodes/pve1/storage/local/content", "POST /nodes/pve1/lxc", "POST /access/ticket", "POST /nodes/pve1/lxc"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let mut connect = env.connect();
+    connect.tls = TlsMode::System;
+    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let e = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("POST /access/ticket") && msg.to_lowercase().contains("certificate"), "{msg}");
+    assert!(env.pve.requests(false).is_empty(), "no request got through");
+
+    // Pinning the certificate's SHA-256 works; another fingerprint fails.
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    use sha2::Digest;
+    let der = CertificateDer::from_pem_file(&env.pve.ca).unwrap();
+    let fp: [u8; 32] = sha2::Sha256::digest(der.as_ref()).into();
+    connect.tls = TlsMode::Fingerprint(fp);
+    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    assert_eq!(b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap().action, Action::Create);
+    connect.tls = TlsMode::Fingerprint([7; 32]);
+    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let msg = format!("{:#}", b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err());
+    assert!(msg.contains("does not match the pinned --pve-fingerprint"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn root_only_option_under_a_token_fails_before_any_api_call() {
+    let env = Env::new().await;
+    let b = env.backend(Login::Token);
+    env.pve.requests(true);
+    let mut s = spec("nas", 120);
+    s.mounts = vec![Mount::Bind { host_path: "/srv/media".into(), container_path: "/media".into() }];
+    let out = env.provision(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
+    // apply() refuses too, before any request, even when handed a plan.
+    let plan = proxmox_gitops::provision::ContainerPlan {
+        name: "nas".into(),
+        vmid: 120,
+        hostname: "nas".into(),
+        action: Action::Create,
+        start: true,
+    };
+    let direct = b.apply(&s, &plan, &env.apply_opts()).await;
+    assert_eq!(direct.outcome, out[0].outcome);
+    assert_eq!(direct.node, None);
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert_eq!(
+        error,
+        "nas (vmid 120): mp0 (bind mount /srv/media → /media) — PVE allows this option only to root@pam logged in with a password, \
+         and the API identity is `root@pam!ci`. Fix: set PROXMOX_USER=root@pam with PROXMOX_PASSWORD (ticket auth), or remove it \
+         from MOUNT/FEATURES in libs/nas/container.env"
+    );
+    assert_eq!(env.pve.requests(false), vec![], "not a single API call");
+    assert!(env.artifacts.path().join("provision/nas.json").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pve_validation_errors_are_surfaced_with_fields() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let mut settings = env.settings(Login::Root);
+    settings.pve.gateway = Some("not-an-ip".into());
+    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert!(
+        error.starts_with("cannot create CT 101 on node pve1: POST /nodes/pve1/lxc: HTTP 400: Parameter verification failed. (net0: "),
+        "{error}"
+    );
+    assert!(error.contains("gw"), "{error}");
+    assert_eq!(out[0].actions, vec![]);
+    assert!(env.pve.ct_config(101).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn locked_container_is_retried_until_the_lock_clears() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    // A backup holds the lock for a moment.
+    env.pve.exec(
+        "pve.snapshot_lock(101, 'backup')\nasync def later():\n    await asyncio.sleep(0.8)\n    pve.unlock(101)\nasyncio.ensure_future(later())",
+    );
+    let mut s = spec("broker", 101);
+    s.cores = 4;
+    env.pve.requests(true);
+    let out = env.provision(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
+    assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
+    assert!(out[0].warnings.iter().any(|w| w.contains("locked (backup)")), "{:?}", out[0].warnings);
+    let puts = env.pve.writes(false).into_iter().filter(|(m, _, _)| m == "PUT").count();
+    assert!(puts >= 2, "the first PUT met the lock, a later one went through ({puts})");
+    assert_eq!(env.pve.ct_config(101).unwrap()["cores"], 4);
+
+    // A lock that never clears fails after the bounded wait, naming the lock.
+    env.pve.exec("pve.snapshot_lock(101, 'snapshot')");
+    let mut connect = env.connect();
+    connect.timeouts.lock = Duration::from_secs(1);
+    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    s.cores = 3;
+    let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert!(error.contains("CT is locked (snapshot)"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn task_error_fails_with_the_log_tail() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    env.pve.exec("ct = pve.ct(101)\nct.status = 'stopped'\nct.pid = None\nct.start_error = \"startup for container '101' failed\"");
+    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let p = &out[0];
+    assert_eq!(p.plan.action, Action::Nothing);
+    assert!(p.plan.start);
+    let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
+    assert!(error.starts_with("cannot start CT 101 on node pve1: task UPID:pve1:"), "{error}");
+    assert!(error.contains(":vzstart:101:root@pam: failed: startup for container '101' failed"), "{error}");
+    assert!(error.contains("task log (last 2 lines):\n    startup for container '101' failed\n    TASK ERROR: startup for container '101' failed"), "{error}");
+    assert_eq!(p.status, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expired_ticket_mid_run_is_renewed_once() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    let specs = vec![spec("a", 301), spec("b", 302)];
+    let planned = step::plan_all(&b, specs, RecreatePolicy::Never, 2).await;
+    env.pve.exec("pve.revoke_tickets()");
+    let out = step::apply_all(&b, planned, &env.apply_opts(), 2, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
+    assert!(out.iter().all(|p| p.outcome == Outcome::Ok), "{out:#?}");
+    assert_eq!(client(&b).login_count(), 2, "both containers share one renewed session");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_percent_dropped_connections_still_converge() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    env.pve.exec("pve.flaky_network(drop_rate=0.2, seed=7)");
+    let b = env.backend(Login::Root);
+    let specs: Vec<ContainerSpec> = (0..6).map(|i| spec(&format!("ct{i}"), 400 + i)).collect();
+    let out = env.provision(&b, specs.clone(), RecreatePolicy::Never, 3).await;
+    assert!(out.iter().all(|p| p.outcome == Outcome::Ok), "{out:#?}");
+    // fakepve records only the requests it answered: the client sent more (the dropped ones,
+    // repeated).
+    let answered = env.pve.exec("result = len(pve.requests)").as_u64().unwrap();
+    assert!(client(&b).request_count() > answered, "sent {} answered {answered}", client(&b).request_count());
+    for i in 0..6 {
+        assert_eq!(env.pve.ct_config(400 + i).unwrap()["status"], "running");
+    }
+    // And a second run over the flaky network is a no-op.
+    let out = env.provision(&b, specs, RecreatePolicy::Never, 3).await;
+    assert!(out.iter().all(|p| p.outcome == Outcome::Ok && p.plan.action == Action::Nothing), "{out:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_containers_in_parallel_share_one_session() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    let specs: Vec<ContainerSpec> = (0..10).map(|i| spec(&format!("app{i}"), 500 + i)).collect();
+    let out = env.provision(&b, specs, RecreatePolicy::Never, 10).await;
+    assert_eq!(out.len(), 10);
+    for (i, p) in out.iter().enumerate() {
+        let name = format!("app{i}");
+        assert_eq!(normalised(p), expected_created(&name, 500 + i as u32, env.ssh_port, create_actions(500 + i as u32, env.ssh_port, "root@pam")));
+        let on_disk: Provision = artifact::read(&env.artifacts.path().join(format!("provision/{name}.json"))).unwrap();
+        assert_eq!(&on_disk, p);
+    }
+    assert_eq!(client(&b).login_count(), 1);
+    let nodes = env.pve.requests(false).iter().filter(|(_, p, _)| p == "/nodes" || p == "/nodes/pve1/status").count();
+    assert_eq!(nodes, 2, "node discovery and arch are read once for all containers");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_shows_the_live_action_without_changing_anything() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let mut big = spec("broker", 101);
+    big.memory_mib = 4096;
+    let inv = proxmox_gitops::inventory::Inventory {
+        root: env.artifacts.path().to_path_buf(),
+        stage: "main".into(),
+        head: None,
+        containers: vec![big, spec("new", 102)],
+        submodules: vec![],
+        globals: BTreeMap::new(),
+        tasks: vec![],
+        base: None,
+        libraries: None,
+        settings: env.settings(Login::Root).public(),
+    };
+    env.pve.requests(true);
+    let mut plan = proxmox_gitops::steps::plan::plan(&inv, "refs/heads/release", &[]).unwrap();
+    proxmox_gitops::steps::plan::with_live_state(&mut plan, &inv, &b, RecreatePolicy::Never, 2).await;
+    let v = artifact::to_value(&plan);
+    assert_eq!(
+        v["containers"],
+        json!([
+            {"name": "broker", "hostname": "broker", "vmid": 101, "steps": ["provision", "configure"],
+             "provision": {"name": "broker", "vmid": 101, "hostname": "broker", "action": "update",
+                           "changes": [{"key": "memory", "from": "1024", "to": "4096"}], "resizes": [], "reboot_needed": false, "start": false}},
+            {"name": "new", "hostname": "new", "vmid": 102, "steps": ["provision", "configure"],
+             "provision": {"name": "new", "vmid": 102, "hostname": "new", "action": "create", "start": true}}
+        ])
+    );
+    assert_eq!(env.pve.writes(false), vec![]);
+}
+
+/// A std-thread SSH banner listener for tests that run the binary.
+fn ssh_banner_thread() -> u16 {
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut s = s;
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2 fake\r\n");
+        }
+    });
+    port
+}
+
+#[test]
+fn cli_plan_then_provision_then_converged() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let ssh = ssh_banner_thread();
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
+    std::fs::write(repo.path().join("libs/broker/container.env"), "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n").unwrap();
+    let outputs = repo.path().join("github_output");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .args(args)
+            .arg("--repo")
+            .arg(repo.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PROXMOX_HOST", "127.0.0.1")
+            .env("PROXMOX_PORT", pve.port.to_string())
+            .env("PROXMOX_USER", "root@pam")
+            .env("PROXMOX_PASSWORD", "secret")
+            .env("PROXMOX_TEMPLATE", TEMPLATE)
+            .env("PROXMOX_STORAGE", "local")
+            .env("PROXMOX_GATEWAY", "127.0.0.254")
+            .env("PROXMOX_SHARE", share.path())
+            .env("GITHUB_OUTPUT", &outputs)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let ca = pve.ca.to_str().unwrap().to_string();
+    let ssh_port = ssh.to_string();
+
+    let (code, stdout, stderr) = run(&["plan", "--ref", "refs/heads/release", "--pve-ca", &ca]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with("broker") && l.contains("provision + configure") && l.ends_with("create")), "{stdout}");
+    assert_eq!(pve.writes(false).iter().filter(|(_, p, _)| p != "/access/ticket").count(), 0);
+
+    let (code, _, stderr) = run(&["provision", "--pve-ca", &ca]);
+    assert_eq!(code, Some(2), "neither --container nor --all: {stderr}");
+    assert!(stderr.contains("--container NAME (repeatable) or --all"), "{stderr}");
+
+    let (code, _, stderr) = run(&["provision", "--all"]);
+    assert_eq!(code, Some(1), "system roots do not trust fakepve's certificate: {stderr}");
+    assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+    assert!(!stderr.contains("secret"), "{stderr}");
+
+    let (code, stdout, stderr) = run(&["provision", "--all", "--pve-ca", &ca, "--ssh-port", &ssh_port]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let plan_line = stdout.lines().find(|l| l.starts_with("broker")).unwrap();
+    assert!(plan_line.contains("create"), "the plan is printed first: {stdout}");
+    let art: Provision = artifact::read(&repo.path().join(".proxmox-gitops/provision/broker.json")).unwrap();
+    assert_eq!(art.outcome, Outcome::Ok);
+    assert!(art.created);
+    let outs = std::fs::read_to_string(&outputs).unwrap();
+    assert!(outs.contains("provisioned=broker\nfailed=\ncreated=broker\n"), "{outs}");
+
+    let (code, stdout, stderr) = run(&["provision", "--container", "broker", "--pve-ca", &ca, "--ssh-port", &ssh_port]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with("broker") && l.contains("nothing")), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn already_running_is_success_and_destroy_is_idempotent() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    // Stopped when planned, started by someone else before the apply.
+    env.pve.exec("ct = pve.ct(101)\nct.status = 'stopped'\nct.pid = None");
+    let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
+    assert!(plan.start);
+    env.pve.exec("ct = pve.ct(101)\nct.status = 'running'\nct.pid = 4242");
+    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts()).await;
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    assert_eq!(
+        normalised(&p)["actions"][0],
+        json!({"action": "start", "upid": null, "exit_status": null, "duration_ms": 0, "detail": "already running"})
+    );
+    // Destroy: shutdown, destroy with purge; then absent, and a second destroy does nothing.
+    env.pve.requests(true);
+    let actions = b.destroy(&spec("broker", 101)).await.unwrap();
+    assert_eq!(actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["shutdown", "destroy"]);
+    let del = env.pve.writes(false).into_iter().find(|(m, _, _)| m == "DELETE").unwrap();
+    assert_eq!(del.1, "/nodes/pve1/lxc/101");
+    assert!(env.pve.ct_config(101).is_none());
+    assert_eq!(b.destroy(&spec("broker", 101)).await.unwrap(), vec![]);
+    let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
+    assert_eq!(plan.action, Action::Create, "absent again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dhcp_address_wait_is_bounded() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    let mut s = spec("dyn", 130);
+    s.ip = IpConfig::Dhcp;
+    let planned = step::plan_all(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let mut opts = env.apply_opts();
+    opts.ssh_timeout = Duration::from_millis(600);
+    let out = step::apply_all(&b, planned, &opts, 1, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert_eq!(error, "CT 130 got no DHCP address on eth0 within 0.6 s");
+    assert_eq!(out[0].actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["create", "start"]);
+    let cfg = env.pve.ct_config(130).unwrap();
+    assert!(cfg["net0"].as_str().unwrap().contains("ip=dhcp"), "{cfg}");
+    assert!(!cfg["net0"].as_str().unwrap().contains("gw="), "{cfg}");
+}

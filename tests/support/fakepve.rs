@@ -1,0 +1,121 @@
+//! Test support: a fakepve (PyPI `fakepve`) server on loopback, driven from the tests.
+//!
+//! [`FakePve::start`] runs `python3 tests/support/fakepve_driver.py DIR`, which makes a
+//! certificate for 127.0.0.1 with `fakepve.certs.make_cert`, listens on `127.0.0.1:<free port>`
+//! with time scale 0 (tasks finish before the answer) and takes Python snippets on stdin
+//! ([`FakePve::exec`]) to set up scenarios: templates, API tokens, locks, task errors, expired
+//! tickets, a flaky network. The process is killed when the value is dropped.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+/// The template every test uses (`PROXMOX_TEMPLATE`).
+pub const TEMPLATE: &str = "debian-13-standard_13.1-2";
+/// Its file on storage `local` for amd64 nodes.
+pub const TEMPLATE_FILE: &str = "debian-13-standard_13.1-2_amd64.tar.zst";
+
+struct Io {
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+/// A running fakepve.
+pub struct FakePve {
+    child: Child,
+    io: Mutex<Io>,
+    /// The port it listens on (127.0.0.1).
+    pub port: u16,
+    /// Its certificate (PEM), to verify TLS with.
+    pub ca: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl FakePve {
+    /// Starts a fakepve (root@pam / secret, node pve1, storages local and local-lvm).
+    pub fn start() -> FakePve {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/fakepve_driver.py");
+        let mut child = Command::new("python3")
+            .arg(&driver)
+            .arg(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs (fakepve[crypto] installed?)");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("fakepve announces its port");
+        let hello: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("fakepve did not start: {e}: {line:?}"));
+        let port = hello["port"].as_u64().expect("port") as u16;
+        let ca = PathBuf::from(hello["ca"].as_str().expect("ca"));
+        FakePve { child, io: Mutex::new(Io { stdin, stdout }), port, ca, dir }
+    }
+
+    /// Runs Python `code` inside the server (as an async function body with `pve` in scope;
+    /// set `result` to return a JSON value). Panics when the code raises.
+    pub fn exec(&self, code: &str) -> Value {
+        let mut io = self.io.lock().unwrap();
+        let mut msg = serde_json::to_string(&serde_json::json!({ "code": code })).unwrap();
+        msg.push('\n');
+        io.stdin.write_all(msg.as_bytes()).unwrap();
+        io.stdin.flush().unwrap();
+        let mut line = String::new();
+        io.stdout.read_line(&mut line).unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad answer {line:?}: {e}"));
+        if v["ok"] != Value::Bool(true) {
+            panic!("fakepve command failed: {}\n{code}", v["error"].as_str().unwrap_or(""));
+        }
+        v["result"].clone()
+    }
+
+    /// Puts the test template on storage `local`.
+    pub fn add_template(&self) {
+        self.exec(&format!("pve.store_file('local', '{TEMPLATE_FILE}', 1024 * 1024, content='vztmpl')"));
+    }
+
+    /// Every request seen as `(METHOD, PATH without /api2/json, body)`, oldest first; forgets
+    /// them when `clear`.
+    pub fn requests(&self, clear: bool) -> Vec<(String, String, String)> {
+        let v = self.exec(&format!(
+            "result = [(m, p, b.decode('utf-8', 'replace')) for (m, p, b) in pve.requests]\n{}",
+            if clear { "pve.requests.clear()" } else { "" }
+        ));
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r[0].as_str().unwrap().to_string(),
+                    r[1].as_str().unwrap().trim_start_matches("/api2/json").to_string(),
+                    r[2].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// The write requests (POST/PUT/DELETE) among [`FakePve::requests`].
+    pub fn writes(&self, clear: bool) -> Vec<(String, String, String)> {
+        self.requests(clear).into_iter().filter(|(m, _, _)| m != "GET").collect()
+    }
+
+    /// The container's config as fakepve holds it (`None` when absent).
+    pub fn ct_config(&self, vmid: u32) -> Option<Value> {
+        let v = self.exec(&format!("ct = pve.ct({vmid})\nresult = dict(ct.config, status=ct.status) if ct else None"));
+        (!v.is_null()).then_some(v)
+    }
+}
+
+impl Drop for FakePve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
