@@ -2,4 +2,6 @@
 //! options) and returning a typed artifact; the CLI only parses arguments and calls them.
 
 pub mod plan;
+pub mod publish;
 pub mod resolve;
+pub mod rewrite;
