@@ -153,7 +153,7 @@ pub fn sanitize_repo_name(raw: &str) -> std::result::Result<String, String> {
         .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '-' })
         .collect();
     for suffix in [".git", ".wiki", ".rss", ".atom"] {
-        if s.len() > suffix.len() && s.to_ascii_lowercase().ends_with(suffix) {
+        if s.len() >= suffix.len() && s.to_ascii_lowercase().ends_with(suffix) {
             let at = s.len() - suffix.len();
             s.replace_range(at..at + 1, "-");
         }
