@@ -3,6 +3,11 @@
 //! `get` prints the value of `KEY` from the process environment when set there (as the seed's
 //! `Env.get` prefers `ENV`), otherwise the variable of the organization (default `main`) or the
 //! repository. `set` creates the variable (`POST`) or, when it exists, updates it (`PUT`).
+//!
+//! `--repo OWNER/REPO` selects a repository variable. That flag is the global `--repo` (the
+//! monorepo checkout for every other subcommand): for `env`, a value of the form `owner/name`
+//! that is not an existing directory names the Gitea repository, and the settings are then
+//! read from the current directory.
 
 use std::io::Read;
 
@@ -24,12 +29,10 @@ pub struct EnvArgs {
 /// Where the variable lives.
 #[derive(Debug, Args, Clone)]
 pub struct ScopeArgs {
-    /// Organization variable of ORG [default: main].
-    #[arg(long, conflicts_with = "repo")]
+    /// Organization variable of ORG [default: main]. (`--repo OWNER/REPO`, the global flag,
+    /// selects a repository variable instead.)
+    #[arg(long)]
     pub org: Option<String>,
-    /// Repository variable of OWNER/REPO.
-    #[arg(long, value_name = "OWNER/REPO")]
-    pub repo: Option<String>,
     /// Gitea base URL [default: HOST from the settings].
     #[arg(long, value_name = "URL")]
     pub gitea: Option<String>,
@@ -59,15 +62,25 @@ pub enum EnvCommand {
     },
 }
 
-fn scope(s: &ScopeArgs) -> Result<VariableScope> {
-    match &s.repo {
-        Some(r) => match r.split_once('/') {
-            Some((o, n)) if !o.is_empty() && !n.is_empty() && !n.contains('/') => {
-                Ok(VariableScope::Repo { owner: o.into(), repo: n.into() })
+/// `Some((owner, repo))` when the global `--repo` value names a Gitea repository.
+fn gitea_repo(ctx: &Ctx) -> Option<(String, String)> {
+    let text = ctx.repo.to_str()?;
+    let (o, n) = text.split_once('/')?;
+    let name_ok = |x: &str| !x.is_empty() && x != "." && x != ".." && x.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    (name_ok(o) && name_ok(n) && !ctx.repo.is_dir()).then(|| (o.to_string(), n.to_string()))
+}
+
+fn scope(ctx: &Ctx, s: &ScopeArgs) -> Result<VariableScope> {
+    match (gitea_repo(ctx), &s.org) {
+        (Some(_), Some(_)) => Err(Error::Usage("--org and --repo OWNER/REPO exclude each other".into())),
+        (Some((owner, repo)), None) => Ok(VariableScope::Repo { owner, repo }),
+        (None, org) => {
+            let text = ctx.repo.to_string_lossy();
+            if text.contains('/') && !ctx.repo.is_dir() {
+                return Err(Error::input(Location::file("--repo"), format!("expected OWNER/REPO or a directory, found `{text}`")));
             }
-            _ => Err(Error::input(Location::file("--repo"), format!("expected OWNER/REPO, found `{r}`"))),
-        },
-        None => Ok(VariableScope::Org { org: s.org.clone().unwrap_or_else(|| "main".into()) }),
+            Ok(VariableScope::Org { org: org.clone().unwrap_or_else(|| "main".into()) })
+        }
     }
 }
 
@@ -76,14 +89,18 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
         EnvCommand::Get { key, scope, .. } | EnvCommand::Set { key, scope, .. } => (key.clone(), scope.clone()),
     };
     valid_variable_name(&key).map_err(|m| Error::input(Location::file("KEY"), m))?;
-    let target = scope(&sc)?;
+    let target = scope(ctx, &sc)?;
     if let EnvCommand::Get { remote: false, .. } = &args.command {
         if let Some(v) = std::env::var(&key).ok().filter(|v| !v.is_empty()) {
             println!("{v}");
             return Ok(());
         }
     }
-    let settings = settings(ctx)?;
+    let settings = if gitea_repo(ctx).is_some() {
+        crate::settings::Settings::load(std::path::Path::new("."), &crate::settings::ProcessEnv)?
+    } else {
+        settings(ctx)?
+    };
     let client = Client::from_settings(&settings.gitea, sc.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -119,7 +136,6 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
                 Action::Updated => "updated",
                 Action::Unchanged => "unchanged",
             };
-            let _ = ctx;
             eprintln!("{key} on {target}: {word}");
             Ok(())
         }
