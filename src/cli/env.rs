@@ -90,11 +90,11 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
     };
     valid_variable_name(&key).map_err(|m| Error::input(Location::file("KEY"), m))?;
     let target = scope(ctx, &sc)?;
-    if let EnvCommand::Get { remote: false, .. } = &args.command {
-        if let Some(v) = std::env::var(&key).ok().filter(|v| !v.is_empty()) {
-            println!("{v}");
-            return Ok(());
-        }
+    if let EnvCommand::Get { remote: false, .. } = &args.command
+        && let Some(v) = std::env::var(&key).ok().filter(|v| !v.is_empty())
+    {
+        println!("{v}");
+        return Ok(());
     }
     let settings = if gitea_repo(ctx).is_some() {
         crate::settings::Settings::load(std::path::Path::new("."), &crate::settings::ProcessEnv)?

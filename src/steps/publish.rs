@@ -12,9 +12,9 @@
 //!      `rollback` first;
 //!    * `main` and `snapshot` are set to the published commit; `release` is created at it when
 //!      missing (the first publish is the bootstrap deploy, as in the seed), and otherwise left
-//!      for the release pull request to move.
-//!    All ref updates of one repository go in one atomic push; refs already right are not
-//!    pushed. Tool commits (made by `rewrite`) end in `[skip ci]`.
+//!      for the release pull request to move;
+//!    * all ref updates of one repository go in one atomic push; refs already right are not
+//!      pushed. Tool commits (made by `rewrite`) end in `[skip ci]`.
 //! 3. **Forks**: every lib repository and the monorepo are forked into `stage` when that fork
 //!    does not exist yet (`createFork`).
 //! 4. **Release pull request** ("Release Pull Request", head `main`, base `release`) in every
