@@ -14,6 +14,8 @@ pub mod ci;
 pub mod cli;
 pub mod error;
 pub mod git;
+pub mod git_cli;
+pub mod gitea;
 pub mod inventory;
 pub mod keys;
 pub mod net;

@@ -4,9 +4,12 @@
 //! (see [`crate::steps`]). Exit codes: 0 success, 1 operational failure, 2 invalid input or
 //! usage (see [`crate::error`]).
 
+mod env;
 mod plan;
 pub(crate) mod provision;
+mod publish;
 mod resolve;
+mod rewrite;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -60,6 +63,12 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Create, update and start containers through the Proxmox VE API (or local LXC).
     Provision(provision::ProvisionArgs),
+    /// Make a working copy whose submodules point at Gitea; write remotes.json.
+    Rewrite(rewrite::RewriteArgs),
+    /// Publish the monorepo and its submodules to Gitea (repos, forks, release PR, variables).
+    Publish(publish::PublishArgs),
+    /// Get or set a Gitea Actions variable (the seed's Env.get / Env.set).
+    Env(env::EnvArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -195,6 +204,9 @@ pub fn main() -> i32 {
         Command::Resolve(args) => resolve::run(&ctx, args),
         Command::Plan(args) => plan::run(&ctx, args),
         Command::Provision(args) => provision::run(&ctx, args),
+        Command::Rewrite(args) => rewrite::run(&ctx, args),
+        Command::Publish(args) => publish::run(&ctx, args),
+        Command::Env(args) => env::run(&ctx, args),
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,

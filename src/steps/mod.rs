@@ -3,4 +3,6 @@
 
 pub mod plan;
 pub mod provision;
+pub mod publish;
 pub mod resolve;
+pub mod rewrite;

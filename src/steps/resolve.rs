@@ -245,8 +245,9 @@ pub fn global_name(k: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `globals.json` < `globals.local.json`: flat maps of strings; empty values dropped.
-fn read_globals(root: &Path, problems: &mut Problems) -> BTreeMap<String, String> {
+/// `globals.json` < `globals.local.json`: flat maps of strings; empty values dropped. Problems
+/// name the file and key.
+pub fn read_globals(root: &Path, problems: &mut Problems) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for file in ["globals.json", "globals.local.json"] {
         let text = match std::fs::read_to_string(root.join(file)) {

@@ -1,0 +1,81 @@
+//! `proxmox-gitops publish`: rewrite, then push the monorepo and its submodules to Gitea, fork
+//! into `stage`, open the release pull request, set the variables; writes `publish.json`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::rewrite::{TargetArgs, do_rewrite, settings};
+use super::{Ctx, table};
+use crate::artifact;
+use crate::error::{Error, Result};
+use crate::gitea::Client;
+use crate::steps::publish::{PublishOptions, publish};
+use crate::steps::rewrite::Remotes;
+
+/// Arguments of `publish`.
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Publish an existing rewrite (its `remotes.json`) instead of rewriting first.
+    #[arg(long, value_name = "FILE")]
+    pub remotes: Option<PathBuf>,
+}
+
+pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
+    let _group = crate::ci::Group::start("publish");
+    let settings = settings(ctx)?;
+    let remotes: Remotes = match &args.remotes {
+        Some(p) => artifact::read(p).map_err(|e| Error::Failed(e.into()))?,
+        None => do_rewrite(ctx, &args.target, &settings)?,
+    };
+    let client = Client::from_settings(&settings.gitea, Some(&remotes.gitea))
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    let opts = PublishOptions { repo: ctx.repo.clone(), artifacts: ctx.artifacts.clone() };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot start the async runtime: {e}")))?;
+    let report = rt.block_on(publish(&client, &remotes, &opts))?;
+    let path = ctx.artifacts.root().join("publish.json");
+    artifact::write(&path, &report).map_err(|e| Error::Failed(e.into()))?;
+    crate::ci::set_outputs(&[("publish", path.display().to_string())])
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    ctx.emit(&report, || {
+        let word = |a: crate::steps::publish::Action| format!("{a:?}").to_lowercase();
+        let rows: Vec<Vec<String>> = report
+            .repos
+            .iter()
+            .map(|r| {
+                let changed: Vec<String> = r
+                    .refs
+                    .iter()
+                    .filter(|x| x.action != crate::steps::publish::Action::Unchanged)
+                    .map(|x| format!("{}:{}", x.branch, word(x.action)))
+                    .collect();
+                vec![
+                    r.full_name.clone(),
+                    word(r.action),
+                    if changed.is_empty() { "-".into() } else { changed.join(",") },
+                    r.fork.as_ref().map(|f| word(f.action)).unwrap_or_else(|| "-".into()),
+                    r.pull
+                        .as_ref()
+                        .and_then(|p| p.number.map(|n| format!("#{n} {}", word(p.action))))
+                        .unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        let mut s = table(&["REPOSITORY", "REPO", "BRANCHES", "FORK", "RELEASE PR"], &rows);
+        s.push_str(&format!(
+            "\n{} created, {} updated, {} unchanged ({} variables); wrote {}\n",
+            report.summary.created,
+            report.summary.updated,
+            report.summary.unchanged,
+            report.variables.len(),
+            path.display()
+        ));
+        s
+    });
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! `proxmox-gitops rewrite`: a working copy whose submodules point at the Gitea control plane,
+//! and `remotes.json`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{Ctx, table};
+use crate::artifact;
+use crate::error::{Error, Result};
+use crate::settings::{ProcessEnv, Settings};
+use crate::steps::rewrite::{Remotes, RewriteOptions, rewrite};
+
+/// Arguments shared by `rewrite` and `publish`.
+#[derive(Debug, Args, Clone)]
+pub struct TargetArgs {
+    /// Gitea base URL, e.g. `http://10.0.3.2:8080` [default: HOST from the settings].
+    #[arg(long, value_name = "URL")]
+    pub gitea: Option<String>,
+    /// Organization of the repositories.
+    #[arg(long, default_value = "main")]
+    pub org: String,
+    /// Where the working copy is built [default: <artifacts>/worktree]. Replaced on every run.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Repository name of the monorepo [default: the checkout's directory name].
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+/// Arguments of `rewrite`.
+#[derive(Debug, Args)]
+pub struct RewriteArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+/// Loads the settings of the checkout (for HOST / LOGIN / PASSWORD / GITEA_TOKEN).
+pub(crate) fn settings(ctx: &Ctx) -> Result<Settings> {
+    let root = ctx.repo.canonicalize().unwrap_or_else(|_| ctx.repo.clone());
+    Ok(Settings::load(&root, &ProcessEnv)?)
+}
+
+/// Runs the rewrite step and writes `remotes.json`.
+pub(crate) fn do_rewrite(ctx: &Ctx, target: &TargetArgs, settings: &Settings) -> Result<Remotes> {
+    let gitea = target.gitea.clone().or_else(|| settings.gitea.host.clone()).ok_or_else(|| {
+        Error::Usage("no Gitea address: pass --gitea URL or set HOST".into())
+    })?;
+    let opts = RewriteOptions {
+        repo: ctx.repo.clone(),
+        workdir: target.workdir.clone().unwrap_or_else(|| ctx.artifacts.root().join("worktree")),
+        gitea,
+        org: target.org.clone(),
+        name: target.name.clone(),
+    };
+    let remotes = rewrite(&opts)?;
+    artifact::write(&ctx.artifacts.remotes(), &remotes).map_err(|e| Error::Failed(e.into()))?;
+    Ok(remotes)
+}
+
+pub fn run(ctx: &Ctx, args: RewriteArgs) -> Result<()> {
+    let _group = crate::ci::Group::start("rewrite");
+    let settings = settings(ctx)?;
+    let remotes = do_rewrite(ctx, &args.target, &settings)?;
+    crate::ci::set_outputs(&[
+        ("remotes", ctx.artifacts.remotes().display().to_string()),
+        ("workdir", remotes.workdir.display().to_string()),
+    ])
+    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    ctx.emit(&remotes, || {
+        let rows: Vec<Vec<String>> = remotes
+            .modules
+            .iter()
+            .map(|m| {
+                vec![
+                    m.path.display().to_string(),
+                    m.old_url.clone().unwrap_or_else(|| "(directory)".into()),
+                    m.new_url.clone(),
+                    m.commit[..m.commit.len().min(10)].to_string(),
+                ]
+            })
+            .collect();
+        let mut s = table(&["PATH", "OLD URL", "NEW URL", "COMMIT"], &rows);
+        s.push_str(&format!(
+            "\nmonorepo {} at {}; working copy {}; wrote {}\n",
+            remotes.monorepo.new_url,
+            &remotes.monorepo.commit[..10.min(remotes.monorepo.commit.len())],
+            remotes.workdir.display(),
+            ctx.artifacts.remotes().display()
+        ));
+        s
+    });
+    Ok(())
+}

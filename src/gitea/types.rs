@@ -1,0 +1,210 @@
+//! Request and response bodies: the subset of the Swagger `definitions` the tool uses.
+//!
+//! Request structs serialize only the fields that are set, with the spec's names; response
+//! structs read only what the tool needs and tolerate any other field (and missing ones).
+
+use serde::{Deserialize, Serialize};
+
+/// `CreateOrgOption` (body of `POST /orgs`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CreateOrgOption {
+    /// `username`: the organization's name (required).
+    pub username: String,
+    /// `full_name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full_name: Option<String>,
+    /// `description`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `visibility`: `public`, `limited` or `private`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<String>,
+}
+
+/// `CreateRepoOption` (body of `POST /orgs/{org}/repos`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CreateRepoOption {
+    /// `name` (required).
+    pub name: String,
+    /// `private`.
+    pub private: bool,
+    /// `auto_init`: false, we push the content ourselves.
+    pub auto_init: bool,
+    /// `default_branch`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_branch: Option<String>,
+    /// `description`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// `EditRepoOption` (body of `PATCH /repos/{owner}/{repo}`); only set fields are sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EditRepoOption {
+    /// `has_issues`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub has_issues: Option<bool>,
+    /// `has_wiki`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub has_wiki: Option<bool>,
+    /// `has_projects`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub has_projects: Option<bool>,
+    /// `has_packages`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub has_packages: Option<bool>,
+    /// `has_releases`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub has_releases: Option<bool>,
+    /// `default_branch`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_branch: Option<String>,
+}
+
+impl EditRepoOption {
+    /// True when nothing is set (no request needed).
+    pub fn is_empty(&self) -> bool {
+        *self == EditRepoOption::default()
+    }
+}
+
+/// `CreateForkOption` (body of `POST /repos/{owner}/{repo}/forks`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CreateForkOption {
+    /// `name` of the fork.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `organization` to fork into.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub organization: Option<String>,
+}
+
+/// `CreatePullRequestOption` (body of `POST /repos/{owner}/{repo}/pulls`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CreatePullRequestOption {
+    /// `head` branch.
+    pub head: String,
+    /// `base` branch.
+    pub base: String,
+    /// `title`.
+    pub title: String,
+    /// `body`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+/// `CreateVariableOption` (body of `POST …/actions/variables/{name}`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CreateVariableOption {
+    /// `value` (required).
+    pub value: String,
+    /// `description`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// `UpdateVariableOption` (body of `PUT …/actions/variables/{name}`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct UpdateVariableOption {
+    /// `value` (required).
+    pub value: String,
+    /// `name`: a new name (unset keeps it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `description`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// `User` (subset).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct User {
+    /// `id`.
+    pub id: i64,
+    /// `login`.
+    pub login: String,
+    /// `is_admin`.
+    pub is_admin: bool,
+}
+
+/// `Organization` (subset).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Organization {
+    /// `id`.
+    pub id: i64,
+    /// `name` (also `username`).
+    pub name: String,
+}
+
+/// `Repository` (subset).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Repository {
+    /// `id`.
+    pub id: i64,
+    /// `name`.
+    pub name: String,
+    /// `full_name`, `owner/name`.
+    pub full_name: String,
+    /// `clone_url` (HTTP).
+    pub clone_url: String,
+    /// `default_branch`.
+    pub default_branch: String,
+    /// `empty`: no commits yet.
+    pub empty: bool,
+    /// `fork`.
+    pub fork: bool,
+    /// `has_issues`.
+    pub has_issues: bool,
+    /// `has_wiki`.
+    pub has_wiki: bool,
+    /// `has_projects`.
+    pub has_projects: bool,
+    /// `has_packages`.
+    pub has_packages: bool,
+    /// `has_releases`.
+    pub has_releases: bool,
+}
+
+/// `PRBranchInfo` (subset).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct PrBranchInfo {
+    /// `ref`: the branch name.
+    #[serde(rename = "ref")]
+    pub ref_: String,
+    /// `sha`.
+    pub sha: String,
+}
+
+/// `PullRequest` (subset).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct PullRequest {
+    /// `number`: the index in the repository.
+    pub number: i64,
+    /// `title`.
+    pub title: String,
+    /// `state`: `open` or `closed`.
+    pub state: String,
+    /// `html_url`.
+    pub html_url: String,
+    /// `head`.
+    pub head: PrBranchInfo,
+    /// `base`.
+    pub base: PrBranchInfo,
+}
+
+/// `ActionVariable`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ActionVariable {
+    /// `name`.
+    pub name: String,
+    /// `data`: the value.
+    pub data: String,
+    /// `description`.
+    pub description: String,
+}

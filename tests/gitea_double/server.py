@@ -1,0 +1,621 @@
+#!/usr/bin/env python3
+"""A stateful Gitea test double for proxmox-gitops' tests.
+
+Serves ONLY operations of Gitea's Swagger spec (ROUTES below; `check_spec.py` verifies every
+one against swagger.v1.json and every logged exchange against the spec's schemas), keeping
+orgs, repos, forks, pull requests and Actions variables in memory with Gitea's status codes,
+plus real git over smart HTTP through `git http-backend` (bare repos under --root).
+
+Start: server.py --root DIR [--port 0] [--log FILE] [--faults FILE]
+Credentials come from the environment (never from arguments): GITEA_DOUBLE_LOGIN,
+GITEA_DOUBLE_PASSWORD, GITEA_DOUBLE_TOKEN. Prints `PORT <n>` on stdout once listening.
+
+Faults: --faults names a JSON file `[{"method": "GET", "path": "/api/v1/orgs/main",
+"status": 500, "times": 1}]`, re-read when it changes; a matching request is answered with that
+status (and logged with "fault": true) `times` times.
+"""
+
+import argparse
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+API = "/api/v1"
+DATE = "2026-01-01T00:00:00Z"
+
+# (method, swagger path template, handler name)
+ROUTES = [
+    ("GET", "/version", "version"),
+    ("GET", "/user", "current_user"),
+    ("POST", "/orgs", "org_create"),
+    ("GET", "/orgs/{org}", "org_get"),
+    ("POST", "/orgs/{org}/repos", "repo_create"),
+    ("GET", "/repos/{owner}/{repo}", "repo_get"),
+    ("PATCH", "/repos/{owner}/{repo}", "repo_edit"),
+    ("DELETE", "/repos/{owner}/{repo}", "repo_delete"),
+    ("GET", "/repos/{owner}/{repo}/forks", "fork_list"),
+    ("POST", "/repos/{owner}/{repo}/forks", "fork_create"),
+    ("GET", "/repos/{owner}/{repo}/pulls", "pull_list"),
+    ("POST", "/repos/{owner}/{repo}/pulls", "pull_create"),
+    ("GET", "/orgs/{org}/actions/variables", "var_list"),
+    ("GET", "/orgs/{org}/actions/variables/{variablename}", "var_get"),
+    ("POST", "/orgs/{org}/actions/variables/{variablename}", "var_create"),
+    ("PUT", "/orgs/{org}/actions/variables/{variablename}", "var_update"),
+    ("DELETE", "/orgs/{org}/actions/variables/{variablename}", "var_delete"),
+    ("GET", "/repos/{owner}/{repo}/actions/variables", "var_list"),
+    ("GET", "/repos/{owner}/{repo}/actions/variables/{variablename}", "var_get"),
+    ("POST", "/repos/{owner}/{repo}/actions/variables/{variablename}", "var_create"),
+    ("PUT", "/repos/{owner}/{repo}/actions/variables/{variablename}", "var_update"),
+    ("DELETE", "/repos/{owner}/{repo}/actions/variables/{variablename}", "var_delete"),
+]
+
+
+def compile_route(template):
+    pattern = re.sub(r"\{([a-z_]+)\}", r"(?P<\1>[^/]+)", template)
+    return re.compile("^" + pattern + "$")
+
+
+COMPILED = [(m, t, compile_route(t), h) for (m, t, h) in ROUTES]
+REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+VAR_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.I)
+
+
+class HttpError(Exception):
+    def __init__(self, status, message=None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class State:
+    def __init__(self, root, login, password, token):
+        self.root = root
+        self.login = login
+        self.password = password
+        self.token = token
+        self.lock = threading.RLock()
+        self.next_id = 1
+        self.user = {"id": self.new_id(), "login": login}
+        self.orgs = {}  # lower name -> {"id", "name"}
+        self.repos = {}  # (lower owner, lower name) -> dict
+        self.pulls = {}  # repo key -> list of dicts
+        self.vars = {}  # ("org", lower) | ("repo", lower owner, lower name) -> {NAME: {data, description}}
+
+    def new_id(self):
+        self.next_id += 1
+        return self.next_id
+
+    def owner_json(self, owner):
+        o = self.orgs.get(owner.lower())
+        if o is not None:
+            return user_json(o["id"], o["name"], False)
+        return user_json(self.user["id"], self.user["login"], True)
+
+    def git_dir(self, repo):
+        return os.path.join(self.root, repo["owner"].lower(), repo["name"].lower() + ".git")
+
+    def git(self, repo, *args):
+        r = subprocess.run(["git", "--git-dir", self.git_dir(repo), *args], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    def branch_sha(self, repo, branch):
+        return self.git(repo, "rev-parse", "--verify", "-q", "refs/heads/" + branch)
+
+    def repo_json(self, repo, depth=0):
+        branches = self.git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/") or ""
+        count = len([b for b in branches.splitlines() if b])
+        base = self.base_url
+        full = f"{repo['owner']}/{repo['name']}"
+        pulls = self.pulls.get(key_of(repo), [])
+        d = {
+            "id": repo["id"], "name": repo["name"], "full_name": full, "owner": self.owner_json(repo["owner"]),
+            "description": "", "empty": count == 0, "private": False, "fork": repo["parent"] is not None,
+            "template": False, "mirror": False, "size": 0, "language": "", "languages_url": f"{base}{API}/repos/{full}/languages",
+            "html_url": f"{base}/{full}", "url": f"{base}{API}/repos/{full}", "link": "", "ssh_url": f"git@127.0.0.1:{full}.git",
+            "clone_url": f"{base}/{full}.git", "original_url": "", "website": "", "stars_count": 0,
+            "forks_count": len([r for r in self.repos.values() if r["parent"] == key_of(repo)]), "watchers_count": 0,
+            "open_issues_count": 0, "open_pr_counter": len([p for p in pulls if p["state"] == "open"]), "release_counter": 0,
+            "default_branch": repo["default_branch"], "archived": False, "created_at": DATE, "updated_at": DATE,
+            "archived_at": "1970-01-01T00:00:00Z", "permissions": {"admin": True, "push": True, "pull": True},
+            "has_code": True, "has_issues": repo["has_issues"], "has_wiki": repo["has_wiki"],
+            "has_pull_requests": True, "has_projects": repo["has_projects"], "projects_mode": "all",
+            "has_releases": repo["has_releases"], "has_packages": repo["has_packages"], "has_actions": True,
+            "ignore_whitespace_conflicts": False, "allow_merge_commits": True, "allow_rebase": True,
+            "allow_rebase_explicit": True, "allow_squash_merge": True, "allow_fast_forward_only_merge": True,
+            "allow_rebase_update": True, "allow_manual_merge": False, "autodetect_manual_merge": False,
+            "default_delete_branch_after_merge": False, "default_merge_style": "merge", "default_update_style": "merge",
+            "default_allow_maintainer_edit": False, "avatar_url": "", "internal": False, "mirror_interval": "",
+            "object_format_name": "sha1", "mirror_updated": "0001-01-01T00:00:00Z", "topics": [], "licenses": [],
+            "branch_count": count,
+        }
+        if repo["parent"] is not None and depth == 0:
+            d["parent"] = self.repo_json(self.repos[repo["parent"]], depth + 1)
+        return d
+
+
+def key_of(repo):
+    return (repo["owner"].lower(), repo["name"].lower())
+
+
+def user_json(uid, login, is_admin):
+    return {
+        "id": uid, "login": login, "login_name": "", "source_id": 0, "full_name": "", "email": f"{login}@example.invalid",
+        "avatar_url": "", "html_url": "", "language": "", "is_admin": is_admin, "last_login": DATE, "created": DATE,
+        "restricted": False, "active": True, "prohibit_login": False, "location": "", "website": "",
+        "description": "", "visibility": "public", "followers_count": 0, "following_count": 0, "starred_repos_count": 0,
+    }
+
+
+def org_json(o):
+    return {
+        "id": o["id"], "name": o["name"], "username": o["name"], "full_name": o.get("full_name", ""), "email": "",
+        "avatar_url": "", "description": o.get("description", ""), "website": "", "location": "",
+        "visibility": o.get("visibility", "public"), "repo_admin_change_team_access": False,
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "GiteaDouble/1.25"
+
+    def log_message(self, fmt, *args):  # quiet
+        pass
+
+    # ---------------------------------------------------------------- plumbing
+    @property
+    def state(self):
+        return self.server.state
+
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def send(self, status, body=b"", ctype="application/json;charset=utf-8", headers=None):
+        self.send_response(status)
+        if body or status not in (204, 304):
+            self.send_header("Content-Type", ctype)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def log_exchange(self, entry):
+        path = self.server.log_path
+        if not path:
+            return
+        with self.server.log_lock, open(path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def auth_user(self):
+        """The authenticated login, None when anonymous; raises 401 on bad credentials."""
+        h = self.headers.get("Authorization")
+        if not h:
+            return None
+        st = self.state
+        scheme, _, value = h.partition(" ")
+        if scheme.lower() == "token" and st.token and value == st.token:
+            return st.login
+        if scheme.lower() == "basic":
+            try:
+                user, _, pw = base64.b64decode(value).decode().partition(":")
+            except Exception:
+                raise HttpError(401, "invalid basic auth header")
+            if user == st.login and st.password and pw == st.password:
+                return user
+            if st.token and pw == st.token:  # a token as password (git over HTTP)
+                return st.login
+        raise HttpError(401, "user does not exist or wrong credentials")
+
+    def fault(self, method, path):
+        faults = self.server.load_faults()
+        for f in faults:
+            if f.get("method", method) == method and f.get("path") == path and f.get("times", 1) > 0:
+                f["times"] = f.get("times", 1) - 1
+                return f.get("status", 500)
+        return None
+
+    # ---------------------------------------------------------------- dispatch
+    def handle_any(self, method):
+        parsed = urllib.parse.urlsplit(self.path)
+        path = parsed.path
+        body = self.read_body()
+        if path.startswith(API + "/") or path == API:
+            return self.api(method, path[len(API):], urllib.parse.parse_qs(parsed.query), body)
+        m = re.match(r"^/([^/]+)/([^/]+?)\.git(/.*)$", path)
+        if m:
+            return self.git_http(method, m.group(1), m.group(2), m.group(3), parsed.query, body)
+        self.send(404, b"not found", "text/plain")
+
+    def api(self, method, path, query, raw):
+        entry = {"kind": "api", "method": method, "path": path, "template": None, "query": query}
+        status = self.fault(method, API + path)
+        if status:
+            payload = {"message": "injected fault", "url": ""}
+            entry.update(status=status, fault=True, response=payload)
+            self.log_exchange(entry)
+            return self.send(status, json.dumps(payload).encode())
+        for m, template, rx, handler in COMPILED:
+            if m != method:
+                continue
+            match = rx.match(path)
+            if not match:
+                continue
+            entry["template"] = template
+            params = {k: urllib.parse.unquote(v) for k, v in match.groupdict().items()}
+            try:
+                request = json.loads(raw) if raw else None
+            except ValueError:
+                request = None
+            entry["request"] = request
+            try:
+                self.auth_user() or self.require_auth()
+                with self.state.lock:
+                    status, payload = getattr(self, "h_" + handler)(params, query, request)
+            except HttpError as e:
+                status, payload = e.status, {"message": e.message or "", "url": ""}
+                if e.status == 404 and not e.message:
+                    payload = {"message": "The target couldn't be found.", "url": "", "errors": []}
+            entry.update(status=status, response=payload)
+            self.log_exchange(entry)
+            return self.send(status, b"" if payload is None else json.dumps(payload).encode())
+        entry.update(status=404, response=None)
+        self.log_exchange(entry)
+        return self.send(404, b'{"message":"route not served by the double"}')
+
+    def require_auth(self):
+        raise HttpError(401, "token is required")
+
+    # ---------------------------------------------------------------- git smart HTTP
+    def git_http(self, method, owner, name, rest, query, body):
+        st = self.state
+        entry = {"kind": "git", "method": method, "path": self.path}
+        try:
+            user = self.auth_user()
+        except HttpError:
+            user = None
+            entry["status"] = 401
+            self.log_exchange(entry)
+            return self.send(401, b"bad credentials", "text/plain", {"WWW-Authenticate": 'Basic realm="Gitea"'})
+        with st.lock:
+            repo = st.repos.get((owner.lower(), name.lower()))
+        if repo is None:
+            entry["status"] = 404
+            self.log_exchange(entry)
+            return self.send(404, b"repository not found", "text/plain")
+        push = rest == "/git-receive-pack" or "service=git-receive-pack" in query
+        if push and user is None:
+            entry["status"] = 401
+            self.log_exchange(entry)
+            return self.send(401, b"authentication required", "text/plain", {"WWW-Authenticate": 'Basic realm="Gitea"'})
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GIT_PROJECT_ROOT": st.root,
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": f"/{repo['owner'].lower()}/{repo['name'].lower()}.git{rest}",
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": method,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "REMOTE_ADDR": "127.0.0.1",
+            "REMOTE_USER": user or "",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "HOME": st.root,
+        }
+        if self.headers.get("Content-Encoding"):
+            env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
+        if self.headers.get("Git-Protocol"):
+            env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
+            env["HTTP_GIT_PROTOCOL"] = self.headers["Git-Protocol"]
+        if push:
+            env["GIT_CONFIG_COUNT"] = "1"
+            env["GIT_CONFIG_KEY_0"] = "http.receivepack"
+            env["GIT_CONFIG_VALUE_0"] = "true"
+        r = subprocess.run(["git", "http-backend"], input=body, capture_output=True, env=env)
+        head, _, payload = r.stdout.partition(b"\r\n\r\n")
+        if not _:
+            head, _, payload = r.stdout.partition(b"\n\n")
+        status, headers = 200, {}
+        for line in head.decode("latin-1").splitlines():
+            k, _, v = line.partition(":")
+            if k.lower() == "status":
+                status = int(v.strip().split()[0])
+            elif k.lower() not in ("content-length",):
+                headers[k.strip()] = v.strip()
+        ctype = headers.pop("Content-Type", "application/octet-stream")
+        entry["status"] = status
+        self.log_exchange(entry)
+        self.send(status, payload, ctype, headers)
+
+    # ---------------------------------------------------------------- API handlers
+    def h_version(self, p, q, b):
+        return 200, {"version": "1.25.0"}
+
+    def h_current_user(self, p, q, b):
+        st = self.state
+        return 200, user_json(st.user["id"], st.user["login"], True)
+
+    def h_org_create(self, p, q, b):
+        st = self.state
+        name = (b or {}).get("username") or ""
+        if not REPO_NAME.match(name):
+            raise HttpError(422, "[Username]: invalid name")
+        if name.lower() in st.orgs or name.lower() == st.login.lower():
+            raise HttpError(422, f"user already exists [name: {name}]")
+        o = {"id": st.new_id(), "name": name, "visibility": (b or {}).get("visibility", "public")}
+        st.orgs[name.lower()] = o
+        return 201, org_json(o)
+
+    def h_org_get(self, p, q, b):
+        o = self.state.orgs.get(p["org"].lower())
+        if o is None:
+            raise HttpError(404)
+        return 200, org_json(o)
+
+    def repo(self, owner, name):
+        r = self.state.repos.get((owner.lower(), name.lower()))
+        if r is None:
+            raise HttpError(404)
+        return r
+
+    def new_repo(self, owner, name, parent=None, default_branch="main"):
+        st = self.state
+        r = {"id": st.new_id(), "owner": owner, "name": name, "parent": parent, "default_branch": default_branch,
+             "has_issues": True, "has_wiki": True, "has_projects": True, "has_releases": True, "has_packages": True}
+        path = st.git_dir(r)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if parent is None:
+            subprocess.run(["git", "init", "-q", "--bare", "-b", default_branch, path], check=True)
+        else:
+            subprocess.run(["git", "clone", "-q", "--bare", st.git_dir(st.repos[parent]), path], check=True)
+            subprocess.run(["git", "--git-dir", path, "remote", "remove", "origin"], check=False)
+        st.repos[key_of(r)] = r
+        return r
+
+    def h_repo_create(self, p, q, b):
+        st = self.state
+        org = st.orgs.get(p["org"].lower())
+        if org is None:
+            raise HttpError(404)
+        name = (b or {}).get("name") or ""
+        low = name.lower()
+        if (not REPO_NAME.match(name) or len(name) > 100 or name in (".", "..", "-")
+                or any(low.endswith(s) for s in (".git", ".wiki", ".rss", ".atom"))):
+            raise HttpError(422, f"[Name]: invalid repository name {name!r}")
+        if (org["name"].lower(), low) in st.repos:
+            raise HttpError(409, "The repository with the same name already exists.")
+        r = self.new_repo(org["name"], name, default_branch=(b or {}).get("default_branch") or "main")
+        return 201, st.repo_json(r)
+
+    def h_repo_get(self, p, q, b):
+        return 200, self.state.repo_json(self.repo(p["owner"], p["repo"]))
+
+    def h_repo_edit(self, p, q, b):
+        r = self.repo(p["owner"], p["repo"])
+        for k in ("has_issues", "has_wiki", "has_projects", "has_releases", "has_packages"):
+            if k in (b or {}):
+                r[k] = bool(b[k])
+        if (b or {}).get("default_branch"):
+            r["default_branch"] = b["default_branch"]
+        return 200, self.state.repo_json(r)
+
+    def h_repo_delete(self, p, q, b):
+        st = self.state
+        r = self.repo(p["owner"], p["repo"])
+        del st.repos[key_of(r)]
+        subprocess.run(["rm", "-rf", st.git_dir(r)], check=False)
+        return 204, None
+
+    def h_fork_list(self, p, q, b):
+        st = self.state
+        src = self.repo(p["owner"], p["repo"])
+        return 200, [st.repo_json(r) for r in st.repos.values() if r["parent"] == key_of(src)]
+
+    def h_fork_create(self, p, q, b):
+        st = self.state
+        src = self.repo(p["owner"], p["repo"])
+        org_name = (b or {}).get("organization")
+        if org_name:
+            org = st.orgs.get(org_name.lower())
+            if org is None:
+                raise HttpError(422, f"organization {org_name} does not exist")
+            owner = org["name"]
+        else:
+            owner = st.login
+        name = (b or {}).get("name") or src["name"]
+        if (owner.lower(), name.lower()) in st.repos:
+            raise HttpError(409, "repository is already forked by user")
+        r = self.new_repo(owner, name, parent=key_of(src), default_branch=src["default_branch"])
+        return 202, st.repo_json(r)
+
+    def pull_json(self, repo, pr):
+        st = self.state
+        rj = st.repo_json(repo)
+
+        def info(ref):
+            return {"label": ref, "ref": ref, "sha": st.branch_sha(repo, ref) or "", "repo_id": repo["id"], "repo": rj}
+
+        base = st.base_url
+        full = f"{repo['owner']}/{repo['name']}"
+        return {
+            "id": pr["id"], "number": pr["number"], "url": f"{base}{API}/repos/{full}/pulls/{pr['number']}",
+            "html_url": f"{base}/{full}/pulls/{pr['number']}", "diff_url": f"{base}/{full}/pulls/{pr['number']}.diff",
+            "patch_url": f"{base}/{full}/pulls/{pr['number']}.patch", "title": pr["title"], "body": pr["body"],
+            "state": pr["state"], "user": user_json(st.user["id"], st.user["login"], True), "labels": [], "assignees": [],
+            "requested_reviewers": [], "requested_reviewers_teams": [], "comments": 0, "review_comments": 0,
+            "additions": 0, "deletions": 0, "changed_files": 0, "is_locked": False, "draft": False,
+            "mergeable": True, "merged": False, "allow_maintainer_edit": False, "head": info(pr["head"]),
+            "base": info(pr["base"]), "merge_base": st.branch_sha(repo, pr["base"]) or "", "created_at": DATE,
+            "updated_at": DATE, "pin_order": 0,
+        }
+
+    def h_pull_list(self, p, q, b):
+        repo = self.repo(p["owner"], p["repo"])
+        state = (q.get("state") or ["open"])[0]
+        base_branch = (q.get("base_branch") or [None])[0]
+        page = max(1, int((q.get("page") or ["1"])[0]))
+        limit = max(1, min(50, int((q.get("limit") or ["30"])[0])))
+        items = [pr for pr in self.state.pulls.get(key_of(repo), [])
+                 if (state == "all" or pr["state"] == state) and (base_branch is None or pr["base"] == base_branch)]
+        items = items[(page - 1) * limit: page * limit]
+        return 200, [self.pull_json(repo, pr) for pr in items]
+
+    def h_pull_create(self, p, q, b):
+        st = self.state
+        repo = self.repo(p["owner"], p["repo"])
+        b = b or {}
+        head, base = b.get("head") or "", b.get("base") or ""
+        if not st.branch_sha(repo, head) or not st.branch_sha(repo, base):
+            raise HttpError(404)
+        pulls = st.pulls.setdefault(key_of(repo), [])
+        for pr in pulls:
+            if pr["state"] == "open" and pr["head"] == head and pr["base"] == base:
+                raise HttpError(409, f"pull request already exists for these targets [id: {pr['id']}]")
+        pr = {"id": st.new_id(), "number": len(pulls) + 1, "title": b.get("title") or "", "body": b.get("body") or "",
+              "state": "open", "head": head, "base": base}
+        pulls.append(pr)
+        return 201, self.pull_json(repo, pr)
+
+    def var_scope(self, p):
+        st = self.state
+        if "org" in p:
+            o = st.orgs.get(p["org"].lower())
+            if o is None:
+                raise HttpError(404)
+            return ("org", p["org"].lower()), o["id"], 0
+        r = self.repo(p["owner"], p["repo"])
+        return ("repo",) + key_of(r), 0, r["id"]
+
+    @staticmethod
+    def check_var_name(name):
+        if not VAR_NAME.match(name) or re.match(r"(?i)^GIT(EA|HUB)_", name):
+            raise HttpError(400, f"invalid variable or secret name: {name!r}")
+
+    def h_var_list(self, p, q, b):
+        scope, oid, rid = self.var_scope(p)
+        vs = self.state.vars.get(scope, {})
+        return 200, [{"owner_id": oid, "repo_id": rid, "name": k, "data": v["data"], "description": v["description"]}
+                     for k, v in sorted(vs.items())]
+
+    def h_var_get(self, p, q, b):
+        scope, oid, rid = self.var_scope(p)
+        name = p["variablename"].upper()
+        v = self.state.vars.get(scope, {}).get(name)
+        if v is None:
+            raise HttpError(404)
+        return 200, {"owner_id": oid, "repo_id": rid, "name": name, "data": v["data"], "description": v["description"]}
+
+    def h_var_create(self, p, q, b):
+        scope, _, _ = self.var_scope(p)
+        name = p["variablename"]
+        self.check_var_name(name)
+        if not (b or {}).get("value"):
+            raise HttpError(400, "value is required")
+        vs = self.state.vars.setdefault(scope, {})
+        if name.upper() in vs:
+            raise HttpError(409, "variable name already exists")
+        vs[name.upper()] = {"data": b["value"], "description": b.get("description", "")}
+        return 201, None
+
+    def h_var_update(self, p, q, b):
+        scope, _, _ = self.var_scope(p)
+        name = p["variablename"].upper()
+        vs = self.state.vars.setdefault(scope, {})
+        if name not in vs:
+            raise HttpError(404)
+        if not (b or {}).get("value"):
+            raise HttpError(400, "value is required")
+        new = (b.get("name") or name)
+        self.check_var_name(new)
+        v = vs.pop(name)
+        vs[new.upper()] = {"data": b["value"], "description": b.get("description", v["description"])}
+        return 204, None
+
+    def h_var_delete(self, p, q, b):
+        scope, _, _ = self.var_scope(p)
+        vs = self.state.vars.setdefault(scope, {})
+        if vs.pop(p["variablename"].upper(), None) is None:
+            raise HttpError(404)
+        return 204, None
+
+    def do_GET(self):
+        self.handle_any("GET")
+
+    def do_POST(self):
+        self.handle_any("POST")
+
+    def do_PUT(self):
+        self.handle_any("PUT")
+
+    def do_PATCH(self):
+        self.handle_any("PATCH")
+
+    def do_DELETE(self):
+        self.handle_any("DELETE")
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, addr, state, log_path, faults_path):
+        super().__init__(addr, Handler)
+        self.state = state
+        self.log_path = log_path
+        self.log_lock = threading.Lock()
+        self.faults_path = faults_path
+        self.faults = []
+        self.faults_mtime = None
+        state.base_url = f"http://127.0.0.1:{self.server_address[1]}"
+
+    def load_faults(self):
+        if not self.faults_path or not os.path.exists(self.faults_path):
+            return self.faults
+        m = os.stat(self.faults_path).st_mtime_ns
+        if m != self.faults_mtime:
+            self.faults_mtime = m
+            with open(self.faults_path) as f:
+                self.faults = json.load(f)
+        return self.faults
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--log")
+    ap.add_argument("--faults")
+    ap.add_argument("--list-routes", action="store_true")
+    a = ap.parse_args()
+    if a.list_routes:
+        print(json.dumps([[m, t] for m, t, _ in ROUTES]))
+        return
+    os.makedirs(a.root, exist_ok=True)
+    state = State(os.path.abspath(a.root), os.environ.get("GITEA_DOUBLE_LOGIN", "admin"),
+                  os.environ.get("GITEA_DOUBLE_PASSWORD"), os.environ.get("GITEA_DOUBLE_TOKEN"))
+    srv = Server(("127.0.0.1", a.port), state, a.log, a.faults)
+    print(f"PORT {srv.server_address[1]}", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

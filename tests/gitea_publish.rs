@@ -1,0 +1,545 @@
+//! `rewrite`, `publish` and `env` against the stateful Gitea double (real git over smart HTTP).
+//!
+//! Run: `cargo test --test gitea_publish` (needs python3 with `jsonschema`, and git).
+
+#[path = "support/gitea.rs"]
+mod gitea;
+
+use std::path::Path;
+
+use gitea::{Creds, Double, FIXTURE_URLS, fixture, git, ok, run};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn spec_covers_every_route_the_double_serves() {
+    let out = std::process::Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gitea_double/check_spec.py"))
+        .arg(gitea::spec_path())
+        .arg("routes")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "22 routes checked");
+}
+
+#[test]
+fn rewrite_every_url_form_recursively() {
+    let fx = fixture();
+    let art = fx.artifacts();
+    let before_status = git(&fx.mono, &["status", "--porcelain", "--ignore-submodules=none"]);
+    let before_head = git(&fx.mono, &["rev-parse", "HEAD"]);
+    let before_gitmodules = std::fs::read_to_string(fx.mono.join(".gitmodules")).unwrap();
+
+    let args = ["--repo", s(&fx.mono), "--artifacts", s(&art), "rewrite", "--gitea", "http://127.0.0.1:9/gitea/", "--org", "main"];
+    ok(&run(&args, &[]));
+    let remotes = read_json(&art.join("remotes.json"));
+    let workdir = art.join("worktree");
+    assert_eq!(remotes["kind"], "remotes");
+    assert_eq!(remotes["gitea"], "http://127.0.0.1:9/gitea");
+    assert_eq!(remotes["workdir"], s(&workdir));
+
+    // Every module, parents before children, with the rewritten URL.
+    let new = |n: &str| format!("http://127.0.0.1:9/gitea/main/{n}.git");
+    let got: Vec<Value> = remotes["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| json!([m["path"], m["name"], m["repo"], m["old_url"], m["new_url"], m["converted"], m["parent"]]))
+        .collect();
+    let mut want = vec![json!(["libs/plain", "libs/plain", "plain", null, new("plain"), true, null])];
+    for (path, url) in FIXTURE_URLS {
+        let name = path.rsplit('/').next().unwrap();
+        want.push(json!([path, path, name, url, new(name), false, null]));
+        if *path == "libs/e" {
+            want.push(json!(["libs/e/vendor/f", "vendor/f", "f", "../../f.git//", new("f"), false, "libs/e"]));
+            want.push(json!([
+                "libs/e/vendor/f/deep/g",
+                "deep/g",
+                "g",
+                "http://git.example.invalid:3000/x/g",
+                new("g"),
+                false,
+                "libs/e/vendor/f"
+            ]));
+        }
+    }
+    assert_eq!(got, want);
+
+    // Commits: what the working copy has checked out, recorded by each parent.
+    for m in remotes["modules"].as_array().unwrap() {
+        let path = m["path"].as_str().unwrap();
+        assert_eq!(m["commit"].as_str().unwrap(), git(&workdir.join(path), &["rev-parse", "HEAD"]), "{path}");
+        let (parent_dir, rel) = match m["parent"].as_str() {
+            Some(p) => (workdir.join(p), path.strip_prefix(&format!("{p}/")).unwrap().to_string()),
+            None => (workdir.clone(), path.to_string()),
+        };
+        let ls = git(&parent_dir, &["ls-tree", "HEAD", "--", &rel]);
+        assert!(ls.starts_with(&format!("160000 commit {}", m["commit"].as_str().unwrap())), "{path}: {ls}");
+        let url = git(&parent_dir, &["config", "-f", ".gitmodules", &format!("submodule.{}.url", m["name"].as_str().unwrap())]);
+        assert_eq!(url, m["new_url"].as_str().unwrap());
+        if !m["converted"].as_bool().unwrap() {
+            // Leaves (a, b, c, d, g, base) keep their commit; e and f get a [skip ci] rewrite commit.
+            let src = git(&fx.mono.join(path), &["rev-parse", "HEAD"]);
+            assert_eq!(m["source_commit"].as_str().unwrap(), src, "{path}");
+            let rewritten = ["libs/e", "libs/e/vendor/f"].contains(&path);
+            assert_eq!(m["commit"] != m["source_commit"], rewritten, "{path}");
+            if rewritten {
+                let msg = git(&workdir.join(path), &["log", "-1", "--format=%s"]);
+                assert_eq!(msg, "Point submodules at http://127.0.0.1:9/gitea/main [skip ci]");
+            }
+        }
+    }
+    // The plain directory became its own repository with the directory's content.
+    let plain = workdir.join("libs/plain");
+    assert_eq!(git(&plain, &["ls-tree", "--name-only", "HEAD"]), "container.env");
+    assert_eq!(git(&plain, &["log", "--format=%s"]), "Import libs/plain from mono [skip ci]");
+    assert_eq!(remotes["monorepo"]["repo"], "mono");
+    assert_eq!(remotes["monorepo"]["source_commit"].as_str().unwrap(), before_head);
+    assert_eq!(remotes["monorepo"]["commit"].as_str().unwrap(), git(&workdir, &["rev-parse", "HEAD"]));
+    assert_eq!(git(&workdir, &["log", "-1", "--format=%s"]), "Point submodules at http://127.0.0.1:9/gitea/main [skip ci]");
+
+    // The user's checkout is untouched.
+    assert_eq!(git(&fx.mono, &["status", "--porcelain", "--ignore-submodules=none"]), before_status);
+    assert_eq!(git(&fx.mono, &["rev-parse", "HEAD"]), before_head);
+    assert_eq!(std::fs::read_to_string(fx.mono.join(".gitmodules")).unwrap(), before_gitmodules);
+
+    // Deterministic: the same input gives the same commits (and replaces the working copy).
+    ok(&run(&args, &[]));
+    assert_eq!(read_json(&art.join("remotes.json")), remotes);
+}
+
+#[test]
+fn rewrite_refuses_collisions_missing_checkouts_and_the_checkout_as_workdir() {
+    let fx = fixture();
+    let art = fx.artifacts();
+    // A second repository named `a` with other content.
+    let other = gitea::upstream(fx.root.path(), "other-a");
+    gitea::add_submodule(&fx.mono, &other, "tools/a", "https://git.example.invalid/tools/a.git");
+    let out = run(&["--repo", s(&fx.mono), "--artifacts", s(&art), "rewrite", "--gitea", "http://127.0.0.1:9"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tools/a: repository name `a` collides with `libs/a` (http://192.0.2.10/org/a.git)"), "{err}");
+    assert!(!art.join("remotes.json").exists());
+    assert!(!art.join("worktree").exists(), "nothing half-written");
+
+    // A submodule that is not checked out is named, with the fix.
+    let fx = fixture();
+    std::fs::remove_dir_all(fx.mono.join("libs/e/vendor/f")).unwrap();
+    std::fs::create_dir(fx.mono.join("libs/e/vendor/f")).unwrap();
+    let out = run(&["--repo", s(&fx.mono), "--artifacts", s(&art), "rewrite", "--gitea", "http://127.0.0.1:9"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("libs/e/vendor/f: submodule is not checked out"), "{err}");
+    assert!(err.contains("git submodule update --init --recursive"), "{err}");
+
+    // The checkout itself is never the working copy.
+    let out = run(&["--repo", s(&fx.mono), "rewrite", "--gitea", "http://127.0.0.1:9", "--workdir", s(&fx.mono)], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must not be the checkout"));
+    // Nor a foreign non-empty directory.
+    let foreign = fx.root.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("keep"), "x").unwrap();
+    let out = run(&["--repo", s(&fx.mono), "rewrite", "--gitea", "http://127.0.0.1:9", "--workdir", s(&foreign)], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(foreign.join("keep").exists());
+}
+
+fn publish(fx: &gitea::Fixture, d: &Double, extra: &[&str]) -> Value {
+    let art = fx.artifacts();
+    let url = d.url();
+    let mut args = vec!["--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", url.as_str()];
+    args.extend_from_slice(extra);
+    let pw = d.creds.password.clone().unwrap();
+    ok(&run(&args, &[("LOGIN", d.creds.login.as_str()), ("PASSWORD", pw.as_str())]));
+    read_json(&art.join("publish.json"))
+}
+
+/// `(full_name, repo action, [(branch, action)], fork action, pull)` per repository.
+fn shape(report: &Value) -> Vec<Value> {
+    report["repos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let refs: Vec<Value> = r["refs"].as_array().unwrap().iter().map(|x| json!([x["branch"], x["action"]])).collect();
+            json!([r["full_name"], r["action"], refs, r["fork"]["action"], r["pull"]])
+        })
+        .collect()
+}
+
+#[test]
+fn publish_from_scratch_again_and_after_a_change() {
+    let fx = fixture();
+    let d = Double::start(Creds::basic("admin", "double-pw-1"));
+
+    // 1. From scratch.
+    let r1 = publish(&fx, &d, &[]);
+    let created = |fork: bool| {
+        let refs = json!([["main", "created"], ["release", "created"], ["snapshot", "created"]]);
+        (refs, if fork { json!("created") } else { Value::Null })
+    };
+    let mut want = Vec::new();
+    // deepest first, the monorepo last
+    for (name, fork) in [("g", false), ("f", false), ("plain", true), ("a", true), ("b", true), ("c", true), ("d", true), ("e", true), ("base", false), ("mono", true)] {
+        let (refs, f) = created(fork);
+        let pull = if fork { json!({"number": null, "action": "unchanged"}) } else { Value::Null };
+        want.push(json!([format!("main/{name}"), "created", refs, f, pull]));
+    }
+    assert_eq!(shape(&r1), want);
+    assert_eq!(
+        r1["orgs"],
+        json!([{"name": "main", "action": "created"}, {"name": "stage", "action": "created"}, {"name": "tasks", "action": "created"}])
+    );
+    assert_eq!(r1["summary"], json!({"created": 3 + 10 + 30 + 7, "updated": 10, "unchanged": 7}));
+    let remotes = read_json(&fx.artifacts().join("remotes.json"));
+    let mono_commit = remotes["monorepo"]["commit"].as_str().unwrap().to_string();
+    for b in ["main", "release", "snapshot"] {
+        assert_eq!(d.branch("main", "mono", b).as_deref(), Some(mono_commit.as_str()), "{b}");
+    }
+    assert_eq!(d.branch("main", "mono", "rollback"), None);
+    assert_eq!(d.branch("stage", "mono", "main").as_deref(), Some(mono_commit.as_str()), "the fork holds main");
+    assert!(!d.bare("stage", "g").exists(), "nested non-lib repos are not forked");
+    // A clone of the published monorepo resolves every submodule from the double.
+    let clone = fx.root.path().join("clone");
+    git(fx.root.path(), &["clone", "-q", "--recurse-submodules", &format!("{}/main/mono.git", d.url()), s(&clone)]);
+    assert_eq!(std::fs::read_to_string(clone.join("libs/e/vendor/f/deep/g/README")).unwrap(), "g\n");
+    assert_eq!(std::fs::read_to_string(clone.join("libs/plain/container.env")).unwrap(), "ID=150\nIP=dhcp\n");
+
+    // 2. Again: nothing changes, no write call is made.
+    let calls_before = d.api_calls().len();
+    let r2 = publish(&fx, &d, &[]);
+    assert_eq!(r2["summary"]["created"], 0);
+    assert_eq!(r2["summary"]["updated"], 0);
+    let writes: Vec<String> = d.api_calls()[calls_before..].iter().filter(|c| !c.starts_with("GET ")).cloned().collect();
+    assert_eq!(writes, Vec::<String>::new());
+    let pushes = d
+        .exchanges()
+        .iter()
+        .filter(|e| e["kind"] == "git" && e["method"] == "POST" && e["path"].as_str().unwrap().ends_with("/git-receive-pack"))
+        .count();
+    assert_eq!(pushes, 10, "one push per repository, all in the first publish");
+
+    // 3. After a change in lib a: rollback holds the old head, a release PR opens.
+    let old_a = d.branch("main", "a", "main").unwrap();
+    let old_mono = d.branch("main", "mono", "main").unwrap();
+    let new_a = fx.change_lib("libs/a", "v2");
+    let r3 = publish(&fx, &d, &[]);
+    assert_eq!(d.branch("main", "a", "main").as_deref(), Some(new_a.as_str()));
+    assert_eq!(d.branch("main", "a", "rollback").as_deref(), Some(old_a.as_str()));
+    assert_eq!(d.branch("main", "a", "release").as_deref(), Some(old_a.as_str()), "release moves only by the PR");
+    assert_eq!(d.branch("main", "mono", "rollback").as_deref(), Some(old_mono.as_str()));
+    let changed: Vec<Value> = shape(&r3).into_iter().filter(|r| r[1] != "unchanged" || r[2].as_array().unwrap().iter().any(|x| x[1] != "unchanged")).collect();
+    let upd = json!([["rollback", "created"], ["main", "updated"], ["release", "unchanged"], ["snapshot", "updated"]]);
+    assert_eq!(
+        changed,
+        vec![
+            json!(["main/a", "unchanged", upd, "unchanged", {"number": 1, "action": "created"}]),
+            json!(["main/mono", "unchanged", upd, "unchanged", {"number": 1, "action": "created"}]),
+        ]
+    );
+    let pulls: Vec<Value> = d
+        .exchanges()
+        .into_iter()
+        .filter(|e| e["method"] == "POST" && e["template"] == "/repos/{owner}/{repo}/pulls")
+        .map(|e| json!([e["path"], e["status"], e["request"]]))
+        .collect();
+    let body = json!({"head": "main", "base": "release", "title": "Release Pull Request", "body": "Created automatically for deployment by proxmox-gitops publish."});
+    assert_eq!(pulls, vec![json!(["/repos/main/a/pulls", 201, body]), json!(["/repos/main/mono/pulls", 201, body])]);
+
+    // 4. Another change while the PR is open: the PR is not opened twice; rollback moves.
+    let a2 = d.branch("main", "a", "main").unwrap();
+    fx.change_lib("libs/a", "v3");
+    let r4 = publish(&fx, &d, &[]);
+    let a = &r4["repos"].as_array().unwrap().iter().find(|r| r["full_name"] == "main/a").unwrap().clone();
+    assert_eq!(a["pull"], json!({"number": 1, "action": "unchanged"}));
+    assert_eq!(a["refs"][0], json!({"branch": "rollback", "old": old_a, "new": a2, "action": "updated"}));
+    let creates = d.exchanges().iter().filter(|e| e["method"] == "POST" && e["template"] == "/repos/{owner}/{repo}/pulls").count();
+    assert_eq!(creates, 2);
+    // 5. Stable again.
+    let r5 = publish(&fx, &d, &[]);
+    assert_eq!((r5["summary"]["created"].clone(), r5["summary"]["updated"].clone()), (json!(0), json!(0)));
+
+    d.assert_spec_conformant();
+}
+
+#[test]
+fn variables_from_globals_and_configure_outputs() {
+    let fx = fixture();
+    let d = Double::start(Creds::basic("admin", "double-pw-2"));
+    std::fs::write(fx.mono.join("globals.json"), r#"{"TZ": "UTC", "DOMAIN": "lan", "EMPTY": ""}"#).unwrap();
+    std::fs::write(fx.mono.join("globals.local.json"), r#"{"DOMAIN": "home.lan"}"#).unwrap();
+    let art = fx.artifacts();
+    std::fs::create_dir_all(art.join("configure")).unwrap();
+    std::fs::write(art.join("configure/a.json"), r#"{"kind": "configure", "outputs": {"PORT": 8080, "URL": "http://a"}}"#).unwrap();
+    std::fs::write(art.join("configure/b.json"), r#"{"kind": "configure"}"#).unwrap();
+
+    let r1 = publish(&fx, &d, &[]);
+    let vars: Vec<Value> = r1["variables"].as_array().unwrap().iter().map(|v| json!([v["scope"], v["org"].clone().or_repo(v), v["name"], v["action"]])).collect();
+    let mut want = Vec::new();
+    for name in ["DOMAIN", "TZ"] {
+        for org in ["main", "stage", "tasks"] {
+            want.push(json!(["org", org, name, "created"]));
+        }
+    }
+    want.push(json!(["repo", "main/a", "PORT", "created"]));
+    want.push(json!(["repo", "main/a", "URL", "created"]));
+    // globals are iterated by name (BTreeMap), then orgs; sort both sides for the comparison
+    let mut got = vars.clone();
+    got.sort_by_key(|v| v.to_string());
+    want.sort_by_key(|v| v.to_string());
+    assert_eq!(got, want);
+    let bodies: Vec<Value> = d
+        .exchanges()
+        .into_iter()
+        .filter(|e| e["method"] == "POST" && e["path"].as_str().unwrap().contains("/actions/variables/"))
+        .map(|e| json!([e["path"], e["request"], e["status"]]))
+        .filter(|v| v[0].as_str().unwrap().starts_with("/orgs/main/") || v[0].as_str().unwrap().starts_with("/repos/"))
+        .collect();
+    assert_eq!(
+        bodies,
+        vec![
+            json!(["/orgs/main/actions/variables/DOMAIN", {"value": "home.lan"}, 201]),
+            json!(["/orgs/main/actions/variables/TZ", {"value": "UTC"}, 201]),
+            json!(["/repos/main/a/actions/variables/PORT", {"value": "8080"}, 201]),
+            json!(["/repos/main/a/actions/variables/URL", {"value": "http://a"}, 201]),
+        ]
+    );
+
+    // Update one value: PUT, the rest unchanged.
+    std::fs::write(art.join("configure/a.json"), r#"{"outputs": {"PORT": "9090", "URL": "http://a"}}"#).unwrap();
+    let r2 = publish(&fx, &d, &[]);
+    let changed: Vec<Value> = r2["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["action"] != "unchanged")
+        .cloned()
+        .collect();
+    assert_eq!(changed, vec![json!({"scope": "repo", "owner": "main", "repo": "a", "name": "PORT", "action": "updated"})]);
+    let puts: Vec<Value> = d.exchanges().into_iter().filter(|e| e["method"] == "PUT").map(|e| json!([e["path"], e["request"], e["status"]])).collect();
+    assert_eq!(puts, vec![json!(["/repos/main/a/actions/variables/PORT", {"value": "9090"}, 204])]);
+
+    // Changed elsewhere (here with `env set`): publish puts the file's value back.
+    let url = d.url();
+    ok(&run(
+        &["--repo", s(&fx.mono), "env", "set", "TZ", "Europe/Berlin", "--org", "stage", "--gitea", &url],
+        &[("LOGIN", "admin"), ("PASSWORD", "double-pw-2")],
+    ));
+    let r3 = publish(&fx, &d, &[]);
+    let changed: Vec<Value> = r3["variables"].as_array().unwrap().iter().filter(|v| v["action"] != "unchanged").cloned().collect();
+    assert_eq!(changed, vec![json!({"scope": "org", "org": "stage", "name": "TZ", "action": "updated"})]);
+
+    // Invalid names are refused before anything is sent, naming file and key.
+    std::fs::write(fx.mono.join("globals.json"), r#"{"TZ": "UTC", "bad-name": "x", "GITEA_URL": "y"}"#).unwrap();
+    std::fs::write(art.join("configure/a.json"), r#"{"outputs": {"1PORT": "1", "OK": {"nested": true}}}"#).unwrap();
+    let before = d.api_calls().len();
+    let out = run(
+        &["--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", &url],
+        &[("LOGIN", "admin"), ("PASSWORD", "double-pw-2")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let cfg = art.join("configure/a.json");
+    for needle in [
+        "4 problems in the input".to_string(),
+        "globals.json (bad-name): `bad-name` is not a valid variable name".to_string(),
+        "globals.json (GITEA_URL): `GITEA_URL`: variable names must not start with GITEA_ or GITHUB_".to_string(),
+        format!("{} (outputs.1PORT): `1PORT` is not a valid variable name", cfg.display()),
+        format!("{} (outputs.OK): expected a string, number or boolean", cfg.display()),
+    ] {
+        assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+    }
+    assert_eq!(d.api_calls().len(), before, "nothing was sent");
+
+    d.assert_spec_conformant();
+}
+
+trait OrRepo {
+    fn or_repo(self, v: &Value) -> Value;
+}
+impl OrRepo for Value {
+    fn or_repo(self, v: &Value) -> Value {
+        if self.is_null() { json!(format!("{}/{}", v["owner"].as_str().unwrap(), v["repo"].as_str().unwrap())) } else { self }
+    }
+}
+
+#[test]
+fn a_server_error_once_is_retried_and_a_persistent_one_is_a_clear_error() {
+    let fx = fixture();
+    let d = Double::start(Creds::basic("admin", "double-pw-3"));
+    d.faults(&[("GET", "/api/v1/orgs/main", 500, 1), ("PATCH", "/api/v1/repos/main/g", 503, 2)]);
+    let r = publish(&fx, &d, &[]);
+    assert_eq!(r["repos"][0]["full_name"], "main/g");
+    assert_eq!(r["repos"][0]["settings"], "updated");
+    let calls = d.api_calls();
+    assert_eq!(&calls[..2], &["GET /orgs/main 500".to_string(), "GET /orgs/main 404".to_string()]);
+    assert_eq!(
+        calls.iter().filter(|c| c.starts_with("PATCH /repos/main/g ")).cloned().collect::<Vec<_>>(),
+        vec!["PATCH /repos/main/g 503", "PATCH /repos/main/g 503", "PATCH /repos/main/g 200"]
+    );
+
+    // A POST is not retried on a 5xx: it may have had an effect. The error names it all.
+    let fx2 = fixture();
+    std::fs::write(fx2.mono.join("globals.json"), r#"{"TZ": "UTC"}"#).unwrap();
+    d.faults(&[("POST", "/api/v1/orgs/main/actions/variables/TZ", 500, 5)]);
+    let out = run(
+        &["--repo", s(&fx2.mono), "--artifacts", s(&fx2.artifacts()), "publish", "--gitea", &d.url(), "--name", "mono2"],
+        &[("LOGIN", "admin"), ("PASSWORD", "double-pw-3")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error: variable TZ of org main: Gitea POST /orgs/main/actions/variables/TZ: HTTP 500: injected fault"),
+        "{err}"
+    );
+    let posts = d.api_calls().iter().filter(|c| c.starts_with("POST /orgs/main/actions/variables/TZ")).count();
+    assert_eq!(posts, 1);
+    // A GET that keeps failing gives up after the bounded attempts.
+    d.faults(&[("GET", "/api/v1/orgs/main", 502, 100)]);
+    let out = run(
+        &["--repo", s(&fx2.mono), "--artifacts", s(&fx2.artifacts()), "publish", "--gitea", &d.url(), "--name", "mono2"],
+        &[("LOGIN", "admin"), ("PASSWORD", "double-pw-3")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Gitea GET /orgs/main: HTTP 502: injected fault"));
+    let gets = d.api_calls().iter().filter(|c| *c == "GET /orgs/main 502").count();
+    assert_eq!(gets, 4, "MAX_ATTEMPTS");
+
+    // Wrong credentials: a clear 401.
+    d.faults(&[]);
+    let out = run(
+        &["--repo", s(&fx2.mono), "--artifacts", s(&fx2.artifacts()), "publish", "--gitea", &d.url()],
+        &[("LOGIN", "admin"), ("PASSWORD", "not-the-password")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("HTTP 401: user does not exist or wrong credentials"), "{err}");
+    d.assert_spec_conformant();
+}
+
+/// Every file under `dir`, recursively (for secret scans).
+fn all_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            all_files(&p, out);
+        } else if p.is_file() {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn secrets_never_in_logs_artifacts_or_process_args() {
+    for token_auth in [false, true] {
+        let fx = fixture();
+        let secret = if token_auth { "tok-7f3a9c1e5b2d8a4f" } else { "pw-S3cr3t-4f1d9e" };
+        let creds = if token_auth {
+            Creds { login: "admin".into(), password: None, token: Some(secret.into()) }
+        } else {
+            Creds::basic("admin", secret)
+        };
+        let d = Double::start(creds);
+        std::fs::write(fx.mono.join("globals.json"), r#"{"TZ": "UTC"}"#).unwrap();
+        let art = fx.artifacts();
+
+        // Sample `ps -eo args` while publish runs.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                let mut samples = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || samples == 0 {
+                    let out = std::process::Command::new("ps").args(["-eo", "args"]).output().unwrap();
+                    seen.push(String::from_utf8_lossy(&out.stdout).into_owned());
+                    samples += 1;
+                }
+                seen
+            })
+        };
+        let url = d.url();
+        let args = ["-v", "--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", &url];
+        let env: Vec<(&str, &str)> = if token_auth { vec![("GITEA_TOKEN", secret)] } else { vec![("LOGIN", "admin"), ("PASSWORD", secret)] };
+        let out = run(&args, &env);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let samples = sampler.join().unwrap();
+        ok(&out);
+        let all_ps = samples.join("\n");
+        assert!(all_ps.contains("--gitea"), "the sampler saw the publish process");
+        assert!(!all_ps.contains(secret), "secret in process arguments");
+        let logs = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(logs.contains("Gitea GET /orgs/main"), "debug log is on: {logs}");
+        assert!(!logs.contains(secret), "secret in the logs");
+        // Failure output too (git error text, API errors).
+        d.faults(&[("POST", "/api/v1/orgs/main/actions/variables/NEW", 500, 1)]);
+        std::fs::write(fx.mono.join("globals.json"), r#"{"NEW": "x"}"#).unwrap();
+        let out = run(&args, &env);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(!String::from_utf8_lossy(&out.stderr).contains(secret));
+        // Artifacts, the working copy and its git config.
+        let mut files = Vec::new();
+        all_files(&art, &mut files);
+        assert!(files.iter().any(|f| f.ends_with("publish.json")));
+        assert!(files.iter().any(|f| f.ends_with("worktree/.git/config")));
+        for f in files {
+            let bytes = std::fs::read(&f).unwrap();
+            assert!(!String::from_utf8_lossy(&bytes).contains(secret), "secret in {}", f.display());
+        }
+        // The git traffic authenticated (push needs auth on the double).
+        assert!(d.branch("main", "mono", "main").is_some());
+        d.assert_spec_conformant();
+    }
+}
+
+#[test]
+fn env_get_and_set() {
+    let fx = fixture();
+    let d = Double::start(Creds { login: "admin".into(), password: None, token: Some("tok-env-1".into()) });
+    let url = d.url();
+    let env = [("GITEA_TOKEN", "tok-env-1")];
+    let repo = s(&fx.mono);
+    // Orgs/repos come from a publish.
+    ok(&run(&["--repo", repo, "--artifacts", s(&fx.artifacts()), "publish", "--gitea", &url], &env));
+
+    let out = run(&["--repo", repo, "env", "set", "SHARE", "/srv/share", "--gitea", &url], &env);
+    ok(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "SHARE on org main: created");
+    let out = run(&["--repo", repo, "env", "get", "SHARE", "--remote", "--gitea", &url], &env);
+    assert_eq!(ok(&out), "/srv/share\n");
+    let out = run(&["--repo", repo, "env", "set", "SHARE", "/mnt", "--gitea", &url], &env);
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "SHARE on org main: updated");
+    let out = run(&["--repo", repo, "env", "set", "SHARE", "/mnt", "--gitea", &url], &env);
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "SHARE on org main: unchanged");
+    // Repo scope; the environment wins without --remote (the seed's Env.get).
+    let out = run(&["env", "set", "IP", "10.0.3.5", "--repo", "main/a", "--gitea", &url], &env);
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "IP on repo main/a: created");
+    let out = run(&["env", "get", "IP", "--repo", "main/a", "--gitea", &url], &env);
+    assert_eq!(ok(&out), "10.0.3.5\n");
+    let mut env2 = env.to_vec();
+    env2.push(("IP", "from-env"));
+    assert_eq!(ok(&run(&["env", "get", "IP", "--repo", "main/a", "--gitea", &url], &env2)), "from-env\n");
+    let out = run(&["env", "get", "IP", "--repo", "main/a", "--org", "main", "--gitea", &url], &env);
+    assert_eq!(out.status.code(), Some(2));
+    // Missing, invalid.
+    let out = run(&["--repo", repo, "env", "get", "NOPE", "--remote", "--gitea", &url], &env);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("variable NOPE is not set in the environment nor on org main"));
+    let out = run(&["--repo", repo, "env", "set", "GITHUB_X", "1", "--gitea", &url], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("KEY: `GITHUB_X`: variable names must not start with GITEA_ or GITHUB_"));
+    let out = run(&["env", "set", "X", "1", "--repo", "a/b/c", "--gitea", &url], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--repo: expected OWNER/REPO or a directory, found `a/b/c`"));
+    d.assert_spec_conformant();
+}
