@@ -9,6 +9,7 @@
 //!   [`progress`], and one client module per external system.
 
 pub mod artifact;
+pub mod bundle;
 pub mod ci;
 pub mod cli;
 pub mod error;

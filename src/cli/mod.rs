@@ -4,7 +4,10 @@
 //! (see [`crate::steps`]). Exit codes: 0 success, 1 operational failure, 2 invalid input or
 //! usage (see [`crate::error`]).
 
+mod artifacts;
+mod deploy;
 mod plan;
+mod render_workflows;
 mod resolve;
 
 use std::io::Write;
@@ -57,6 +60,12 @@ enum Command {
     Resolve(resolve::ResolveArgs),
     /// Show what a deploy of a ref would do, per container, without changing anything.
     Plan(plan::PlanArgs),
+    /// Run the ref's steps (or the given ones) for containers, resumably and in parallel.
+    Deploy(deploy::DeployArgs),
+    /// Render the per-lib workflow into libs' `.gitea/workflows/pipeline.yml`.
+    RenderWorkflows(render_workflows::RenderWorkflowsArgs),
+    /// Pack or unpack artifacts handed between workflow jobs.
+    Artifacts(artifacts::ArtifactsArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -155,6 +164,9 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Resolve(args) => resolve::run(&ctx, args),
         Command::Plan(args) => plan::run(&ctx, args),
+        Command::Deploy(args) => deploy::run(&ctx, args),
+        Command::RenderWorkflows(args) => render_workflows::run(&ctx, args),
+        Command::Artifacts(args) => artifacts::run(&ctx, args),
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,
