@@ -131,7 +131,10 @@ pub fn decode(text: &str, index: usize) -> Result<BTreeMap<String, serde_json::V
     let body = text
         .trim()
         .strip_prefix(PREFIX)
-        .ok_or_else(|| bad(format!("does not start with `{PREFIX}` (not an output of `artifacts pack`)")))?;
+        .ok_or_else(|| {
+            let head: String = text.trim().chars().take(24).collect();
+            bad(format!("`{head}` does not start with `{PREFIX}` (not an output of `artifacts pack`)"))
+        })?;
     let compressed = base64::engine::general_purpose::STANDARD
         .decode(body)
         .map_err(|e| bad(format!("invalid base64: {e}")))?;
@@ -217,7 +220,7 @@ mod tests {
         let e = unpack(&format!("{ok} nope"), dir.path()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "bundle 2: does not start with `pgo1:` (not an output of `artifacts pack`)"
+            "bundle 2: `nope` does not start with `pgo1:` (not an output of `artifacts pack`)"
         );
         // Nothing was written: every bundle is checked first.
         assert!(!dir.path().join("a.json").exists());

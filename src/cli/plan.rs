@@ -28,6 +28,12 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let p = plan(&inv, &args.git_ref, &args.containers)?;
     artifact::write(&ctx.artifacts.plan(), &p).map_err(|e| Error::Failed(e.into()))?;
+    crate::ci::set_outputs(&[
+        ("artifact", ctx.artifacts.plan().display().to_string()),
+        ("containers", p.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(",")),
+        ("steps", crate::steps::plan::steps_for_ref(&p.git_ref)?.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")),
+    ])
+    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
     ctx.emit(&p, || {
         let rows: Vec<Vec<String>> = p
             .containers

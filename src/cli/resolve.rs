@@ -21,6 +21,7 @@ pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
     let path = ctx.artifacts.inventory();
     artifact::write(&path, &inv).map_err(|e| Error::Failed(e.into()))?;
     crate::ci::set_outputs(&[
+        ("artifact", path.display().to_string()),
         ("inventory", path.display().to_string()),
         ("containers", inv.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(",")),
     ])

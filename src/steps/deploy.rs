@@ -260,12 +260,14 @@ fn hash_tree(h: &mut Sha256, label: &str, dir: Option<&Path>, exclude: &[PathBuf
 ///    (`100644`/`100755`/`120000`) and content (a symlink's target), sorted by path;
 /// 3. the base tree `<root>/<inv.base>` the same way (empty when there is none).
 ///
-/// `.git`, `*.local.*` and git-ignored files are left out. For the control plane (`dir` = `.`)
-/// the lib tree is the monorepo root without `libs/` (the other containers) and the base tree.
+/// `.git`, `*.local.*` and git-ignored files are left out, and so is `artifacts` (the artifacts
+/// directory, when it lies inside a tree; pass it canonical, like `root`). For the control plane
+/// (`dir` = `.`) the lib tree is the monorepo root without `libs/` (the other containers) and the
+/// base tree.
 ///
 /// # Errors
 /// [`Error::Failed`] when a file cannot be read.
-pub fn inputs_digest(root: &Path, inv: &Inventory, spec: &ContainerSpec) -> Result<String> {
+pub fn inputs_digest(root: &Path, inv: &Inventory, spec: &ContainerSpec, artifacts: &Path) -> Result<String> {
     let mut h = Sha256::new();
     field(&mut h, b"proxmox-gitops inputs digest v1");
     let spec_json = serde_json::to_vec(spec).map_err(|e| Error::Failed(e.into()))?;
@@ -273,6 +275,7 @@ pub fn inputs_digest(root: &Path, inv: &Inventory, spec: &ContainerSpec) -> Resu
     let lib_dir = root.join(&spec.dir);
     let base_dir = inv.base.as_ref().map(|b| root.join(b));
     let mut exclude: Vec<PathBuf> = base_dir.iter().cloned().collect();
+    exclude.push(artifacts.to_path_buf());
     if spec.dir == Path::new(".") || spec.dir.as_os_str().is_empty() {
         let lib_dir = root.to_path_buf();
         exclude.push(lib_dir.join("libs"));
@@ -286,7 +289,7 @@ pub fn inputs_digest(root: &Path, inv: &Inventory, spec: &ContainerSpec) -> Resu
     } else {
         hash_tree(&mut h, "lib", Some(&lib_dir), &exclude)?;
     }
-    hash_tree(&mut h, "base", base_dir.as_deref(), &[])?;
+    hash_tree(&mut h, "base", base_dir.as_deref(), &[artifacts.to_path_buf()])?;
     Ok(format!("sha256:{}", hex::encode(h.finalize())))
 }
 
@@ -561,7 +564,12 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
         );
         inventory.root = root.clone();
     }
+    let artifacts_dir = opts.artifacts.root();
+    std::fs::create_dir_all(artifacts_dir)
+        .and_then(|_| artifacts_dir.canonicalize())
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot create the artifacts directory {}: {e}", artifacts_dir.display())))?;
     let inventory = Arc::new(inventory);
+    let previous = Arc::new(previous_failures(&opts.artifacts.deploy()));
     let started_at = time::OffsetDateTime::now_utc();
     let started = Instant::now();
     let semaphore = Arc::new(tokio::sync::Semaphore::new(opts.jobs));
@@ -575,6 +583,7 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
             steps: steps.clone(),
             opts: opts.clone(),
             semaphore: semaphore.clone(),
+            previous: previous.clone(),
         };
         let handle = set.spawn(async move { (i, job.run().await) });
         task_index.insert(handle.id(), i);
@@ -631,6 +640,31 @@ struct ContainerJob<R> {
     steps: Vec<Step>,
     opts: DeployOptions,
     semaphore: Arc<tokio::sync::Semaphore>,
+    previous: Arc<BTreeMap<String, String>>,
+}
+
+/// From an earlier `deploy.json` (e.g. the provision job's, handed over in the bundle): container
+/// name → inputs digest, for every container whose `provision` failed or was blocked there.
+fn previous_failures(path: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Ok(text) = std::fs::read_to_string(path) else { return out };
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else { return out };
+    for c in value.get("containers").and_then(|c| c.as_array()).into_iter().flatten() {
+        let (Some(name), Some(digest)) = (
+            c.get("name").and_then(|v| v.as_str()),
+            c.get("inputs_digest").and_then(|v| v.as_str()),
+        ) else {
+            continue;
+        };
+        let failed = c.get("steps").and_then(|s| s.as_array()).into_iter().flatten().any(|s| {
+            s.get("step").and_then(|v| v.as_str()) == Some("provision")
+                && matches!(s.get("state").and_then(|v| v.as_str()), Some("failed" | "blocked"))
+        });
+        if failed {
+            out.insert(name.to_string(), digest.to_string());
+        }
+    }
+    out
 }
 
 fn render_error(e: &Error) -> String {
@@ -660,7 +694,8 @@ impl<R: StepRunner> ContainerJob<R> {
         let root = self.inventory.root.clone();
         let inv = self.inventory.clone();
         let spec = self.spec.clone();
-        let digest = match tokio::task::spawn_blocking(move || inputs_digest(&root, &inv, &spec)).await {
+        let artifacts = self.opts.artifacts.root().canonicalize().unwrap_or_else(|_| self.opts.artifacts.root().to_path_buf());
+        let digest = match tokio::task::spawn_blocking(move || inputs_digest(&root, &inv, &spec, &artifacts)).await {
             Ok(Ok(d)) => d,
             Ok(Err(e)) => return self.fail_all(rec, render_error(&e), started),
             Err(e) => return self.fail_all(rec, format!("computing the inputs digest crashed: {e}"), started),
@@ -767,11 +802,23 @@ impl<R: StepRunner> ContainerJob<R> {
         if step != Step::Configure || self.steps.contains(&Step::Provision) {
             return None;
         }
-        let status = read_step_status(&self.opts.artifacts.provision(&self.spec.name))?;
-        (status.ok == Some(false) && status.digest.as_deref() == Some(digest)).then(|| {
-            "provision failed for the same inputs (see provision/<name>.json); fix it and re-run, or pass --force"
-                .replace("<name>", &self.spec.name)
-        })
+        let name = &self.spec.name;
+        let artifact = read_step_status(&self.opts.artifacts.provision(name));
+        let by_artifact = artifact
+            .as_ref()
+            .is_some_and(|s| s.ok == Some(false) && s.digest.as_deref() == Some(digest));
+        // A provision that failed before writing its artifact is only known from deploy.json.
+        let by_summary = !artifact.as_ref().is_some_and(|s| s.ok == Some(true) && s.digest.as_deref() == Some(digest))
+            && self.previous.get(name).is_some_and(|d| d == digest);
+        if by_artifact {
+            Some(format!(
+                "provision failed for the same inputs (see provision/{name}.json); fix it and re-run, or pass --force"
+            ))
+        } else if by_summary {
+            Some("provision failed for the same inputs (see deploy.json of the provision run); fix it and re-run, or pass --force".into())
+        } else {
+            None
+        }
     }
 
     fn fail_all(&self, mut rec: ContainerRecord, msg: String, started: Instant) -> ContainerRecord {
