@@ -10,7 +10,9 @@
 #[path = "support/workflows.rs"]
 mod workflows;
 
-use workflows::{act, monorepo};
+use std::os::unix::fs::PermissionsExt;
+
+use workflows::{act, act_with, commit_all, monorepo, monorepo_with, write_files};
 
 const NOT_BUILT: &str = "is not built into this binary yet";
 
@@ -128,4 +130,87 @@ fn a_broken_container_env_fails_the_run_and_names_the_file() {
         "{log}"
     );
     assert!(run.job("pipeline", "configure").iter().all(|l| !l.contains("configure failed")), "{log}");
+}
+
+/// Without a prebuilt binary the action builds one with cargo, once per source version and
+/// runner: a stand-in `cargo` first on PATH records its calls and "builds" by copying the binary
+/// under test to where cargo would put it.
+#[test]
+fn without_a_binary_the_action_builds_once_per_source_version_and_caches_it() {
+    let repo = monorepo_with(&[], true);
+    let tools = tempfile::tempdir().unwrap();
+    let calls = tools.path().join("calls");
+    let cargo = tools.path().join("bin/cargo");
+    write_files(
+        tools.path(),
+        &[(
+            "bin/cargo",
+            &format!(
+                "#!/bin/bash\nset -eu\necho \"$*\" >> '{calls}'\nprofile=release\n\
+                 while [ $# -gt 0 ]; do [ \"$1\" = --profile ] && profile=$2; shift; done\n\
+                 case $profile in dev) out=debug;; *) out=$profile;; esac\n\
+                 mkdir -p \"$CARGO_TARGET_DIR/$out\"\ncp '{bin}' \"$CARGO_TARGET_DIR/$out/proxmox-gitops\"\n",
+                calls = calls.display(),
+                bin = env!("CARGO_BIN_EXE_proxmox-gitops"),
+            ),
+        )],
+    );
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = tools.path().join("cache");
+    let path = format!("PATH={}:{}", tools.path().join("bin").display(), std::env::var("PATH").unwrap());
+    let cache_env = format!("PROXMOX_GITOPS_CACHE={}", cache.display());
+    let run = |repo: &std::path::Path| {
+        act_with(
+            repo,
+            "push",
+            "workflows/pipeline.yml",
+            &serde_json::json!({"ref": "refs/heads/main"}),
+            None,
+            &["--env", &path, "--env", &cache_env],
+        )
+    };
+    let calls_made = || std::fs::read_to_string(&calls).unwrap_or_default().lines().count();
+
+    let first = run(repo.path());
+    assert!(first.job_has("pipeline", "resolve", "Job succeeded"), "{}", first.log);
+    assert!(first.job_has("pipeline", "configure", &format!("alpha: configure failed: step configure {NOT_BUILT}")), "{}", first.log);
+    // Built once for both jobs.
+    assert_eq!(calls_made(), 1, "{}", first.log);
+    let line = std::fs::read_to_string(&calls).unwrap();
+    assert!(line.starts_with("build --profile release --locked --manifest-path "), "{line}");
+    assert!(line.trim_end().ends_with("/Cargo.toml"), "{line}");
+    let built: Vec<_> = std::fs::read_dir(cache.join("bin")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(built.len(), 1);
+
+    // Same sources: the cached binary is used.
+    let second = run(repo.path());
+    assert!(second.job_has("pipeline", "resolve", "Job succeeded"), "{}", second.log);
+    assert_eq!(calls_made(), 1, "{}", second.log);
+
+    // Changed sources: built again.
+    write_files(repo.path(), &[("src/lib.rs", &(std::fs::read_to_string(repo.path().join("src/lib.rs")).unwrap() + "\n"))]);
+    commit_all(repo.path(), "touch");
+    let third = run(repo.path());
+    assert!(third.job_has("pipeline", "resolve", "Job succeeded"), "{}", third.log);
+    assert_eq!(calls_made(), 2, "{}", third.log);
+}
+
+#[test]
+fn a_binary_input_that_is_not_executable_is_refused() {
+    let repo = monorepo(&[]);
+    let run = act_with(
+        repo.path(),
+        "push",
+        "workflows/pipeline.yml",
+        &serde_json::json!({"ref": "refs/heads/main"}),
+        Some("/nonexistent/proxmox-gitops"),
+        &[],
+    );
+    assert_ne!(run.code, 0);
+    assert!(
+        run.job_has("pipeline", "resolve", "input binary: '/nonexistent/proxmox-gitops' is not an executable file"),
+        "{}",
+        run.log
+    );
+    assert!(run.job("pipeline", "configure").iter().all(|l| !l.contains("configure failed")), "{}", run.log);
 }

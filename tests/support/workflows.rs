@@ -38,6 +38,12 @@ fn git(dir: &Path, args: &[&str]) {
 /// `alpha` and `beta` (loopback addresses, never contacted), `base/`, plus this repository's
 /// `action.yml` and `workflows/`. `extra` files are added before the commit.
 pub fn monorepo(extra: &[(&str, &str)]) -> tempfile::TempDir {
+    monorepo_with(extra, false)
+}
+
+/// [`monorepo`], with this crate's sources too when `with_sources` (as a user's clone has them:
+/// the action builds the binary from them).
+pub fn monorepo_with(extra: &[(&str, &str)], with_sources: bool) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     write_files(
@@ -58,10 +64,35 @@ pub fn monorepo(extra: &[(&str, &str)]) -> tempfile::TempDir {
     for f in ["pipeline.yml", "snapshot.yml"] {
         std::fs::copy(src.join("workflows").join(f), root.join("workflows").join(f)).unwrap();
     }
+    if with_sources {
+        for f in ["Cargo.toml", "Cargo.lock"] {
+            std::fs::copy(src.join(f), root.join(f)).unwrap();
+        }
+        copy_dir(&src.join("src"), &root.join("src"));
+        copy_dir(&src.join("workflows/templates"), &root.join("workflows/templates"));
+    }
     git(root, &["init", "-q"]);
     git(root, &["add", "-A"]);
     git(root, &["commit", "-q", "-m", "fixture"]);
     dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Commits everything in `repo`.
+pub fn commit_all(repo: &Path, message: &str) {
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", message]);
 }
 
 /// What an act run printed and how it ended.
@@ -92,6 +123,19 @@ impl ActRun {
 /// Panics when act reports `Skipping unsupported platform` (an unmapped `runs-on` label makes
 /// act skip the job silently).
 pub fn act(repo: &Path, event: &str, workflow: &str, payload: &serde_json::Value, extra: &[&str]) -> ActRun {
+    act_with(repo, event, workflow, payload, Some(env!("CARGO_BIN_EXE_proxmox-gitops")), extra)
+}
+
+/// [`act`] with the action's `binary` input set to `binary`, or left empty (the action then
+/// builds the binary with cargo) when `None`.
+pub fn act_with(
+    repo: &Path,
+    event: &str,
+    workflow: &str,
+    payload: &serde_json::Value,
+    binary: Option<&str>,
+    extra: &[&str],
+) -> ActRun {
     let events = tempfile::tempdir().unwrap();
     let event_file = events.path().join("event.json");
     std::fs::write(&event_file, payload.to_string()).unwrap();
@@ -102,7 +146,7 @@ pub fn act(repo: &Path, event: &str, workflow: &str, payload: &serde_json::Value
         .arg(&event_file)
         .args(["-P", "shell=-self-hosted", "--no-cache-server", "--action-offline-mode"])
         .args(["--env", "GITHUB_SERVER_URL=http://127.0.0.1:9"])
-        .args(["--var", &format!("PROXMOX_GITOPS_BINARY={}", env!("CARGO_BIN_EXE_proxmox-gitops"))])
+        .args(binary.map(|b| vec!["--var".to_string(), format!("PROXMOX_GITOPS_BINARY={b}")]).unwrap_or_default())
         .args(extra)
         .env("ACT_DISABLE_VERSION_CHECK", "1")
         .env("NO_COLOR", "1")
