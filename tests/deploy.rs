@@ -334,7 +334,7 @@ async fn bad_input_is_refused_before_anything_runs() {
 async fn the_builtin_runner_says_which_step_is_not_built_yet() {
     let repo = monorepo(&["alpha"]);
     let root = repo.path();
-    let s = run_deploy(Arc::new(BuiltinRunner), inventory(root), &opts(root, "refs/heads/release")).await.unwrap();
+    let s = run_deploy(Arc::new(BuiltinRunner::default()), inventory(root), &opts(root, "refs/heads/release")).await.unwrap();
     assert_eq!(s.failed(), vec!["config", "alpha"]);
     assert_eq!(
         s.containers[1].error.as_deref(),

@@ -82,7 +82,8 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         .enable_all()
         .build()
         .map_err(|e| Error::Failed(anyhow::anyhow!("cannot start the async runtime: {e}")))?;
-    let summary = rt.block_on(deploy(Arc::new(BuiltinRunner), inv, &opts))?;
+    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let summary = rt.block_on(deploy(Arc::new(BuiltinRunner::new(settings)), inv, &opts))?;
     let path = ctx.artifacts.deploy();
     let names = |f: &dyn Fn(&crate::steps::deploy::ContainerRecord) -> bool| {
         summary.containers.iter().filter(|c| f(c)).map(|c| c.name.as_str()).collect::<Vec<_>>().join(",")

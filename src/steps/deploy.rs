@@ -49,6 +49,7 @@ use crate::artifact::{self, Artifact, ArtifactDir};
 use crate::error::{Error, Location, Result};
 use crate::inventory::{ContainerSpec, Inventory};
 use crate::provision::BackendKind;
+use crate::settings::Settings;
 use crate::steps::plan::{Step, select, steps_for_ref};
 
 // ------------------------------------------------------------------------------------------------
@@ -101,13 +102,25 @@ pub trait StepRunner: Send + Sync + 'static {
 /// The runner the binary ships. Each arm is where a step's library function is called.
 ///
 /// MERGE SEAM: the steps `provision` (branches `pve`/`lxc`), `configure` and `snapshot` are built
-/// on other branches; until they are merged each arm returns an error saying so.
+/// on other branches; until they are merged each arm returns an error saying so. Connecting one is
+/// a call in its arm, e.g. `Step::Configure => steps::configure::run(&self.settings, spec, ctx).await`,
+/// where the step writes its artifact at [`step_artifact`] with `inputs_digest` = `ctx.digest`.
 #[derive(Debug, Clone, Default)]
-pub struct BuiltinRunner;
+pub struct BuiltinRunner {
+    /// Settings with secrets (PVE, Gitea, share), loaded once by the CLI.
+    pub settings: Arc<Settings>,
+}
+
+impl BuiltinRunner {
+    /// A runner using `settings`.
+    pub fn new(settings: Settings) -> Self {
+        Self { settings: Arc::new(settings) }
+    }
+}
 
 impl StepRunner for BuiltinRunner {
     async fn run(&self, step: Step, spec: &ContainerSpec, ctx: &StepContext) -> StepResult {
-        let _ = (spec, ctx);
+        let _ = (spec, ctx, &self.settings);
         match step {
             Step::Provision => Err(not_built(step)),
             Step::Configure => Err(not_built(step)),
