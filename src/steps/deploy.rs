@@ -757,17 +757,19 @@ impl<R: StepRunner> ContainerJob<R> {
                     rec.steps.push(record);
                     continue;
                 }
-                if let Some(status) = read_step_status(&path) {
-                    if status.ok == Some(true) && step_digest.is_some() && status.digest == step_digest {
-                        tracing::info!("{name}: {step} skipped: already succeeded for inputs {digest}");
-                        record.state = StepState::Skipped;
-                        record.reason = Some("already succeeded for the same inputs".into());
-                        record.artifact = Some(rel(&path));
-                        record.actions = status.actions;
-                        rec.skipped_steps.push(step);
-                        rec.steps.push(record);
-                        continue;
-                    }
+                if let Some(status) = read_step_status(&path)
+                    && status.ok == Some(true)
+                    && step_digest.is_some()
+                    && status.digest == step_digest
+                {
+                    tracing::info!("{name}: {step} skipped: already succeeded for inputs {digest}");
+                    record.state = StepState::Skipped;
+                    record.reason = Some("already succeeded for the same inputs".into());
+                    record.artifact = Some(rel(&path));
+                    record.actions = status.actions;
+                    rec.skipped_steps.push(step);
+                    rec.steps.push(record);
+                    continue;
                 }
             }
             let step_ctx = StepContext {
