@@ -10,6 +10,7 @@
 
 pub mod artifact;
 pub mod backend;
+pub mod bundle;
 pub mod ci;
 pub mod cli;
 pub mod error;

@@ -4,10 +4,13 @@
 //! (see [`crate::steps`]). Exit codes: 0 success, 1 operational failure, 2 invalid input or
 //! usage (see [`crate::error`]).
 
+mod artifacts;
+mod deploy;
 mod env;
 mod plan;
 pub(crate) mod provision;
 mod publish;
+mod render_workflows;
 mod resolve;
 mod rewrite;
 
@@ -69,6 +72,12 @@ enum Command {
     Publish(publish::PublishArgs),
     /// Get or set a Gitea Actions variable (the seed's Env.get / Env.set).
     Env(env::EnvArgs),
+    /// Run the ref's steps (or the given ones) for containers, resumably and in parallel.
+    Deploy(deploy::DeployArgs),
+    /// Render the per-lib workflow into libs' `.gitea/workflows/pipeline.yml`.
+    RenderWorkflows(render_workflows::RenderWorkflowsArgs),
+    /// Pack or unpack artifacts handed between workflow jobs.
+    Artifacts(artifacts::ArtifactsArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -207,6 +216,9 @@ pub fn main() -> i32 {
         Command::Rewrite(args) => rewrite::run(&ctx, args),
         Command::Publish(args) => publish::run(&ctx, args),
         Command::Env(args) => env::run(&ctx, args),
+        Command::Deploy(args) => deploy::run(&ctx, args),
+        Command::RenderWorkflows(args) => render_workflows::run(&ctx, args),
+        Command::Artifacts(args) => artifacts::run(&ctx, args),
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,

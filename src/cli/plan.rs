@@ -48,9 +48,11 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
     artifact::write(&path, &p).map_err(|e| Error::Failed(e.into()))?;
     let names: Vec<&str> = p.containers.iter().map(|c| c.name.as_str()).collect();
     crate::ci::set_outputs(&[
+        ("artifact", path.display().to_string()),
         ("plan", path.display().to_string()),
         ("containers", names.join(",")),
         ("containers_json", serde_json::to_string(&names).expect("strings serialize")),
+        ("steps", crate::steps::plan::steps_for_ref(&p.git_ref)?.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")),
     ])
     .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
     ctx.emit(&p, || {

@@ -21,6 +21,7 @@ pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
     artifact::write(&path, &inv).map_err(|e| Error::Failed(e.into()))?;
     let names: Vec<&str> = inv.containers.iter().map(|c| c.name.as_str()).collect();
     crate::ci::set_outputs(&[
+        ("artifact", path.display().to_string()),
         ("inventory", path.display().to_string()),
         ("stage", inv.stage.clone()),
         ("containers", names.join(",")),

@@ -1,8 +1,10 @@
 //! The pipeline steps. Each step is a library function taking typed inputs (artifacts and
 //! options) and returning a typed artifact; the CLI only parses arguments and calls them.
 
+pub mod deploy;
 pub mod plan;
 pub mod provision;
 pub mod publish;
+pub mod render_workflows;
 pub mod resolve;
 pub mod rewrite;

@@ -1,0 +1,159 @@
+//! `proxmox-gitops deploy`: run the ref's steps for containers, resumably, in parallel.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::{Ctx, table};
+use crate::error::{Error, Result};
+use crate::provision::BackendKind;
+use crate::steps::deploy::{BuiltinRunner, DeployOptions, RunResult, StepState, deploy};
+use crate::steps::plan::Step;
+
+/// Arguments of `deploy`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["containers", "all"])))]
+pub struct DeployArgs {
+    /// The ref being deployed: refs/heads/release (provision + configure), refs/heads/main
+    /// (configure) or refs/heads/snapshot (snapshot).
+    #[arg(long = "ref", env = "GITHUB_REF")]
+    git_ref: String,
+    /// Containers to deploy (lib name or hostname); repeatable or comma-separated.
+    #[arg(long = "container", short = 'c', value_delimiter = ',')]
+    containers: Vec<String>,
+    /// Deploy every container of the stage.
+    #[arg(long)]
+    all: bool,
+    /// Run these steps instead of the ref's (workflow dispatch); repeatable or comma-separated.
+    #[arg(long = "step", value_enum, value_delimiter = ',')]
+    steps: Vec<StepArg>,
+    /// Run steps even when their artifact shows success for the same inputs.
+    #[arg(long)]
+    force: bool,
+    /// At most this many containers at once.
+    #[arg(long, short = 'j', default_value_t = 4, env = "PGO_JOBS")]
+    jobs: usize,
+    /// Backend for provisioning.
+    #[arg(long, value_enum, default_value_t = BackendKind::Pve, env = "PGO_BACKEND")]
+    backend: BackendKind,
+    /// Use this inventory artifact instead of resolving the repo again.
+    #[arg(long)]
+    inventory: Option<PathBuf>,
+    /// The workflow run; a snapshot is only skipped when it succeeded in the same run.
+    #[arg(long, env = "GITHUB_RUN_ID")]
+    run_id: Option<String>,
+}
+
+/// A step name on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum StepArg {
+    Provision,
+    Configure,
+    Snapshot,
+}
+
+impl From<StepArg> for Step {
+    fn from(s: StepArg) -> Step {
+        match s {
+            StepArg::Provision => Step::Provision,
+            StepArg::Configure => Step::Configure,
+            StepArg::Snapshot => Step::Snapshot,
+        }
+    }
+}
+
+pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
+    let _group = crate::ci::Group::start("deploy");
+    let inv = ctx.inventory(args.inventory.as_deref())?;
+    let opts = DeployOptions {
+        repo: ctx.repo.clone(),
+        artifacts: ctx.artifacts.clone(),
+        git_ref: args.git_ref,
+        steps: args.steps.into_iter().map(Step::from).collect(),
+        containers: if args.all { Vec::new() } else { args.containers },
+        force: args.force,
+        jobs: args.jobs,
+        backend: args.backend,
+        run_id: args.run_id.filter(|r| !r.is_empty()),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(opts.jobs.clamp(1, 8))
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot start the async runtime: {e}")))?;
+    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let summary = rt.block_on(deploy(Arc::new(BuiltinRunner::new(settings)), inv, &opts))?;
+    let path = ctx.artifacts.deploy();
+    let names = |f: &dyn Fn(&crate::steps::deploy::ContainerRecord) -> bool| {
+        summary.containers.iter().filter(|c| f(c)).map(|c| c.name.as_str()).collect::<Vec<_>>().join(",")
+    };
+    crate::ci::set_outputs(&[
+        ("artifact", path.display().to_string()),
+        ("result", if summary.result == RunResult::Ok { "ok" } else { "failed" }.to_string()),
+        ("steps", summary.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")),
+        ("containers", names(&|_| true)),
+        ("succeeded", names(&|c| c.result == RunResult::Ok)),
+        ("failed", names(&|c| c.result == RunResult::Failed)),
+        ("skipped", names(&|c| !c.skipped_steps.is_empty())),
+    ])
+    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    ctx.emit(&summary, || {
+        let rows: Vec<Vec<String>> = summary
+            .containers
+            .iter()
+            .map(|c| {
+                vec![
+                    c.name.clone(),
+                    c.vmid.to_string(),
+                    c.steps
+                        .iter()
+                        .map(|s| {
+                            let state = match s.state {
+                                StepState::Ok => "ok",
+                                StepState::Failed => "FAILED",
+                                StepState::Skipped => "skipped",
+                                StepState::Blocked => "BLOCKED",
+                                StepState::NotRun => "not run",
+                            };
+                            format!("{} {state}", s.step)
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    format!("{:.1}s", c.duration_ms as f64 / 1000.0),
+                    match c.result {
+                        RunResult::Ok => "ok".into(),
+                        RunResult::Failed => "FAILED".into(),
+                    },
+                ]
+            })
+            .collect();
+        let mut s = table(&["NAME", "VMID", "STEPS", "TIME", "RESULT"], &rows);
+        s.push_str(&format!(
+            "\n{} container(s) for {} (stage {}), {} failed; wrote {}\n",
+            summary.containers.len(),
+            summary.git_ref,
+            summary.stage,
+            summary.failed().len(),
+            path.display()
+        ));
+        s
+    });
+    let failed = summary.failed();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        let details: Vec<String> = summary
+            .containers
+            .iter()
+            .filter_map(|c| c.error.as_ref().map(|e| format!("{}: {e}", c.name)))
+            .collect();
+        Err(Error::Failed(anyhow::anyhow!(
+            "{} of {} container(s) failed: {}\n  {}",
+            failed.len(),
+            summary.containers.len(),
+            failed.join(", "),
+            details.join("\n  ")
+        )))
+    }
+}

