@@ -641,6 +641,24 @@ mod tests {
         assert_eq!(error_message(b"plain"), "plain");
     }
 
+    #[tokio::test]
+    async fn connection_errors_are_retried_then_named() {
+        // A port nothing listens on (bound, then released).
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let c = Client::new(&format!("http://127.0.0.1:{port}"), None)
+            .unwrap()
+            .with_backoff(Duration::from_millis(1), Duration::from_millis(5));
+        let e = c.get_org("main").await.unwrap_err();
+        assert!(matches!(e, GiteaError::Transport { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(msg.starts_with("Gitea GET /orgs/main: "), "{msg}");
+        assert!(!msg.contains("127.0.0.1"), "the URL is left out of transport errors: {msg}");
+        assert!(e.retryable(false), "a refused connection is retried even for POST");
+        let s = GiteaError::Status { method: Method::POST, path: "/orgs".into(), status: 500, message: "x".into() };
+        assert!(!s.retryable(false) && s.retryable(true));
+        assert_eq!(s.to_string(), "Gitea POST /orgs: HTTP 500: x");
+    }
+
     #[test]
     fn auth_debug_hides_secrets() {
         let a = Auth::Basic { login: "admin".into(), password: SecretString::from("pw123".to_string()) };

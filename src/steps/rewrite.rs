@@ -675,6 +675,30 @@ mod tests {
     }
 
     #[test]
+    fn publish_order_is_deepest_first_once_per_repo_monorepo_last() {
+        let mut nested = module("libs/e/vendor/f", "f", "2", false);
+        nested.parent = Some("libs/e".into());
+        let r = Remotes {
+            gitea: "http://g".into(),
+            org: "main".into(),
+            source: "/src".into(),
+            workdir: "/wc".into(),
+            monorepo: MonorepoRemote { repo: "mono".into(), new_url: String::new(), source_commit: "0".into(), commit: "9".into() },
+            modules: vec![module("libs/a", "a", "1", false), module("libs/e", "e", "3", false), nested, module("x/a", "A", "1", false)],
+        };
+        let order: Vec<(String, PathBuf, String)> = r.publish_order().into_iter().map(|(n, d, c, _)| (n, d, c)).collect();
+        assert_eq!(
+            order,
+            vec![
+                ("f".to_string(), PathBuf::from("/wc/libs/e/vendor/f"), "2".to_string()),
+                ("a".into(), "/wc/libs/a".into(), "1".into()),
+                ("e".into(), "/wc/libs/e".into(), "3".into()),
+                ("mono".into(), "/wc".into(), "9".into()),
+            ]
+        );
+    }
+
+    #[test]
     fn collisions() {
         let mut p = Problems::new();
         check_collisions(&[module("libs/a", "a", "1", false), module("libs/b/x/a", "A", "1", false)], "mono", &mut p);
