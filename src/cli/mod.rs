@@ -6,6 +6,7 @@
 
 mod plan;
 mod resolve;
+mod snapshot;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,8 @@ enum Command {
     Resolve(resolve::ResolveArgs),
     /// Show what a deploy of a ref would do, per container, without changing anything.
     Plan(plan::PlanArgs),
+    /// Take (or restore) verified data snapshots of containers.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -155,6 +158,7 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Resolve(args) => resolve::run(&ctx, args),
         Command::Plan(args) => plan::run(&ctx, args),
+        Command::Snapshot(args) => snapshot::run(&ctx, args),
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,
