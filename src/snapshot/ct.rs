@@ -52,15 +52,13 @@ pub enum CtSnapshotError {
         /// The lock (backup, snapshot, migrate …).
         lock: String,
     },
-    /// A volume's storage cannot take snapshots (PVE: "snapshot feature is not available").
-    #[error(
-        "{target}: a volume of this container is on storage that cannot snapshot (needs lvmthin, zfspool, \
-         btrfs, rbd or qcow2 on a directory storage): {detail}"
-    )]
+    /// The backend cannot snapshot this container now: a volume's storage cannot take snapshots
+    /// (PVE: "snapshot feature is not available"), or an LXC container is running.
+    #[error("{target}: cannot take a container snapshot: {detail}")]
     NotSupported {
         /// Container.
         target: String,
-        /// The backend's message.
+        /// Why, with a hint.
         detail: String,
     },
     /// No snapshot of that name.
@@ -99,7 +97,10 @@ pub fn classify(target: &str, name: &str, message: &str) -> CtSnapshotError {
     if m.contains("snapshot feature is not available") {
         return CtSnapshotError::NotSupported {
             target,
-            detail: m.into(),
+            detail: format!(
+                "{m} (a volume is on storage without snapshots; needs lvmthin, zfspool, btrfs, rbd, or qcow2 \
+                 on a directory storage)"
+            ),
         };
     }
     if m.contains("does not exist") && m.contains("snapshot") {

@@ -5,8 +5,10 @@
 //! the host) and the optional `comment` file given with `-c`. This module writes our name
 //! (`pgo-…`) as the comment's first line and the description after it, and maps names back by
 //! reading that directory; snapshots without a comment are listed under their `snapN` name (and
-//! so never pruned). Rollback (`lxc-snapshot -r snapN`) replaces the container's rootfs and
-//! needs the container stopped.
+//! so never pruned). `ts` is read as UTC (the runner's clock is UTC in CI). Creating a snapshot
+//! of a directory-backed container needs it stopped (`lxc-snapshot` has no `--allowrunning`):
+//! a running container gives [`CtSnapshotError::NotSupported`]. Rollback
+//! (`lxc-snapshot -r snapN`) replaces the container's rootfs and also needs it stopped.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -102,6 +104,25 @@ impl LxcSnapshots {
             })
     }
 
+    /// True when `lxc-info -s` reports the container RUNNING.
+    async fn running(&self) -> Result<bool, CtSnapshotError> {
+        let out = tokio::process::Command::new("lxc-info")
+            .arg("-n")
+            .arg(&self.name)
+            .arg("-P")
+            .arg(&self.lxcpath)
+            .arg("-s")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| self.failed(format!("cannot run lxc-info: {e}")))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(self.failed(format!("lxc-info -s failed: {}", err.trim())));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).contains("RUNNING"))
+    }
+
     async fn lxc_snapshot(&self, args: &[&str]) -> Result<(), CtSnapshotError> {
         let out = tokio::process::Command::new("lxc-snapshot")
             .arg("-n")
@@ -146,6 +167,14 @@ impl CtSnapshots for LxcSnapshots {
                 return Err(CtSnapshotError::NameInUse {
                     target: self.target(),
                     name: name.into(),
+                });
+            }
+            if self.running().await? {
+                return Err(CtSnapshotError::NotSupported {
+                    target: self.target(),
+                    detail: "the container is running, and lxc-snapshot copies a directory-backed rootfs \
+                             only while the container is stopped"
+                        .into(),
                 });
             }
             let mut comment = tempfile::NamedTempFile::new()

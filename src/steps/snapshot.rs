@@ -181,6 +181,13 @@ pub async fn snapshot(
         };
         match ct::take(ct, opts.now, &desc).await {
             Ok(r) => a.ct_snapshot = Some(r),
+            // The data snapshot is what protects the data; a backend that cannot snapshot the
+            // container (storage without snapshots, a running dir-backed LXC container) is
+            // reported, not fatal.
+            Err(e @ ct::CtSnapshotError::NotSupported { .. }) => {
+                tracing::warn!("no container snapshot: {e}");
+                a.warnings.push(format!("no container snapshot: {e}"));
+            }
             Err(e) => return failed(a, e),
         }
     }
