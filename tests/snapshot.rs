@@ -263,3 +263,29 @@ async fn recreate_is_refused_when_the_snapshot_fails() {
     assert_eq!(p.protected_by(), "app-20261130-160102");
     assert_eq!(store.list("app").unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configure_restores_only_when_the_data_paths_are_empty() {
+    let t = tempfile::tempdir().unwrap();
+    let data_root = t.path().join("data");
+    let paths = make_data(&data_root, false);
+    let exec = CommandExec::local();
+    let opts = SnapshotOptions { share: t.path().join("share"), keep: None, now: datetime!(2026-11-30 16:01:02 UTC) };
+    let spec = spec("app", &paths);
+    // No snapshot yet: nothing to do.
+    assert_eq!(step::restore_if_empty(&spec, &exec, &opts).await, None);
+    let before = walk(&paths);
+    let a = step::snapshot(&spec, &exec, None, &opts).await;
+    assert_eq!(a.outcome, Outcome::Ok);
+    // Data present: not restored.
+    assert_eq!(step::restore_if_empty(&spec, &exec, &opts).await, None);
+    // Paths missing / empty: the newest snapshot is restored.
+    std::fs::remove_dir_all(data_root.join("app")).unwrap();
+    for e in std::fs::read_dir(data_root.join("conf")).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let r = step::restore_if_empty(&spec, &exec, &opts).await.unwrap();
+    assert_eq!((r.operation, r.verification, r.outcome), (Operation::Restore, Verification::Verified, Outcome::Ok));
+    assert_eq!(r.snapshot_id.as_deref(), Some("app-20261130-160102"));
+    assert_eq!(walk(&paths), before);
+}

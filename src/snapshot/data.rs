@@ -734,3 +734,26 @@ pub async fn restore(
     }
     Ok(Restored { stored, manifest })
 }
+
+/// True when every path is missing on the container or an empty directory (nothing to lose by
+/// restoring).
+///
+/// # Errors
+/// Remote and transport failures, or unexpected output.
+pub async fn paths_empty(exec: &dyn RemoteExec, paths: &[String]) -> Result<bool, DataError> {
+    let paths = check_paths(paths)?;
+    let (out, status) = run_collect(exec, &["bash", "-c", scripts::PROBE, "pgo-snapshot", "probe"], &nul_list(&paths))
+        .await
+        .map_err(|source| DataError::Transport { target: exec.target(), what: "probe", source })?;
+    if !status.success() {
+        return Err(remote_failed(exec, "probe", &status));
+    }
+    match String::from_utf8_lossy(&out).trim() {
+        "empty" => Ok(true),
+        "data" => Ok(false),
+        other => Err(DataError::Manifest {
+            target: exec.target(),
+            source: ManifestError::Malformed(format!("unexpected probe output `{other}`")),
+        }),
+    }
+}

@@ -129,3 +129,17 @@ while IFS= read -r -d '' stage && IFS= read -r -d '' p; do
   rm -rf -- "$stage"
 done
 "#;
+
+/// `bash -c PROBE pgo-snapshot probe`; stdin: the absolute paths, each NUL-terminated.
+///
+/// Prints `empty\n` when every path is missing or an empty directory, otherwise `data\n`. Used
+/// by `configure` to decide whether to restore the newest snapshot (the seed's behaviour).
+pub const PROBE: &str = r#"set -euo pipefail
+export LC_ALL=C
+while IFS= read -r -d '' p; do
+  if [[ -L "$p" || -f "$p" ]]; then echo data; exit 0; fi
+  if [[ -d "$p" && -n "$(find "$p" -mindepth 1 -maxdepth 1 -print -quit)" ]]; then echo data; exit 0; fi
+  if [[ -e "$p" && ! -d "$p" ]]; then echo data; exit 0; fi
+done
+echo empty
+"#;

@@ -304,3 +304,36 @@ pub fn connect(
         )),
     }
 }
+
+/// What `configure` calls before the lib's configuration runs (the seed's behaviour): when the
+/// lib declares data, its paths are all missing or empty on the container, and a snapshot exists
+/// in the store, the newest one is restored. Returns `None` when nothing was to be done (logged),
+/// otherwise the restore's artifact (its outcome says whether it worked).
+///
+/// # Errors
+/// Never fails on its own; a failed probe or restore is in the returned artifact's outcome.
+pub async fn restore_if_empty(spec: &ContainerSpec, exec: &dyn RemoteExec, opts: &SnapshotOptions) -> Option<Snapshot> {
+    if spec.snapshot_paths.is_empty() {
+        return None;
+    }
+    let store = Store::new(&opts.share);
+    match store.list(&spec.name) {
+        Ok(l) if l.is_empty() => {
+            tracing::info!("{}: no snapshot in {}; nothing to restore", spec.name, store.lib_dir(&spec.name).display());
+            return None;
+        }
+        Ok(_) => {}
+        Err(e) => return Some(failed(Snapshot::new(spec, Operation::Restore), e)),
+    }
+    match data::paths_empty(exec, &spec.snapshot_paths).await {
+        Ok(false) => {
+            tracing::info!("{}: data paths are not empty; not restoring", spec.name);
+            None
+        }
+        Ok(true) => {
+            tracing::info!("{}: data paths are empty and a snapshot exists: restoring the newest", spec.name);
+            Some(restore(spec, exec, opts, None).await)
+        }
+        Err(e) => Some(failed(Snapshot::new(spec, Operation::Restore), e)),
+    }
+}
