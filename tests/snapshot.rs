@@ -201,7 +201,7 @@ async fn missing_and_bad_paths_fail_clearly() {
     let store = Store::new(&t.path().join("share"));
     let exec = CommandExec::local();
     let missing = t.path().join("nope").to_string_lossy().into_owned();
-    let e = data::take(&exec, &store, &req("app", &[missing.clone()], datetime!(2026-11-30 16:01:02 UTC))).await.unwrap_err();
+    let e = data::take(&exec, &store, &req("app", std::slice::from_ref(&missing), datetime!(2026-11-30 16:01:02 UTC))).await.unwrap_err();
     assert_eq!(
         e.to_string(),
         format!("this host: snapshot failed (exit code 4: pgo-snapshot: declared snapshot path {missing} does not exist in the container)")

@@ -95,7 +95,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         for w in &result.warnings {
             tracing::warn!("{}: {w}", result.name);
         }
-        ctx.emit(&result, || String::new());
+        ctx.emit(&result, String::new);
         results.push(result);
     }
     if !ctx.json {

@@ -388,27 +388,31 @@ pub async fn take(
     // Receive: header + manifest, then the tar stream gzipped into the temp file.
     let (mut tx, rx) = tokio::io::duplex(1 << 20);
     let handle = tokio::runtime::Handle::current();
-    let consumer =
-        tokio::task::spawn_blocking(move || -> Result<(Vec<Entry>, u64), ManifestError> {
-            let mut input = BlockingRead { inner: rx, handle };
-            let framed = read_framed(&mut input)?;
-            let gz = GzEncoder::new(
-                BufWriter::with_capacity(1 << 20, tmp_file),
-                Compression::new(6),
-            );
-            let mut counted = CountWrite {
-                inner: gz,
-                bytes: 0,
+    let target = exec.target();
+    let tmp_name = tmp.path().to_path_buf();
+    let consumer = tokio::task::spawn_blocking(move || -> Result<(Vec<Entry>, u64), DataError> {
+        let mut input = BlockingRead { inner: rx, handle };
+        let framed = read_framed(&mut input).map_err(|source| DataError::Manifest { target, source })?;
+        // Local write failures (disk full …) are reported as such, not as a broken stream.
+        let local = |source: std::io::Error| DataError::Io { path: tmp_name.clone(), source };
+        let gz = GzEncoder::new(BufWriter::with_capacity(1 << 20, tmp_file), Compression::new(6));
+        let mut counted = CountWrite { inner: gz, bytes: 0 };
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(local(e)),
             };
-            std::io::copy(&mut input, &mut counted).map_err(ManifestError::Archive)?;
-            let mut buf = counted.inner.finish().map_err(ManifestError::Archive)?;
-            buf.flush().map_err(ManifestError::Archive)?;
-            let f = buf
-                .into_inner()
-                .map_err(|e| ManifestError::Archive(e.into_error()))?;
-            f.sync_all().map_err(ManifestError::Archive)?;
-            Ok((framed.entries, counted.bytes))
-        });
+            counted.write_all(&buf[..n]).map_err(local)?;
+        }
+        let mut w = counted.inner.finish().map_err(local)?;
+        w.flush().map_err(local)?;
+        let f = w.into_inner().map_err(|e| local(e.into_error()))?;
+        f.sync_all().map_err(local)?;
+        Ok((framed.entries, counted.bytes))
+    });
     let stdin = nul_list(&paths);
     let argv = ["bash", "-c", scripts::PRODUCER, "pgo-snapshot", "archive"];
     let run = async {
@@ -419,23 +423,16 @@ pub async fn take(
         r
     };
     let (ran, consumed) = tokio::join!(run, consumer);
-    let status = ran.map_err(|source| DataError::Transport {
-        target: exec.target(),
-        what: "snapshot",
-        source,
-    })?;
-    if !status.success() {
-        return Err(remote_failed(exec, "snapshot", &status));
-    }
-    let (container_entries, tar_bytes) = consumed
-        .map_err(|e| DataError::Io {
-            path: tmp.path().to_path_buf(),
-            source: std::io::Error::other(e),
-        })?
-        .map_err(|source| DataError::Manifest {
-            target: exec.target(),
-            source,
-        })?;
+    let consumed = consumed.map_err(|e| DataError::Io { path: tmp.path().to_path_buf(), source: std::io::Error::other(e) })?;
+    // Report the root cause: the container's failure first (a short stream is its consequence),
+    // then a local write failure (the broken pipe it causes is its consequence).
+    let (container_entries, tar_bytes) = match (ran, consumed) {
+        (Ok(status), _) if !status.success() => return Err(remote_failed(exec, "snapshot", &status)),
+        (_, Err(e @ DataError::Io { .. })) => return Err(e),
+        (Err(source), _) => return Err(DataError::Transport { target: exec.target(), what: "snapshot", source }),
+        (Ok(_), Err(e)) => return Err(e),
+        (Ok(_), Ok(v)) => v,
+    };
 
     // Verify: re-read the finished archive from disk.
     let tmp_path = tmp.path().to_path_buf();

@@ -140,8 +140,7 @@ impl LxcSnapshots {
         let err = String::from_utf8_lossy(&out.stderr);
         let msg = err
             .lines()
-            .filter(|l| !l.trim().is_empty())
-            .last()
+            .rfind(|l| !l.trim().is_empty())
             .unwrap_or("")
             .to_string();
         Err(self.failed(format!(

@@ -118,7 +118,7 @@ pub fn parse_container(meta: &[u8], sums: &[u8]) -> Result<Vec<Entry>, ManifestE
     let fields: Vec<&[u8]> = meta.split(|b| *b == 0).collect();
     // A trailing NUL leaves one empty element at the end.
     let fields = match fields.split_last() {
-        Some((last, rest)) if last.is_empty() => rest,
+        Some((&[], rest)) => rest,
         _ if meta.is_empty() => &[][..],
         _ => return Err(bad("metadata does not end with a NUL".into())),
     };
