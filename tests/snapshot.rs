@@ -210,9 +210,12 @@ async fn missing_and_bad_paths_fail_clearly() {
     let e = data::check_paths(&["/srv/a".into(), "/srv/a/b".into()]).unwrap_err();
     assert_eq!(e.to_string(), "snapshot path `/srv/a/b` lies inside `/srv/a`: declare only `/srv/a`");
     let e = data::check_paths(&["srv/a".into()]).unwrap_err();
-    assert_eq!(e.to_string(), "snapshot path `srv/a` must be absolute, not `/`, without `.`, `..` or `//`");
+    assert_eq!(e.to_string(), "snapshot path `srv/a` must be absolute, not `/`, without `.`, `..` or `//`, and not start with `-`, `(`, `)` or `!`");
     assert!(data::check_paths(&["/".into()]).is_err());
     assert!(data::check_paths(&["/a/../b".into()]).is_err());
+    assert!(data::check_paths(&["/-name".into()]).is_err());
+    assert!(data::check_paths(&["/(x".into()]).is_err());
+    assert!(data::check_paths(&["/srv/-ok".into()]).is_ok());
     assert!(data::check_paths(&[]).is_err());
 }
 
@@ -288,4 +291,48 @@ async fn configure_restores_only_when_the_data_paths_are_empty() {
     assert_eq!((r.operation, r.verification, r.outcome), (Operation::Restore, Verification::Verified, Outcome::Ok));
     assert_eq!(r.snapshot_id.as_deref(), Some("app-20261130-160102"));
     assert_eq!(walk(&paths), before);
+}
+
+#[test]
+fn cli_without_a_transport_fails_clearly_and_records_it() {
+    let t = tempfile::tempdir().unwrap();
+    let artifacts = t.path().join("artifacts");
+    let share = t.path().join("share");
+    let paths = vec!["/srv/app".to_string()];
+    let inv = write_inventory(t.path(), &artifacts, &share, vec![spec("app", &paths), spec("plain", &[])]);
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let base = [os("--artifacts"), artifacts.clone().into_os_string(), os("snapshot"), os("--inventory"), inv.clone().into_os_string()];
+    let run = |extra: &[&str]| {
+        let mut v: Vec<std::ffi::OsString> = base.to_vec();
+        v.extend(extra.iter().map(|s| os(s)));
+        let refs: Vec<&std::ffi::OsStr> = v.iter().map(|s| s.as_os_str()).collect();
+        cli(&refs)
+    };
+
+    let (code, _, stderr) = run(&["--container", "app"]);
+    assert_eq!(code, 1, "{stderr}");
+    let reason = "app (vmid 4242): SSH transport not available in this build; only containers provisioned by the lxc \
+                  backend can be reached (through lxc-attach)";
+    assert!(stderr.contains(&format!("error: app: {reason}")), "{stderr}");
+    let a: step::Snapshot = proxmox_gitops::artifact::read(&artifacts.join("snapshot/app.json")).unwrap();
+    let mut expected = step::Snapshot::new(&spec("app", &paths), Operation::Snapshot);
+    expected.outcome = Outcome::Failed { error: reason.into() };
+    assert_eq!(a, expected);
+    assert_eq!(a.verification, Verification::NotRun);
+
+    // Usage errors exit 2.
+    let (code, _, stderr) = run(&["--container", "nope"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--container (nope): no container `nope` in stage `main`; known: app, plain"), "{stderr}");
+    let (code, _, stderr) = run(&["--container", "app", "--keep", "0"]);
+    assert_eq!(code, 2, "{stderr}");
+    let (code, _, stderr) = run(&["--container", "app", "--at", "20260101-000000"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--restore"), "{stderr}");
+    let only_plain = write_inventory(t.path(), &t.path().join("a2"), &share, vec![spec("plain", &[])]);
+    let refs = [os("--artifacts"), os(t.path().join("a2").to_str().unwrap()), os("snapshot"), os("--all"), os("--inventory"), only_plain.into_os_string()];
+    let refs: Vec<&std::ffi::OsStr> = refs.iter().map(|s| s.as_os_str()).collect();
+    let (code, _, stderr) = cli(&refs);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--all: no container of this stage declares SNAPSHOT paths"), "{stderr}");
 }

@@ -142,7 +142,8 @@ pub struct Restored {
     pub manifest: ArchiveManifest,
 }
 
-/// Checks declared snapshot paths: at least one, absolute, not `/`, no `.`/`..` components, no
+/// Checks declared snapshot paths: at least one, absolute, not `/`, no `.`/`..` components, a
+/// first component not starting with `-()!` (`find` would parse it as an expression), no
 /// path inside another (its entries would be archived twice).
 ///
 /// # Errors
@@ -162,9 +163,11 @@ pub fn check_paths(paths: &[String]) -> Result<Vec<String>, DataError> {
             || t.split('/')
                 .skip(1)
                 .any(|c| c.is_empty() || c == "." || c == "..")
+            // `find` would read a first component starting with these as an expression.
+            || t[1..].starts_with(['-', '(', ')', '!'])
         {
             return Err(DataError::Input(format!(
-                "snapshot path `{p}` must be absolute, not `/`, without `.`, `..` or `//`"
+                "snapshot path `{p}` must be absolute, not `/`, without `.`, `..` or `//`, and not start with `-`, `(`, `)` or `!`"
             )));
         }
         out.push(t.to_string());

@@ -32,8 +32,8 @@ mode="${1:-}"
 case "$mode" in manifest|archive) ;; *) echo "pgo-snapshot: unknown mode '$mode'" >&2; exit 2;; esac
 rel=()
 while IFS= read -r -d '' p; do
-  if [[ "$p" != /* || "$p" == / || "/$p/" == */../* || "/$p/" == */./* ]]; then
-    echo "pgo-snapshot: path '$p' must be absolute, not /, without . or .." >&2; exit 3
+  if [[ "$p" != /* || "$p" == / || "$p" == /[-\(\)\!]* || "/$p/" == */../* || "/$p/" == */./* ]]; then
+    echo "pgo-snapshot: path '$p' must be absolute, not /, without . or .., not starting with - ( ) !" >&2; exit 3
   fi
   p="${p%/}"
   if [[ ! -e "$p" && ! -L "$p" ]]; then
@@ -68,8 +68,8 @@ pub const STAGE: &str = r#"set -euo pipefail
 export LC_ALL=C
 umask 022
 IFS= read -r -d '' p || { echo "pgo-restore: no path on stdin" >&2; exit 3; }
-if [[ "$p" != /* || "$p" == / || "/$p/" == */../* || "/$p/" == */./* ]]; then
-  echo "pgo-restore: path '$p' must be absolute, not /, without . or .." >&2; exit 3
+if [[ "$p" != /* || "$p" == / || "$p" == /[-\(\)\!]* || "/$p/" == */../* || "/$p/" == */./* ]]; then
+  echo "pgo-restore: path '$p' must be absolute, not /, without . or .., not starting with - ( ) !" >&2; exit 3
 fi
 p="${p%/}"
 rel="${p#/}"
@@ -104,8 +104,8 @@ export LC_ALL=C
 mode="${1:-}"
 case "$mode" in commit|abort) ;; *) echo "pgo-restore: unknown mode '$mode'" >&2; exit 2;; esac
 while IFS= read -r -d '' stage && IFS= read -r -d '' p; do
-  if [[ "$p" != /* || "$p" == / || "/$p/" == */../* || "/$p/" == */./* ]]; then
-    echo "pgo-restore: path '$p' must be absolute, not /, without . or .." >&2; exit 3
+  if [[ "$p" != /* || "$p" == / || "$p" == /[-\(\)\!]* || "/$p/" == */../* || "/$p/" == */./* ]]; then
+    echo "pgo-restore: path '$p' must be absolute, not /, without . or .., not starting with - ( ) !" >&2; exit 3
   fi
   p="${p%/}"
   parent="$(dirname -- "$p")"

@@ -204,3 +204,34 @@ impl RemoteExec for FlipByte {
         })
     }
 }
+
+/// An inventory artifact holding `specs`, with the share set to `share`, written to
+/// `<artifacts>/inventory.json`; returns its path.
+pub fn write_inventory(root: &Path, artifacts: &Path, share: &Path, specs: Vec<ContainerSpec>) -> PathBuf {
+    let mut inv = proxmox_gitops::inventory::Inventory {
+        root: root.to_path_buf(),
+        stage: "main".into(),
+        head: None,
+        containers: specs,
+        submodules: vec![],
+        globals: Default::default(),
+        tasks: vec![],
+        base: None,
+        libraries: None,
+        settings: proxmox_gitops::settings::Settings::default().public(),
+    };
+    inv.settings.share = share.to_path_buf();
+    let path = artifacts.join("inventory.json");
+    proxmox_gitops::artifact::write(&path, &inv).unwrap();
+    path
+}
+
+/// Runs the binary with `args`; returns (exit code, stdout, stderr).
+pub fn cli(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops")).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
