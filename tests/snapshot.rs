@@ -336,3 +336,41 @@ fn cli_without_a_transport_fails_clearly_and_records_it() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--all: no container of this stage declares SNAPSHOT paths"), "{stderr}");
 }
+
+/// Unmounts on drop.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_onto_a_mount_point_replaces_its_contents() {
+    let t = tempfile::tempdir().unwrap();
+    let data_root = t.path().join("data");
+    let app = data_root.join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=64m,mode=0710", "pgotest-snap"]).arg(&app).status().unwrap();
+    assert!(st.success());
+    let _m = Mounted(app.clone());
+    // Busy: it is a mount point, so the restore cannot swap it by a rename.
+    assert_eq!(std::fs::remove_dir(&app).unwrap_err().raw_os_error(), Some(16));
+    let paths = make_data(&data_root, false);
+    let store = Store::new(&t.path().join("share"));
+    let exec = CommandExec::local();
+    let before = walk(&paths);
+    data::take(&exec, &store, &req("app", &paths, datetime!(2026-11-30 16:01:02 UTC))).await.unwrap();
+    // Replace the contents of the mount point and its root's mode.
+    for e in std::fs::read_dir(&app).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() && !p.is_symlink() { std::fs::remove_dir_all(p).unwrap() } else { std::fs::remove_file(p).unwrap() }
+    }
+    std::fs::write(app.join("junk"), "x").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&app, std::fs::Permissions::from_mode(0o777)).unwrap();
+    data::restore(&exec, &store, "app", None).await.unwrap();
+    assert_eq!(walk(&paths), before);
+    assert_eq!(staging_left(&data_root), Vec::<String>::new());
+}

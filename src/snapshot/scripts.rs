@@ -117,11 +117,13 @@ while IFS= read -r -d '' stage && IFS= read -r -d '' p; do
   src="$stage/${p#/}"
   if [[ ! -e "$src" && ! -L "$src" ]]; then echo "pgo-restore: nothing staged for $p" >&2; exit 4; fi
   if [[ -d "$p" && ! -L "$p" && "$(stat -c %d -- "$p")" != "$(stat -c %d -- "$parent")" ]]; then
+    # Moving entries out of the staged root changes its mtime: keep the original on a marker.
+    touch -m --reference="$src" -- "$stage/.pgo-mtime"
     find "$p" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
     find "$src" -mindepth 1 -maxdepth 1 -exec mv -t "$p" -- {} +
     chown --reference="$src" -- "$p"
     chmod --reference="$src" -- "$p"
-    touch -m --reference="$src" -- "$p"
+    touch -m --reference="$stage/.pgo-mtime" -- "$p"
   else
     if [[ -e "$p" || -L "$p" ]]; then mv -T -- "$p" "$stage/.pgo-old"; fi
     mv -T -- "$src" "$p"
