@@ -24,4 +24,5 @@ pub mod progress;
 pub mod provision;
 pub mod pve;
 pub mod settings;
+pub mod snapshot;
 pub mod steps;

@@ -13,6 +13,7 @@ mod publish;
 mod render_workflows;
 mod resolve;
 mod rewrite;
+mod snapshot;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -78,6 +79,8 @@ enum Command {
     RenderWorkflows(render_workflows::RenderWorkflowsArgs),
     /// Pack or unpack artifacts handed between workflow jobs.
     Artifacts(artifacts::ArtifactsArgs),
+    /// Take (or restore) verified data snapshots of containers.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -219,6 +222,7 @@ pub fn main() -> i32 {
         Command::Deploy(args) => deploy::run(&ctx, args),
         Command::RenderWorkflows(args) => render_workflows::run(&ctx, args),
         Command::Artifacts(args) => artifacts::run(&ctx, args),
+        Command::Snapshot(args) => snapshot::run(&ctx, args),
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,

@@ -8,3 +8,4 @@ pub mod publish;
 pub mod render_workflows;
 pub mod resolve;
 pub mod rewrite;
+pub mod snapshot;

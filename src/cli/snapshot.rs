@@ -1,0 +1,147 @@
+//! `proxmox-gitops snapshot`: take (or restore) verified data snapshots.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{Ctx, table};
+use crate::artifact;
+use crate::error::{Error, Location, Result};
+use crate::provision::Outcome;
+use crate::steps::snapshot::{self as step, SnapshotOptions};
+
+/// Arguments of `snapshot`.
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// Containers to snapshot (lib name or hostname); repeatable.
+    #[arg(
+        long = "container",
+        short = 'c',
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    containers: Vec<String>,
+    /// Every container of the stage that declares SNAPSHOT paths.
+    #[arg(long)]
+    all: bool,
+    /// Restore the newest verified snapshot (by time) instead of taking one.
+    #[arg(long)]
+    restore: bool,
+    /// With --restore: the snapshot time to restore, YYYYMMDD-HHMMSS (UTC) or the snapshot id.
+    #[arg(long, requires = "restore")]
+    at: Option<String>,
+    /// Keep this many snapshots per lib (archives, and container snapshots named pgo-…); older
+    /// ones are deleted.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "restore")]
+    keep: Option<u32>,
+    /// Share directory holding `snapshots/` [default: PROXMOX_SHARE or /share].
+    #[arg(long, env = "PROXMOX_SHARE")]
+    share: Option<PathBuf>,
+    /// Use this inventory artifact instead of resolving the repo again.
+    #[arg(long)]
+    inventory: Option<PathBuf>,
+}
+
+pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
+    let _group = crate::ci::Group::start("snapshot");
+    let inv = ctx.inventory(args.inventory.as_deref())?;
+    let specs: Vec<_> = if args.all {
+        inv.containers
+            .iter()
+            .filter(|c| !c.snapshot_paths.is_empty())
+            .collect()
+    } else {
+        crate::steps::plan::select(&inv, &args.containers)?
+    };
+    if specs.is_empty() {
+        return Err(Error::input(
+            Location::file("--all"),
+            "no container of this stage declares SNAPSHOT paths",
+        ));
+    }
+    let share = args
+        .share
+        .clone()
+        .unwrap_or_else(|| inv.settings.share.clone());
+    let opts = SnapshotOptions {
+        share: share.clone(),
+        keep: args.keep.map(|k| k as usize),
+        now: time::OffsetDateTime::now_utc(),
+    };
+    let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
+    let mut results = Vec::new();
+    for spec in specs {
+        let result = match step::connect(spec, &ctx.artifacts, &share) {
+            Ok(conn) => rt.block_on(async {
+                if args.restore {
+                    step::restore(spec, conn.exec.as_ref(), &opts, args.at.as_deref()).await
+                } else {
+                    step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await
+                }
+            }),
+            Err(reason) => {
+                let op = if args.restore {
+                    step::Operation::Restore
+                } else {
+                    step::Operation::Snapshot
+                };
+                let mut a = step::Snapshot::new(spec, op);
+                a.outcome = Outcome::Failed { error: reason };
+                a
+            }
+        };
+        artifact::write(&ctx.artifacts.snapshot(&spec.name), &result)
+            .map_err(|e| Error::Failed(e.into()))?;
+        for w in &result.warnings {
+            tracing::warn!("{}: {w}", result.name);
+        }
+        ctx.emit(&result, String::new);
+        results.push(result);
+    }
+    if !ctx.json {
+        let rows: Vec<Vec<String>> = results
+            .iter()
+            .map(|r| {
+                vec![
+                    r.name.clone(),
+                    format!("{:?}", r.operation).to_lowercase(),
+                    r.snapshot_id.clone().unwrap_or_else(|| "-".into()),
+                    r.entry_count.to_string(),
+                    r.bytes.to_string(),
+                    format!("{:?}", r.verification).to_lowercase(),
+                    match &r.outcome {
+                        Outcome::Ok => "ok".into(),
+                        Outcome::Failed { .. } => "FAILED".into(),
+                    },
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            table(
+                &[
+                    "NAME",
+                    "OPERATION",
+                    "SNAPSHOT",
+                    "ENTRIES",
+                    "BYTES",
+                    "VERIFICATION",
+                    "RESULT"
+                ],
+                &rows
+            )
+        );
+    }
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|r| match &r.outcome {
+            Outcome::Failed { error } => Some(format!("{}: {error}", r.name)),
+            Outcome::Ok => None,
+        })
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Failed(anyhow::anyhow!("{}", failures.join("\n"))))
+    }
+}

@@ -1,0 +1,759 @@
+//! Taking, verifying and restoring data snapshots through a [`RemoteExec`].
+//!
+//! **Take**: the container runs [`scripts::PRODUCER`] and streams its manifest and a tar of the
+//! declared paths; the runner gzips the tar into a hidden temporary file in the lib's store
+//! directory, then re-reads the finished `.tar.gz` and compares its per-entry manifest with the
+//! container's. Only when they are identical is the manifest written next to the archive and the
+//! archive renamed to its final name. Any failure removes the temporary file: no archive that
+//! looks valid is ever left behind.
+//!
+//! **Restore**: the archive is first verified against its manifest (file SHA-256 and every
+//! entry); a single corrupted byte stops the restore before anything reaches the container. Then,
+//! per declared path, the tar stream goes to [`scripts::STAGE`], which extracts it into a fresh
+//! staging directory next to the path and reports the staged tree's manifest; when every staged
+//! tree matches the archive manifest, [`scripts::COMMIT`] swaps them in (a rename per path), and
+//! a last manifest of the live paths is compared once more.
+
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::manifest::{self, Entry, ManifestError};
+use super::remote::{ExecStatus, RemoteExec, run_collect};
+use super::scripts;
+use super::store::{ArchiveManifest, Store, Stored};
+use crate::artifact;
+
+/// Why a data snapshot or restore failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The request is invalid (no paths, overlapping paths, no snapshot to restore, bad `--at`).
+    #[error("{0}")]
+    Input(String),
+    /// The command on the container failed.
+    #[error("{target}: {what} failed ({status})")]
+    Remote {
+        /// Who was reached.
+        target: String,
+        /// What ran.
+        what: &'static str,
+        /// Exit code and stderr tail.
+        status: String,
+    },
+    /// The transport failed.
+    #[error("{target}: {what}: transport error: {source}")]
+    Transport {
+        /// Who was reached.
+        target: String,
+        /// What ran.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The new archive does not match the container's manifest; nothing was kept.
+    #[error(
+        "snapshot of {lib} failed verification: the archive does not match the manifest computed on the \
+         container (was the data changing? stop the service first); no archive was kept:\n  {}",
+        diffs.join("\n  ")
+    )]
+    Mismatch {
+        /// Lib.
+        lib: String,
+        /// The differences.
+        diffs: Vec<String>,
+    },
+    /// A stored archive failed verification; nothing was restored.
+    #[error("archive {} failed verification: {detail}; nothing was restored", path.display())]
+    Corrupt {
+        /// The archive.
+        path: PathBuf,
+        /// What did not match.
+        detail: String,
+    },
+    /// The staged or restored tree differs from the archive's manifest.
+    #[error("restore of {lib} from {id}: {stage} tree differs from the archive manifest:\n  {}", diffs.join("\n  "))]
+    RestoreMismatch {
+        /// Lib.
+        lib: String,
+        /// Snapshot id.
+        id: String,
+        /// `staged` (nothing swapped in) or `restored` (the data was swapped in).
+        stage: &'static str,
+        /// The differences.
+        diffs: Vec<String>,
+    },
+    /// A runner-side file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The container's output could not be parsed.
+    #[error("{target}: {source}")]
+    Manifest {
+        /// Who was reached.
+        target: String,
+        /// The error.
+        #[source]
+        source: ManifestError,
+    },
+}
+
+/// What to snapshot.
+#[derive(Debug, Clone)]
+pub struct TakeRequest {
+    /// Lib (container) name: the store directory and the archive name prefix.
+    pub lib: String,
+    /// vmid, recorded in the manifest.
+    pub vmid: Option<u32>,
+    /// Absolute paths in the container (the lib's `SNAPSHOT` key).
+    pub paths: Vec<String>,
+    /// The snapshot time (UTC is used for the name).
+    pub now: OffsetDateTime,
+}
+
+/// A verified snapshot in the store.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    /// The archive.
+    pub archive: PathBuf,
+    /// The manifest file next to it.
+    pub manifest_path: PathBuf,
+    /// The manifest.
+    pub manifest: ArchiveManifest,
+}
+
+/// A completed restore.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    /// The snapshot restored.
+    pub stored: Stored,
+    /// Its manifest.
+    pub manifest: ArchiveManifest,
+}
+
+/// Checks declared snapshot paths: at least one, absolute, not `/`, no `.`/`..` components, a
+/// first component not starting with `-()!` (`find` would parse it as an expression), no
+/// path inside another (its entries would be archived twice).
+///
+/// # Errors
+/// [`DataError::Input`] naming the offending path.
+pub fn check_paths(paths: &[String]) -> Result<Vec<String>, DataError> {
+    if paths.is_empty() {
+        return Err(DataError::Input(
+            "no snapshot paths declared (SNAPSHOT in container.env)".into(),
+        ));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for p in paths {
+        let t = p.trim_end_matches('/');
+        if !t.starts_with('/')
+            || t.is_empty()
+            || t.contains('\0')
+            || t.split('/')
+                .skip(1)
+                .any(|c| c.is_empty() || c == "." || c == "..")
+            // `find` would read a first component starting with these as an expression.
+            || t[1..].starts_with(['-', '(', ')', '!'])
+        {
+            return Err(DataError::Input(format!(
+                "snapshot path `{p}` must be absolute, not `/`, without `.`, `..` or `//`, and not start with `-`, `(`, `)` or `!`"
+            )));
+        }
+        out.push(t.to_string());
+    }
+    for a in &out {
+        for b in &out {
+            if a != b && b.starts_with(&format!("{a}/")) {
+                return Err(DataError::Input(format!(
+                    "snapshot path `{b}` lies inside `{a}`: declare only `{a}`"
+                )));
+            }
+        }
+    }
+    let mut dedup = out.clone();
+    dedup.sort();
+    dedup.dedup();
+    if dedup.len() != out.len() {
+        return Err(DataError::Input("a snapshot path is declared twice".into()));
+    }
+    Ok(out)
+}
+
+fn nul_list(paths: &[String]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for p in paths {
+        v.extend_from_slice(p.as_bytes());
+        v.push(0);
+    }
+    v
+}
+
+/// The parsed manifest framing (see [`scripts`]).
+struct Framed {
+    entries: Vec<Entry>,
+    extra: Vec<u8>,
+}
+
+/// Reads `PGO-MANIFEST/1 m s e\n` + the three blocks from `r`.
+fn read_framed<R: Read>(r: &mut R) -> Result<Framed, ManifestError> {
+    let bad = |m: String| ManifestError::Malformed(m);
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    loop {
+        let n = r.read(&mut b).map_err(ManifestError::Archive)?;
+        if n == 0 {
+            return Err(bad(format!(
+                "output ended before the manifest header (got {:?})",
+                String::from_utf8_lossy(&line)
+            )));
+        }
+        if b[0] == b'\n' {
+            break;
+        }
+        line.push(b[0]);
+        if line.len() > 200 {
+            return Err(bad("no manifest header".into()));
+        }
+    }
+    let text = String::from_utf8_lossy(&line).into_owned();
+    let mut parts = text.split(' ');
+    if parts.next() != Some("PGO-MANIFEST/1") {
+        return Err(bad(format!("unexpected header `{text}`")));
+    }
+    let mut lens = [0usize; 3];
+    for l in lens.iter_mut() {
+        *l = parts
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| bad(format!("bad header `{text}`")))?;
+    }
+    let mut read_n = |n: usize| -> Result<Vec<u8>, ManifestError> {
+        let mut v = vec![0u8; n];
+        r.read_exact(&mut v)
+            .map_err(|e| bad(format!("manifest block shorter than announced: {e}")))?;
+        Ok(v)
+    };
+    let meta = read_n(lens[0])?;
+    let sums = read_n(lens[1])?;
+    let extra = read_n(lens[2])?;
+    Ok(Framed {
+        entries: manifest::parse_container(&meta, &sums)?,
+        extra,
+    })
+}
+
+/// A blocking `Read` over an async reader (used inside `spawn_blocking`).
+struct BlockingRead<R> {
+    inner: R,
+    handle: tokio::runtime::Handle,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> Read for BlockingRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.handle.block_on(self.inner.read(buf))
+    }
+}
+
+/// A blocking `Write` over an async writer (used inside `spawn_blocking`).
+struct BlockingWrite<W> {
+    inner: W,
+    handle: tokio::runtime::Handle,
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> Write for BlockingWrite<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.handle.block_on(self.inner.write(buf))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.handle.block_on(self.inner.flush())
+    }
+}
+
+/// Counts and hashes the bytes read through it.
+struct HashRead<R> {
+    inner: R,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl<R: Read> Read for HashRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+}
+
+/// Counts the bytes written through it.
+struct CountWrite<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for CountWrite<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Result of reading an archive file back.
+struct ArchiveCheck {
+    entries: Vec<Entry>,
+    sha256: String,
+    bytes: u64,
+    tar_bytes: u64,
+}
+
+/// Reads a `.tar.gz` completely: its file SHA-256 and size, and the per-entry manifest.
+fn read_archive(path: &Path) -> Result<ArchiveCheck, ManifestError> {
+    let f = std::fs::File::open(path).map_err(ManifestError::Archive)?;
+    let mut hashed = HashRead {
+        inner: std::io::BufReader::with_capacity(1 << 20, f),
+        hasher: Sha256::new(),
+        bytes: 0,
+    };
+    let (entries, tar_bytes) = {
+        let mut counted = HashRead {
+            inner: GzDecoder::new(&mut hashed),
+            hasher: Sha256::new(),
+            bytes: 0,
+        };
+        let entries = manifest::from_tar(&mut counted)?;
+        std::io::copy(&mut counted, &mut std::io::sink()).map_err(ManifestError::Archive)?;
+        (entries, counted.bytes)
+    };
+    // Trailing bytes after the gzip member are part of the file's hash too.
+    std::io::copy(&mut hashed, &mut std::io::sink()).map_err(ManifestError::Archive)?;
+    Ok(ArchiveCheck {
+        entries,
+        sha256: hex::encode(hashed.hasher.finalize()),
+        bytes: hashed.bytes,
+        tar_bytes,
+    })
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
+    move |source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn remote_failed(exec: &dyn RemoteExec, what: &'static str, status: &ExecStatus) -> DataError {
+    DataError::Remote {
+        target: exec.target(),
+        what,
+        status: status.describe(),
+    }
+}
+
+/// Takes a verified data snapshot of `req.paths` into `store` (see the module docs).
+///
+/// # Errors
+/// [`DataError::Input`] for bad paths; [`DataError::Remote`]/[`DataError::Transport`] when the
+/// container side fails (a declared path missing is exit code 4 with its name);
+/// [`DataError::Mismatch`] when the archive does not match the container's manifest;
+/// [`DataError::Io`] for the store. In every error case no archive is left in the store.
+pub async fn take(
+    exec: &dyn RemoteExec,
+    store: &Store,
+    req: &TakeRequest,
+) -> Result<Taken, DataError> {
+    let paths = check_paths(&req.paths)?;
+    let dir = store.lib_dir(&req.lib);
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    let stamp = store.free_stamp(&req.lib, req.now);
+    let (id, archive_path, manifest_path) = store.paths(&req.lib, stamp);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".tmp-{id}-"))
+        .suffix(".tar.gz")
+        .tempfile_in(&dir)
+        .map_err(io_err(&dir))?;
+    let tmp_file = tmp.as_file().try_clone().map_err(io_err(tmp.path()))?;
+
+    // Receive: header + manifest, then the tar stream gzipped into the temp file.
+    let (mut tx, rx) = tokio::io::duplex(1 << 20);
+    let handle = tokio::runtime::Handle::current();
+    let target = exec.target();
+    let tmp_name = tmp.path().to_path_buf();
+    let consumer = tokio::task::spawn_blocking(move || -> Result<(Vec<Entry>, u64), DataError> {
+        let mut input = BlockingRead { inner: rx, handle };
+        let framed = read_framed(&mut input).map_err(|source| DataError::Manifest { target, source })?;
+        // Local write failures (disk full …) are reported as such, not as a broken stream.
+        let local = |source: std::io::Error| DataError::Io { path: tmp_name.clone(), source };
+        let gz = GzEncoder::new(BufWriter::with_capacity(1 << 20, tmp_file), Compression::new(6));
+        let mut counted = CountWrite { inner: gz, bytes: 0 };
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(local(e)),
+            };
+            counted.write_all(&buf[..n]).map_err(local)?;
+        }
+        let mut w = counted.inner.finish().map_err(local)?;
+        w.flush().map_err(local)?;
+        let f = w.into_inner().map_err(|e| local(e.into_error()))?;
+        f.sync_all().map_err(local)?;
+        Ok((framed.entries, counted.bytes))
+    });
+    let stdin = nul_list(&paths);
+    let argv = ["bash", "-c", scripts::PRODUCER, "pgo-snapshot", "archive"];
+    let run = async {
+        let mut input = &stdin[..];
+        let r = exec.run(&argv, &mut input, &mut tx).await;
+        let _ = tx.shutdown().await;
+        drop(tx);
+        r
+    };
+    let (ran, consumed) = tokio::join!(run, consumer);
+    let consumed = consumed.map_err(|e| DataError::Io { path: tmp.path().to_path_buf(), source: std::io::Error::other(e) })?;
+    // Report the root cause: the container's failure first (a short stream is its consequence),
+    // then a local write failure (the broken pipe it causes is its consequence).
+    let (container_entries, tar_bytes) = match (ran, consumed) {
+        (Ok(status), _) if !status.success() => return Err(remote_failed(exec, "snapshot", &status)),
+        (_, Err(e @ DataError::Io { .. })) => return Err(e),
+        (Err(source), _) => return Err(DataError::Transport { target: exec.target(), what: "snapshot", source }),
+        (Ok(_), Err(e)) => return Err(e),
+        (Ok(_), Ok(v)) => v,
+    };
+
+    // Verify: re-read the finished archive from disk.
+    let tmp_path = tmp.path().to_path_buf();
+    let check = tokio::task::spawn_blocking(move || read_archive(&tmp_path))
+        .await
+        .map_err(|e| DataError::Io {
+            path: tmp.path().to_path_buf(),
+            source: std::io::Error::other(e),
+        })?
+        .map_err(|e| DataError::Mismatch {
+            lib: req.lib.clone(),
+            diffs: vec![format!("the archive cannot be read back: {e}")],
+        })?;
+    let diffs = manifest::diff(&container_entries, &check.entries, 20);
+    if !diffs.is_empty() {
+        return Err(DataError::Mismatch {
+            lib: req.lib.clone(),
+            diffs,
+        });
+    }
+    if check.tar_bytes != tar_bytes {
+        return Err(DataError::Mismatch {
+            lib: req.lib.clone(),
+            diffs: vec![format!(
+                "tar stream of {tar_bytes} bytes received, {} bytes read back",
+                check.tar_bytes
+            )],
+        });
+    }
+
+    let manifest = ArchiveManifest {
+        lib: req.lib.clone(),
+        vmid: req.vmid,
+        id: id.clone(),
+        created: req
+            .now
+            .to_offset(time::UtcOffset::UTC)
+            .replace_nanosecond(0)
+            .unwrap_or(req.now),
+        source: exec.target(),
+        paths,
+        archive: format!("{id}.tar.gz"),
+        archive_sha256: check.sha256,
+        archive_bytes: check.bytes,
+        tar_bytes,
+        data_bytes: check.entries.iter().map(|e| e.size).sum(),
+        entry_count: check.entries.len() as u64,
+        digest: manifest::digest(&check.entries),
+        entries: check.entries,
+    };
+    // Manifest first, then the archive: an archive under its final name always has one.
+    artifact::write(&manifest_path, &manifest).map_err(|e| DataError::Io {
+        path: manifest_path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    if let Err(e) = tmp.persist_noclobber(&archive_path) {
+        let _ = std::fs::remove_file(&manifest_path);
+        return Err(DataError::Io {
+            path: archive_path,
+            source: e.error,
+        });
+    }
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(Taken {
+        archive: archive_path,
+        manifest_path,
+        manifest,
+    })
+}
+
+/// Reads a stored snapshot's manifest and verifies the archive against it (file SHA-256, size,
+/// every entry).
+///
+/// # Errors
+/// [`DataError::Corrupt`] naming the archive and the first differences; nothing is modified.
+pub async fn verify(stored: &Stored) -> Result<ArchiveManifest, DataError> {
+    let manifest: ArchiveManifest =
+        artifact::read(&stored.manifest).map_err(|e| DataError::Corrupt {
+            path: stored.archive.clone(),
+            detail: format!("its manifest is unreadable: {e}"),
+        })?;
+    let path = stored.archive.clone();
+    let check = tokio::task::spawn_blocking(move || read_archive(&path))
+        .await
+        .map_err(|e| DataError::Io {
+            path: stored.archive.clone(),
+            source: std::io::Error::other(e),
+        })?;
+    let corrupt = |detail: String| DataError::Corrupt {
+        path: stored.archive.clone(),
+        detail,
+    };
+    let check = check.map_err(|e| corrupt(e.to_string()))?;
+    if check.sha256 != manifest.archive_sha256 || check.bytes != manifest.archive_bytes {
+        return Err(corrupt(format!(
+            "sha256 {} ({} bytes) ≠ recorded {} ({} bytes)",
+            check.sha256, check.bytes, manifest.archive_sha256, manifest.archive_bytes
+        )));
+    }
+    let diffs = manifest::diff(&manifest.entries, &check.entries, 20);
+    if !diffs.is_empty() {
+        return Err(corrupt(format!(
+            "entries differ from the manifest: {}",
+            diffs.join("; ")
+        )));
+    }
+    if manifest::digest(&manifest.entries) != manifest.digest {
+        return Err(corrupt(
+            "the manifest's digest does not match its entries".into(),
+        ));
+    }
+    Ok(manifest)
+}
+
+fn under<'a>(entries: &'a [Entry], path: &str) -> Vec<Entry> {
+    let rel = path.trim_start_matches('/');
+    let prefix = format!("{rel}/");
+    entries
+        .iter()
+        .filter(|e: &&'a Entry| e.path == rel || e.path.starts_with(&prefix))
+        .cloned()
+        .collect()
+}
+
+/// Streams the decompressed tar of `archive` into a stage command for `path`; returns the
+/// staging directory and the staged tree's manifest.
+async fn stage_one(
+    exec: &dyn RemoteExec,
+    archive: &Path,
+    path: &str,
+) -> Result<(String, Vec<Entry>), DataError> {
+    let (tx, mut rx) = tokio::io::duplex(1 << 20);
+    let handle = tokio::runtime::Handle::current();
+    let src = archive.to_path_buf();
+    let producer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let f = std::fs::File::open(&src)?;
+        let mut gz = GzDecoder::new(std::io::BufReader::with_capacity(1 << 20, f));
+        let mut out = BlockingWrite { inner: tx, handle };
+        std::io::copy(&mut gz, &mut out)?;
+        out.flush()?;
+        out.handle.block_on(out.inner.shutdown())
+    });
+    let mut head = path.as_bytes().to_vec();
+    head.push(0);
+    let mut stdin = AsyncReadExt::chain(&head[..], &mut rx);
+    let mut out = Vec::new();
+    let argv = ["bash", "-c", scripts::STAGE, "pgo-restore", "stage"];
+    let ran = exec.run(&argv, &mut stdin, &mut out).await;
+    drop(stdin);
+    drop(rx);
+    let produced = producer.await;
+    let status = ran.map_err(|source| DataError::Transport {
+        target: exec.target(),
+        what: "restore (stage)",
+        source,
+    })?;
+    if !status.success() {
+        return Err(remote_failed(exec, "restore (stage)", &status));
+    }
+    if let Ok(Err(e)) | Err(e) = produced.map_err(std::io::Error::other) {
+        return Err(DataError::Io {
+            path: archive.to_path_buf(),
+            source: e,
+        });
+    }
+    let framed = read_framed(&mut &out[..]).map_err(|source| DataError::Manifest {
+        target: exec.target(),
+        source,
+    })?;
+    let stage = String::from_utf8(framed.extra).map_err(|_| DataError::Manifest {
+        target: exec.target(),
+        source: ManifestError::Malformed("staging directory is not UTF-8".into()),
+    })?;
+    Ok((stage, framed.entries))
+}
+
+async fn finish_stages(
+    exec: &dyn RemoteExec,
+    mode: &'static str,
+    staged: &[(String, String)],
+) -> Result<(), DataError> {
+    if staged.is_empty() {
+        return Ok(());
+    }
+    let mut stdin = Vec::new();
+    for (stage, path) in staged {
+        stdin.extend_from_slice(stage.as_bytes());
+        stdin.push(0);
+        stdin.extend_from_slice(path.as_bytes());
+        stdin.push(0);
+    }
+    let what = if mode == "commit" {
+        "restore (commit)"
+    } else {
+        "restore (abort)"
+    };
+    let (_, status) = run_collect(
+        exec,
+        &["bash", "-c", scripts::COMMIT, "pgo-restore", mode],
+        &stdin,
+    )
+    .await
+    .map_err(|source| DataError::Transport {
+        target: exec.target(),
+        what,
+        source,
+    })?;
+    if !status.success() {
+        return Err(remote_failed(exec, what, &status));
+    }
+    Ok(())
+}
+
+/// Computes the manifest of `paths` on the container (no archive).
+///
+/// # Errors
+/// As for [`take`].
+pub async fn live_manifest(
+    exec: &dyn RemoteExec,
+    paths: &[String],
+) -> Result<Vec<Entry>, DataError> {
+    let (out, status) = run_collect(
+        exec,
+        &["bash", "-c", scripts::PRODUCER, "pgo-snapshot", "manifest"],
+        &nul_list(paths),
+    )
+    .await
+    .map_err(|source| DataError::Transport {
+        target: exec.target(),
+        what: "manifest",
+        source,
+    })?;
+    if !status.success() {
+        return Err(remote_failed(exec, "manifest", &status));
+    }
+    Ok(read_framed(&mut &out[..])
+        .map_err(|source| DataError::Manifest {
+            target: exec.target(),
+            source,
+        })?
+        .entries)
+}
+
+/// Restores the newest snapshot of `lib` (by parsed stamp), or the one at `at`, onto the
+/// container (see the module docs). The paths restored are the archive's own.
+///
+/// # Errors
+/// [`DataError::Input`] when there is no such snapshot; [`DataError::Corrupt`] when the archive
+/// fails verification (nothing restored); [`DataError::RestoreMismatch`] with `stage: "staged"`
+/// when a staged tree differs (staging removed, nothing swapped in) or `"restored"` when the live
+/// tree differs afterwards; remote and transport errors.
+pub async fn restore(
+    exec: &dyn RemoteExec,
+    store: &Store,
+    lib: &str,
+    at: Option<&str>,
+) -> Result<Restored, DataError> {
+    let stored = store.pick(lib, at).map_err(DataError::Input)?;
+    let manifest = verify(&stored).await?;
+    let mut staged: Vec<(String, String)> = Vec::new();
+    for path in &manifest.paths {
+        let result = stage_one(exec, &stored.archive, path).await;
+        let failure = match result {
+            Ok((stage, entries)) => {
+                staged.push((stage, path.clone()));
+                let diffs = manifest::diff(&under(&manifest.entries, path), &entries, 20);
+                if diffs.is_empty() {
+                    continue;
+                }
+                DataError::RestoreMismatch {
+                    lib: lib.into(),
+                    id: stored.id.clone(),
+                    stage: "staged",
+                    diffs,
+                }
+            }
+            Err(e) => e,
+        };
+        if let Err(e) = finish_stages(exec, "abort", &staged).await {
+            tracing::warn!("could not remove staging directories: {e}");
+        }
+        return Err(failure);
+    }
+    finish_stages(exec, "commit", &staged).await?;
+    let live = live_manifest(exec, &manifest.paths).await?;
+    let diffs = manifest::diff(&manifest.entries, &live, 20);
+    if !diffs.is_empty() {
+        return Err(DataError::RestoreMismatch {
+            lib: lib.into(),
+            id: stored.id.clone(),
+            stage: "restored",
+            diffs,
+        });
+    }
+    Ok(Restored { stored, manifest })
+}
+
+/// True when every path is missing on the container or an empty directory (nothing to lose by
+/// restoring).
+///
+/// # Errors
+/// Remote and transport failures, or unexpected output.
+pub async fn paths_empty(exec: &dyn RemoteExec, paths: &[String]) -> Result<bool, DataError> {
+    let paths = check_paths(paths)?;
+    let (out, status) = run_collect(exec, &["bash", "-c", scripts::PROBE, "pgo-snapshot", "probe"], &nul_list(&paths))
+        .await
+        .map_err(|source| DataError::Transport { target: exec.target(), what: "probe", source })?;
+    if !status.success() {
+        return Err(remote_failed(exec, "probe", &status));
+    }
+    match String::from_utf8_lossy(&out).trim() {
+        "empty" => Ok(true),
+        "data" => Ok(false),
+        other => Err(DataError::Manifest {
+            target: exec.target(),
+            source: ManifestError::Malformed(format!("unexpected probe output `{other}`")),
+        }),
+    }
+}

@@ -1,0 +1,25 @@
+//! Data snapshots (runner-side verified archives of a lib's declared paths), container
+//! snapshots (PVE `…/lxc/{vmid}/snapshot`, `lxc-snapshot`), retention, and the rule that nothing
+//! is destroyed without a snapshot.
+//!
+//! * [`scripts`] — the fixed shell scripts run as root in the container;
+//! * [`remote`] — the transport seam ([`RemoteExec`]) and a local implementation;
+//! * [`manifest`] — per-entry manifests, digest, comparison;
+//! * [`store`] — `<share>/snapshots/<lib>/<lib>-YYYYMMDD-HHMMSS.tar.gz` + `.json`, ordering by
+//!   parsed time, retention;
+//! * [`data`] — take / verify / restore;
+//! * [`ct`] — container snapshots behind [`ct::CtSnapshots`]: names `pgo-YYYYMMDD-HHMMSS`,
+//!   retention of our own snapshots only, error classification;
+//! * [`lxc`] — [`ct::CtSnapshots`] over the `lxc-snapshot` tool;
+//! * [`guard`] — the safety rule before a destroy or recreate.
+
+pub mod ct;
+pub mod data;
+pub mod guard;
+pub mod lxc;
+pub mod manifest;
+pub mod remote;
+pub mod scripts;
+pub mod store;
+
+pub use remote::{CommandExec, ExecStatus, RemoteExec};

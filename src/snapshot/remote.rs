@@ -1,0 +1,200 @@
+//! The transport seam: run a fixed command as root on the container, streaming stdin and stdout.
+//!
+//! Snapshot logic never knows how it reaches the container. A [`RemoteExec`] runs an argv (only
+//! constant words: `bash`, `-c`, one of the fixed [`super::scripts`], a name and a mode) with a
+//! byte stream on stdin and one on stdout, and reports the exit status and stderr. User values
+//! (paths) always travel on stdin, never in argv.
+//!
+//! Implementations:
+//! * [`CommandExec`] — runs the argv through a local command prefix: no prefix = this host (the
+//!   tests), `lxc-attach -n NAME --` = a local LXC container;
+//! * the SSH transport (`crate::ssh`) implements the trait over an SSH session; it must quote
+//!   each argv word for the remote shell (they are constants, but the script contains spaces and
+//!   quotes) and log in as root (or run through `sudo -n`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::Stdio;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// A boxed, sendable future (keeps [`RemoteExec`] usable as `dyn`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How a remote command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecStatus {
+    /// Exit code; `None` when killed by a signal or the transport lost the session.
+    pub code: Option<i32>,
+    /// The last 64 KiB of stderr, lossily decoded.
+    pub stderr: String,
+}
+
+impl ExecStatus {
+    /// True for exit code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// A one-line description for errors: `exit code 4: <last stderr line>`.
+    pub fn describe(&self) -> String {
+        let code = self.code.map_or("killed by a signal".to_string(), |c| {
+            format!("exit code {c}")
+        });
+        let tail: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        let tail = tail
+            .iter()
+            .rev()
+            .take(3)
+            .rev()
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" | ");
+        if tail.is_empty() {
+            code
+        } else {
+            format!("{code}: {}", crate::ci::redact(&tail))
+        }
+    }
+}
+
+/// Runs commands as root on one container.
+pub trait RemoteExec: Send + Sync {
+    /// Who is reached, for messages: e.g. `CT 101 (app) at 10.0.3.15 over SSH`.
+    fn target(&self) -> String;
+
+    /// Runs `argv` (constant words only) as root; copies `stdin` to the command until EOF (then
+    /// closes its stdin) and its stdout into `stdout`, concurrently.
+    ///
+    /// # Errors
+    /// Transport failures (cannot connect or spawn, the stream broke). A command that runs and
+    /// fails is *not* an error: its [`ExecStatus`] says so.
+    fn run<'a>(
+        &'a self,
+        argv: &'a [&'a str],
+        stdin: &'a mut (dyn AsyncRead + Send + Unpin),
+        stdout: &'a mut (dyn AsyncWrite + Send + Unpin),
+    ) -> BoxFuture<'a, std::io::Result<ExecStatus>>;
+}
+
+/// Runs a command with a small stdin and collects its stdout (for manifests and commits).
+///
+/// # Errors
+/// See [`RemoteExec::run`].
+pub async fn run_collect(
+    exec: &dyn RemoteExec,
+    argv: &[&str],
+    stdin: &[u8],
+) -> std::io::Result<(Vec<u8>, ExecStatus)> {
+    let mut input = stdin;
+    let mut out = Vec::new();
+    let status = exec.run(argv, &mut input, &mut out).await?;
+    Ok((out, status))
+}
+
+const STDERR_KEEP: usize = 64 * 1024;
+
+/// Runs argv locally, behind an optional command prefix (e.g. `lxc-attach -n NAME --`).
+#[derive(Debug, Clone)]
+pub struct CommandExec {
+    prefix: Vec<String>,
+    label: String,
+}
+
+impl CommandExec {
+    /// Runs on this host, as the current user (root in the tests).
+    pub fn local() -> Self {
+        Self {
+            prefix: Vec::new(),
+            label: "this host".into(),
+        }
+    }
+
+    /// Runs inside the local LXC container `name` through `lxc-attach -n NAME --` (root, the
+    /// container's own namespaces). The name is one argv word, never parsed by a shell.
+    pub fn lxc_attach(name: &str) -> Self {
+        Self {
+            prefix: vec!["lxc-attach".into(), "-n".into(), name.into(), "--".into()],
+            label: format!("LXC container {name}"),
+        }
+    }
+}
+
+impl RemoteExec for CommandExec {
+    fn target(&self) -> String {
+        self.label.clone()
+    }
+
+    fn run<'a>(
+        &'a self,
+        argv: &'a [&'a str],
+        stdin: &'a mut (dyn AsyncRead + Send + Unpin),
+        stdout: &'a mut (dyn AsyncWrite + Send + Unpin),
+    ) -> BoxFuture<'a, std::io::Result<ExecStatus>> {
+        Box::pin(async move {
+            let mut all: Vec<&str> = self.prefix.iter().map(String::as_str).collect();
+            all.extend_from_slice(argv);
+            let Some((program, args)) = all.split_first() else {
+                return Err(std::io::Error::other("empty argv"));
+            };
+            let mut child = tokio::process::Command::new(program)
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot run {program}: {e}")))?;
+            let mut child_in = child.stdin.take().expect("piped");
+            let mut child_out = child.stdout.take().expect("piped");
+            let mut child_err = child.stderr.take().expect("piped");
+            let feed = async {
+                // A command that stops reading early (it failed) closes the pipe: not our error.
+                let r = tokio::io::copy(stdin, &mut child_in).await;
+                let _ = child_in.shutdown().await;
+                drop(child_in);
+                match r {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            };
+            let drain = async {
+                tokio::io::copy(&mut child_out, stdout).await?;
+                stdout.flush().await
+            };
+            let errs = async {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let n = child_err.read(&mut chunk).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if buf.len() > 2 * STDERR_KEEP {
+                        buf.drain(..buf.len() - STDERR_KEEP);
+                    }
+                }
+                if buf.len() > STDERR_KEEP {
+                    buf.drain(..buf.len() - STDERR_KEEP);
+                }
+                Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf).into_owned())
+            };
+            let (fed, drained, stderr) = tokio::join!(feed, drain, errs);
+            if let Err(e) = drained {
+                let _ = child.kill().await;
+                return Err(e);
+            }
+            let status = child.wait().await?;
+            fed?;
+            Ok(ExecStatus {
+                code: status.code(),
+                stderr: stderr?,
+            })
+        })
+    }
+}

@@ -1,0 +1,339 @@
+//! The `snapshot` step: a verified data snapshot of a container's declared paths (plus, when the
+//! backend offers one, a container snapshot), retention, and restore.
+//!
+//! The transport to the container is chosen in one place, [`connect`]: containers made by the
+//! `lxc` backend are reached with `lxc-attach` (no network needed); everything else needs the SSH
+//! transport (`crate::ssh`), which the lead wires in there.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::inventory::ContainerSpec;
+use crate::provision::{BackendKind, Outcome, Provision};
+use crate::snapshot::ct::{self, CtSnapshotRecord, CtSnapshots};
+use crate::snapshot::data::{self, TakeRequest};
+use crate::snapshot::lxc::LxcSnapshots;
+use crate::snapshot::remote::{CommandExec, RemoteExec};
+use crate::snapshot::store::Store;
+
+/// What the step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    /// Took a data snapshot.
+    Snapshot,
+    /// Restored one.
+    Restore,
+}
+
+/// Result of verifying an archive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verification {
+    /// The archive matches the manifest computed on the container (snapshot), or the archive and
+    /// the restored tree match the stored manifest (restore).
+    Verified,
+    /// Verification failed (the reason is in `error`).
+    Failed,
+    /// Not reached (e.g. the container could not be reached) or nothing to verify.
+    NotRun,
+}
+
+/// The `snapshot/<name>.json` artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Container (lib) name.
+    pub name: String,
+    /// vmid.
+    pub vmid: u32,
+    /// Snapshot or restore.
+    pub operation: Operation,
+    /// The declared paths (`SNAPSHOT`).
+    pub paths: Vec<String>,
+    /// Snapshot id `<lib>-YYYYMMDD-HHMMSS[-N]`.
+    pub snapshot_id: Option<String>,
+    /// The archive `<share>/snapshots/<lib>/<id>.tar.gz`.
+    pub archive: Option<PathBuf>,
+    /// Its manifest (`<id>.json`).
+    pub manifest: Option<PathBuf>,
+    /// The manifest digest (`sha256:…`).
+    pub manifest_digest: Option<String>,
+    /// Number of entries (files, directories, links …).
+    pub entry_count: u64,
+    /// Archive size in bytes (compressed).
+    pub bytes: u64,
+    /// Sum of the regular files' sizes in bytes.
+    pub data_bytes: u64,
+    /// Verification result.
+    pub verification: Verification,
+    /// The container snapshot taken (PVE/LXC), when the backend offers one.
+    pub ct_snapshot: Option<CtSnapshotRecord>,
+    /// Container snapshots deleted by retention (names).
+    pub ct_pruned: Vec<String>,
+    /// Archives deleted by retention.
+    pub pruned: Vec<PathBuf>,
+    /// Warnings.
+    pub warnings: Vec<String>,
+    /// Result.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl Artifact for Snapshot {
+    const KIND: &'static str = "snapshot";
+    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+}
+
+/// Options of the step.
+#[derive(Debug, Clone)]
+pub struct SnapshotOptions {
+    /// The share directory (`<share>/snapshots`).
+    pub share: PathBuf,
+    /// Keep this many archives (and container snapshots named `pgo-…`) per lib; `None` keeps all.
+    pub keep: Option<usize>,
+    /// Time of the snapshot (names are its UTC second).
+    pub now: OffsetDateTime,
+}
+
+impl Snapshot {
+    /// An empty result for `spec` (outcome `ok`, nothing done yet).
+    pub fn new(spec: &ContainerSpec, operation: Operation) -> Snapshot {
+        Snapshot {
+            name: spec.name.clone(),
+            vmid: spec.vmid,
+            operation,
+            paths: spec.snapshot_paths.clone(),
+            snapshot_id: None,
+            archive: None,
+            manifest: None,
+            manifest_digest: None,
+            entry_count: 0,
+            bytes: 0,
+            data_bytes: 0,
+            verification: Verification::NotRun,
+            ct_snapshot: None,
+            ct_pruned: Vec::new(),
+            pruned: Vec::new(),
+            warnings: Vec::new(),
+            outcome: Outcome::Ok,
+        }
+    }
+}
+
+fn failed(mut a: Snapshot, e: impl std::fmt::Display) -> Snapshot {
+    a.outcome = Outcome::Failed {
+        error: crate::ci::redact(&e.to_string()),
+    };
+    a
+}
+
+/// Takes a verified data snapshot of `spec` through `exec`, then (when `ct` is given) a container
+/// snapshot, then applies retention. Never returns an error: the outcome is in the artifact.
+pub async fn snapshot(
+    spec: &ContainerSpec,
+    exec: &dyn RemoteExec,
+    ct: Option<&dyn CtSnapshots>,
+    opts: &SnapshotOptions,
+) -> Snapshot {
+    let mut a = Snapshot::new(spec, Operation::Snapshot);
+    let store = Store::new(&opts.share);
+    if spec.snapshot_paths.is_empty() {
+        a.warnings.push(format!(
+            "{} declares no SNAPSHOT paths: no data snapshot taken",
+            spec.name
+        ));
+    } else {
+        let req = TakeRequest {
+            lib: spec.name.clone(),
+            vmid: Some(spec.vmid),
+            paths: spec.snapshot_paths.clone(),
+            now: opts.now,
+        };
+        match data::take(exec, &store, &req).await {
+            Ok(t) => {
+                a.snapshot_id = Some(t.manifest.id.clone());
+                a.archive = Some(t.archive);
+                a.manifest = Some(t.manifest_path);
+                a.manifest_digest = Some(t.manifest.digest);
+                a.entry_count = t.manifest.entry_count;
+                a.bytes = t.manifest.archive_bytes;
+                a.data_bytes = t.manifest.data_bytes;
+                a.verification = Verification::Verified;
+            }
+            Err(e) => {
+                if matches!(e, data::DataError::Mismatch { .. }) {
+                    a.verification = Verification::Failed;
+                }
+                return failed(a, e);
+            }
+        }
+    }
+    if let Some(ct) = ct {
+        let desc = match &a.snapshot_id {
+            Some(id) => format!(
+                "proxmox-gitops snapshot of {} (data archive {id})",
+                spec.name
+            ),
+            None => format!("proxmox-gitops snapshot of {}", spec.name),
+        };
+        match ct::take(ct, opts.now, &desc).await {
+            Ok(r) => a.ct_snapshot = Some(r),
+            // The data snapshot is what protects the data; a backend that cannot snapshot the
+            // container (storage without snapshots, a running dir-backed LXC container) is
+            // reported, not fatal.
+            Err(e @ ct::CtSnapshotError::NotSupported { .. }) => {
+                tracing::warn!("no container snapshot: {e}");
+                a.warnings.push(format!("no container snapshot: {e}"));
+            }
+            Err(e) => return failed(a, e),
+        }
+    }
+    if let Some(keep) = opts.keep {
+        if !spec.snapshot_paths.is_empty() {
+            match store.prune(&spec.name, keep) {
+                Ok(p) => a.pruned = p,
+                Err(e) => {
+                    return failed(
+                        a,
+                        format!("retention in {}: {e}", store.lib_dir(&spec.name).display()),
+                    );
+                }
+            }
+        }
+        if let Some(ct) = ct {
+            match ct::prune(ct, keep).await {
+                Ok(p) => a.ct_pruned = p,
+                Err(e) => return failed(a, e),
+            }
+        }
+    }
+    a
+}
+
+/// Restores the newest (by parsed time) or the `at` data snapshot of `spec` through `exec`.
+/// Never returns an error: the outcome is in the artifact.
+pub async fn restore(
+    spec: &ContainerSpec,
+    exec: &dyn RemoteExec,
+    opts: &SnapshotOptions,
+    at: Option<&str>,
+) -> Snapshot {
+    let mut a = Snapshot::new(spec, Operation::Restore);
+    let store = Store::new(&opts.share);
+    match data::restore(exec, &store, &spec.name, at).await {
+        Ok(r) => {
+            if r.manifest.paths != spec.snapshot_paths {
+                a.warnings.push(format!(
+                    "restored the archive's paths {} while the lib now declares {}",
+                    r.manifest.paths.join(","),
+                    spec.snapshot_paths.join(",")
+                ));
+            }
+            a.paths = r.manifest.paths.clone();
+            a.snapshot_id = Some(r.manifest.id.clone());
+            a.archive = Some(r.stored.archive);
+            a.manifest = Some(r.stored.manifest);
+            a.manifest_digest = Some(r.manifest.digest);
+            a.entry_count = r.manifest.entry_count;
+            a.bytes = r.manifest.archive_bytes;
+            a.data_bytes = r.manifest.data_bytes;
+            a.verification = Verification::Verified;
+            a
+        }
+        Err(e) => {
+            if matches!(
+                e,
+                data::DataError::Corrupt { .. } | data::DataError::RestoreMismatch { .. }
+            ) {
+                a.verification = Verification::Failed;
+            }
+            failed(a, e)
+        }
+    }
+}
+
+/// A way into a container: the data transport and, when the backend has them, container
+/// snapshots.
+pub struct Connection {
+    /// Runs the snapshot scripts as root in the container.
+    pub exec: Box<dyn RemoteExec>,
+    /// Container snapshots (PVE/LXC), when available.
+    pub ct: Option<Box<dyn CtSnapshots>>,
+}
+
+/// THE transport seam: how the step reaches `spec`'s container, from its `provision/<name>.json`
+/// artifact when there is one.
+///
+/// * backend `lxc`: `lxc-attach -n <hostname> --` and `lxc-snapshot` on this host;
+/// * otherwise (backend `pve`, or no provision artifact): SSH to `Provision.address` with the key
+///   `<share>/.keys/<vmid>` — not available in this build yet (the lead connects `crate::ssh`
+///   here, and the PVE client's `CtSnapshots` implementation).
+///
+/// # Errors
+/// A message naming the container and why it cannot be reached.
+pub fn connect(
+    spec: &ContainerSpec,
+    artifacts: &ArtifactDir,
+    _share: &Path,
+) -> Result<Connection, String> {
+    let path = artifacts.provision(&spec.name);
+    let prov: Option<Provision> = match artifact::read::<Provision>(&path) {
+        Ok(p) => Some(p),
+        Err(artifact::ArtifactError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            None
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    match prov {
+        Some(p) if p.backend == BackendKind::Lxc => Ok(Connection {
+            exec: Box::new(CommandExec::lxc_attach(&p.hostname)),
+            ct: Some(Box::new(LxcSnapshots::new(
+                &p.hostname,
+                Path::new("/var/lib/lxc"),
+            ))),
+        }),
+        _ => Err(format!(
+            "{} (vmid {}): SSH transport not available in this build; only containers provisioned by the \
+             lxc backend can be reached (through lxc-attach)",
+            spec.name, spec.vmid
+        )),
+    }
+}
+
+/// What `configure` calls before the lib's configuration runs (the seed's behaviour): when the
+/// lib declares data, its paths are all missing or empty on the container, and a snapshot exists
+/// in the store, the newest one is restored. Returns `None` when nothing was to be done (logged),
+/// otherwise the restore's artifact (its outcome says whether it worked).
+///
+/// # Errors
+/// Never fails on its own; a failed probe or restore is in the returned artifact's outcome.
+pub async fn restore_if_empty(spec: &ContainerSpec, exec: &dyn RemoteExec, opts: &SnapshotOptions) -> Option<Snapshot> {
+    if spec.snapshot_paths.is_empty() {
+        return None;
+    }
+    let store = Store::new(&opts.share);
+    match store.list(&spec.name) {
+        Ok(l) if l.is_empty() => {
+            tracing::info!("{}: no snapshot in {}; nothing to restore", spec.name, store.lib_dir(&spec.name).display());
+            return None;
+        }
+        Ok(_) => {}
+        Err(e) => return Some(failed(Snapshot::new(spec, Operation::Restore), e)),
+    }
+    match data::paths_empty(exec, &spec.snapshot_paths).await {
+        Ok(false) => {
+            tracing::info!("{}: data paths are not empty; not restoring", spec.name);
+            None
+        }
+        Ok(true) => {
+            tracing::info!("{}: data paths are empty and a snapshot exists: restoring the newest", spec.name);
+            Some(restore(spec, exec, opts, None).await)
+        }
+        Err(e) => Some(failed(Snapshot::new(spec, Operation::Restore), e)),
+    }
+}
