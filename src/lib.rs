@@ -19,4 +19,5 @@ pub mod net;
 pub mod progress;
 pub mod provision;
 pub mod settings;
+pub mod ssh;
 pub mod steps;

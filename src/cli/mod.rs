@@ -4,6 +4,7 @@
 //! (see [`crate::steps`]). Exit codes: 0 success, 1 operational failure, 2 invalid input or
 //! usage (see [`crate::error`]).
 
+mod configure;
 mod plan;
 mod resolve;
 
@@ -57,6 +58,8 @@ enum Command {
     Resolve(resolve::ResolveArgs),
     /// Show what a deploy of a ref would do, per container, without changing anything.
     Plan(plan::PlanArgs),
+    /// Apply the base role and each lib's configuration over SSH.
+    Configure(configure::ConfigureArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -155,6 +158,7 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Resolve(args) => resolve::run(&ctx, args),
         Command::Plan(args) => plan::run(&ctx, args),
+        Command::Configure(args) => configure::run(&ctx, args),
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,
