@@ -362,11 +362,9 @@ impl Connection {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let work = async {
             let mut child = cmd.spawn().await.map_err(|e| fail(e.to_string()))?;
-            if let Some(data) = input {
-                if let Some(mut w) = child.stdin().take() {
-                    w.write_all(data).await.map_err(|e| fail(format!("writing stdin: {e}")))?;
-                    w.shutdown().await.map_err(|e| fail(format!("closing stdin: {e}")))?;
-                }
+            if let (Some(data), Some(mut w)) = (input, child.stdin().take()) {
+                w.write_all(data).await.map_err(|e| fail(format!("writing stdin: {e}")))?;
+                w.shutdown().await.map_err(|e| fail(format!("closing stdin: {e}")))?;
             }
             let mut out = child.stdout().take();
             let mut err = child.stderr().take();

@@ -28,7 +28,10 @@ fn password() -> String {
 }
 
 /// A fixture monorepo: the shipped base/ plus the given libs (name, container.env, files).
-fn monorepo(dir: &Path, libs: &[(&str, &str, &[(&str, &str)])], copy_from_source: &[&str]) -> PathBuf {
+/// (lib name, container.env text, extra files as (name, text)).
+type LibFixture<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
+fn monorepo(dir: &Path, libs: &[LibFixture], copy_from_source: &[&str]) -> PathBuf {
     let root = dir.to_path_buf();
     sup::copy_dir(&sup::source_root().join("base"), &root.join("base"));
     std::fs::write(root.join("globals.json"), r#"{"DOMAIN": "lan.test", "SHARE_HOST": ""}"#).unwrap();
@@ -191,6 +194,7 @@ fn broker_and_proxy_end_to_end() {
             }
         }
     }
+    std::fs::write(root.join("libs/proxy/test.local.caddy"), ":8088 {\n\trespond \"include works\"\n}\n").unwrap();
     let inv = resolve_with_share(&root, &share);
     assert_eq!(inv.container("broker").unwrap().engine, Engine::Shell);
     assert_eq!(inv.container("proxy").unwrap().engine, Engine::Ansible);
@@ -249,6 +253,13 @@ fn broker_and_proxy_end_to_end() {
     assert!(direct_name.contains("hello through caddy"), "{direct_name}");
     let unknown = http_get(&p.ip, "nobody.lan.test");
     assert!(!unknown.contains("hello through caddy"));
+    // The lib's `*.local.caddy` include is imported.
+    let mut s = std::net::TcpStream::connect((p.ip.as_str(), 8088)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut include = String::new();
+    let _ = s.read_to_string(&mut include);
+    assert!(include.ends_with("include works"), "{include}");
 
     // 2. Second run, through the CLI: user config, zero changes everywhere Ansible counts.
     std::fs::remove_file(artifacts.join("provision/broker.json")).unwrap();
@@ -337,6 +348,73 @@ fn broker_and_proxy_end_to_end() {
     assert_eq!(f.base.as_ref().unwrap().changed, Some(0));
     let tail = f.log_tail.join("\n");
     assert!(tail.contains("preparing\nabout to fail: ***\nbroken on purpose\nerror: the lib's shell"), "{tail}");
+
+    // 3b. The contract reaches a shell lib intact (values with quotes and `$( )` included), the
+    // password is masked in outputs, and the lib runs as root.
+    let contract_sh = r#"{
+  echo "C_IP=$IP"; echo "C_ID=$ID"; echo "C_HOSTNAME=$HOSTNAME"; echo "C_STAGE=$STAGE"
+  echo "C_HOST=$HOST"; echo "C_LOGIN=$LOGIN"; echo "C_PASSWORD=$PASSWORD"; echo "C_DOMAIN=$DOMAIN"
+  echo "C_GREETING=$GREETING"; echo "C_GREETING2=$GREETING2"; echo "C_WHOAMI=$(id -un)"
+  echo "C_CONTAINERS=$(printf '%s' "$PGO_CONTAINERS" | jq -c '[.[].name]')"
+} >> "$PGO_OUTPUT"
+"#;
+    let root3 = monorepo(
+        &tmp.path().join("repo3"),
+        &[
+            (
+                "contract",
+                &format!("ID={broker_id}\nIP=dhcp\nGREETING='it is $(id) `x` \"q\"'\nGREETING2=\"it's \\$HOME\"\n"),
+                &[("configure.sh", contract_sh)],
+            ),
+            ("stranger", "ID=9105\nIP=dhcp\n", &[]),
+        ],
+        &[],
+    );
+    let inv3 = resolve_with_share(&root3, &share);
+    sup::write_provision(&artifacts, "contract", broker_id, &a.ip, 22, false);
+    sup::write_provision(&artifacts, "stranger", 9105, &a.ip, 22, false);
+    let r = rt().block_on(configure(&inv3, &options(&artifacts, &["contract", "stranger"], &password))).unwrap();
+    assert!(r[0].ok(), "{:?}\n{}", r[0].outcome, r[0].log_tail.join("\n"));
+    let want: BTreeMap<String, String> = [
+        ("C_IP", a.ip.as_str()),
+        ("C_ID", "9101"),
+        ("C_HOSTNAME", "contract"),
+        ("C_STAGE", "main"),
+        ("C_HOST", "http://127.0.0.1:9"),
+        ("C_LOGIN", LOGIN),
+        ("C_PASSWORD", "***"),
+        ("C_DOMAIN", "lan.test"),
+        ("C_GREETING", "it is $(id) `x` \"q\""),
+        ("C_GREETING2", "it's $HOME"),
+        ("C_WHOAMI", "root"),
+        ("C_CONTAINERS", r#"["contract","stranger"]"#),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(r[0].outputs, want);
+    // A key the container does not authorize: refused for config and root, said clearly.
+    let Outcome::Failed { error } = &r[1].outcome else { panic!("stranger should fail") };
+    assert!(
+        error.starts_with(&format!("stranger: SSH at {}:22 refused the key ", a.ip)) && error.contains("for user(s) config, root"),
+        "{error}"
+    );
+
+    // 3c. A Cinc lib on a container without cinc-client: a clear error.
+    let root4 = monorepo(
+        &tmp.path().join("repo4"),
+        &[("chef", &format!("ID={broker_id}\nIP=dhcp\n"), &[])],
+        &[],
+    );
+    std::fs::create_dir_all(root4.join("libs/chef/recipes")).unwrap();
+    std::fs::write(root4.join("libs/chef/recipes/default.rb"), "file '/tmp/x' do\n  content 'x'\nend\n").unwrap();
+    let inv4 = resolve_with_share(&root4, &share);
+    assert_eq!(inv4.container("chef").unwrap().engine, Engine::Cinc);
+    sup::write_provision(&artifacts, "chef", broker_id, &a.ip, 22, false);
+    let r = rt().block_on(configure(&inv4, &options(&artifacts, &["chef"], &password))).unwrap();
+    let Outcome::Failed { error } = &r[0].outcome else { panic!("chef should fail") };
+    assert!(error.contains("libs/chef has recipes/default.rb but cinc-client is not installed on the container"), "{error}");
+    assert_eq!(r[0].lib.as_ref().unwrap().exit_code, Some(127));
 
     // 4. A changed host key is refused …
     let kh = artifacts.join("known_hosts/broker");

@@ -647,9 +647,12 @@ async fn ansible(
     })
 }
 
+/// A host's recap: `(changed, ok, failed-or-unreachable)`.
+type Recap = (Option<u64>, Option<u64>, bool);
+
 /// Turns the JSON callback's output into one log line per task (plus the failure details) and
 /// the host's recap: `(changed, ok, failed-or-unreachable)`.
-fn summarize(stdout: &str, host: &str) -> (Vec<String>, Option<(Option<u64>, Option<u64>, bool)>) {
+fn summarize(stdout: &str, host: &str) -> (Vec<String>, Option<Recap>) {
     let json_start = stdout.find('{').unwrap_or(0);
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&stdout[json_start..]) else {
         return (Vec::new(), None);
@@ -684,10 +687,8 @@ fn summarize(stdout: &str, host: &str) -> (Vec<String>, Option<(Option<u64>, Opt
                     }
                 }
                 for res in r["results"].as_array().into_iter().flatten() {
-                    if res["failed"].as_bool() == Some(true) {
-                        if let Some(m) = res["msg"].as_str() {
-                            lines.push(format!("  item: {m}"));
-                        }
+                    if let (Some(true), Some(m)) = (res["failed"].as_bool(), res["msg"].as_str()) {
+                        lines.push(format!("  item: {m}"));
                     }
                 }
             }
