@@ -536,6 +536,16 @@ impl LxcBackend {
         Ok(LxcBackend { client, opts })
     }
 
+    /// The blocking form of [`LxcBackend::new`], for callers outside an async context (e.g.
+    /// choosing the backend before the runtime starts).
+    ///
+    /// # Errors
+    /// See [`LxcClient::connect`].
+    pub fn open(opts: LxcOptions) -> Result<Self> {
+        let client = LxcClient::open(opts.lxc_path.clone()).context("the lxc backend cannot run on this host")?;
+        Ok(LxcBackend { client, opts })
+    }
+
     /// The LXC client (its path, for callers that print where containers live).
     pub fn client(&self) -> &LxcClient {
         &self.client

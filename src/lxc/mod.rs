@@ -68,12 +68,12 @@ pub enum LxcError {
         stderr: String,
     },
     /// A tool did not finish in time.
-    #[error("`{command}` did not finish within {secs}s")]
+    #[error("`{command}` did not finish within {secs:.1}s")]
     Timeout {
         /// The command line.
         command: String,
         /// The bound in seconds.
-        secs: u64,
+        secs: f64,
     },
     /// A file of a container could not be read or written.
     #[error("{path}: {source}")]
@@ -203,7 +203,7 @@ pub async fn run(tool: &str, args: &[OsString], stdin: Option<&[u8]>, timeout: D
     }
     let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(r) => r.map_err(|source| LxcError::Spawn { command: command.clone(), source })?,
-        Err(_) => return Err(LxcError::Timeout { command, secs: timeout.as_secs() }),
+        Err(_) => return Err(LxcError::Timeout { command, secs: timeout.as_secs_f64() }),
     };
     if !out.status.success() {
         let mut stderr = tail(&out.stderr, 8);
@@ -237,12 +237,24 @@ pub const TOOLS: &[&str] = &[
 impl LxcClient {
     /// Checks that this process is root and the LXC tools are installed, then opens the LXC
     /// path: `path` when given, else `$PGO_LXC_PATH`, else `lxc-config lxc.lxcpath` (normally
-    /// `/var/lib/lxc`). The directory is created when missing.
+    /// `/var/lib/lxc`). The directory is created when missing. Same as [`LxcClient::open`], off
+    /// the async executor.
     ///
     /// # Errors
     /// [`LxcError::NotRoot`], [`LxcError::ToolMissing`] naming the package, a failing
     /// `lxc-config`, an uncreatable path.
     pub async fn connect(path: Option<PathBuf>) -> Result<Self> {
+        match tokio::task::spawn_blocking(move || Self::open(path)).await {
+            Ok(r) => r,
+            Err(e) => Err(LxcError::Spawn { command: "lxc-config lxc.lxcpath".into(), source: std::io::Error::other(e) }),
+        }
+    }
+
+    /// The blocking form of [`LxcClient::connect`], for callers outside an async context.
+    ///
+    /// # Errors
+    /// See [`LxcClient::connect`].
+    pub fn open(path: Option<PathBuf>) -> Result<Self> {
         let uid = effective_uid();
         if uid != 0 {
             return Err(LxcError::NotRoot { uid });
@@ -253,7 +265,15 @@ impl LxcClient {
         let path = match path.or_else(|| std::env::var_os(LXC_PATH_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)) {
             Some(p) => p,
             None => {
-                let out = run("lxc-config", &os(&["lxc.lxcpath"]), None, QUICK_TIMEOUT).await?;
+                let command = "lxc-config lxc.lxcpath".to_string();
+                let out = std::process::Command::new(require_tool("lxc-config")?)
+                    .arg("lxc.lxcpath")
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(|source| LxcError::Spawn { command: command.clone(), source })?;
+                if !out.status.success() {
+                    return Err(LxcError::Command { command, status: out.status.to_string(), stderr: tail(&out.stderr, 8) });
+                }
                 PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
             }
         };
@@ -528,4 +548,42 @@ pub async fn ensure_bridge(bridge: &str) -> Result<(Ipv4Addr, u8)> {
         )
     };
     Err(LxcError::Bridge { bridge: bridge.to_string(), hint })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_tool_names_the_package() {
+        let e = require_tool("lxc-definitely-not-installed").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`lxc-definitely-not-installed` is not installed (not found in PATH): install it with `apt-get install lxc`"
+        );
+        let e = require_tool("debootstrap-not-here").unwrap_err();
+        assert!(e.to_string().ends_with("`apt-get install lxc`"), "{e}");
+        assert_eq!(package_of("debootstrap"), "debootstrap");
+        assert_eq!(package_of("ip"), "iproute2");
+    }
+
+    #[test]
+    fn not_root_says_what_to_do() {
+        assert_eq!(
+            LxcError::NotRoot { uid: 1000 }.to_string(),
+            "the lxc backend needs root (this process runs as uid 1000): run it as root, e.g. with sudo"
+        );
+    }
+
+    #[tokio::test]
+    async fn run_reports_status_stderr_and_timeouts() {
+        let out = run("sh", &os(&["-c", "cat; echo done"]), Some(b"in "), QUICK_TIMEOUT).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "in done\n");
+        let e = run("sh", &os(&["-c", "echo first >&2; echo 'it broke' >&2; exit 3"]), None, QUICK_TIMEOUT)
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "`sh -c echo first >&2; echo 'it broke' >&2; exit 3` failed (exit status: 3): first\nit broke");
+        let e = run("sleep", &os(&["5"]), None, Duration::from_millis(100)).await.unwrap_err();
+        assert_eq!(e.to_string(), "`sleep 5` did not finish within 0.1s");
+    }
 }
