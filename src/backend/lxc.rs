@@ -195,13 +195,18 @@ pub struct HostFacts {
 }
 
 impl HostFacts {
-    /// Looks at the host: cgroup layout, the bridge (started with `lxc-net` when needed), and
-    /// every host path the spec's mounts name.
+    /// Looks at the host: cgroup layout, the bridge's subnet, and every host path the spec's
+    /// mounts name. With `start_bridge` a missing bridge is brought up (`lxc-net`); without
+    /// (planning) nothing on the host changes and lxc-net's configured subnet is used.
     ///
     /// # Errors
     /// The bridge cannot be brought up.
-    pub async fn gather(spec: &ContainerSpec, opts: &LxcOptions, client: &LxcClient) -> Result<HostFacts> {
-        let bridge_net = lxc::ensure_bridge(&opts.bridge).await?;
+    pub async fn gather(spec: &ContainerSpec, opts: &LxcOptions, client: &LxcClient, start_bridge: bool) -> Result<HostFacts> {
+        let bridge_net = if start_bridge {
+            lxc::ensure_bridge(&opts.bridge).await?
+        } else {
+            lxc::bridge_ipv4_or_planned(&opts.bridge).await?
+        };
         let mut paths = BTreeMap::new();
         for m in &spec.mounts {
             let p = match m {
@@ -572,18 +577,19 @@ impl LxcBackend {
         Ok(Some(Live { config, meta, state }))
     }
 
-    async fn desired(&self, spec: &ContainerSpec) -> Result<Desired> {
-        let host = HostFacts::gather(spec, &self.opts, &self.client).await?;
+    async fn desired(&self, spec: &ContainerSpec, start_bridge: bool) -> Result<Desired> {
+        let host = HostFacts::gather(spec, &self.opts, &self.client, start_bridge).await?;
         desired(spec, &host, &self.opts)
     }
 
-    /// Compares `spec` with the live container named after its hostname and plans.
+    /// Compares `spec` with the live container named after its hostname and plans. Changes
+    /// nothing on the host.
     ///
     /// # Errors
-    /// The bridge cannot be brought up, a mount the host cannot provide, unreadable config or
+    /// A mount the host cannot provide, unreadable config or
     /// metadata, a failing `lxc-info`.
     pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> Result<ContainerPlan> {
-        let desired = self.desired(spec).await?;
+        let desired = self.desired(spec, false).await?;
         let live = self.live(&spec.hostname).await?;
         Ok(plan_container(spec, &desired, live.as_ref(), policy))
     }
@@ -619,7 +625,7 @@ impl LxcBackend {
 
     async fn apply_inner(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions, p: &mut Provision) -> Result<()> {
         let name = spec.hostname.as_str();
-        let desired = self.desired(spec).await?;
+        let desired = self.desired(spec, true).await?;
         p.warnings.extend(desired.warnings.iter().cloned());
         match &plan.action {
             Action::Refused { reasons } => bail!(

@@ -512,6 +512,40 @@ pub async fn bridge_ipv4(bridge: &str) -> Result<Option<(Ipv4Addr, u8)>> {
     Ok(found)
 }
 
+/// The address `lxc-net` gives its bridge, from its settings file (`/etc/default/lxc-net`:
+/// `LXC_ADDR`, `LXC_NETMASK`), with lxc-net's own defaults 10.0.3.1/24. Used to plan without
+/// bringing the bridge up.
+pub fn lxc_net_settings(text: Option<&str>) -> (Ipv4Addr, u8) {
+    let mut addr = Ipv4Addr::new(10, 0, 3, 1);
+    let mut prefix = 24u8;
+    for line in text.unwrap_or("").lines() {
+        let Some((k, v)) = line.trim().split_once('=') else { continue };
+        let v = v.trim().trim_matches('"').trim_matches('\'');
+        match k.trim() {
+            "LXC_ADDR" => addr = v.parse().unwrap_or(addr),
+            "LXC_NETMASK" => {
+                if let Ok(m) = v.parse::<Ipv4Addr>() {
+                    prefix = u32::from(m).count_ones() as u8;
+                }
+            }
+            _ => {}
+        }
+    }
+    (addr, prefix)
+}
+
+/// The bridge's address if it is up, else the one `lxc-net` will give it (see
+/// [`lxc_net_settings`]). Changes nothing on the host.
+///
+/// # Errors
+/// `ip` missing.
+pub async fn bridge_ipv4_or_planned(bridge: &str) -> Result<(Ipv4Addr, u8)> {
+    if let Some(found) = bridge_ipv4(bridge).await? {
+        return Ok(found);
+    }
+    Ok(lxc_net_settings(std::fs::read_to_string("/etc/default/lxc-net").ok().as_deref()))
+}
+
 /// Makes sure LXC's bridge is up and returns its address: when `bridge` has no IPv4 address,
 /// starts `lxc-net` (`systemctl start lxc-net` on a systemd host, else
 /// `/usr/libexec/lxc/lxc-net start`, which creates `lxcbr0` with dnsmasq for DHCP) and looks
@@ -565,6 +599,13 @@ mod tests {
         assert!(e.to_string().ends_with("`apt-get install lxc`"), "{e}");
         assert_eq!(package_of("debootstrap"), "debootstrap");
         assert_eq!(package_of("ip"), "iproute2");
+    }
+
+    #[test]
+    fn lxc_net_settings_and_defaults() {
+        assert_eq!(lxc_net_settings(None), (Ipv4Addr::new(10, 0, 3, 1), 24));
+        let text = "USE_LXC_BRIDGE=\"true\"\nLXC_ADDR=\"10.1.0.1\"\nLXC_NETMASK='255.255.0.0'\n# LXC_ADDR=1.2.3.4\n";
+        assert_eq!(lxc_net_settings(Some(text)), (Ipv4Addr::new(10, 1, 0, 1), 16));
     }
 
     #[test]
