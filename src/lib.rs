@@ -9,12 +9,14 @@
 //!   [`progress`], and one client module per external system.
 
 pub mod artifact;
+pub mod backend;
 pub mod ci;
 pub mod cli;
 pub mod error;
 pub mod git;
 pub mod inventory;
 pub mod keys;
+pub mod lxc;
 pub mod net;
 pub mod progress;
 pub mod provision;
