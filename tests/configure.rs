@@ -49,9 +49,15 @@ fn monorepo(dir: &Path, libs: &[LibFixture], copy_from_source: &[&str]) -> PathB
     root
 }
 
-fn resolve_with_share(root: &Path, share: &Path) -> Inventory {
+fn resolve_with_share(root: &Path, share: &Path, stage: &str) -> Inventory {
     let env: BTreeMap<String, String> = [("PROXMOX_SHARE".to_string(), share.display().to_string())].into();
-    resolve(&ResolveOptions { repo: root.to_path_buf(), stage: "main".into() }, &env).unwrap()
+    resolve(&ResolveOptions { repo: root.to_path_buf(), stage: stage.into() }, &env).unwrap()
+}
+
+/// A provisioned container: its LXC name and address.
+struct Ct {
+    name: String,
+    ip: String,
 }
 
 fn options(artifacts: &Path, names: &[&str], password: &str) -> ConfigureOptions {
@@ -162,15 +168,9 @@ fn broker_and_proxy_end_to_end() {
     let artifacts = tmp.path().join("artifacts");
     let password = password();
     let (broker_id, proxy_id) = (9101u32, 9102u32);
-    let kb = proxmox_gitops::keys::ensure(&share, broker_id, "broker").unwrap();
-    let kp = proxmox_gitops::keys::ensure(&share, proxy_id, "proxy").unwrap();
-
-    let (a, p) = std::thread::scope(|s| {
-        let ta = s.spawn(|| sup::container("broker", &kb.public_line));
-        let tp = s.spawn(|| sup::container("proxy", &kp.public_line));
-        (ta.join().unwrap(), tp.join().unwrap())
-    });
-
+    let stage = sup::stage();
+    let rt = rt();
+    let lab = rt.block_on(sup::Lab::new(&share));
     let root = monorepo(
         &tmp.path().join("repo"),
         &[
@@ -195,16 +195,21 @@ fn broker_and_proxy_end_to_end() {
         }
     }
     std::fs::write(root.join("libs/proxy/test.local.caddy"), ":8088 {\n\trespond \"include works\"\n}\n").unwrap();
-    let inv = resolve_with_share(&root, &share);
+    let inv = resolve_with_share(&root, &share, &stage);
     assert_eq!(inv.container("broker").unwrap().engine, Engine::Shell);
     assert_eq!(inv.container("proxy").unwrap().engine, Engine::Ansible);
-    sup::write_provision(&artifacts, "broker", broker_id, &a.ip, 22, true);
-    sup::write_provision(&artifacts, "proxy", proxy_id, &p.ip, 22, true);
+    // Real containers from the lxc backend, named `<stage>-broker` / `<stage>-proxy`.
+    let pa = rt.block_on(lab.provision(inv.container("broker").unwrap(), &artifacts));
+    let pp = rt.block_on(lab.provision(inv.container("proxy").unwrap(), &artifacts));
+    assert!(pa.created && pp.created);
+    let a = Ct { name: pa.hostname.clone(), ip: pa.address.clone().unwrap() };
+    let p = Ct { name: pp.hostname.clone(), ip: pp.address.clone().unwrap() };
+    // `web` is served by the broker's container (see below); it is only in the inventory.
     sup::write_provision(&artifacts, "web", 9103, &a.ip, 22, true);
 
     // 1. First run: base then broker/proxy, as root (config does not exist yet).
     let ps = sup::PsSampler::start();
-    let results = rt().block_on(configure(&inv, &options(&artifacts, &["broker", "proxy"], &password))).unwrap();
+    let results = rt.block_on(configure(&inv, &options(&artifacts, &["broker", "proxy"], &password))).unwrap();
     let ps_lines = ps.finish();
     for c in &results {
         assert!(c.ok(), "{} failed: {:?}\n{}", c.name, c.outcome, c.log_tail.join("\n"));
@@ -224,24 +229,23 @@ fn broker_and_proxy_end_to_end() {
     assert!(fingerprint.starts_with("SHA256:"));
 
     // mosquitto is active and a publish/subscribe round trip with the credentials works.
-    let active = Command::new("lxc-attach").args(["-n", &a.name, "--", "systemctl", "is-active", "mosquitto"]).output().unwrap();
+    let active = lab.attach(&a.name, &["systemctl", "is-active", "mosquitto"]);
     assert_eq!(String::from_utf8_lossy(&active.stdout).trim(), "active");
     mqtt_round_trip(&a.ip, LOGIN, &password);
 
     // The proxy reaches a backend: a web server on the broker's container, listed as `web`
     // (PROXY_PORT=8080) in the inventory.
-    let web = PathBuf::from(format!("/var/lib/lxc/{}/rootfs/srv/web", a.name));
-    std::fs::create_dir_all(&web).unwrap();
-    std::fs::write(web.join("index.html"), "hello through caddy\n").unwrap();
-    let started = Command::new("lxc-attach")
-        .args(["-n", &a.name, "--", "systemd-run", "--unit", "pgo-test-web", "python3", "-m", "http.server", "8080", "--directory", "/srv/web"])
-        .output()
-        .unwrap();
+    let made = lab.attach(&a.name, &["sh", "-c", "mkdir -p /srv/web && echo 'hello through caddy' > /srv/web/index.html"]);
+    assert!(made.status.success());
+    let started = lab.attach(
+        &a.name,
+        &["systemd-run", "--unit", "pgo-test-web", "python3", "-m", "http.server", "8080", "--directory", "/srv/web"],
+    );
     assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
     let start = Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
-        let resp = http_get(&p.ip, "web.lan.test");
+        let resp = http_get(&p.ip, &format!("{stage}-web.lan.test"));
         if resp.starts_with("HTTP/1.1 200") && resp.contains("hello through caddy") {
             break;
         }
@@ -249,7 +253,7 @@ fn broker_and_proxy_end_to_end() {
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_secs(1));
     }
-    let direct_name = http_get(&p.ip, "web");
+    let direct_name = http_get(&p.ip, &format!("{stage}-web"));
     assert!(direct_name.contains("hello through caddy"), "{direct_name}");
     let unknown = http_get(&p.ip, "nobody.lan.test");
     assert!(!unknown.contains("hello through caddy"));
@@ -262,10 +266,11 @@ fn broker_and_proxy_end_to_end() {
     assert!(include.ends_with("include works"), "{include}");
 
     // 2. Second run, through the CLI: user config, zero changes everywhere Ansible counts.
-    std::fs::remove_file(artifacts.join("provision/broker.json")).unwrap();
-    sup::write_provision(&artifacts, "broker", broker_id, &a.ip, 22, false);
-    sup::write_provision(&artifacts, "proxy", proxy_id, &p.ip, 22, false);
-    let out = cli(&["-v", "configure", "-c", "broker", "-c", "proxy"], &root, &artifacts, &share, &password);
+    // A second provision finds both containers in state: nothing created.
+    let pa2 = rt.block_on(lab.provision(inv.container("broker").unwrap(), &artifacts));
+    let pp2 = rt.block_on(lab.provision(inv.container("proxy").unwrap(), &artifacts));
+    assert!(!pa2.created && !pp2.created);
+    let out = cli(&["--stage", &stage, "-v", "configure", "-c", "broker", "-c", "proxy"], &root, &artifacts, &share, &password);
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "second configure failed:\n{text}");
     assert_no_secret("the CLI's output", &text, &password);
@@ -277,7 +282,7 @@ fn broker_and_proxy_end_to_end() {
         normalized(b2),
         Configure {
             name: "broker".into(),
-            hostname: "broker".into(),
+            hostname: format!("{stage}-broker"),
             vmid: broker_id,
             address: Some(a.ip.clone()),
             ssh_port: 22,
@@ -309,7 +314,7 @@ fn broker_and_proxy_end_to_end() {
     // Root may no longer log in; config may, with passwordless sudo.
     let root_login = Command::new("ssh")
         .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-i"])
-        .arg(&kb.private)
+        .arg(share.join(".keys").join(broker_id.to_string()))
         .arg(format!("root@{}", a.ip))
         .arg("true")
         .output()
@@ -329,7 +334,7 @@ fn broker_and_proxy_end_to_end() {
     );
     sup::write_provision(&artifacts, "failing", broker_id, &a.ip, 22, false);
     let ps = sup::PsSampler::start();
-    let out = cli(&["configure", "-c", "failing"], &root2, &artifacts, &share, &password);
+    let out = cli(&["--stage", &stage, "configure", "-c", "failing"], &root2, &artifacts, &share, &password);
     let ps_lines = ps.finish();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{text}");
@@ -370,16 +375,16 @@ fn broker_and_proxy_end_to_end() {
         ],
         &[],
     );
-    let inv3 = resolve_with_share(&root3, &share);
+    let inv3 = resolve_with_share(&root3, &share, &stage);
     sup::write_provision(&artifacts, "contract", broker_id, &a.ip, 22, false);
     sup::write_provision(&artifacts, "stranger", 9105, &a.ip, 22, false);
-    let r = rt().block_on(configure(&inv3, &options(&artifacts, &["contract", "stranger"], &password))).unwrap();
+    let r = rt.block_on(configure(&inv3, &options(&artifacts, &["contract", "stranger"], &password))).unwrap();
     assert!(r[0].ok(), "{:?}\n{}", r[0].outcome, r[0].log_tail.join("\n"));
     let want: BTreeMap<String, String> = [
         ("C_IP", a.ip.as_str()),
         ("C_ID", "9101"),
-        ("C_HOSTNAME", "contract"),
-        ("C_STAGE", "main"),
+        ("C_HOSTNAME", format!("{stage}-contract").as_str()),
+        ("C_STAGE", stage.as_str()),
         ("C_HOST", "http://127.0.0.1:9"),
         ("C_LOGIN", LOGIN),
         ("C_PASSWORD", "***"),
@@ -408,10 +413,10 @@ fn broker_and_proxy_end_to_end() {
     );
     std::fs::create_dir_all(root4.join("libs/chef/recipes")).unwrap();
     std::fs::write(root4.join("libs/chef/recipes/default.rb"), "file '/tmp/x' do\n  content 'x'\nend\n").unwrap();
-    let inv4 = resolve_with_share(&root4, &share);
+    let inv4 = resolve_with_share(&root4, &share, &stage);
     assert_eq!(inv4.container("chef").unwrap().engine, Engine::Cinc);
     sup::write_provision(&artifacts, "chef", broker_id, &a.ip, 22, false);
-    let r = rt().block_on(configure(&inv4, &options(&artifacts, &["chef"], &password))).unwrap();
+    let r = rt.block_on(configure(&inv4, &options(&artifacts, &["chef"], &password))).unwrap();
     let Outcome::Failed { error } = &r[0].outcome else { panic!("chef should fail") };
     assert!(error.contains("libs/chef has recipes/default.rb but cinc-client is not installed on the container"), "{error}");
     assert_eq!(r[0].lib.as_ref().unwrap().exit_code, Some(127));
@@ -420,7 +425,7 @@ fn broker_and_proxy_end_to_end() {
     let kh = artifacts.join("known_hosts/broker");
     let fake = ssh_key::PrivateKey::random(&mut ssh_key::rand_core::OsRng, ssh_key::Algorithm::Ed25519).unwrap();
     std::fs::write(&kh, format!("{} {}\n", a.ip, fake.public_key().to_openssh().unwrap())).unwrap();
-    let r = rt().block_on(configure(&inv, &options(&artifacts, &["broker"], &password))).unwrap();
+    let r = rt.block_on(configure(&inv, &options(&artifacts, &["broker"], &password))).unwrap();
     match &r[0].outcome {
         Outcome::Failed { error } => {
             assert!(error.contains("SSH host key") && error.contains("changed"), "{error}");
@@ -430,8 +435,10 @@ fn broker_and_proxy_end_to_end() {
     }
     assert!(r[0].base.is_none());
     // … except right after provision (re)created the container: the record is replaced.
-    sup::write_provision(&artifacts, "broker", broker_id, &a.ip, 22, true);
-    let r = rt().block_on(configure(&inv, &options(&artifacts, &["broker"], &password))).unwrap();
+    let mut recreated: proxmox_gitops::provision::Provision = artifact::read(&artifacts.join("provision/broker.json")).unwrap();
+    recreated.created = true;
+    artifact::write(&artifacts.join("provision/broker.json"), &recreated).unwrap();
+    let r = rt.block_on(configure(&inv, &options(&artifacts, &["broker"], &password))).unwrap();
     assert!(r[0].ok(), "{:?}\n{}", r[0].outcome, r[0].log_tail.join("\n"));
     assert_eq!(r[0].host_key_fingerprint.as_deref(), Some(fingerprint.as_str()));
 
@@ -439,7 +446,7 @@ fn broker_and_proxy_end_to_end() {
     for (path, text) in sup::all_files(&artifacts) {
         assert_no_secret(&path.display().to_string(), &text, &password);
     }
-    drop((a, p));
+    drop(lab);
 }
 
 #[test]
@@ -448,7 +455,7 @@ fn unreachable_host_fails_clearly_within_the_timeout() {
     let share = tmp.path().join("share");
     let artifacts = tmp.path().join("artifacts");
     let root = monorepo(&tmp.path().join("repo"), &[("ghost", "ID=9200\nIP=dhcp\n", &[])], &[]);
-    let inv = resolve_with_share(&root, &share);
+    let inv = resolve_with_share(&root, &share, "main");
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -478,7 +485,7 @@ fn unreachable_host_fails_clearly_within_the_timeout() {
 fn unknown_container_is_an_input_error() {
     let tmp = tempfile::tempdir().unwrap();
     let root = monorepo(&tmp.path().join("repo"), &[("ghost", "ID=9200\nIP=dhcp\n", &[])], &[]);
-    let inv = resolve_with_share(&root, &tmp.path().join("share"));
+    let inv = resolve_with_share(&root, &tmp.path().join("share"), "main");
     let e = rt().block_on(configure(&inv, &options(&tmp.path().join("a"), &["nope"], "pw"))).unwrap_err();
     assert_eq!(e.exit_code(), 2);
     assert_eq!(e.to_string(), "1 problem in the input:\n  --container (nope): no container named `nope` in the inventory (known: ghost)\n");

@@ -481,50 +481,46 @@ async fn run_engines(
             Engine::None => None,
             Engine::Ansible => Some(ansible(opts, conn, spec, &lib_dir.join("playbook.yml"), &extra, log).await?),
             Engine::Shell => {
-                let script = "set -e\nexec 2>&1\nd=\"$1\"\nset -a\n. \"$d/env\"\nset +a\ncd \"$d/lib\"\nexec bash ./configure.sh\n";
-                let out = conn.run(&["bash", "-c", script, "pgo-configure", &tmp], None, true, opts.run_timeout).await?;
-                log.push(&spec.name, &String::from_utf8_lossy(&out.stdout));
+                let script = "exec 2>&1\nd=\"$1\"\n\
+                    if set -a && . \"$d/env\" && set +a && cd \"$d/lib\"; then bash ./configure.sh; rc=$?; else rc=1; fi\n\
+                    printf '\\n%s%s\\n' __pgo_exit_code= \"$rc\"\n";
+                let (code, text) = run_wrapped(conn, script, &[&tmp], opts.run_timeout).await?;
+                log.push(&spec.name, &text);
                 Some(EngineRun {
                     engine: "shell".into(),
                     changed: None,
                     ok: None,
-                    exit_code: out.code,
-                    success: out.success(),
+                    exit_code: code,
+                    success: code == Some(0),
                     duration_ms: lib_start.elapsed().as_millis() as u64,
                 })
             }
             Engine::Cinc => {
                 let script = "exec 2>&1\nd=\"$1\"\nlib=\"$2\"\n\
-                    if ! command -v cinc-client >/dev/null 2>&1; then\n  echo 'cinc-client: command not found'\n  exit 127\nfi\n\
-                    set -a\n. \"$d/env\"\nset +a\ncd \"$d\"\n\
-                    exec cinc-client --local-mode --chef-license accept-silent --config-option \"cookbook_path=$d/cookbooks\" -o \"recipe[$lib]\"\n";
-                let out = conn
-                    .run(&["bash", "-c", script, "pgo-configure", &tmp, &lib_name], None, true, opts.run_timeout)
-                    .await?;
-                log.push(&spec.name, &String::from_utf8_lossy(&out.stdout));
-                if out.code == Some(127) && String::from_utf8_lossy(&out.stdout).contains("cinc-client: command not found") {
-                    part.lib = Some(EngineRun {
-                        engine: "cinc".into(),
-                        changed: None,
-                        ok: None,
-                        exit_code: out.code,
-                        success: false,
-                        duration_ms: lib_start.elapsed().as_millis() as u64,
-                    });
+                    if ! command -v cinc-client >/dev/null 2>&1; then\n  echo 'cinc-client: command not found'\n  rc=127\n\
+                    elif set -a && . \"$d/env\" && set +a && cd \"$d\"; then\n\
+                      cinc-client --local-mode --chef-license accept-silent --config-option \"cookbook_path=$d/cookbooks\" -o \"recipe[$lib]\"\n  rc=$?\n\
+                    else\n  rc=1\nfi\n\
+                    printf '\\n%s%s\\n' __pgo_exit_code= \"$rc\"\n";
+                let (code, text) = run_wrapped(conn, script, &[&tmp, &lib_name], opts.run_timeout).await?;
+                log.push(&spec.name, &text);
+                let run = EngineRun {
+                    engine: "cinc".into(),
+                    changed: None,
+                    ok: None,
+                    exit_code: code,
+                    success: code == Some(0),
+                    duration_ms: lib_start.elapsed().as_millis() as u64,
+                };
+                if code == Some(127) && text.lines().any(|l| l == "cinc-client: command not found") {
+                    part.lib = Some(run);
                     anyhow::bail!(
                         "{} has recipes/default.rb but cinc-client is not installed on the container; \
                          install Cinc Client (https://cinc.sh) there first, e.g. from the base role",
                         spec.dir.display()
                     );
                 }
-                Some(EngineRun {
-                    engine: "cinc".into(),
-                    changed: None,
-                    ok: None,
-                    exit_code: out.code,
-                    success: out.success(),
-                    duration_ms: lib_start.elapsed().as_millis() as u64,
-                })
+                Some(run)
             }
         };
         let lib_ok = lib.as_ref().map(|r| r.success).unwrap_or(true);
@@ -552,6 +548,39 @@ async fn run_engines(
         (Err(e), _) => Err(e),
         (Ok(()), Err(e)) => Err(anyhow!(e).context("cannot remove the temporary directory with the contract")),
         (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
+/// Marker line the engine wrappers print last: the engine's exit code. SSH itself maps remote
+/// exit codes 127 and 255 to its own errors, so the code travels in the output instead.
+const EXIT_MARKER: &str = "__pgo_exit_code=";
+
+/// Runs a fixed wrapper `script` with bash as root (`bash -c SCRIPT pgo-configure ARGS…`) and
+/// returns the engine's exit code (from [`EXIT_MARKER`]) and its output without the marker.
+async fn run_wrapped(
+    conn: &Connection,
+    script: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<(Option<i32>, String)> {
+    let mut argv = vec!["bash", "-c", script, "pgo-configure"];
+    argv.extend_from_slice(args);
+    let out = conn.run(&argv, None, true, timeout).await?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Ok(split_exit_marker(&text, out.code))
+}
+
+/// Splits the wrapper's output into (exit code, output without the marker line). Without a
+/// marker (the wrapper was killed) the SSH exit code stands.
+fn split_exit_marker(text: &str, fallback: Option<i32>) -> (Option<i32>, String) {
+    match text.rfind(EXIT_MARKER) {
+        Some(pos) if text[..pos].ends_with('\n') || pos == 0 => {
+            let code = text[pos + EXIT_MARKER.len()..].trim().parse::<i32>().ok().or(fallback);
+            // The wrapper prints a newline before the marker, in case the output lacked one.
+            let body = text[..pos].strip_suffix('\n').unwrap_or(&text[..pos]);
+            (code, body.to_string())
+        }
+        _ => (fallback, text.to_string()),
     }
 }
 
@@ -732,6 +761,13 @@ mod tests {
             [("A", "2"), ("B", "x=y"), ("C", "pre-***")].into_iter().map(|(k, v)| (k.into(), v.into())).collect();
         assert_eq!(m, want);
         assert_eq!(bad, vec!["$PGO_OUTPUT line 5: expected KEY=value, found `not a line`".to_string()]);
+    }
+
+    #[test]
+    fn exit_marker() {
+        assert_eq!(split_exit_marker("a\nb\n\n__pgo_exit_code=127\n", Some(0)), (Some(127), "a\nb\n".into()));
+        assert_eq!(split_exit_marker("\n__pgo_exit_code=0\n", Some(0)), (Some(0), "".into()));
+        assert_eq!(split_exit_marker("killed\n", Some(255)), (Some(255), "killed\n".into()));
     }
 
     #[test]

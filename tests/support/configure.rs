@@ -5,80 +5,97 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proxmox_gitops::artifact;
-use proxmox_gitops::provision::{Action, BackendKind, ContainerPlan, Outcome, Provision};
+use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
+use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::provision::{Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy};
 
 /// Name prefix of everything this test process creates.
 pub fn prefix() -> String {
     format!("pgotest-cfg-{}-", std::process::id())
 }
 
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// The stage the fixtures resolve with: hostnames become `<stage>-<lib>`, i.e. they start with
+/// [`prefix`], so every container of a run carries the run's prefix.
+pub fn stage() -> String {
+    prefix().trim_end_matches('-').to_string()
 }
 
-/// A running LXC container; stopped and destroyed on drop.
-pub struct Ct {
-    pub name: String,
-    pub ip: String,
+/// The LXC backend with this run's own cached base (`<prefix>base`). Every container with the
+/// run's prefix (base last) is destroyed when it drops, also when a test fails.
+pub struct Lab {
+    pub backend: LxcBackend,
+    pub share: PathBuf,
+    lxc_path: PathBuf,
 }
 
-impl Drop for Ct {
-    fn drop(&mut self) {
-        let _ = Command::new("lxc-stop").args(["-k", "-n", &self.name]).output();
-        let _ = Command::new("lxc-destroy").args(["-f", "-n", &self.name]).output();
-    }
-}
-
-/// Creates a Debian bookworm container `<prefix><suffix>`, starts it, waits for its DHCP address,
-/// authorizes `pubkey` for root (what the lxc backend does at creation) and waits for sshd.
-pub fn container(suffix: &str, pubkey: &str) -> Ct {
-    let _ = Command::new("/usr/libexec/lxc/lxc-net").arg("start").output();
-    let name = format!("{}{suffix}", prefix());
-    run(Command::new("lxc-create").args(["-n", &name, "-t", "debian", "--", "-r", "bookworm"]));
-    let mut ct = Ct { name: name.clone(), ip: String::new() };
-    let cfg = PathBuf::from(format!("/var/lib/lxc/{name}/config"));
-    let mut text = std::fs::read_to_string(&cfg).unwrap();
-    text = text.lines().filter(|l| !l.starts_with("lxc.apparmor.profile")).collect::<Vec<_>>().join("\n");
-    text.push_str("\nlxc.apparmor.profile = unconfined\n");
-    std::fs::write(&cfg, text).unwrap();
-    let rootfs = PathBuf::from(format!("/var/lib/lxc/{name}/rootfs"));
-    let ssh = rootfs.join("root/.ssh");
-    std::fs::create_dir_all(&ssh).unwrap();
-    std::fs::write(ssh.join("authorized_keys"), format!("{pubkey}\n")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o700)).unwrap();
-    std::fs::set_permissions(ssh.join("authorized_keys"), std::fs::Permissions::from_mode(0o600)).unwrap();
-    run(Command::new("lxc-start").args(["-n", &name]));
-    let start = Instant::now();
-    let mut delay = Duration::from_millis(200);
-    loop {
-        let out = Command::new("lxc-info").args(["-n", &name, "-iH"]).output().unwrap();
-        let ips = String::from_utf8_lossy(&out.stdout);
-        if let Some(ip) = ips.lines().map(str::trim).find(|l| l.starts_with("10.0.3.")) {
-            ct.ip = ip.to_string();
-            break;
+impl Lab {
+    /// Opens the backend (a clear failure when LXC cannot run here) and removes leftovers of
+    /// earlier runs that were killed (their pid is gone).
+    pub async fn new(share: &Path) -> Lab {
+        let opts = LxcOptions { base: format!("{}base", prefix()), share: share.to_path_buf(), ..LxcOptions::default() };
+        let backend = LxcBackend::new(opts)
+            .await
+            .unwrap_or_else(|e| panic!("LXC cannot run on this machine, configure cannot be tested: {e:#}"));
+        let lxc_path = backend.client().path().to_path_buf();
+        for n in list(&lxc_path) {
+            let Some(rest) = n.strip_prefix("pgotest-cfg-") else { continue };
+            let Some((pid, _)) = rest.split_once('-') else { continue };
+            if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+                remove_with_prefix(&lxc_path, &format!("pgotest-cfg-{pid}-"));
+            }
         }
-        assert!(start.elapsed() < Duration::from_secs(90), "{name}: no DHCP address after 90s");
-        std::thread::sleep(delay);
-        delay = (delay * 2).min(Duration::from_secs(2));
+        Lab { backend, share: share.to_path_buf(), lxc_path }
     }
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(proxmox_gitops::net::wait_for_ssh(
-        format!("{}:22", ct.ip).parse().unwrap(),
-        Duration::from_secs(90),
-    ))
-    .unwrap();
-    ct
+
+    /// Provisions `spec` with the backend (plan, then apply) and writes its
+    /// `provision/<name>.json` into `artifacts`, as the provision step does.
+    pub async fn provision(&self, spec: &ContainerSpec, artifacts: &Path) -> Provision {
+        let plan = self.backend.plan(spec, RecreatePolicy::Never).await.expect("plan");
+        let opts = ApplyOptions { share: self.share.clone(), ..ApplyOptions::default() };
+        let p = self.backend.apply(spec, &plan, &opts).await;
+        assert_eq!(p.outcome, Outcome::Ok, "{}: provision failed: {p:#?}", spec.name);
+        artifact::write(&artifacts.join("provision").join(format!("{}.json", spec.name)), &p).unwrap();
+        p
+    }
+
+    /// Runs `argv` inside container `name` with lxc-attach; returns the output.
+    pub fn attach(&self, name: &str, argv: &[&str]) -> std::process::Output {
+        Command::new("lxc-attach").arg("-P").arg(&self.lxc_path).args(["-n", name, "--"]).args(argv).output().unwrap()
+    }
+
+    /// The root filesystem of container `name` on the host.
+    pub fn rootfs(&self, name: &str) -> PathBuf {
+        self.lxc_path.join(name).join("rootfs")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        remove_with_prefix(&self.lxc_path, &prefix());
+    }
+}
+
+fn list(lxc_path: &Path) -> Vec<String> {
+    Command::new("lxc-ls")
+        .arg("-P")
+        .arg(lxc_path)
+        .arg("-1")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Stops and destroys every container named `prefix…`, the base last.
+fn remove_with_prefix(lxc_path: &Path, prefix: &str) {
+    let mut names: Vec<String> = list(lxc_path).into_iter().filter(|n| n.starts_with(prefix)).collect();
+    names.sort_by_key(|n| n.ends_with("-base"));
+    for n in names {
+        let _ = Command::new("lxc-stop").arg("-P").arg(lxc_path).args(["-k", "-n", &n]).output();
+        let _ = Command::new("lxc-destroy").arg("-P").arg(lxc_path).args(["-n", &n]).output();
+    }
 }
 
 /// Copies `src` to `dst` recursively.
@@ -100,7 +117,8 @@ pub fn source_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Writes `provision/<name>.json` as the provision step would after creating the container.
+/// Writes `provision/<name>.json` for a lib that shares an already provisioned container (same
+/// vmid and key) or names an address that nobody serves.
 pub fn write_provision(artifacts: &Path, name: &str, vmid: u32, address: &str, port: u16, created: bool) {
     let p = Provision {
         backend: BackendKind::Lxc,
