@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::{Duration, Instant};
 
-use openssh::{KnownHosts, Session, SessionBuilder, Stdio};
+use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Where and how to reach one container.
@@ -259,6 +259,8 @@ impl Connection {
                     .config_file(&config)
                     .control_directory(control_dir)
                     .server_alive_interval(Duration::from_secs(15))
+                    // A master left behind by a crashed run exits on its own after 10 idle minutes.
+                    .control_persist(ControlPersist::IdleFor(std::num::NonZeroUsize::new(600).expect("non-zero")))
                     .connect_timeout(opts.connect_timeout.min(remaining.max(Duration::from_secs(1))));
                 tracing::debug!("{}: ssh {user}@{}:{} (attempt {attempts})", target.name, target.address, target.port);
                 let res = tokio::time::timeout(

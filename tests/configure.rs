@@ -442,6 +442,10 @@ fn broker_and_proxy_end_to_end() {
     assert!(r[0].ok(), "{:?}\n{}", r[0].outcome, r[0].log_tail.join("\n"));
     assert_eq!(r[0].host_key_fingerprint.as_deref(), Some(fingerprint.as_str()));
 
+    // The contract's temporary directories are gone from the container.
+    let left = lab.attach(&a.name, &["find", "/tmp", "-maxdepth", "1", "-name", "pgo.*"]);
+    assert_eq!(String::from_utf8_lossy(&left.stdout), "", "temporary directories left on the container");
+
     // The secret is in no artifact.
     for (path, text) in sup::all_files(&artifacts) {
         assert_no_secret(&path.display().to_string(), &text, &password);
