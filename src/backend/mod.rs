@@ -9,4 +9,5 @@
 //!   `Outcome::Failed` with the actions done so far;
 //! * `destroy(&self, spec) -> anyhow::Result<Vec<ActionRecord>>`.
 
+pub mod lxc;
 pub mod pve;

@@ -7,6 +7,7 @@
 mod artifacts;
 mod deploy;
 mod env;
+mod configure;
 mod plan;
 pub(crate) mod provision;
 mod publish;
@@ -81,6 +82,8 @@ enum Command {
     Artifacts(artifacts::ArtifactsArgs),
     /// Take (or restore) verified data snapshots of containers.
     Snapshot(snapshot::SnapshotArgs),
+    /// Apply the base role and each lib's configuration over SSH.
+    Configure(configure::ConfigureArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -223,6 +226,7 @@ pub fn main() -> i32 {
         Command::RenderWorkflows(args) => render_workflows::run(&ctx, args),
         Command::Artifacts(args) => artifacts::run(&ctx, args),
         Command::Snapshot(args) => snapshot::run(&ctx, args),
+        Command::Configure(args) => configure::run(&ctx, args),
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,

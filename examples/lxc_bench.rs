@@ -1,0 +1,134 @@
+//! Benchmark of the lxc backend (run by `benches/lxc.sh`, needs root and LXC):
+//!
+//! 1. base bootstrap, cold (a private, empty debootstrap cache: downloads from Debian's mirror)
+//!    and warm (the cache from 1);
+//! 2. one container cloned from the cached base, until SSH answers;
+//! 3. five containers in parallel, until SSH answers on all.
+//!
+//! Prints a Markdown table of wall times. Everything it creates is named `pgobench-<pid>-…` and
+//! removed at the end, also on failure.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
+use proxmox_gitops::inventory::{ContainerSpec, Disk, Engine, IpConfig};
+use proxmox_gitops::provision::{ApplyOptions, Outcome, Provision, RecreatePolicy};
+
+struct Cleanup {
+    lxc_path: std::path::PathBuf,
+    prefix: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let out = Command::new("lxc-ls").arg("-P").arg(&self.lxc_path).arg("-1").output();
+        let mut names: Vec<String> = out
+            .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        names.retain(|n| n.starts_with(&self.prefix));
+        names.sort_by_key(|n| n.ends_with("-base"));
+        for n in names {
+            let _ = Command::new("lxc-stop").arg("-P").arg(&self.lxc_path).args(["-n", &n, "-k"]).output();
+            let _ = Command::new("lxc-destroy").arg("-P").arg(&self.lxc_path).args(["-n", &n]).output();
+        }
+    }
+}
+
+fn spec(prefix: &str, short: &str, vmid: u32) -> ContainerSpec {
+    let name = format!("{prefix}{short}");
+    ContainerSpec {
+        name: name.clone(),
+        hostname: name,
+        vmid,
+        ip: IpConfig::Dhcp,
+        cores: 1,
+        memory_mib: 256,
+        swap_mib: 0,
+        rootfs: Disk { storage: "local".into(), size_gib: 4 },
+        mounts: vec![],
+        onboot: false,
+        node: None,
+        snapshot_paths: vec![],
+        engine: Engine::None,
+        dir: format!("libs/{short}").into(),
+        sources: vec![],
+        submodule: None,
+        env: BTreeMap::new(),
+        extra: BTreeMap::new(),
+    }
+}
+
+async fn provision(b: &LxcBackend, s: &ContainerSpec, opts: &ApplyOptions) -> anyhow::Result<(Provision, Duration)> {
+    let t = Instant::now();
+    let plan = b.plan(s, RecreatePolicy::Never).await?;
+    let p = b.apply(s, &plan, opts).await;
+    if let Outcome::Failed { error } = &p.outcome {
+        anyhow::bail!("{}: {error}", s.name);
+    }
+    Ok((p, t.elapsed()))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let prefix = format!("pgobench-{}-", std::process::id());
+    let cache = tempfile::tempdir()?;
+    let share = tempfile::tempdir()?;
+    // SAFETY: single-threaded at this point; the debian template reads LXC_CACHE_PATH.
+    unsafe { std::env::set_var("LXC_CACHE_PATH", cache.path()) };
+    let opts = LxcOptions { base: format!("{prefix}base"), share: share.path().join("share"), ..LxcOptions::default() };
+    let b = LxcBackend::new(opts).await?;
+    let _cleanup = Cleanup { lxc_path: b.client().path().to_path_buf(), prefix: prefix.clone() };
+    let apply = ApplyOptions { share: share.path().to_path_buf(), ..ApplyOptions::default() };
+    let mut rows: Vec<(String, f64)> = Vec::new();
+
+    let t = Instant::now();
+    b.ensure_base().await?;
+    rows.push(("base bootstrap, cold (empty debootstrap cache, Debian mirror)".into(), t.elapsed().as_secs_f64()));
+    b.destroy_base().await?;
+    let t = Instant::now();
+    b.ensure_base().await?;
+    rows.push(("base bootstrap, warm (debootstrap cache filled)".into(), t.elapsed().as_secs_f64()));
+
+    let (p, took) = provision(&b, &spec(&prefix, "one", 95001), &apply).await?;
+    let clone_ms = p.actions.iter().find(|a| a.action == "clone").map_or(0, |a| a.duration_ms);
+    rows.push((format!("1 container from the cached base to SSH-ready (clone itself: {clone_ms} ms)"), took.as_secs_f64()));
+
+    let specs: Vec<ContainerSpec> = (0..5).map(|i| spec(&prefix, &format!("par{i}"), 95010 + i)).collect();
+    let t = Instant::now();
+    let results = futures_join(&b, &specs, &apply).await;
+    let wall = t.elapsed().as_secs_f64();
+    let mut each = Vec::new();
+    for r in results {
+        each.push(format!("{:.1}", r?.1.as_secs_f64()));
+    }
+    rows.push((format!("5 containers in parallel to SSH-ready (each: {} s)", each.join(", ")), wall));
+
+    println!("| what | wall time |");
+    println!("|---|---|");
+    for (what, secs) in rows {
+        println!("| {what} | {secs:.1} s |");
+    }
+    Ok(())
+}
+
+async fn futures_join(
+    b: &LxcBackend,
+    specs: &[ContainerSpec],
+    apply: &ApplyOptions,
+) -> Vec<anyhow::Result<(Provision, Duration)>> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, s) in specs.iter().enumerate() {
+        let (b, s, apply) = (b.clone(), s.clone(), apply.clone());
+        set.spawn(async move { (i, provision(&b, &s, &apply).await) });
+    }
+    let mut out: Vec<Option<anyhow::Result<(Provision, Duration)>>> = (0..specs.len()).map(|_| None).collect();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok((i, r)) => out[i] = Some(r),
+            Err(e) => return vec![Err(anyhow::anyhow!("task failed: {e}"))],
+        }
+    }
+    out.into_iter().map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("missing result")))).collect()
+}

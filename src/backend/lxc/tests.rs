@@ -1,0 +1,330 @@
+//! Unit tests of the pure parts of the lxc backend: desired config and planning.
+
+use super::*;
+use crate::inventory::{Disk, Engine};
+use pretty_assertions::assert_eq;
+
+fn spec() -> ContainerSpec {
+    ContainerSpec {
+        name: "broker".into(),
+        hostname: "broker".into(),
+        vmid: 101,
+        ip: IpConfig::Dhcp,
+        cores: 2,
+        memory_mib: 512,
+        swap_mib: 256,
+        rootfs: Disk { storage: "local-lvm".into(), size_gib: 8 },
+        mounts: vec![],
+        onboot: true,
+        node: None,
+        snapshot_paths: vec![],
+        engine: Engine::None,
+        dir: "libs/broker".into(),
+        sources: vec!["libs/broker/container.env".into()],
+        submodule: None,
+        env: BTreeMap::new(),
+        extra: BTreeMap::new(),
+    }
+}
+
+fn host(cgroup: Cgroup) -> HostFacts {
+    HostFacts {
+        cgroup,
+        bridge_net: ("10.0.3.1".parse().unwrap(), 24),
+        paths: BTreeMap::new(),
+        container_dir: "/var/lib/lxc/broker".into(),
+    }
+}
+
+fn keys(d: &Desired) -> Vec<(String, Vec<String>)> {
+    d.keys.iter().filter(|(_, v)| !v.is_empty()).cloned().collect()
+}
+
+fn kv(k: &str, v: &[&str]) -> (String, Vec<String>) {
+    (k.to_string(), v.iter().map(|s| s.to_string()).collect())
+}
+
+#[test]
+fn desired_cgroup_v1_full_shape() {
+    let d = desired(&spec(), &host(Cgroup::V1 { swap: true }), &LxcOptions::default()).unwrap();
+    assert_eq!(
+        keys(&d),
+        vec![
+            kv("lxc.uts.name", &["broker"]),
+            kv("lxc.apparmor.profile", &["unconfined"]),
+            kv("lxc.net.0.link", &["lxcbr0"]),
+            kv("lxc.net.0.hwaddr", &[&hwaddr("broker")]),
+            kv("lxc.start.auto", &["1"]),
+            kv("lxc.cgroup.memory.limit_in_bytes", &["536870912"]),
+            kv("lxc.cgroup.memory.memsw.limit_in_bytes", &["805306368"]),
+            kv("lxc.cgroup.cpu.cfs_period_us", &["100000"]),
+            kv("lxc.cgroup.cpu.cfs_quota_us", &["200000"]),
+        ]
+    );
+    assert_eq!(
+        d.meta,
+        Meta { vmid: 101, name: "broker".into(), base: "pgo-base-bookworm".into(), release: "bookworm".into() }
+    );
+    assert_eq!(
+        d.warnings,
+        vec!["DISK size 8 GiB not enforced: the lxc backend keeps the rootfs as a directory (storage `local-lvm` ignored)"]
+    );
+    assert_eq!(d.static_address, None);
+}
+
+#[test]
+fn desired_cgroup_v2_and_no_swap_accounting() {
+    let mut s = spec();
+    s.onboot = false;
+    let d = desired(&s, &host(Cgroup::V2 { swap: false }), &LxcOptions::default()).unwrap();
+    assert_eq!(
+        keys(&d)[4..].to_vec(),
+        vec![
+            kv("lxc.start.auto", &["0"]),
+            kv("lxc.cgroup2.memory.max", &["536870912"]),
+            kv("lxc.cgroup2.cpu.max", &["200000 100000"]),
+        ]
+    );
+    assert_eq!(d.warnings[0], "SWAP=256 not enforced: the host kernel has no swap accounting");
+    let d = desired(&spec(), &host(Cgroup::V2 { swap: true }), &LxcOptions::default()).unwrap();
+    assert!(keys(&d).contains(&kv("lxc.cgroup2.memory.swap.max", &["268435456"])));
+}
+
+#[test]
+fn hwaddr_is_stable_and_local() {
+    assert_eq!(hwaddr("broker"), hwaddr("broker"));
+    assert_ne!(hwaddr("broker"), hwaddr("web"));
+    assert!(hwaddr("broker").starts_with("00:16:3e:"));
+    assert_eq!(hwaddr("broker").len(), 17);
+}
+
+#[test]
+fn static_ip_inside_the_bridge_subnet_is_used_outside_ignored() {
+    let mut s = spec();
+    s.ip = IpConfig::Static { address: "10.0.3.50".parse().unwrap(), prefix: Some(24) };
+    let d = desired(&s, &host(Cgroup::V1 { swap: true }), &LxcOptions::default()).unwrap();
+    assert_eq!(d.static_address, Some("10.0.3.50".parse().unwrap()));
+    assert!(keys(&d).contains(&kv("lxc.net.0.ipv4.address", &["10.0.3.50/24"])));
+    assert!(keys(&d).contains(&kv("lxc.net.0.ipv4.gateway", &["10.0.3.1"])));
+
+    s.ip = IpConfig::Static { address: "192.168.178.20".parse().unwrap(), prefix: Some(24) };
+    let d = desired(&s, &host(Cgroup::V1 { swap: true }), &LxcOptions::default()).unwrap();
+    assert_eq!(d.static_address, None);
+    assert!(!keys(&d).iter().any(|(k, _)| k.starts_with("lxc.net.0.ipv4")));
+    assert_eq!(
+        d.warnings[0],
+        "IP 192.168.178.20 is outside lxcbr0's subnet 10.0.3.1/24: ignored by the lxc backend, the address comes from DHCP"
+    );
+}
+
+#[test]
+fn mounts_become_entries_and_devices() {
+    let mut s = spec();
+    s.mounts = vec![
+        Mount::Bind { host_path: "/srv/my data".into(), container_path: "/data".into() },
+        Mount::Bind { host_path: "/etc/motd".into(), container_path: "/etc/motd".into() },
+        Mount::Share { name: "share".into() },
+        Mount::Volume { storage: "local-lvm".into(), size_gib: 4, container_path: "/var/lib/x".into() },
+        Mount::Device { path: "/dev/ttyUSB0".into() },
+    ];
+    let mut h = host(Cgroup::V1 { swap: true });
+    h.paths.insert("/srv/my data".into(), HostPath::Dir);
+    h.paths.insert("/etc/motd".into(), HostPath::File);
+    h.paths.insert("/dev/ttyUSB0".into(), HostPath::Device(DeviceNode { kind: 'c', major: 188, minor: 0 }));
+    let opts = LxcOptions { share: "/srv/share".into(), ..LxcOptions::default() };
+    let d = desired(&s, &h, &opts).unwrap();
+    let k = keys(&d);
+    assert_eq!(k.iter().find(|(k, _)| k == "lxc.cgroup.devices.allow").unwrap(), &kv("lxc.cgroup.devices.allow", &["c 188:0 rwm"]));
+    assert_eq!(
+        k.iter().find(|(k, _)| k == "lxc.mount.entry").unwrap(),
+        &kv(
+            "lxc.mount.entry",
+            &[
+                "/srv/my\\040data data none bind,create=dir 0 0",
+                "/etc/motd etc/motd none bind,create=file 0 0",
+                "/srv/share/share share none bind,create=dir 0 0",
+                "/var/lib/lxc/broker/volumes/mp3 var/lib/x none bind,create=dir 0 0",
+                "/dev/ttyUSB0 dev/ttyUSB0 none bind,optional,create=file 0 0",
+            ]
+        )
+    );
+    assert_eq!(
+        d.host_dirs,
+        vec![PathBuf::from("/srv/share/share"), PathBuf::from("/var/lib/lxc/broker/volumes/mp3")]
+    );
+    assert!(d.warnings.iter().any(|w| w.starts_with("volume /var/lib/x (local-lvm:4) is a directory")), "{:?}", d.warnings);
+}
+
+#[test]
+fn impossible_mounts_are_clear_errors_naming_the_file() {
+    let mut s = spec();
+    s.mounts = vec![Mount::Bind { host_path: "/nope".into(), container_path: "/data".into() }];
+    let e = desired(&s, &host(Cgroup::V1 { swap: true }), &LxcOptions::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "libs/broker/container.env (MOUNT): bind mount source /nope does not exist on this host; create it or remove the entry"
+    );
+    s.mounts = vec![Mount::Device { path: "/dev/ttyNOPE".into() }];
+    let e = desired(&s, &host(Cgroup::V1 { swap: true }), &LxcOptions::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "libs/broker/container.env (MOUNT): device /dev/ttyNOPE does not exist on this host, so it cannot be passed through"
+    );
+    let mut h = host(Cgroup::V1 { swap: true });
+    h.paths.insert("/dev/ttyNOPE".into(), HostPath::File);
+    let e = desired(&s, &h, &LxcOptions::default()).unwrap_err();
+    assert_eq!(e.to_string(), "libs/broker/container.env (MOUNT): /dev/ttyNOPE is not a device node, so it cannot be passed through");
+}
+
+#[test]
+fn host_path_kinds() {
+    assert_eq!(host_path_kind(Path::new("/")), HostPath::Dir);
+    assert_eq!(host_path_kind(Path::new("/nonexistent/x")), HostPath::Missing);
+    assert_eq!(host_path_kind(Path::new("/dev/null")), HostPath::Device(DeviceNode { kind: 'c', major: 1, minor: 3 }));
+    let f = tempfile::NamedTempFile::new().unwrap();
+    assert_eq!(host_path_kind(f.path()), HostPath::File);
+}
+
+/// The live state after a create with `d`: the template's lines plus the managed keys.
+fn live_from(d: &Desired, state: State) -> Live {
+    let mut config = LxcConfig::parse(
+        "lxc.net.0.type = veth\nlxc.rootfs.path = overlay:/var/lib/lxc/pgo-base-bookworm/rootfs:/var/lib/lxc/broker/overlay/delta\n\
+         lxc.include = /usr/share/lxc/config/debian.common.conf\n",
+    );
+    for (k, v) in &d.keys {
+        config.set_all(k, v);
+    }
+    Live { config, meta: Some(d.meta.clone()), state }
+}
+
+fn plan_of(action: Action, start: bool) -> ContainerPlan {
+    ContainerPlan { name: "broker".into(), vmid: 101, hostname: "broker".into(), action, start }
+}
+
+#[test]
+fn plan_absent_creates_equal_is_nothing() {
+    let s = spec();
+    let h = host(Cgroup::V1 { swap: true });
+    let d = desired(&s, &h, &LxcOptions::default()).unwrap();
+    assert_eq!(plan_container(&s, &d, None, RecreatePolicy::Never), plan_of(Action::Create, true));
+    let live = live_from(&d, State::Running);
+    assert_eq!(plan_container(&s, &d, Some(&live), RecreatePolicy::Never), plan_of(Action::Nothing, false));
+    assert_eq!(plan_container(&s, &d, Some(&live), RecreatePolicy::WhenNeeded), plan_of(Action::Nothing, false));
+    let stopped = live_from(&d, State::Stopped);
+    assert_eq!(plan_container(&s, &d, Some(&stopped), RecreatePolicy::Never), plan_of(Action::Nothing, true));
+}
+
+#[test]
+fn plan_resource_changes_update_in_place() {
+    let mut s = spec();
+    let h = host(Cgroup::V1 { swap: true });
+    let before = desired(&s, &h, &LxcOptions::default()).unwrap();
+    let live = live_from(&before, State::Running);
+    s.memory_mib = 1024;
+    s.cores = 1;
+    s.onboot = false;
+    let after = desired(&s, &h, &LxcOptions::default()).unwrap();
+    let c = |k: &str, f: &str, t: &str| Change { key: k.into(), from: Some(f.into()), to: Some(t.into()) };
+    assert_eq!(
+        plan_container(&s, &after, Some(&live), RecreatePolicy::Never),
+        plan_of(
+            Action::Update {
+                changes: vec![
+                    c("lxc.start.auto", "1", "0"),
+                    c("lxc.cgroup.memory.limit_in_bytes", "536870912", "1073741824"),
+                    c("lxc.cgroup.memory.memsw.limit_in_bytes", "805306368", "1342177280"),
+                    c("lxc.cgroup.cpu.cfs_quota_us", "200000", "100000"),
+                ],
+                resizes: vec![],
+                reboot_needed: true,
+            },
+            false
+        )
+    );
+    // Only cgroup limits: applied live, no reboot needed.
+    s.onboot = true;
+    let after = desired(&s, &h, &LxcOptions::default()).unwrap();
+    let p = plan_container(&s, &after, Some(&live), RecreatePolicy::Never);
+    assert!(matches!(p.action, Action::Update { reboot_needed: false, .. }), "{p:?}");
+}
+
+#[test]
+fn plan_mount_changes_update_in_place() {
+    let mut s = spec();
+    let mut h = host(Cgroup::V2 { swap: true });
+    h.paths.insert("/srv/a".into(), HostPath::Dir);
+    let before = desired(&s, &h, &LxcOptions::default()).unwrap();
+    let live = live_from(&before, State::Stopped);
+    s.mounts = vec![Mount::Bind { host_path: "/srv/a".into(), container_path: "/a".into() }];
+    let after = desired(&s, &h, &LxcOptions::default()).unwrap();
+    assert_eq!(
+        plan_container(&s, &after, Some(&live), RecreatePolicy::Never),
+        plan_of(
+            Action::Update {
+                changes: vec![Change {
+                    key: "lxc.mount.entry".into(),
+                    from: None,
+                    to: Some("/srv/a a none bind,create=dir 0 0".into())
+                }],
+                resizes: vec![],
+                reboot_needed: false,
+            },
+            true
+        )
+    );
+}
+
+#[test]
+fn plan_base_or_vmid_change_needs_the_policy() {
+    let s = spec();
+    let h = host(Cgroup::V1 { swap: true });
+    let d = desired(&s, &h, &LxcOptions::default()).unwrap();
+    let mut live = live_from(&d, State::Running);
+    live.meta = Some(Meta { vmid: 101, name: "broker".into(), base: "pgo-base-bullseye".into(), release: "bullseye".into() });
+    let reasons = vec!["base changed from pgo-base-bullseye (bullseye) to pgo-base-bookworm (bookworm)".to_string()];
+    assert_eq!(
+        plan_container(&s, &d, Some(&live), RecreatePolicy::Never),
+        plan_of(Action::Refused { reasons: reasons.clone() }, false)
+    );
+    assert_eq!(
+        plan_container(&s, &d, Some(&live), RecreatePolicy::WhenNeeded),
+        plan_of(Action::Recreate { reasons }, true)
+    );
+    live.meta = Some(Meta { vmid: 205, ..d.meta.clone() });
+    assert_eq!(
+        plan_container(&s, &d, Some(&live), RecreatePolicy::Never),
+        plan_of(Action::Refused { reasons: vec!["vmid changed from 205 to 101".into()] }, false)
+    );
+    live.meta = None;
+    assert_eq!(
+        plan_container(&s, &d, Some(&live), RecreatePolicy::WhenNeeded),
+        plan_of(
+            Action::Recreate {
+                reasons: vec!["container `broker` exists but was not made by proxmox-gitops (no proxmox-gitops.json)".into()]
+            },
+            true
+        )
+    );
+}
+
+#[test]
+fn plan_always_recreates_an_existing_container() {
+    let s = spec();
+    let d = desired(&s, &host(Cgroup::V1 { swap: true }), &LxcOptions::default()).unwrap();
+    let live = live_from(&d, State::Running);
+    assert_eq!(
+        plan_container(&s, &d, Some(&live), RecreatePolicy::Always),
+        plan_of(Action::Recreate { reasons: vec!["the recreate policy is `always`".into()] }, true)
+    );
+    assert_eq!(plan_container(&s, &d, None, RecreatePolicy::Always), plan_of(Action::Create, true));
+}
+
+#[test]
+fn unmanaged_keys_are_ignored() {
+    let s = spec();
+    let d = desired(&s, &host(Cgroup::V1 { swap: true }), &LxcOptions::default()).unwrap();
+    let mut live = live_from(&d, State::Running);
+    live.config.set("lxc.tty.max", "4");
+    live.config.set("lxc.include", "/usr/share/lxc/config/nesting.conf");
+    assert_eq!(plan_container(&s, &d, Some(&live), RecreatePolicy::Never), plan_of(Action::Nothing, false));
+}

@@ -1,0 +1,113 @@
+//! `proxmox-gitops configure`: apply the base role and each lib's configuration over SSH.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{Ctx, table};
+use crate::error::{Error, Result};
+use crate::provision::Outcome;
+use crate::settings::{ProcessEnv, Settings};
+use crate::ssh::ConnectOptions;
+use crate::steps::configure::{Configure, ConfigureOptions, Contract, configure};
+
+/// Arguments of `configure`.
+#[derive(Debug, Args)]
+pub struct ConfigureArgs {
+    /// Container to configure (lib name or hostname); repeatable.
+    #[arg(long = "container", short = 'c', required_unless_present = "all", conflicts_with = "all")]
+    containers: Vec<String>,
+    /// Configure every container of the inventory.
+    #[arg(long)]
+    all: bool,
+    /// Use this inventory artifact instead of resolving the repo again.
+    #[arg(long)]
+    inventory: Option<PathBuf>,
+    /// Containers configured at the same time.
+    #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    jobs: u16,
+    /// Seconds for one SSH connect attempt.
+    #[arg(long, default_value_t = 10)]
+    connect_timeout: u64,
+    /// Seconds all SSH connect attempts may take together.
+    #[arg(long, default_value_t = 120)]
+    connect_budget: u64,
+    /// Seconds one engine run (base role, lib) may take.
+    #[arg(long, default_value_t = 1800)]
+    run_timeout: u64,
+}
+
+pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
+    let _group = crate::ci::Group::start("configure");
+    let inv = ctx.inventory(args.inventory.as_deref())?;
+    let settings = Settings::load(&inv.root, &ProcessEnv)?;
+    let opts = ConfigureOptions {
+        containers: if args.all { Vec::new() } else { args.containers },
+        jobs: args.jobs as usize,
+        artifacts: ctx.artifacts.clone(),
+        contract: Contract {
+            host: settings.gitea.host.clone(),
+            login: settings.gitea.login.clone(),
+            password: settings.gitea.password.clone(),
+        },
+        connect: ConnectOptions {
+            connect_timeout: Duration::from_secs(args.connect_timeout),
+            total_timeout: Duration::from_secs(args.connect_budget),
+            attempts: 10,
+        },
+        run_timeout: Duration::from_secs(args.run_timeout),
+        ..ConfigureOptions::default()
+    };
+    let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
+    let results = rt.block_on(configure(&inv, &opts))?;
+    for c in &results {
+        if let Outcome::Failed { error } = &c.outcome {
+            crate::ci::error_message(&format!("{}: {error}", c.name));
+        }
+    }
+    let failed: Vec<&Configure> = results.iter().filter(|c| !c.ok()).collect();
+    if ctx.json {
+        let mut out = String::from("[\n");
+        let docs: Vec<String> = results.iter().map(|c| crate::artifact::to_string(c).trim_end().to_string()).collect();
+        out.push_str(&docs.join(",\n"));
+        out.push_str("\n]\n");
+        print!("{out}");
+    } else {
+        let rows: Vec<Vec<String>> = results
+            .iter()
+            .map(|c| {
+                vec![
+                    c.name.clone(),
+                    c.address.clone().unwrap_or_default(),
+                    c.user.clone().unwrap_or_default(),
+                    c.base.as_ref().and_then(|b| b.changed).map(|n| n.to_string()).unwrap_or("-".into()),
+                    format!("{:?}", c.engine).to_lowercase(),
+                    c.outputs.keys().cloned().collect::<Vec<_>>().join(","),
+                    format!("{:.1}s", c.duration_ms as f64 / 1000.0),
+                    match &c.outcome {
+                        Outcome::Ok => "ok".into(),
+                        Outcome::Failed { .. } => "FAILED".into(),
+                    },
+                ]
+            })
+            .collect();
+        print!("{}", table(&["NAME", "ADDRESS", "USER", "BASE CHANGED", "ENGINE", "OUTPUTS", "TIME", "RESULT"], &rows));
+        for c in &failed {
+            eprintln!("\n{} failed; last log lines:", c.name);
+            for l in &c.log_tail {
+                eprintln!("  {l}");
+            }
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Failed(anyhow::anyhow!(
+            "{} of {} container(s) failed to configure: {} (see configure/<name>.json)",
+            failed.len(),
+            results.len(),
+            failed.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+        )))
+    }
+}

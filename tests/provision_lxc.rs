@@ -1,0 +1,330 @@
+//! The lxc backend against real LXC containers on this host (needs root, lxc, debootstrap and
+//! Debian's mirror for the one base bootstrap per run).
+//!
+//! Runs with its own harness (libtest-mimic) so the run's base is bootstrapped once, shared by
+//! every test, and removed after the last one: `cargo test --test provision_lxc [FILTER]`.
+//! If LXC cannot run here, every test FAILS saying so.
+
+#[path = "support/lxc.rs"]
+mod lxc;
+
+use std::sync::{LazyLock, OnceLock};
+use std::time::Instant;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use pretty_assertions::assert_eq;
+use proxmox_gitops::backend::lxc::META_FILE;
+use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::provision::{Action, Outcome, Provision, RecreatePolicy};
+use serde_json::{Value, json};
+
+use lxc::Fixture;
+
+static RT: LazyLock<tokio::runtime::Runtime> =
+    LazyLock::new(|| tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime"));
+static FIXTURE: OnceLock<Result<Fixture, String>> = OnceLock::new();
+static FIRST: tokio::sync::OnceCell<(ContainerSpec, Provision)> = tokio::sync::OnceCell::const_new();
+
+fn fixture() -> Result<&'static Fixture, Failed> {
+    FIXTURE.get_or_init(|| RT.block_on(Fixture::new())).as_ref().map_err(|e| Failed::from(e.as_str()))
+}
+
+/// The run's first container, created from nothing: it bootstraps the base. Shared by every test
+/// that needs the base to exist.
+async fn first(f: &'static Fixture) -> &'static (ContainerSpec, Provision) {
+    FIRST
+        .get_or_init(|| async move {
+            let spec = f.spec("first", 90001);
+            let p = f.provision(&spec, RecreatePolicy::Never).await;
+            (spec, p)
+        })
+        .await
+}
+
+/// The artifact as JSON with the varying parts (durations, the DHCP address) normalised.
+fn normalised(p: &Provision) -> Value {
+    let mut v = serde_json::to_value(p).unwrap();
+    for a in v["actions"].as_array_mut().unwrap() {
+        a["duration_ms"] = json!(0);
+    }
+    if v["address"].is_string() {
+        v["address"] = json!("<dhcp>");
+    }
+    v
+}
+
+fn actions(p: &Provision) -> Vec<&str> {
+    p.actions.iter().map(|a| a.action.as_str()).collect()
+}
+
+fn assert_ok(p: &Provision) {
+    assert_eq!(p.outcome, Outcome::Ok, "{}", serde_json::to_string_pretty(p).unwrap());
+}
+
+fn assert_lxcbr0(addr: &str) {
+    let a: std::net::Ipv4Addr = addr.parse().expect("an IPv4 address");
+    assert_eq!(a.octets()[..3], [10, 0, 3], "address {a} is not on lxcbr0 (10.0.3.0/24)");
+}
+
+fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        let (spec, p) = first(f).await;
+        assert_ok(p);
+        let base = &f.backend.options().base;
+        let warning = "DISK size 4 GiB not enforced: the lxc backend keeps the rootfs as a directory (storage `local` ignored)";
+        assert_eq!(
+            normalised(p),
+            json!({
+                "backend": "lxc",
+                "name": spec.name,
+                "node": null,
+                "vmid": 90001,
+                "hostname": spec.hostname,
+                "address": "<dhcp>",
+                "ssh_port": 22,
+                "plan": {"name": spec.name, "vmid": 90001, "hostname": spec.hostname, "action": "create", "start": true},
+                "actions": [
+                    {"action": "bootstrap-base", "upid": null, "exit_status": "OK", "duration_ms": 0,
+                     "detail": format!("{base} (debian bookworm) in {}", f.lxc_path.display())},
+                    {"action": "clone", "upid": null, "exit_status": "OK", "duration_ms": 0,
+                     "detail": format!("overlay snapshot of {base}")},
+                    {"action": "config", "upid": null, "exit_status": "OK", "duration_ms": 0, "detail": null},
+                    {"action": "start", "upid": null, "exit_status": "OK", "duration_ms": 0, "detail": null},
+                    {"action": "install-key", "upid": null, "exit_status": "OK", "duration_ms": 0,
+                     "detail": format!("{}/.keys/90001.pub → /root/.ssh/authorized_keys", f.share.path().display())},
+                    {"action": "wait-ssh", "upid": null, "exit_status": "OK", "duration_ms": 0,
+                     "detail": format!("{}:22", p.address.as_deref().unwrap())},
+                ],
+                "warnings": [warning],
+                "status": "running",
+                "created": true,
+                "protected_by": null,
+                "inputs_digest": null,
+                "result": "ok",
+            })
+        );
+        assert_lxcbr0(p.address.as_deref().unwrap());
+        // The base is kept stopped for the next clones.
+        let base_state = f.backend.client().state(base).await.unwrap();
+        assert_eq!(base_state.as_str(), "stopped");
+    });
+    Ok(())
+}
+
+fn test_ssh_reachable_with_the_generated_key() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        let (spec, p) = first(f).await;
+        assert_ok(p);
+        let addr = p.address.as_deref().unwrap();
+        // The address read back is the one the container really has.
+        let ips = f.attach(&spec.hostname, &["hostname", "-I"]);
+        assert!(ips.split_whitespace().any(|i| i == addr), "{addr} not in `hostname -I`: {ips}");
+        let out = f.ssh(addr, spec.vmid, &["hostname"]).expect("ssh with the generated key");
+        assert_eq!(out.trim(), spec.hostname);
+        let modes = f.ssh(addr, spec.vmid, &["stat -c '%a %U' /root/.ssh /root/.ssh/authorized_keys"]).unwrap();
+        assert_eq!(modes, "700 root\n600 root\n");
+        // Another vmid's key is not accepted.
+        proxmox_gitops::keys::ensure(f.share.path(), 90099, "other").unwrap();
+        assert!(f.ssh(addr, 90099, &["true"]).is_err(), "a foreign key must not log in");
+    });
+    Ok(())
+}
+
+fn test_second_container_clones_from_the_cache() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        let (first_spec, fp) = first(f).await;
+        assert_ok(fp);
+        let spec = f.spec("second", 90002);
+        let _g = f.guard(&spec);
+        let t = Instant::now();
+        let p = f.provision(&spec, RecreatePolicy::Never).await;
+        let took = t.elapsed();
+        assert_ok(&p);
+        assert_eq!(actions(&p), vec!["clone", "config", "start", "install-key", "wait-ssh"]);
+        assert_eq!(p.actions[0].detail.as_deref(), Some(format!("overlay snapshot of {}", f.backend.options().base).as_str()));
+        assert!(p.created);
+        assert_lxcbr0(p.address.as_deref().unwrap());
+        assert_ne!(p.address, fp.address, "two containers, two addresses");
+        eprintln!("second container: SSH-ready in {:.1}s", took.as_secs_f64());
+        // Every clone has its own SSH host key and machine-id.
+        let k1 = f.attach(&first_spec.hostname, &["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]);
+        let k2 = f.attach(&spec.hostname, &["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]);
+        assert!(k1.starts_with("ssh-ed25519 "));
+        assert_ne!(k1.split_whitespace().nth(1), k2.split_whitespace().nth(1), "clones share an SSH host key");
+        let m1 = f.attach(&first_spec.hostname, &["cat", "/etc/machine-id"]);
+        let m2 = f.attach(&spec.hostname, &["cat", "/etc/machine-id"]);
+        assert_ne!(m1, m2, "clones share a machine-id");
+    });
+    Ok(())
+}
+
+fn test_rerun_changes_nothing() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        assert_ok(&first(f).await.1);
+        let spec = f.spec("rerun", 90003);
+        let _g = f.guard(&spec);
+        let p1 = f.provision(&spec, RecreatePolicy::Never).await;
+        assert_ok(&p1);
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        assert_eq!(plan.action, Action::Nothing);
+        assert!(!plan.start);
+        let p2 = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        assert_ok(&p2);
+        assert_eq!(actions(&p2), Vec::<&str>::new());
+        assert!(!p2.created);
+        assert_eq!(p2.address, p1.address);
+        assert_eq!(p2.status.as_deref(), Some("running"));
+    });
+    Ok(())
+}
+
+/// The container's memory limit in bytes as its cgroup shows it (v1 or v2).
+fn memory_limit(f: &Fixture, name: &str) -> String {
+    f.attach(
+        name,
+        &["/bin/sh", "-c", "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"],
+    )
+    .trim()
+    .to_string()
+}
+
+fn test_resource_change_is_applied() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        assert_ok(&first(f).await.1);
+        let mut spec = f.spec("resize", 90004);
+        let _g = f.guard(&spec);
+        assert_ok(&f.provision(&spec, RecreatePolicy::Never).await);
+        assert_eq!(memory_limit(f, &spec.hostname), (256u64 << 20).to_string());
+        spec.memory_mib = 384;
+        spec.cores = 2;
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        let Action::Update { changes, reboot_needed, .. } = &plan.action else { panic!("expected an update: {plan:?}") };
+        assert!(!reboot_needed, "cgroup limits apply live: {plan:?}");
+        let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+        assert!(keys.iter().any(|k| k.contains("memory")), "{keys:?}");
+        assert!(keys.iter().any(|k| k.contains("cpu")), "{keys:?}");
+        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        assert_ok(&p);
+        assert_eq!(actions(&p), vec!["config", "cgroup"]);
+        assert_eq!(memory_limit(f, &spec.hostname), (384u64 << 20).to_string());
+        // The config file carries it too (survives a restart), and the next plan is clean.
+        let config = std::fs::read_to_string(f.lxc_path.join(&spec.hostname).join("config")).unwrap();
+        assert!(config.contains(&(384u64 << 20).to_string()), "{config}");
+        assert_eq!(f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap().action, Action::Nothing);
+        // onboot is config only.
+        spec.onboot = true;
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        assert_eq!(
+            plan.action,
+            Action::Update {
+                changes: vec![proxmox_gitops::provision::Change {
+                    key: "lxc.start.auto".into(),
+                    from: Some("0".into()),
+                    to: Some("1".into())
+                }],
+                resizes: vec![],
+                reboot_needed: true,
+            }
+        );
+        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        assert_ok(&p);
+        assert_eq!(actions(&p), vec!["config"]);
+        assert!(p.warnings.iter().any(|w| w.starts_with("lxc.start.auto take effect at the next restart")), "{:?}", p.warnings);
+    });
+    Ok(())
+}
+
+fn test_recreate_refused_without_the_flag() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        assert_ok(&first(f).await.1);
+        let mut spec = f.spec("recreate", 90005);
+        let _g = f.guard(&spec);
+        let p1 = f.provision(&spec, RecreatePolicy::Never).await;
+        assert_ok(&p1);
+        spec.vmid = 90006;
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        assert_eq!(plan.action, Action::Refused { reasons: vec!["vmid changed from 90005 to 90006".into()] });
+        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        assert_eq!(
+            p.outcome,
+            Outcome::Failed {
+                error: format!(
+                    "container `{}` must be recreated (vmid changed from 90005 to 90006), but the recreate policy forbids it: rerun with --allow-recreate",
+                    spec.hostname
+                )
+            }
+        );
+        assert!(p.actions.is_empty());
+        assert_eq!(p.status.as_deref(), Some("running"), "a refused recreate touches nothing");
+        let meta = std::fs::read_to_string(f.lxc_path.join(&spec.hostname).join(META_FILE)).unwrap();
+        assert!(meta.contains("90005"), "{meta}");
+
+        let plan = f.backend.plan(&spec, RecreatePolicy::WhenNeeded).await.unwrap();
+        assert!(matches!(plan.action, Action::Recreate { .. }), "{plan:?}");
+        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::WhenNeeded)).await;
+        assert_ok(&p);
+        assert_eq!(actions(&p), vec!["stop", "destroy", "clone", "config", "start", "install-key", "wait-ssh"]);
+        assert!(p.created);
+        let meta = std::fs::read_to_string(f.lxc_path.join(&spec.hostname).join(META_FILE)).unwrap();
+        assert!(meta.contains("90006"), "{meta}");
+        // The new vmid's key logs in.
+        let out = f.ssh(p.address.as_deref().unwrap(), 90006, &["hostname"]).unwrap();
+        assert_eq!(out.trim(), spec.hostname);
+    });
+    Ok(())
+}
+
+fn test_destroy() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        assert_ok(&first(f).await.1);
+        let spec = f.spec("destroy", 90007);
+        let _g = f.guard(&spec);
+        assert_ok(&f.provision(&spec, RecreatePolicy::Never).await);
+        // Another vmid's spec must not destroy it.
+        let mut other = spec.clone();
+        other.vmid = 90008;
+        let e = f.backend.destroy(&other).await.unwrap_err();
+        assert_eq!(e.to_string(), format!("container `{}` belongs to vmid 90007, not 90008: not destroying it", spec.hostname));
+        let done = f.backend.destroy(&spec).await.unwrap();
+        let names: Vec<&str> = done.iter().map(|a| a.action.as_str()).collect();
+        assert_eq!(names, vec!["stop", "destroy"]);
+        assert!(!lxc::list(&f.lxc_path).contains(&spec.hostname));
+        assert!(!f.lxc_path.join(&spec.hostname).exists());
+        // Destroying what is gone is a no-op.
+        assert!(f.backend.destroy(&spec).await.unwrap().is_empty());
+        // The plan is a create again.
+        assert_eq!(f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap().action, Action::Create);
+    });
+    Ok(())
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    type Test = fn() -> Result<(), Failed>;
+    let tests: Vec<(&str, Test)> = vec![
+        ("create_from_nothing_bootstraps_the_base", test_create_from_nothing_bootstraps_the_base),
+        ("ssh_reachable_with_the_generated_key", test_ssh_reachable_with_the_generated_key),
+        ("second_container_clones_from_the_cache", test_second_container_clones_from_the_cache),
+        ("rerun_changes_nothing", test_rerun_changes_nothing),
+        ("resource_change_is_applied", test_resource_change_is_applied),
+        ("recreate_refused_without_the_flag", test_recreate_refused_without_the_flag),
+        ("destroy", test_destroy),
+    ];
+    let trials = tests.into_iter().map(|(name, t)| Trial::test(name, t)).collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if let Some(Ok(f)) = FIXTURE.get() {
+        f.teardown();
+        let left: Vec<String> = lxc::list(&f.lxc_path).into_iter().filter(|n| n.starts_with(&f.prefix)).collect();
+        if !left.is_empty() {
+            eprintln!("warning: containers left behind: {left:?}");
+        }
+    }
+    conclusion.exit();
+}
