@@ -91,6 +91,8 @@ fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
                      "detail": format!("overlay snapshot of {base}")},
                     {"action": "config", "upid": null, "exit_status": "OK", "duration_ms": 0, "detail": null},
                     {"action": "start", "upid": null, "exit_status": "OK", "duration_ms": 0, "detail": null},
+                    {"action": "address", "upid": null, "exit_status": "OK", "duration_ms": 0,
+                     "detail": format!("{} (lxc-info -iH)", p.address.as_deref().unwrap())},
                     {"action": "install-key", "upid": null, "exit_status": "OK", "duration_ms": 0,
                      "detail": format!("{}/.keys/90001.pub → /root/.ssh/authorized_keys", f.share.path().display())},
                     {"action": "wait-ssh", "upid": null, "exit_status": "OK", "duration_ms": 0,
@@ -143,7 +145,7 @@ fn test_second_container_clones_from_the_cache() -> Result<(), Failed> {
         let p = f.provision(&spec, RecreatePolicy::Never).await;
         let took = t.elapsed();
         assert_ok(&p);
-        assert_eq!(actions(&p), vec!["clone", "config", "start", "install-key", "wait-ssh"]);
+        assert_eq!(actions(&p), vec!["clone", "config", "start", "address", "install-key", "wait-ssh"]);
         assert_eq!(p.actions[0].detail.as_deref(), Some(format!("overlay snapshot of {}", f.backend.options().base).as_str()));
         assert!(p.created);
         assert_lxcbr0(p.address.as_deref().unwrap());
@@ -178,6 +180,15 @@ fn test_rerun_changes_nothing() -> Result<(), Failed> {
         assert!(!p2.created);
         assert_eq!(p2.address, p1.address);
         assert_eq!(p2.status.as_deref(), Some("running"));
+        // A stopped container is only started again (same address: the MAC, hence the lease, is
+        // stable).
+        f.backend.client().stop(&spec.hostname, std::time::Duration::from_secs(30)).await.unwrap();
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        assert_eq!((plan.action.clone(), plan.start), (Action::Nothing, true));
+        let p3 = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        assert_ok(&p3);
+        assert_eq!(actions(&p3), vec!["start", "address", "wait-ssh"]);
+        assert_eq!(p3.address, p1.address);
     });
     Ok(())
 }
@@ -269,7 +280,7 @@ fn test_recreate_refused_without_the_flag() -> Result<(), Failed> {
         assert!(matches!(plan.action, Action::Recreate { .. }), "{plan:?}");
         let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::WhenNeeded)).await;
         assert_ok(&p);
-        assert_eq!(actions(&p), vec!["stop", "destroy", "clone", "config", "start", "install-key", "wait-ssh"]);
+        assert_eq!(actions(&p), vec!["stop", "destroy", "clone", "config", "start", "address", "install-key", "wait-ssh"]);
         assert!(p.created);
         let meta = std::fs::read_to_string(f.lxc_path.join(&spec.hostname).join(META_FILE)).unwrap();
         assert!(meta.contains("90006"), "{meta}");
