@@ -11,7 +11,10 @@ cd "$(dirname "$0")/.."
 ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet || /usr/libexec/lxc/lxc-net start
 
 cargo build --locked --quiet --example lxc_bench
-table=$(target/debug/examples/lxc_bench)
+breakdown_file=$(mktemp)
+trap 'rm -f "$breakdown_file"' EXIT
+table=$(target/debug/examples/lxc_bench 2>"$breakdown_file") || { cat "$breakdown_file" >&2; exit 1; }
+breakdown=$(grep -E '^pgobench-[0-9]+-par[0-9]+:' "$breakdown_file" | sed -E 's/^pgobench-[0-9]+-//')
 
 cgroup=v1; [ -f /sys/fs/cgroup/cgroup.controllers ] && cgroup=v2
 {
@@ -26,5 +29,14 @@ cgroup=v1; [ -f /sys/fs/cgroup/cgroup.controllers ] && cgroup=v2
   echo "\"SSH-ready\" means: plan, clone (overlay snapshot), config, start, DHCP address read back,"
   echo "key installed, and sshd answering with its banner. The cold bootstrap downloads Debian bookworm"
   echo "(minbase + openssh-server + python3) from Debian's mirror; the warm one reuses the debootstrap cache."
+  echo "Both wait on the debian template's global lock (/var/lock/subsys/lxc-debian) while other"
+  echo "lxc-create runs on the host hold it."
+  echo
+  echo "Where the time goes, per container of the parallel run (seconds, from the artifacts' actions;"
+  echo "\"address\" is the wait from start until lxc-info shows the DHCP lease, i.e. the container's boot):"
+  echo
+  echo '```'
+  echo "$breakdown"
+  echo '```'
 } > docs/benchmarks/lxc.md
 cat docs/benchmarks/lxc.md

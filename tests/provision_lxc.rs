@@ -14,7 +14,7 @@ use std::time::Instant;
 use libtest_mimic::{Arguments, Failed, Trial};
 use pretty_assertions::assert_eq;
 use proxmox_gitops::backend::lxc::META_FILE;
-use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::inventory::{ContainerSpec, Mount};
 use proxmox_gitops::provision::{Action, Outcome, Provision, RecreatePolicy};
 use serde_json::{Value, json};
 
@@ -91,6 +91,8 @@ fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
                      "detail": format!("overlay snapshot of {base}")},
                     {"action": "config", "upid": null, "exit_status": "OK", "duration_ms": 0, "detail": null},
                     {"action": "start", "upid": null, "exit_status": "OK", "duration_ms": 0, "detail": null},
+                    {"action": "address", "upid": null, "exit_status": "OK", "duration_ms": 0,
+                     "detail": format!("{} (lxc-info -iH)", p.address.as_deref().unwrap())},
                     {"action": "install-key", "upid": null, "exit_status": "OK", "duration_ms": 0,
                      "detail": format!("{}/.keys/90001.pub → /root/.ssh/authorized_keys", f.share.path().display())},
                     {"action": "wait-ssh", "upid": null, "exit_status": "OK", "duration_ms": 0,
@@ -143,7 +145,7 @@ fn test_second_container_clones_from_the_cache() -> Result<(), Failed> {
         let p = f.provision(&spec, RecreatePolicy::Never).await;
         let took = t.elapsed();
         assert_ok(&p);
-        assert_eq!(actions(&p), vec!["clone", "config", "start", "install-key", "wait-ssh"]);
+        assert_eq!(actions(&p), vec!["clone", "config", "start", "address", "install-key", "wait-ssh"]);
         assert_eq!(p.actions[0].detail.as_deref(), Some(format!("overlay snapshot of {}", f.backend.options().base).as_str()));
         assert!(p.created);
         assert_lxcbr0(p.address.as_deref().unwrap());
@@ -178,6 +180,15 @@ fn test_rerun_changes_nothing() -> Result<(), Failed> {
         assert!(!p2.created);
         assert_eq!(p2.address, p1.address);
         assert_eq!(p2.status.as_deref(), Some("running"));
+        // A stopped container is only started again (same address: the MAC, hence the lease, is
+        // stable).
+        f.backend.client().stop(&spec.hostname, std::time::Duration::from_secs(30)).await.unwrap();
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        assert_eq!((plan.action.clone(), plan.start), (Action::Nothing, true));
+        let p3 = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        assert_ok(&p3);
+        assert_eq!(actions(&p3), vec!["start", "address", "wait-ssh"]);
+        assert_eq!(p3.address, p1.address);
     });
     Ok(())
 }
@@ -269,7 +280,7 @@ fn test_recreate_refused_without_the_flag() -> Result<(), Failed> {
         assert!(matches!(plan.action, Action::Recreate { .. }), "{plan:?}");
         let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::WhenNeeded)).await;
         assert_ok(&p);
-        assert_eq!(actions(&p), vec!["stop", "destroy", "clone", "config", "start", "install-key", "wait-ssh"]);
+        assert_eq!(actions(&p), vec!["stop", "destroy", "clone", "config", "start", "address", "install-key", "wait-ssh"]);
         assert!(p.created);
         let meta = std::fs::read_to_string(f.lxc_path.join(&spec.hostname).join(META_FILE)).unwrap();
         assert!(meta.contains("90006"), "{meta}");
@@ -305,6 +316,41 @@ fn test_destroy() -> Result<(), Failed> {
     Ok(())
 }
 
+fn test_mounts_and_devices_reach_the_container() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        assert_ok(&first(f).await.1);
+        let data = tempfile::tempdir().unwrap();
+        std::fs::write(data.path().join("hello"), "from the host\n").unwrap();
+        let mut spec = f.spec("mounts", 90009);
+        spec.mounts = vec![
+            Mount::Bind { host_path: data.path().display().to_string(), container_path: "/data".into() },
+            Mount::Share { name: "share".into() },
+            Mount::Device { path: "/dev/full".into() },
+        ];
+        let _g = f.guard(&spec);
+        let p = f.provision(&spec, RecreatePolicy::Never).await;
+        assert_ok(&p);
+        assert_eq!(f.attach(&spec.hostname, &["cat", "/data/hello"]), "from the host\n");
+        // The share is <share>/share, never the share root with the private keys.
+        let share_dir = f.share.path().join("share").join("share");
+        std::fs::write(share_dir.join("note"), "shared\n").unwrap();
+        assert_eq!(f.attach(&spec.hostname, &["cat", "/share/note"]), "shared\n");
+        assert_eq!(f.attach(&spec.hostname, &["/bin/sh", "-c", "test -e /share/.keys && echo LEAK || echo ok"]), "ok\n");
+        assert_eq!(f.attach(&spec.hostname, &["stat", "-c", "%F %t:%T", "/dev/full"]), "character special file 1:7\n");
+        let config = std::fs::read_to_string(f.lxc_path.join(&spec.hostname).join("config")).unwrap();
+        assert!(config.contains("devices.allow = c 1:7 rwm"), "{config}");
+        // A bind source that does not exist is refused at plan time, naming the env file.
+        spec.mounts.push(Mount::Bind { host_path: "/nonexistent/pgotest".into(), container_path: "/x".into() });
+        let e = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "libs/mounts/container.env (MOUNT): bind mount source /nonexistent/pgotest does not exist on this host; create it or remove the entry"
+        );
+    });
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     type Test = fn() -> Result<(), Failed>;
@@ -316,6 +362,7 @@ fn main() {
         ("resource_change_is_applied", test_resource_change_is_applied),
         ("recreate_refused_without_the_flag", test_recreate_refused_without_the_flag),
         ("destroy", test_destroy),
+        ("mounts_and_devices_reach_the_container", test_mounts_and_devices_reach_the_container),
     ];
     let trials = tests.into_iter().map(|(name, t)| Trial::test(name, t)).collect();
     let conclusion = libtest_mimic::run(&args, trials);

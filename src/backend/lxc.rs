@@ -678,8 +678,13 @@ impl LxcBackend {
             p.actions.push(record("start", t, None));
             started = true;
         }
+        let t = Instant::now();
         let addr = self.read_address(name, &desired).await?;
         p.address = Some(addr.to_string());
+        if started {
+            // Recorded after a (re)start only: the wait is the container's boot up to its lease.
+            p.actions.push(record("address", t, Some(format!("{addr} (lxc-info -iH)"))));
+        }
 
         let key = crate::keys::ensure(&opts.share, spec.vmid, &spec.hostname)
             .with_context(|| format!("cannot prepare the key pair of vmid {}", spec.vmid))?;
@@ -692,7 +697,7 @@ impl LxcBackend {
             crate::net::wait_for_ssh(SocketAddr::from((addr, opts.ssh_port)), opts.ssh_timeout)
                 .await
                 .with_context(|| format!("container `{name}` runs at {addr}, but its sshd does not answer"))?;
-            if started || p.created {
+            if started {
                 p.actions.push(record("wait-ssh", t, Some(format!("{addr}:{}", opts.ssh_port))));
             }
         }
