@@ -45,9 +45,10 @@ class Served:
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
 
 
-def ssh_banner():
+def ssh_banner(address='127.0.0.1', port=0):
     srv = socket.socket()
-    srv.bind(('127.0.0.1', 0))
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((address, port))
     srv.listen(128)
 
     def serve():
@@ -66,7 +67,12 @@ def repo_with(n, directory):
         lib = os.path.join(directory, 'libs', 'ct{0:03d}'.format(i))
         os.makedirs(lib)
         with open(os.path.join(lib, 'container.env'), 'w') as f:
-            f.write('ID={0}\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n'.format(1000 + i))
+            f.write('ID={0}\nIP={1}/8\nCORES=1\nMEMORY=512\n'.format(1000 + i, address(i)))
+
+
+def address(i):
+    """A distinct loopback address per container (the inventory refuses duplicate IPs)."""
+    return '127.0.1.{0}'.format(i + 1)
 
 
 def run(binary, served, repo, share, ssh_port, extra, timed=False):
@@ -92,7 +98,9 @@ def main():
     binary = os.path.abspath(sys.argv[1])
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 50
     jobs = int(sys.argv[3]) if len(sys.argv) > 3 else 8
-    ssh_port = ssh_banner()
+    ssh_port = ssh_banner(address(0))
+    for i in range(1, n):
+        ssh_banner(address(i), ssh_port)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         served = Served(tmp)
