@@ -58,13 +58,21 @@ pub fn read_tree(root: &Path) -> Result<Tree, Problems> {
     if !root.join(".git").exists() {
         return Ok(Tree::default());
     }
-    let repo = open(root)
-        .map_err(|e| problem(Path::new(".git"), format!("cannot open the repository: {e}")))?;
+    let repo = open(root).map_err(|e| {
+        problem(
+            Path::new(".git"),
+            format!("cannot open the repository: {e}"),
+        )
+    })?;
     let head = head_commit(&repo);
     let mut problems = Problems::new();
     let submodules = walk(&repo, root, Path::new(""), 0, &mut problems);
     problems.into_result()?;
-    Ok(Tree { is_repo: true, head, submodules })
+    Ok(Tree {
+        is_repo: true,
+        head,
+        submodules,
+    })
 }
 
 /// Reads `.gitmodules` of a working tree as written: `(name, path, url)` per section, in file order.
@@ -78,8 +86,9 @@ fn read_gitmodules(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(format!("cannot read {}: {e}", display.display())),
     };
-    let modules = gix::submodule::File::from_bytes(&bytes, file.clone(), &gix::config::File::default())
-        .map_err(|e| format!("cannot parse: {e}"))?;
+    let modules =
+        gix::submodule::File::from_bytes(&bytes, file.clone(), &gix::config::File::default())
+            .map_err(|e| format!("cannot parse: {e}"))?;
     let mut out = Vec::new();
     for name in modules.names() {
         let path = modules

@@ -158,12 +158,11 @@ fn annotation_problem(problem: &crate::error::Problem, repo: &Path) -> crate::er
     let Some(ws) = std::env::var_os("GITHUB_WORKSPACE").and_then(|w| Path::new(&w).canonicalize().ok()) else {
         return p;
     };
-    if let Ok(repo) = repo.canonicalize() {
-        if let Ok(rel) = repo.strip_prefix(&ws) {
-            if !rel.as_os_str().is_empty() {
-                p.location.file = rel.join(&p.location.file);
-            }
-        }
+    if let Ok(repo) = repo.canonicalize()
+        && let Ok(rel) = repo.strip_prefix(&ws)
+        && !rel.as_os_str().is_empty()
+    {
+        p.location.file = rel.join(&p.location.file);
     }
     p
 }

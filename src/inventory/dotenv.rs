@@ -55,9 +55,12 @@ pub fn parse(file: &Path, text: &str) -> Result<Entries, Problems> {
         let line_no = idx + 1;
         match parse_line(raw) {
             Ok(None) => {}
-            Ok(Some((key, value))) => {
-                entries.push(Entry { key, value, file: file.to_path_buf(), line: line_no })
-            }
+            Ok(Some((key, value))) => entries.push(Entry {
+                key,
+                value,
+                file: file.to_path_buf(),
+                line: line_no,
+            }),
             Err(msg) => problems.add(Location::line(file, line_no), msg),
         }
     }
@@ -130,7 +133,11 @@ fn parse_line(raw: &str) -> Result<Option<(String, String)>, String> {
 }
 
 fn substitution_error(found: &str) -> String {
-    let what = if found == "`" { "a backtick (`)".to_string() } else { format!("`{found}`") };
+    let what = if found == "`" {
+        "a backtick (`)".to_string()
+    } else {
+        format!("`{found}`")
+    };
     format!(
         "{what} would be evaluated by a shell; substitutions are not supported in env files \
          (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)"
@@ -157,7 +164,12 @@ fn check_dollar(chars: &[char], i: usize) -> Result<(), String> {
     match chars.get(i + 1) {
         Some('(') => Err(substitution_error("$(")),
         Some('{') => Err(substitution_error("${")),
-        Some(c) if c.is_ascii_alphabetic() || *c == '_' || c.is_ascii_digit() || "@*#?$!-".contains(*c) => {
+        Some(c)
+            if c.is_ascii_alphabetic()
+                || *c == '_'
+                || c.is_ascii_digit()
+                || "@*#?$!-".contains(*c) =>
+        {
             Err(substitution_error(&format!("${c}")))
         }
         _ => Ok(()),
@@ -178,7 +190,9 @@ fn parse_value(v: &str) -> Result<String, String> {
     match chars.first() {
         Some('\'') => {
             let Some(end) = chars[1..].iter().position(|&c| c == '\'') else {
-                return Err("unterminated single quote (multi-line values are not supported)".into());
+                return Err(
+                    "unterminated single quote (multi-line values are not supported)".into(),
+                );
             };
             let value: String = chars[1..1 + end].iter().collect();
             trailing(&chars[2 + end..].iter().collect::<String>())?;
@@ -235,7 +249,9 @@ fn parse_value(v: &str) -> Result<String, String> {
                     }
                     '\\' => return Err("backslash in an unquoted value; quote the value".into()),
                     ';' | '|' | '&' | '<' | '>' | '(' | ')' => {
-                        return Err(format!("`{c}` in an unquoted value would be interpreted by a shell; quote the value"));
+                        return Err(format!(
+                            "`{c}` in an unquoted value would be interpreted by a shell; quote the value"
+                        ));
                     }
                     _ => out.push(c),
                 }
@@ -264,7 +280,10 @@ mod tests {
         assert_eq!(one("export A=1").unwrap(), ("A".into(), "1".into()));
         assert_eq!(one("A=\"192.168.1.2\"").unwrap().1, "192.168.1.2");
         assert_eq!(one("A='x $y `z`'").unwrap().1, "x $y `z`");
-        assert_eq!(one("A=\"a \\\"b\\\" \\$c\"  # note").unwrap().1, "a \"b\" $c");
+        assert_eq!(
+            one("A=\"a \\\"b\\\" \\$c\"  # note").unwrap().1,
+            "a \"b\" $c"
+        );
         assert_eq!(one("A=val # comment").unwrap().1, "val");
         assert_eq!(one("A=val#notcomment").unwrap().1, "val#notcomment");
         assert_eq!(one("A=").unwrap().1, "");
@@ -279,8 +298,23 @@ mod tests {
     #[test]
     fn refusals() {
         for bad in [
-            "A=$(id)", "A=\"$(id)\"", "A=`id`", "A=\"`id`\"", "A=$HOME", "A=\"${HOME}\"", "A=x y",
-            "A=\"open", "A='open", "1A=x", "A B=x", "A =x", "just text", "A=\"x\"y", "A=a;b", "A= x", "A=\t'x'",
+            "A=$(id)",
+            "A=\"$(id)\"",
+            "A=`id`",
+            "A=\"`id`\"",
+            "A=$HOME",
+            "A=\"${HOME}\"",
+            "A=x y",
+            "A=\"open",
+            "A='open",
+            "1A=x",
+            "A B=x",
+            "A =x",
+            "just text",
+            "A=\"x\"y",
+            "A=a;b",
+            "A= x",
+            "A=\t'x'",
         ] {
             assert!(parse_line(bad).is_err(), "{bad} should be refused");
         }
@@ -288,7 +322,11 @@ mod tests {
 
     #[test]
     fn problems_carry_lines() {
-        let err = parse(Path::new("libs/x/container.env"), "A=1\n\nB=$(rm -rf /)\nC='x\n").unwrap_err();
+        let err = parse(
+            Path::new("libs/x/container.env"),
+            "A=1\n\nB=$(rm -rf /)\nC='x\n",
+        )
+        .unwrap_err();
         let lines: Vec<_> = err.iter().map(|p| p.location.line.unwrap()).collect();
         assert_eq!(lines, vec![3, 4]);
         assert!(err.0[0].message.contains("$("), "{}", err.0[0].message);
