@@ -794,3 +794,23 @@ async fn lost_create_answer_then_already_exists_means_created() {
     assert_eq!(creates, 2, "{got:#?}");
     assert!(got.iter().any(|p| p.starts_with("GET /nodes/pve1/tasks?") || p == "GET /nodes/pve1/tasks"), "{got:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn task_warnings_are_success_and_surfaced() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    env.pve.exec(
+        "orig = pve.task\n\
+         async def warn(node, ttype, tid, user, body, **kw):\n    upid = await orig(node, ttype, tid, user, body, **kw)\n    \
+         if ttype == 'vzstart':\n        rec = pve.tasks[upid]\n        rec['exitstatus'] = 'WARNINGS: 1'\n        \
+         rec['log'].insert(-1, 'WARN: systemd 219 in the container is too old')\n    return upid\n\
+         pve.task = warn",
+    );
+    let b = env.backend(Login::Root);
+    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let p = &out[0];
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    assert_eq!(p.actions[1].action, "start");
+    assert_eq!(p.actions[1].exit_status.as_deref(), Some("WARNINGS: 1"));
+    assert_eq!(p.warnings, vec!["WARN: systemd 219 in the container is too old"]);
+}
