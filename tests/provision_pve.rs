@@ -772,3 +772,45 @@ async fn dhcp_address_wait_is_bounded() {
     assert!(cfg["net0"].as_str().unwrap().contains("ip=dhcp"), "{cfg}");
     assert!(!cfg["net0"].as_str().unwrap().contains("gw="), "{cfg}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_create_answer_then_already_exists_means_created() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    // PVE creates the container, but its answer comes only after the client gave up on it.
+    env.pve.exec(
+        "orig = pve.task\nstate = {'n': 0}\n\
+         async def slow(node, ttype, tid, user, body, **kw):\n    upid = await orig(node, ttype, tid, user, body, **kw)\n    \
+         if ttype == 'vzcreate' and state['n'] == 0:\n        state['n'] += 1\n        await asyncio.sleep(2.5)\n    return upid\n\
+         pve.task = slow",
+    );
+    let mut connect = env.connect();
+    connect.request_timeout = Duration::from_secs(1);
+    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    assert_eq!(normalised(&out[0]), expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam")));
+    let got = paths(&env.pve.requests(false));
+    let creates = got.iter().filter(|p| *p == "POST /nodes/pve1/lxc").count();
+    assert_eq!(creates, 2, "{got:#?}");
+    assert!(got.iter().any(|p| p.starts_with("GET /nodes/pve1/tasks?") || p == "GET /nodes/pve1/tasks"), "{got:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn task_warnings_are_success_and_surfaced() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    env.pve.exec(
+        "orig = pve.task\n\
+         async def warn(node, ttype, tid, user, body, **kw):\n    upid = await orig(node, ttype, tid, user, body, **kw)\n    \
+         if ttype == 'vzstart':\n        rec = pve.tasks[upid]\n        rec['exitstatus'] = 'WARNINGS: 1'\n        \
+         rec['log'].insert(-1, 'WARN: systemd 219 in the container is too old')\n    return upid\n\
+         pve.task = warn",
+    );
+    let b = env.backend(Login::Root);
+    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let p = &out[0];
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    assert_eq!(p.actions[1].action, "start");
+    assert_eq!(p.actions[1].exit_status.as_deref(), Some("WARNINGS: 1"));
+    assert_eq!(p.warnings, vec!["WARN: systemd 219 in the container is too old"]);
+}

@@ -266,10 +266,10 @@ impl PveBackend {
             }
         }
         for item in pending.as_array().into_iter().flatten() {
-            if item.get("pending").is_some() || item.get("delete").is_some() {
-                if let Some(k) = item.get("key").and_then(Value::as_str) {
-                    ct.pending.insert(k.to_string());
-                }
+            if let Some(k) = item.get("key").and_then(Value::as_str)
+                && (item.get("pending").is_some() || item.get("delete").is_some())
+            {
+                ct.pending.insert(k.to_string());
             }
         }
         ct.running = status.get("status").and_then(Value::as_str) == Some("running");

@@ -295,10 +295,10 @@ impl PveClient {
     /// Logs in unless another task already replaced the session of `generation`.
     async fn relogin(&self, generation: u64) -> Result<Arc<Session>, PveError> {
         let mut current = self.login.lock().await;
-        if let Some(s) = self.session.read().unwrap_or_else(|e| e.into_inner()).clone() {
-            if s.generation != generation {
-                return Ok(s);
-            }
+        if let Some(s) = self.session.read().unwrap_or_else(|e| e.into_inner()).clone()
+            && s.generation != generation
+        {
+            return Ok(s);
         }
         let Auth::Ticket { user, password } = &self.auth else {
             return Err(PveError::Config("no ticket auth configured".into()));
