@@ -15,6 +15,7 @@ use anyhow::Context;
 use futures_util::StreamExt;
 
 use crate::artifact::{self, ArtifactDir};
+use crate::backend::lxc::{LxcBackend, LxcOptions};
 use crate::backend::pve::{PveBackend, PveBackendOptions, Timeouts, desired::PveDefaults};
 use crate::error::{Error, Location, Problems, Result};
 use crate::inventory::{ContainerSpec, Inventory};
@@ -27,6 +28,8 @@ use crate::settings::Settings;
 pub enum Backend {
     /// Proxmox VE over its API.
     Pve(PveBackend),
+    /// LXC on this host.
+    Lxc(LxcBackend),
 }
 
 impl Backend {
@@ -34,6 +37,7 @@ impl Backend {
     pub fn kind(&self) -> BackendKind {
         match self {
             Backend::Pve(_) => BackendKind::Pve,
+            Backend::Lxc(_) => BackendKind::Lxc,
         }
     }
 
@@ -44,6 +48,7 @@ impl Backend {
     pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> anyhow::Result<ContainerPlan> {
         match self {
             Backend::Pve(b) => b.plan(spec, policy).await,
+            Backend::Lxc(b) => b.plan(spec, policy).await,
         }
     }
 
@@ -51,6 +56,7 @@ impl Backend {
     pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
         match self {
             Backend::Pve(b) => b.apply(spec, plan, opts).await,
+            Backend::Lxc(b) => b.apply(spec, plan, opts).await,
         }
     }
 
@@ -61,6 +67,7 @@ impl Backend {
     pub async fn destroy(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<ActionRecord>> {
         match self {
             Backend::Pve(b) => b.destroy(spec).await,
+            Backend::Lxc(b) => b.destroy(spec).await,
         }
     }
 }
@@ -143,14 +150,23 @@ pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBacke
 /// Builds the backend of `kind`.
 ///
 /// # Errors
-/// See [`pve_backend`]; the lxc backend is not part of this build yet.
+/// See [`pve_backend`] and [`lxc_backend`].
 pub fn backend(kind: BackendKind, settings: &Settings, connect: &PveConnect) -> Result<Backend> {
     match kind {
         BackendKind::Pve => Ok(Backend::Pve(pve_backend(settings, connect)?)),
-        BackendKind::Lxc => Err(Error::Usage(
-            "the lxc backend is not built yet; use --backend pve with PROXMOX_HOST configured".into(),
-        )),
+        BackendKind::Lxc => Ok(Backend::Lxc(lxc_backend(settings)?)),
     }
+}
+
+/// Builds the local LXC backend: LXC path from `$PGO_LXC_PATH` (else `lxc-config
+/// lxc.lxcpath`), the share directory from the settings (`PROXMOX_SHARE`), bridge `lxcbr0`.
+///
+/// # Errors
+/// [`Error::Failed`] when the host cannot run it (not root, LXC tools missing — the message says
+/// what to install).
+pub fn lxc_backend(settings: &Settings) -> Result<LxcBackend> {
+    let opts = LxcOptions { share: settings.share.clone(), ..LxcOptions::default() };
+    LxcBackend::open(opts).map_err(Error::Failed)
 }
 
 /// One container's plan, or why it could not be planned.
