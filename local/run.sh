@@ -12,7 +12,8 @@
 #
 # Environment: PGO_LXC_PATH (LXC path, default from `lxc-config lxc.lxcpath`), PROXMOX_SHARE
 # (where the per-container SSH keys live, default /share), PGO_STAGE (default main),
-# PGO_PROFILE (cargo profile, default release).
+# PGO_PROFILE (cargo profile, default release), PGO_LXC_BASE (base for --purge, default
+# pgo-base-bookworm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
