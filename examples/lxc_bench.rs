@@ -33,6 +33,7 @@ impl Drop for Cleanup {
             let _ = Command::new("lxc-stop").arg("-P").arg(&self.lxc_path).args(["-n", &n, "-k"]).output();
             let _ = Command::new("lxc-destroy").arg("-P").arg(&self.lxc_path).args(["-n", &n]).output();
         }
+        let _ = std::fs::remove_file(self.lxc_path.join(format!(".{}base.lock", self.prefix)));
     }
 }
 

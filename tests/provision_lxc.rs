@@ -139,7 +139,9 @@ fn test_second_container_clones_from_the_cache() -> Result<(), Failed> {
     RT.block_on(async {
         let (first_spec, fp) = first(f).await;
         assert_ok(fp);
-        let spec = f.spec("second", 90002);
+        let mut spec = f.spec("second", 90002);
+        // A LAN address meant for PVE: ignored here (never contacted), DHCP applies.
+        spec.ip = proxmox_gitops::inventory::IpConfig::Static { address: "192.0.2.10".parse().unwrap(), prefix: Some(24) };
         let _g = f.guard(&spec);
         let t = Instant::now();
         let p = f.provision(&spec, RecreatePolicy::Never).await;
@@ -150,6 +152,10 @@ fn test_second_container_clones_from_the_cache() -> Result<(), Failed> {
         assert!(p.created);
         assert_lxcbr0(p.address.as_deref().unwrap());
         assert_ne!(p.address, fp.address, "two containers, two addresses");
+        assert_eq!(
+            p.warnings[0],
+            "IP 192.0.2.10 is outside lxcbr0's subnet 10.0.3.1/24: ignored by the lxc backend, the address comes from DHCP"
+        );
         eprintln!("second container: SSH-ready in {:.1}s", took.as_secs_f64());
         // Every clone has its own SSH host key and machine-id.
         let k1 = f.attach(&first_spec.hostname, &["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]);
@@ -351,6 +357,35 @@ fn test_mounts_and_devices_reach_the_container() -> Result<(), Failed> {
     Ok(())
 }
 
+/// An address of lxcbr0's subnet that dnsmasq has not leased (from the top of the range down).
+fn unleased_address() -> std::net::Ipv4Addr {
+    let leases = std::fs::read_to_string("/var/lib/misc/dnsmasq.lxcbr0.leases").unwrap_or_default();
+    let used: Vec<&str> = leases.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
+    (100..=253u8)
+        .rev()
+        .map(|i| std::net::Ipv4Addr::new(10, 0, 3, i))
+        .find(|a| !used.contains(&a.to_string().as_str()))
+        .expect("a free address in 10.0.3.100-253")
+}
+
+fn test_static_address_inside_the_bridge_subnet_is_used() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        assert_ok(&first(f).await.1);
+        let addr = unleased_address();
+        let mut spec = f.spec("static", 90010);
+        spec.ip = proxmox_gitops::inventory::IpConfig::Static { address: addr, prefix: Some(24) };
+        let _g = f.guard(&spec);
+        let p = f.provision(&spec, RecreatePolicy::Never).await;
+        assert_ok(&p);
+        assert_eq!(p.address, Some(addr.to_string()));
+        assert!(!p.warnings.iter().any(|w| w.contains("outside")), "{:?}", p.warnings);
+        let out = f.ssh(&addr.to_string(), spec.vmid, &["hostname"]).expect("ssh to the static address");
+        assert_eq!(out.trim(), spec.hostname);
+    });
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     type Test = fn() -> Result<(), Failed>;
@@ -363,6 +398,7 @@ fn main() {
         ("recreate_refused_without_the_flag", test_recreate_refused_without_the_flag),
         ("destroy", test_destroy),
         ("mounts_and_devices_reach_the_container", test_mounts_and_devices_reach_the_container),
+        ("static_address_inside_the_bridge_subnet_is_used", test_static_address_inside_the_bridge_subnet_is_used),
     ];
     let trials = tests.into_iter().map(|(name, t)| Trial::test(name, t)).collect();
     let conclusion = libtest_mimic::run(&args, trials);

@@ -797,7 +797,7 @@ impl LxcBackend {
     /// A failing `lxc-create` (mirror unreachable, debootstrap missing), a base without sshd.
     pub async fn ensure_base(&self) -> Result<BaseStatus> {
         let base = self.opts.base.clone();
-        let lock_path = self.client.path().join(format!(".{base}.lock"));
+        let lock_path = self.base_lock_path();
         let lock = tokio::task::spawn_blocking(move || -> Result<std::fs::File> {
             let f = std::fs::OpenOptions::new()
                 .create(true)
@@ -996,8 +996,13 @@ impl LxcBackend {
         self.destroy_container(name).await
     }
 
-    /// Destroys the cached base (e.g. to re-bootstrap it). Fails while containers cloned from it
-    /// as overlay snapshots still exist.
+    /// The lock file serialising bootstraps of the base: `<lxcpath>/.<base>.lock`.
+    pub fn base_lock_path(&self) -> PathBuf {
+        self.client.path().join(format!(".{}.lock", self.opts.base))
+    }
+
+    /// Destroys the cached base (e.g. to re-bootstrap it) and its lock file. Fails while
+    /// containers cloned from it as overlay snapshots still exist.
     ///
     /// # Errors
     /// A failing `lxc-destroy` (snapshot clones remain).
@@ -1008,6 +1013,7 @@ impl LxcBackend {
         }
         self.client.stop(base, self.opts.stop_timeout).await?;
         self.client.destroy(base).await.with_context(|| format!("cannot destroy the base `{base}`"))?;
+        let _ = std::fs::remove_file(self.base_lock_path());
         Ok(true)
     }
 }

@@ -62,6 +62,8 @@ pub fn remove_all_with_prefix(lxc_path: &Path, prefix: &str) {
     for n in names {
         force_remove(lxc_path, &n);
     }
+    // The base's bootstrap lock (see LxcBackend::base_lock_path).
+    let _ = std::fs::remove_file(lxc_path.join(format!(".{prefix}base.lock")));
 }
 
 impl Fixture {
