@@ -70,7 +70,8 @@ if [ "$profile" = release ]; then
   bin="$repo/target/release/proxmox-gitops"
 else
   cargo build --profile "$profile" --locked --quiet
-  bin="$repo/target/$profile/proxmox-gitops"
+  dir=$profile; [ "$profile" = dev ] && dir=debug   # cargo's output directory for the dev profile
+  bin="$repo/target/$dir/proxmox-gitops"
 fi
 pgo() { "$bin" --repo "$repo" --stage "$stage" "$@"; }
 
@@ -127,12 +128,8 @@ esac
 
 say "provisioning $lib (lxc)"
 pgo provision --backend lxc --container "$lib"
-if pgo configure --help >/dev/null 2>&1; then
-  say "configuring $lib"
-  pgo configure --container "$lib"
-else
-  say "this build has no configure step yet: the container is provisioned only"
-fi
+say "configuring $lib"
+pgo configure --container "$lib"
 
 python3 - "$artifacts/provision/$lib.json" "$inventory" <<'PY'
 import json, sys
@@ -140,7 +137,8 @@ p = json.load(open(sys.argv[1]))
 share = json.load(open(sys.argv[2]))["settings"]["share"]
 print()
 print(f"  {p['name']}: container {p['hostname']} ({p['status']}) at {p['address']}")
-print(f"  ssh:    ssh -i {share}/.keys/{p['vmid']} root@{p['address']}")
+# The base role disables root logins and authorizes the container key for `config`.
+print(f"  ssh:    ssh -i {share}/.keys/{p['vmid']} config@{p['address']}")
 print(f"  shell:  lxc-attach -n {p['hostname']}")
 for w in p.get("warnings", []):
     print(f"  note:   {w}")
