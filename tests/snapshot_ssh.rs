@@ -179,5 +179,29 @@ fn snapshot_over_ssh_then_configure_restores_the_wiped_data() {
     // Data present now: a restore is not attempted again.
     assert_eq!(rt.block_on(step::restore_if_empty(&spec, conn.exec.as_ref(), &opts)), None);
     drop(conn);
+
+    // 5. The CLI over SSH (`--transport ssh` for an lxc container), with retention: the first
+    // archive is pruned, the new one verified.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .arg("--repo")
+        .arg(&root)
+        .arg("--artifacts")
+        .arg(&artifacts)
+        .args(["--stage", &sup::stage_for(KIND), "snapshot", "-c", "keeper", "--transport", "ssh", "--keep", "1"])
+        .env("PROXMOX_SHARE", &share)
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITEA_ACTIONS")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    let cli: Snapshot = artifact::read(&dir.snapshot("keeper")).unwrap();
+    assert_eq!((cli.operation, cli.verification, cli.outcome.clone()), (Operation::Snapshot, Verification::Verified, Outcome::Ok));
+    assert_eq!(cli.pruned, vec![stored.archive.clone()]);
+    let newest = store.pick("keeper", None).unwrap();
+    assert_eq!(cli.snapshot_id.as_ref(), Some(&newest.id));
+    assert_ne!(newest.id, stored.id);
+    assert_eq!(rt.block_on(data::verify(&newest)).unwrap().entries, before);
+    assert_eq!(store.list("keeper").unwrap().len(), 1);
     drop(lab);
 }
