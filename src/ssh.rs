@@ -157,6 +157,18 @@ impl Output {
     }
 }
 
+/// Bytes of stderr kept by [`Connection::stream`] (the tail), 64 KiB.
+pub const STDERR_TAIL: usize = 64 * 1024;
+
+/// How a [`Connection::stream`] command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamStatus {
+    /// Exit code; `None` when killed by a signal or ssh itself failed (exit 255).
+    pub code: Option<i32>,
+    /// The last [`STDERR_TAIL`] bytes of stderr, lossily decoded.
+    pub stderr: String,
+}
+
 /// An authenticated, multiplexed SSH connection to one container.
 pub struct Connection {
     session: Session,
@@ -384,6 +396,116 @@ impl Connection {
             tokio::join!(ro, re);
             let status = child.wait().await.map_err(|e| fail(e.to_string()))?;
             Ok(Output { code: status.code(), stdout: o, stderr: e })
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(fail(format!("timed out after {}s", timeout.as_secs()))),
+        }
+    }
+
+    /// Runs `argv` on the container with **streamed** standard input and output, for commands
+    /// whose data does not fit in memory (data snapshots: a tar stream of any size).
+    ///
+    /// Every argv word is quoted by the `openssh` crate for the remote login shell (POSIX single
+    /// quotes), so constants with spaces, quotes and newlines (the fixed snapshot scripts) arrive
+    /// as one word each. With `as_root` the command runs through `sudo -n --` when the session's
+    /// user is not root (the `config` user has passwordless sudo after the base role).
+    ///
+    /// `stdin` is copied to the command until EOF, then the remote stdin is closed; `stdout` is
+    /// filled concurrently; stderr is collected, keeping its last [`STDERR_TAIL`] bytes. A command
+    /// that stops reading its input early (it failed) is not a transport error: its exit status
+    /// says what happened. The whole run is bounded by `timeout`; when it passes, the local
+    /// `ssh` channel is killed (the remote process gets EOF/SIGPIPE on its streams).
+    ///
+    /// Exit codes: OpenSSH uses 255 for its own failures, so a remote 255 is reported as
+    /// `code: None` with a note in `stderr` (connection lost, or the command exited 255).
+    ///
+    /// # Errors
+    /// [`SshError::Command`] when the command cannot be started, the local stdout writer fails,
+    /// or the timeout passes.
+    pub async fn stream(
+        &self,
+        argv: &[&str],
+        stdin: &mut (dyn tokio::io::AsyncRead + Send + Unpin),
+        stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+        as_root: bool,
+        timeout: Duration,
+    ) -> Result<StreamStatus, SshError> {
+        let what = format!("running {}", argv.first().copied().unwrap_or(""));
+        let fail = |detail: String| SshError::Command { name: self.target.name.clone(), what: what.clone(), detail };
+        if argv.is_empty() {
+            return Err(fail("empty command".into()));
+        }
+        let (program, rest): (&str, Vec<&str>) = if as_root && self.user != "root" {
+            ("sudo", [&["-n", "--"], argv].concat())
+        } else {
+            (argv[0], argv[1..].to_vec())
+        };
+        let mut cmd = self.session.command(program);
+        for a in &rest {
+            cmd.arg(*a);
+        }
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let work = async {
+            let mut child = cmd.spawn().await.map_err(|e| fail(e.to_string()))?;
+            let mut child_in = child.stdin().take().ok_or_else(|| fail("no stdin pipe".into()))?;
+            let mut child_out = child.stdout().take().ok_or_else(|| fail("no stdout pipe".into()))?;
+            let mut child_err = child.stderr().take().ok_or_else(|| fail("no stderr pipe".into()))?;
+            let feed = async {
+                let r = tokio::io::copy(stdin, &mut child_in).await;
+                let _ = child_in.shutdown().await;
+                drop(child_in);
+                match r {
+                    // The command stopped reading (it exited): its status tells why.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            };
+            let drain = async {
+                tokio::io::copy(&mut child_out, stdout).await?;
+                stdout.flush().await
+            };
+            let errs = async {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let n = match child_err.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    buf.extend_from_slice(&chunk[..n]);
+                    if buf.len() > 2 * STDERR_TAIL {
+                        buf.drain(..buf.len() - STDERR_TAIL);
+                    }
+                }
+                if buf.len() > STDERR_TAIL {
+                    buf.drain(..buf.len() - STDERR_TAIL);
+                }
+                String::from_utf8_lossy(&buf).into_owned()
+            };
+            let (fed, drained, mut stderr) = tokio::join!(feed, drain, errs);
+            if let Err(e) = drained {
+                let _ = child.disconnect().await;
+                return Err(fail(format!("writing the command's output: {e}")));
+            }
+            let code = match child.wait().await {
+                Ok(status) => status.code(),
+                Err(openssh::Error::RemoteProcessTerminated) => {
+                    stderr.push_str("\nssh: exit status 255 (the connection was lost, or the command exited 255)");
+                    None
+                }
+                // openssh reports a remote 127 this way; keep the code.
+                Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Some(127),
+                Err(e) => return Err(fail(e.to_string())),
+            };
+            if let Err(e) = fed {
+                // The input could not be read (a local failure), though the command finished.
+                if code == Some(0) {
+                    return Err(fail(format!("feeding the command's input: {e}")));
+                }
+                stderr.push_str(&format!("\nfeeding the command's input failed: {e}"));
+            }
+            Ok(StreamStatus { code, stderr })
         };
         match tokio::time::timeout(timeout, work).await {
             Ok(r) => r,

@@ -297,6 +297,7 @@ fn broker_and_proxy_end_to_end() {
                 success: true,
                 duration_ms: 0
             }),
+            restore: None,
             lib: Some(EngineRun {
                 engine: "shell".into(),
                 changed: None,

@@ -294,7 +294,7 @@ async fn configure_restores_only_when_the_data_paths_are_empty() {
 }
 
 #[test]
-fn cli_without_a_transport_fails_clearly_and_records_it() {
+fn cli_without_a_provision_artifact_fails_clearly_and_records_it() {
     let t = tempfile::tempdir().unwrap();
     let artifacts = t.path().join("artifacts");
     let share = t.path().join("share");
@@ -311,13 +311,45 @@ fn cli_without_a_transport_fails_clearly_and_records_it() {
 
     let (code, _, stderr) = run(&["--container", "app"]);
     assert_eq!(code, 1, "{stderr}");
-    let reason = "app (vmid 4242): SSH transport not available in this build; only containers provisioned by the lxc \
-                  backend can be reached (through lxc-attach)";
+    let reason = format!(
+        "app (vmid 4242): no provision artifact {}; run `provision` first (the snapshot step reaches the container \
+         at the address and through the backend it recorded)",
+        artifacts.join("provision/app.json").display()
+    );
     assert!(stderr.contains(&format!("error: app: {reason}")), "{stderr}");
     let a: step::Snapshot = proxmox_gitops::artifact::read(&artifacts.join("snapshot/app.json")).unwrap();
     let mut expected = step::Snapshot::new(&spec("app", &paths), Operation::Snapshot);
-    expected.outcome = Outcome::Failed { error: reason.into() };
+    expected.outcome = Outcome::Failed { error: reason.clone() };
     assert_eq!(a, expected);
+    assert_eq!(a.verification, Verification::NotRun);
+
+    // A container of the pve backend is reached over SSH at the recorded address: first the key
+    // is missing from the share, then nothing answers (a closed loopback port).
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    write_pve_provision(&artifacts, "app", "127.0.0.1", port);
+    let ssh_args = ["--container", "app", "--connect-timeout", "1", "--connect-budget", "3"];
+    let (code, _, stderr) = run(&ssh_args);
+    assert_eq!(code, 1, "{stderr}");
+    let key = share.join(".keys/4242");
+    let reason = format!(
+        "app (vmid 4242): no SSH key {} (the provision step creates it; is --share / PROXMOX_SHARE the same as for \
+         provision?)",
+        key.display()
+    );
+    assert!(stderr.contains(&format!("error: app: {reason}")), "{stderr}");
+    proxmox_gitops::keys::ensure(&share, 4242, "app").unwrap();
+    let started = std::time::Instant::now();
+    let (code, _, stderr) = run(&ssh_args);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
+    assert!(stderr.contains(&format!("error: app: app: cannot reach SSH at 127.0.0.1:{port} after ")), "{stderr}");
+    let a: step::Snapshot = proxmox_gitops::artifact::read(&artifacts.join("snapshot/app.json")).unwrap();
+    let Outcome::Failed { error } = &a.outcome else { panic!("expected a failure: {a:?}") };
+    assert!(error.starts_with(&format!("app: cannot reach SSH at 127.0.0.1:{port} after ")), "{error}");
+    assert!(error.contains("Connection refused"), "{error}");
     assert_eq!(a.verification, Verification::NotRun);
 
     // Usage errors exit 2.
@@ -335,6 +367,29 @@ fn cli_without_a_transport_fails_clearly_and_records_it() {
     let (code, _, stderr) = cli(&refs);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--all: no container of this stage declares SNAPSHOT paths"), "{stderr}");
+}
+
+/// Writes `provision/<name>.json` of a pve-backend container at `address:port`.
+fn write_pve_provision(artifacts: &Path, name: &str, address: &str, port: u16) {
+    use proxmox_gitops::provision::{Action, BackendKind, ContainerPlan, Provision};
+    let p = Provision {
+        backend: BackendKind::Pve,
+        name: name.into(),
+        node: Some("pve1".into()),
+        vmid: 4242,
+        hostname: name.into(),
+        address: Some(address.into()),
+        ssh_port: port,
+        plan: ContainerPlan { name: name.into(), vmid: 4242, hostname: name.into(), action: Action::Nothing, start: true },
+        actions: vec![],
+        warnings: vec![],
+        status: Some("running".into()),
+        created: false,
+        protected_by: None,
+        inputs_digest: None,
+        outcome: Outcome::Ok,
+    };
+    proxmox_gitops::artifact::write(&artifacts.join("provision").join(format!("{name}.json")), &p).unwrap();
 }
 
 /// Unmounts on drop.

@@ -40,6 +40,23 @@ pub struct SnapshotArgs {
     /// Use this inventory artifact instead of resolving the repo again.
     #[arg(long)]
     inventory: Option<PathBuf>,
+    /// How to reach containers: `auto` (lxc-attach for the lxc backend, SSH otherwise) or `ssh`
+    /// (SSH for every container).
+    #[arg(long, value_enum, default_value = "auto")]
+    transport: TransportArg,
+    /// Seconds for one SSH connect attempt.
+    #[arg(long, default_value_t = 10)]
+    connect_timeout: u64,
+    /// Seconds all SSH connect attempts may take together.
+    #[arg(long, default_value_t = 60)]
+    connect_budget: u64,
+}
+
+/// `--transport`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum TransportArg {
+    Auto,
+    Ssh,
 }
 
 pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
@@ -68,10 +85,21 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         keep: args.keep.map(|k| k as usize),
         now: time::OffsetDateTime::now_utc(),
     };
+    let connect = step::ConnectOptions {
+        transport: match args.transport {
+            TransportArg::Auto => step::Transport::Auto,
+            TransportArg::Ssh => step::Transport::Ssh,
+        },
+        ssh: crate::ssh::ConnectOptions {
+            connect_timeout: std::time::Duration::from_secs(args.connect_timeout.max(1)),
+            total_timeout: std::time::Duration::from_secs(args.connect_budget.max(1)),
+            attempts: 8,
+        },
+    };
     let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
     let mut results = Vec::new();
     for spec in specs {
-        let result = match step::connect(spec, &ctx.artifacts, &share) {
+        let result = match rt.block_on(step::connect(spec, &ctx.artifacts, &share, &connect)) {
             Ok(conn) => rt.block_on(async {
                 if args.restore {
                     step::restore(spec, conn.exec.as_ref(), &opts, args.at.as_deref()).await

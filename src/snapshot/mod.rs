@@ -22,4 +22,4 @@ pub mod remote;
 pub mod scripts;
 pub mod store;
 
-pub use remote::{CommandExec, ExecStatus, RemoteExec};
+pub use remote::{CommandExec, ExecStatus, RemoteExec, SshExec, SshTransport};

@@ -41,7 +41,9 @@ use crate::artifact::{self, Artifact, ArtifactDir};
 use crate::error::{Error, Location, Problems, Result};
 use crate::inventory::{ContainerSpec, Engine, Inventory, Mount};
 use crate::provision::{Outcome, Provision};
+use crate::snapshot::remote::{SSH_EXEC_TIMEOUT, SshExec};
 use crate::ssh::{Bundle, ConnectOptions, Connection, Target};
+use crate::steps::snapshot::{Snapshot, SnapshotOptions};
 
 /// Lines of log kept in the artifact when a container fails.
 pub const LOG_TAIL_LINES: usize = 40;
@@ -129,6 +131,12 @@ pub struct Configure {
     pub engine: Engine,
     /// The base role's run (`None` when the monorepo has no `base/` or it did not run).
     pub base: Option<EngineRun>,
+    /// The automatic data restore before the lib's configuration (the seed's behaviour): the
+    /// `snapshot/<name>.json` artifact of the restore, when the lib declares `SNAPSHOT` paths, they
+    /// were all missing or empty on the container and a snapshot existed. `None` when nothing was
+    /// restored.
+    #[serde(default)]
+    pub restore: Option<Snapshot>,
     /// The lib's run (`None` for engine `none`, or when an earlier stage failed).
     pub lib: Option<EngineRun>,
     /// `KEY=value` outputs the lib wrote to `$PGO_OUTPUT` (secrets masked).
@@ -144,7 +152,8 @@ pub struct Configure {
 
 impl Artifact for Configure {
     const KIND: &'static str = "configure";
-    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+    // 1.1: `restore`.
+    const SCHEMA_VERSION: (u32, u32) = (1, 1);
 }
 
 impl Configure {
@@ -244,6 +253,7 @@ struct Partial {
     address: Option<String>,
     ssh_port: u16,
     base: Option<EngineRun>,
+    restore: Option<Snapshot>,
     lib: Option<EngineRun>,
     outputs: BTreeMap<String, String>,
 }
@@ -257,6 +267,7 @@ async fn configure_one(inv: &Inventory, spec: &ContainerSpec, opts: &ConfigureOp
         address: None,
         ssh_port: 22,
         base: None,
+        restore: None,
         lib: None,
         outputs: BTreeMap::new(),
     };
@@ -280,6 +291,7 @@ async fn configure_one(inv: &Inventory, spec: &ContainerSpec, opts: &ConfigureOp
         host_key_fingerprint: part.fingerprint,
         engine: spec.engine,
         base: part.base,
+        restore: part.restore,
         lib: part.lib,
         outputs: part.outputs,
         duration_ms: start.elapsed().as_millis() as u64,
@@ -476,6 +488,8 @@ async fn run_engines(
             tracing::warn!("{}: the monorepo has no base/ directory; skipping the base role", spec.name);
         }
 
+        restore_data(inv, spec, opts, conn, log, part).await?;
+
         let lib_start = Instant::now();
         let lib = match spec.engine {
             Engine::None => None,
@@ -549,6 +563,61 @@ async fn run_engines(
         (Ok(()), Err(e)) => Err(anyhow!(e).context("cannot remove the temporary directory with the contract")),
         (Ok(()), Ok(())) => Ok(()),
     }
+}
+
+/// The seed's behaviour, after the base role and before the lib's configuration: when the lib
+/// declares `SNAPSHOT` paths, all of them are missing or empty on the container, and a snapshot
+/// exists in `<share>/snapshots/<lib>/`, the newest (by time) is verified and restored as root
+/// over this connection ([`crate::steps::snapshot::restore_if_empty`]). The restore's
+/// `snapshot/<name>.json` artifact is written and embedded in the configure artifact. A failed
+/// restore fails the container: its lib is not configured on top of empty data.
+async fn restore_data(
+    inv: &Inventory,
+    spec: &ContainerSpec,
+    opts: &ConfigureOptions,
+    conn: &Connection,
+    log: &mut Log,
+    part: &mut Partial,
+) -> anyhow::Result<()> {
+    if spec.snapshot_paths.is_empty() {
+        return Ok(());
+    }
+    let exec = SshExec::new(conn, opts.run_timeout.max(SSH_EXEC_TIMEOUT));
+    let sopts = SnapshotOptions { share: inv.settings.share.clone(), keep: None, now: time::OffsetDateTime::now_utc() };
+    let Some(r) = crate::steps::snapshot::restore_if_empty(spec, &exec, &sopts).await else {
+        log.push(&spec.name, "data: paths not empty or no snapshot; nothing restored");
+        return Ok(());
+    };
+    let path = opts.artifacts.snapshot(&spec.name);
+    artifact::write(&path, &r).with_context(|| format!("cannot write {}", path.display()))?;
+    let failure = match &r.outcome {
+        Outcome::Ok => {
+            let msg = format!(
+                "data: {} were empty; restored snapshot {} ({} entries, verified) from {}",
+                r.paths.join(", "),
+                r.snapshot_id.as_deref().unwrap_or("?"),
+                r.entry_count,
+                r.archive.as_ref().map(|a| a.display().to_string()).unwrap_or_default()
+            );
+            tracing::info!("{}: {msg}", spec.name);
+            log.push(&spec.name, &msg);
+            for w in &r.warnings {
+                tracing::warn!("{}: {w}", spec.name);
+                log.push(&spec.name, &format!("data: warning: {w}"));
+            }
+            None
+        }
+        Outcome::Failed { error } => Some(error.clone()),
+    };
+    part.restore = Some(r);
+    if let Some(error) = failure {
+        anyhow::bail!(
+            "the data paths are empty and a snapshot exists, but restoring it failed: {error}; \
+             the lib's configuration was not run (see {})",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Marker line the engine wrappers print last: the engine's exit code. SSH itself maps remote

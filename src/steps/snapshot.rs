@@ -2,8 +2,8 @@
 //! backend offers one, a container snapshot), retention, and restore.
 //!
 //! The transport to the container is chosen in one place, [`connect`]: containers made by the
-//! `lxc` backend are reached with `lxc-attach` (no network needed); everything else needs the SSH
-//! transport (`crate::ssh`), which the lead wires in there.
+//! `lxc` backend are reached with `lxc-attach` (no network needed) unless SSH is asked for;
+//! everything else over SSH (`crate::ssh`), logged in like `configure`.
 
 use std::path::{Path, PathBuf};
 
@@ -16,7 +16,7 @@ use crate::provision::{BackendKind, Outcome, Provision};
 use crate::snapshot::ct::{self, CtSnapshotRecord, CtSnapshots};
 use crate::snapshot::data::{self, TakeRequest};
 use crate::snapshot::lxc::LxcSnapshots;
-use crate::snapshot::remote::{CommandExec, RemoteExec};
+use crate::snapshot::remote::{CommandExec, RemoteExec, SshTransport};
 use crate::snapshot::store::Store;
 
 /// What the step did.
@@ -264,45 +264,100 @@ pub struct Connection {
     pub ct: Option<Box<dyn CtSnapshots>>,
 }
 
+/// How [`connect`] reaches a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// `lxc-attach` for containers of the `lxc` backend (no network needed), SSH for the rest.
+    #[default]
+    Auto,
+    /// SSH for every container, the `lxc` backend's included (as `configure` reaches them).
+    Ssh,
+}
+
+/// Options of [`connect`].
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// lxc-attach or SSH.
+    pub transport: Transport,
+    /// SSH connect tuning (timeouts, attempts).
+    pub ssh: crate::ssh::ConnectOptions,
+}
+
 /// THE transport seam: how the step reaches `spec`'s container, from its `provision/<name>.json`
-/// artifact when there is one.
+/// artifact (which must exist: it records the backend, the address and port `provision`
+/// reached, and whether the container was just created).
 ///
-/// * backend `lxc`: `lxc-attach -n <hostname> --` and `lxc-snapshot` on this host;
-/// * otherwise (backend `pve`, or no provision artifact): SSH to `Provision.address` with the key
-///   `<share>/.keys/<vmid>` — not available in this build yet (the lead connects `crate::ssh`
-///   here, and the PVE client's `CtSnapshots` implementation).
+/// * backend `lxc` with [`Transport::Auto`]: `lxc-attach -n <hostname> --` on this host;
+/// * backend `pve`, or [`Transport::Ssh`]: SSH to `Provision.address`:`Provision.ssh_port` with
+///   the key `<share>/.keys/<vmid>` ([`crate::keys`]), as `config` (commands through
+///   `sudo -n`) or, before the base role created `config`, as `root` — the same login and
+///   trust-on-first-use host keys as `configure` (`<artifacts>/known_hosts/<name>`, replaced
+///   when the artifact says the container was just (re)created).
+///
+/// Container snapshots: `lxc-snapshot` for the `lxc` backend (whatever the data transport);
+/// none yet for `pve` (the PVE client does not implement [`CtSnapshots`] in this build).
 ///
 /// # Errors
-/// A message naming the container and why it cannot be reached.
-pub fn connect(
+/// A message naming the container and why it cannot be reached: no or failed provision
+/// artifact, no address recorded, no key in the share, SSH unreachable / key refused / host key
+/// changed.
+pub async fn connect(
     spec: &ContainerSpec,
     artifacts: &ArtifactDir,
-    _share: &Path,
+    share: &Path,
+    opts: &ConnectOptions,
 ) -> Result<Connection, String> {
     let path = artifacts.provision(&spec.name);
-    let prov: Option<Provision> = match artifact::read::<Provision>(&path) {
-        Ok(p) => Some(p),
+    let who = format!("{} (vmid {})", spec.name, spec.vmid);
+    let prov: Provision = match artifact::read::<Provision>(&path) {
+        Ok(p) => p,
         Err(artifact::ArtifactError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
-            None
+            return Err(format!(
+                "{who}: no provision artifact {}; run `provision` first (the snapshot step reaches the \
+                 container at the address and through the backend it recorded)",
+                path.display()
+            ));
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(format!("{who}: {e}")),
     };
-    match prov {
-        Some(p) if p.backend == BackendKind::Lxc => Ok(Connection {
-            exec: Box::new(CommandExec::lxc_attach(&p.hostname)),
-            ct: Some(Box::new(LxcSnapshots::new(
-                &p.hostname,
-                Path::new("/var/lib/lxc"),
-            ))),
-        }),
-        _ => Err(format!(
-            "{} (vmid {}): SSH transport not available in this build; only containers provisioned by the \
-             lxc backend can be reached (through lxc-attach)",
-            spec.name, spec.vmid
-        )),
+    if let Outcome::Failed { error } = &prov.outcome {
+        return Err(format!("{who}: provisioning failed ({error}); {} records no reachable container", path.display()));
     }
+    let lxc_ct = || -> Box<dyn CtSnapshots> { Box::new(LxcSnapshots::new(&prov.hostname, Path::new("/var/lib/lxc"))) };
+    if prov.backend == BackendKind::Lxc && opts.transport == Transport::Auto {
+        return Ok(Connection { exec: Box::new(CommandExec::lxc_attach(&prov.hostname)), ct: Some(lxc_ct()) });
+    }
+    let address = prov
+        .address
+        .clone()
+        .ok_or_else(|| format!("{who}: {} records no address to reach over SSH", path.display()))?;
+    let key = crate::keys::key_dir(share).join(spec.vmid.to_string());
+    if !key.is_file() {
+        return Err(format!(
+            "{who}: no SSH key {} (the provision step creates it; is --share / PROXMOX_SHARE the same as for provision?)",
+            key.display()
+        ));
+    }
+    let target = crate::ssh::Target {
+        name: spec.name.clone(),
+        address,
+        port: prov.ssh_port,
+        key,
+        known_hosts: artifacts.root().join("known_hosts").join(&spec.name),
+        replace_host_key: prov.created,
+        users: vec!["config".into(), "root".into()],
+    };
+    let exec = SshTransport::connect(&target, &opts.ssh, crate::snapshot::remote::SSH_EXEC_TIMEOUT)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!("{}: connected over SSH as {}", spec.name, exec.connection().user());
+    let ct = match prov.backend {
+        BackendKind::Lxc => Some(lxc_ct()),
+        _ => None,
+    };
+    Ok(Connection { exec: Box::new(exec), ct })
 }
 
 /// What `configure` calls before the lib's configuration runs (the seed's behaviour): when the

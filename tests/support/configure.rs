@@ -14,7 +14,17 @@ use proxmox_gitops::provision::{Action, ApplyOptions, BackendKind, ContainerPlan
 
 /// Name prefix of everything this test process creates.
 pub fn prefix() -> String {
-    format!("pgotest-cfg-{}-", std::process::id())
+    prefix_for("cfg")
+}
+
+/// Name prefix of the containers of a test binary of `kind` (`cfg`, `ssh`): `pgotest-<kind>-<pid>-`.
+pub fn prefix_for(kind: &str) -> String {
+    format!("pgotest-{kind}-{}-", std::process::id())
+}
+
+/// The stage of a test binary of `kind`: hostnames `<stage>-<lib>` start with [`prefix_for`].
+pub fn stage_for(kind: &str) -> String {
+    prefix_for(kind).trim_end_matches('-').to_string()
 }
 
 /// The stage the fixtures resolve with: hostnames become `<stage>-<lib>`, i.e. they start with
@@ -29,25 +39,35 @@ pub struct Lab {
     pub backend: LxcBackend,
     pub share: PathBuf,
     lxc_path: PathBuf,
+    prefix: String,
 }
 
 impl Lab {
     /// Opens the backend (a clear failure when LXC cannot run here) and removes leftovers of
     /// earlier runs that were killed (their pid is gone).
     pub async fn new(share: &Path) -> Lab {
-        let opts = LxcOptions { base: format!("{}base", prefix()), share: share.to_path_buf(), ..LxcOptions::default() };
+        Lab::open(share, "cfg", &format!("{}base", prefix())).await
+    }
+
+    /// Like [`Lab::new`] for test binary `kind` (containers `pgotest-<kind>-<pid>-…`), cloning
+    /// from the base container `base`. A base named without the run's pid (e.g.
+    /// `pgotest-ssh-base`) is bootstrapped once and kept for later runs (the backend locks its
+    /// bootstrap); only the run's own containers are removed on drop.
+    pub async fn open(share: &Path, kind: &str, base: &str) -> Lab {
+        let opts = LxcOptions { base: base.to_string(), share: share.to_path_buf(), ..LxcOptions::default() };
         let backend = LxcBackend::new(opts)
             .await
             .unwrap_or_else(|e| panic!("LXC cannot run on this machine, configure cannot be tested: {e:#}"));
         let lxc_path = backend.client().path().to_path_buf();
+        let family = format!("pgotest-{kind}-");
         for n in list(&lxc_path) {
-            let Some(rest) = n.strip_prefix("pgotest-cfg-") else { continue };
+            let Some(rest) = n.strip_prefix(&family) else { continue };
             let Some((pid, _)) = rest.split_once('-') else { continue };
             if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
-                remove_with_prefix(&lxc_path, &format!("pgotest-cfg-{pid}-"));
+                remove_with_prefix(&lxc_path, &format!("{family}{pid}-"));
             }
         }
-        Lab { backend, share: share.to_path_buf(), lxc_path }
+        Lab { backend, share: share.to_path_buf(), lxc_path, prefix: prefix_for(kind) }
     }
 
     /// Provisions `spec` with the backend (plan, then apply) and writes its
@@ -74,7 +94,7 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        remove_with_prefix(&self.lxc_path, &prefix());
+        remove_with_prefix(&self.lxc_path, &self.prefix);
     }
 }
 
