@@ -47,7 +47,8 @@ pub struct Target {
     pub key: PathBuf,
     /// The known-hosts file for this container (`<artifacts>/known_hosts/<name>`).
     pub known_hosts: PathBuf,
-    /// Drop the recorded host key before connecting (the container was just (re)created).
+    /// Drop the recorded host key before connecting (the container was (re)created after the
+    /// key was recorded: see [`recreated_since_recorded`]).
     pub replace_host_key: bool,
     /// Users to try, in order: `["config", "root"]` — `config` exists once the base role ran.
     pub users: Vec<String>,
@@ -230,6 +231,22 @@ pub fn recorded_fingerprint(known_hosts: &Path) -> Option<String> {
         let key = ssh_key::PublicKey::from_openssh(&format!("{algo} {data}")).ok()?;
         Some(key.fingerprint(ssh_key::HashAlg::Sha256).to_string())
     })
+}
+
+/// True when the container's host key must be learned again: the provision artifact at
+/// `provision` says this provision run created the container (`created`), and that artifact is
+/// newer than the recorded key (or no key is recorded). Once a later connection has recorded the
+/// new key, the same `created` artifact no longer replaces it, so a changed key is refused again.
+pub fn recreated_since_recorded(created: bool, provision: &Path, known_hosts: &Path) -> bool {
+    if !created {
+        return false;
+    }
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (mtime(known_hosts), mtime(provision)) {
+        (None, _) => true,
+        (Some(recorded), Some(provisioned)) => provisioned > recorded,
+        (Some(_), None) => false,
+    }
 }
 
 impl Connection {
@@ -651,6 +668,23 @@ impl Bundle {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn host_key_is_replaced_only_for_a_newer_creation() {
+        let dir = tempfile::tempdir().unwrap();
+        let prov = dir.path().join("provision.json");
+        let kh = dir.path().join("known_hosts");
+        std::fs::write(&prov, "{}").unwrap();
+        assert!(recreated_since_recorded(true, &prov, &kh), "no record yet");
+        assert!(!recreated_since_recorded(false, &prov, &kh));
+        std::fs::write(&kh, "x").unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        std::fs::File::options().write(true).open(&prov).unwrap().set_modified(old).unwrap();
+        assert!(!recreated_since_recorded(true, &prov, &kh), "key learned after the creation");
+        std::fs::File::options().write(true).open(&kh).unwrap().set_modified(old - std::time::Duration::from_secs(60)).unwrap();
+        assert!(recreated_since_recorded(true, &prov, &kh), "creation after the record");
+    }
+
     use super::*;
 
     #[test]

@@ -442,6 +442,13 @@ fn broker_and_proxy_end_to_end() {
     let r = rt.block_on(configure(&inv, &options(&artifacts, &["broker"], &password))).unwrap();
     assert!(r[0].ok(), "{:?}\n{}", r[0].outcome, r[0].log_tail.join("\n"));
     assert_eq!(r[0].host_key_fingerprint.as_deref(), Some(fingerprint.as_str()));
+    // The key learned after that provision run is kept: the same `created` artifact does not
+    // make a later change acceptable.
+    let learned = std::fs::read_to_string(&kh).unwrap();
+    std::fs::write(&kh, format!("{} {}\n", a.ip, fake.public_key().to_openssh().unwrap())).unwrap();
+    let r = rt.block_on(configure(&inv, &options(&artifacts, &["broker"], &password))).unwrap();
+    assert!(matches!(&r[0].outcome, Outcome::Failed { error } if error.contains("changed")), "{:?}", r[0].outcome);
+    std::fs::write(&kh, learned).unwrap();
 
     // The contract's temporary directories are gone from the container.
     let left = lab.attach(&a.name, &["find", "/tmp", "-maxdepth", "1", "-name", "pgo.*"]);

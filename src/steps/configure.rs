@@ -329,7 +329,11 @@ async fn run_container(
         port: prov.ssh_port,
         key: keys.private.clone(),
         known_hosts: opts.artifacts.root().join("known_hosts").join(&spec.name),
-        replace_host_key: prov.created,
+        replace_host_key: crate::ssh::recreated_since_recorded(
+            prov.created,
+            &prov_path,
+            &opts.artifacts.root().join("known_hosts").join(&spec.name),
+        ),
         users: vec!["config".into(), "root".into()],
     };
     let conn = Connection::connect(&target, &opts.connect, control.path()).await?;

@@ -346,7 +346,11 @@ pub async fn connect(
         port: prov.ssh_port,
         key,
         known_hosts: artifacts.root().join("known_hosts").join(&spec.name),
-        replace_host_key: prov.created,
+        replace_host_key: crate::ssh::recreated_since_recorded(
+            prov.created,
+            &path,
+            &artifacts.root().join("known_hosts").join(&spec.name),
+        ),
         users: vec!["config".into(), "root".into()],
     };
     let exec = SshTransport::connect(&target, &opts.ssh, crate::snapshot::remote::SSH_EXEC_TIMEOUT)
