@@ -40,7 +40,7 @@ fn deploy_reports_each_failed_container_and_writes_outputs() {
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains(
-            "error: 1 of 1 container(s) failed: alpha\n  alpha: configure: step configure is not built into this binary yet"
+            "error: 1 of 1 container(s) failed: alpha\n  alpha: configure: alpha: run `provision` first"
         ),
         "{stderr}"
     );
