@@ -348,7 +348,7 @@ async fn the_builtin_runner_runs_the_real_provision_step_and_records_its_digest(
     assert_eq!(prov["result"], "failed");
     assert_eq!(prov["backend"], "pve");
     assert_eq!(prov["inputs_digest"].as_str(), Some(digest_of(root, "alpha").as_str()));
-    assert_eq!(prov["plan"]["action"]["action"], "refused");
+    assert_eq!(prov["plan"]["action"], "refused");
 }
 
 /// On main the real configure step runs; without a provision artifact it fails saying so, and its
