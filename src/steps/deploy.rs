@@ -247,7 +247,8 @@ impl BuiltinRunner {
         match c.outcome {
             crate::provision::Outcome::Ok => Ok(StepSuccess { artifact: Some(path) }),
             crate::provision::Outcome::Failed { error } => {
-                for l in &c.log_tail {
+                // The last lines of the engine's output (the error itself is reported by deploy).
+                for l in c.log_tail.iter().filter(|l| !l.starts_with("error: ")) {
                     tracing::error!("{}: {l}", spec.name);
                 }
                 Err(Error::Failed(anyhow::anyhow!("{error}")))
