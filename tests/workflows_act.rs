@@ -1,16 +1,25 @@
 //! The real workflows/pipeline.yml and action.yml, run by act (the engine of Gitea's act_runner)
 //! in host mode, offline, on a fixture monorepo, with the binary under test.
 //!
-//! The tests of this file need no container: they run with backend `pve` and no `PROXMOX_HOST`
+//! Most tests here need no container: they run with backend `pve` and no `PROXMOX_HOST`
 //! (`PVE_UNSET`), so every provision fails naming the missing setting, and configure has no
 //! provision result to work from. They check everything around the steps: job order, outputs
-//! passed between jobs, one step call per container, blocking, masking, the binary input. The
-//! end-to-end runs against real containers and fakepve are in `workflows_e2e.rs`.
+//! passed between jobs, one step call per container, blocking, masking, the binary input.
+//!
+//! [`end_to_end_lxc_then_a_failing_lib_then_pve`] runs the whole pipeline for real: the shipped
+//! broker lib in a real LXC container (backend `lxc`), then against fakepve (backend `pve`) with
+//! the same container as the spec's address. It needs root, LXC with lxcbr0, Debian's mirror (the
+//! container installs mosquitto) and `mosquitto-clients` on the host.
 
 #[path = "support/workflows.rs"]
 mod workflows;
 
 use std::os::unix::fs::PermissionsExt;
+
+#[path = "support/fakepve.rs"]
+mod fakepve;
+
+use std::path::Path;
 
 use workflows::{act, act_with, commit_all, monorepo, monorepo_with, write_files};
 
@@ -235,4 +244,269 @@ fn a_binary_input_that_is_not_executable_is_refused() {
         run.log
     );
     assert!(run.job("pipeline", "configure").iter().all(|l| !l.contains("configure failed")), "{}", run.log);
+}
+
+// ------------------------------------------------------------------------------------------------
+// End to end: real containers, real configuration, fakepve
+// ------------------------------------------------------------------------------------------------
+
+const LOGIN: &str = "pgo-admin";
+const PASSWORD: &str = "mqtt-pw-7c1e94";
+
+/// A monorepo with the shipped `base/` and `libs/broker` (its container.env plus `SNAPSHOT`
+/// paths and the `extra_env` lines), this repository's action and workflows, committed.
+fn broker_repo(extra_env: &str, ip: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let src = workflows::source_root();
+    workflows::copy_dir(&src.join("base"), &root.join("base"));
+    workflows::copy_dir(&src.join("libs/broker"), &root.join("libs/broker"));
+    let env_path = root.join("libs/broker/container.env");
+    let mut env = std::fs::read_to_string(&env_path).unwrap();
+    if let Some(ip) = ip {
+        env = env.lines().map(|l| if l.starts_with("IP=") { format!("IP={ip}") } else { l.to_string() }).collect::<Vec<_>>().join("\n");
+        env.push('\n');
+    }
+    env.push_str("SNAPSHOT=/var/lib/mosquitto,/etc/mosquitto\n");
+    env.push_str(extra_env);
+    std::fs::write(&env_path, env).unwrap();
+    write_files(root, &[(".gitignore", ".proxmox-gitops/\n*.local.*\n")]);
+    std::fs::copy(src.join("action.yml"), root.join("action.yml")).unwrap();
+    std::fs::create_dir_all(root.join("workflows")).unwrap();
+    for f in ["pipeline.yml", "snapshot.yml"] {
+        std::fs::copy(src.join("workflows").join(f), root.join("workflows").join(f)).unwrap();
+    }
+    workflows::git(root, &["init", "-q"]);
+    commit_all(root, "fixture");
+    dir
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `mosquitto_pub` to the broker at `addr` with `password`; true when the broker accepted it.
+fn mqtt_pub(addr: &str, password: &str, topic: &str, message: &str) -> bool {
+    std::process::Command::new("mosquitto_pub")
+        .args(["-h", addr, "-p", "1883", "-u", LOGIN, "-P", password, "-t", topic, "-m", message, "-q", "1"])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// Asserts the broker at `addr` answers with the credentials (a message published by one client
+/// reaches a subscriber) and refuses a wrong password. Polls (bounded) while it comes up.
+fn assert_broker_answers(addr: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut wait = std::time::Duration::from_millis(100);
+    while !mqtt_pub(addr, PASSWORD, "pgo/ping", "ping") {
+        assert!(std::time::Instant::now() < deadline, "the broker at {addr} never accepted {LOGIN}");
+        std::thread::sleep(wait);
+        wait = (wait * 2).min(std::time::Duration::from_secs(2));
+    }
+    let sub = std::process::Command::new("mosquitto_sub")
+        .args(["-h", addr, "-p", "1883", "-u", LOGIN, "-P", PASSWORD, "-t", "pgo/e2e", "-C", "1", "-W", "20"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Publish until the subscriber (which may not have subscribed yet) got a message; bounded
+    // by its own -W timeout.
+    let child = std::sync::Arc::new(std::sync::Mutex::new(sub));
+    let mut tries = 0;
+    let out = loop {
+        assert!(mqtt_pub(addr, PASSWORD, "pgo/e2e", "hello from the host"));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        tries += 1;
+        let mut c = child.lock().unwrap();
+        if let Some(status) = c.try_wait().unwrap() {
+            let mut text = String::new();
+            std::io::Read::read_to_string(c.stdout.as_mut().unwrap(), &mut text).unwrap();
+            break (status, text);
+        }
+        assert!(tries < 150, "mosquitto_sub never received the message");
+    };
+    assert!(out.0.success(), "mosquitto_sub: {:?}", out);
+    assert_eq!(out.1, "hello from the host\n");
+    assert!(!mqtt_pub(addr, "wrong-password", "pgo/e2e", "x"), "the broker accepted a wrong password");
+}
+
+fn stat_and_pid(ct: &str) -> String {
+    let (code, files) = attach(ct, &["stat", "-c", "%n %Y %i", "/etc/mosquitto/passwd", "/etc/mosquitto/conf.d/proxmox-gitops.conf"]);
+    assert_eq!(code, 0, "{files}");
+    let (_, pid) = attach(ct, &["systemctl", "show", "-p", "MainPID", "--value", "mosquitto"]);
+    format!("{files}pid {pid}")
+}
+
+use workflows::attach;
+
+/// The whole pipeline for real, on one LXC container (shared by every part to keep the wall
+/// time down; destroyed when the test ends, also on failure):
+///
+/// a. backend `lxc`: push to `release` provisions the container and configures the shipped
+///    broker (mosquitto answers with LOGIN/PASSWORD from the host); a push to `main` that only
+///    touches the lib's docs configures again and changes nothing (no provision, base recap
+///    `changed=0`, the broker's files and process untouched); `snapshot.yml` on `snapshot` writes
+///    a verified archive of the declared paths;
+/// c. a lib whose configuration fails on `main`: the run fails, act exits non-zero, the log names
+///    the lib and the step;
+/// b. backend `pve` against fakepve: `release` creates the CT in fakepve with the spec's config;
+///    the spec's address is the real container's, so the SSH wait and configure reach it.
+#[test]
+fn end_to_end_lxc_then_a_failing_lib_then_pve() {
+    let _cleanup = workflows::LxcCleanup::new();
+    let stage = workflows::lxc_stage();
+    let ct = format!("{stage}-broker");
+    let base = format!("{}base", workflows::lxc_prefix());
+    let state = tempfile::tempdir().unwrap();
+    let artifacts = state.path().join("artifacts");
+    let share = state.path().join("share");
+    std::fs::create_dir_all(&share).unwrap();
+    let repo = broker_repo("", None);
+    let common: Vec<String> = vec![
+        "--var".into(), format!("PROXMOX_GITOPS_STAGE={stage}"),
+        "--var".into(), format!("PROXMOX_SHARE={}", share.display()),
+        "--var".into(), format!("LOGIN={LOGIN}"),
+        "-s".into(), format!("PASSWORD={PASSWORD}"),
+        "--env".into(), format!("PGO_LXC_BASE={base}"),
+    ];
+    let lxc_args = |artifacts: &Path| -> Vec<String> {
+        let mut a = common.clone();
+        a.extend(["--var".into(), "PROXMOX_GITOPS_BACKEND=lxc".into()]);
+        a.extend(["--var".into(), format!("PROXMOX_GITOPS_ARTIFACTS={}", artifacts.display())]);
+        a
+    };
+    let run = |repo: &Path, workflow: &str, git_ref: &str, args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let t = std::time::Instant::now();
+        let r = act(repo, "push", workflow, &serde_json::json!({"ref": git_ref}), &args);
+        eprintln!("act {workflow} {git_ref}: exit {} in {:.1}s", r.code, t.elapsed().as_secs_f64());
+        assert!(!r.log.contains(PASSWORD), "the password leaked into the log:\n{}", r.log);
+        r
+    };
+
+    // a1. release: provision + configure on a real container.
+    let r = run(repo.path(), "workflows/pipeline.yml", "refs/heads/release", &lxc_args(&artifacts));
+    let log = &r.log;
+    assert_eq!(r.code, 0, "{log}");
+    assert!(r.job_has("pipeline", "provision", "Job succeeded"), "{log}");
+    assert!(r.job_has("pipeline", "configure", "Job succeeded"), "{log}");
+    let prov = read_json(&artifacts.join("provision/broker.json"));
+    assert_eq!(prov["result"], "ok", "{prov:#}");
+    assert_eq!(prov["backend"], "lxc");
+    assert_eq!(prov["hostname"], ct.as_str());
+    assert_eq!(prov["vmid"], 120);
+    assert_eq!(prov["created"], true);
+    let deploy = read_json(&artifacts.join("deploy.json"));
+    assert_eq!(prov["inputs_digest"], deploy["containers"][0]["inputs_digest"]);
+    let addr = prov["address"].as_str().unwrap().to_string();
+    assert!(addr.starts_with("10.0.3."), "the container's address is on lxcbr0: {addr}");
+    let cfg = read_json(&artifacts.join("configure/broker.json"));
+    assert_eq!(cfg["result"], "ok", "{cfg:#}");
+    assert_eq!(cfg["outputs"]["LIBS_BROKER_ENDPOINT"], format!("mqtt://{addr}:1883").as_str(), "{cfg:#}");
+    assert_broker_answers(&addr);
+    let before = stat_and_pid(&ct);
+
+    // a2. main, with a change to the lib's docs only: configure only, and nothing changes.
+    let readme = repo.path().join("libs/broker/README.md");
+    std::fs::write(&readme, std::fs::read_to_string(&readme).unwrap() + "\nSee also docs/workflows.md.\n").unwrap();
+    commit_all(repo.path(), "broker: docs");
+    let r = run(repo.path(), "workflows/pipeline.yml", "refs/heads/main", &lxc_args(&artifacts));
+    let log = &r.log;
+    assert_eq!(r.code, 0, "{log}");
+    assert!(r.job("pipeline", "provision").is_empty(), "main does not provision:\n{log}");
+    assert!(r.job_has("pipeline", "configure", "Job succeeded"), "{log}");
+    let deploy = read_json(&artifacts.join("deploy.json"));
+    assert_eq!(deploy["ref"], "refs/heads/main");
+    assert_eq!(deploy["steps"], serde_json::json!(["configure"]));
+    assert_eq!(deploy["containers"][0]["steps"][0]["state"], "ok", "{deploy:#}");
+    let cfg = read_json(&artifacts.join("configure/broker.json"));
+    assert_eq!(cfg["result"], "ok", "{cfg:#}");
+    assert_eq!(cfg["base"]["changed"], 0, "the base role changed something on main: {cfg:#}");
+    assert_eq!(stat_and_pid(&ct), before, "the broker's files or process changed on main");
+    assert_broker_answers(&addr);
+
+    // a3. snapshot.yml on snapshot: a verified archive of the declared paths.
+    let r = run(repo.path(), "workflows/snapshot.yml", "refs/heads/snapshot", &lxc_args(&artifacts));
+    let log = &r.log;
+    assert_eq!(r.code, 0, "{log}");
+    let snap = read_json(&artifacts.join("snapshot/broker.json"));
+    assert_eq!(snap["result"], "ok", "{snap:#}");
+    assert_eq!(snap["verification"], "verified", "{snap:#}");
+    assert_eq!(snap["paths"], serde_json::json!(["/var/lib/mosquitto", "/etc/mosquitto"]));
+    let archive = Path::new(snap["archive"].as_str().unwrap());
+    assert!(archive.starts_with(share.join("snapshots/broker")), "{}", archive.display());
+    assert!(Path::new(snap["manifest"].as_str().unwrap()).is_file());
+    let listing = std::process::Command::new("tar").arg("tzf").arg(archive).output().unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.lines().any(|l| l.trim_end_matches('/').ends_with("etc/mosquitto/passwd")), "{listing}");
+    assert!(listing.lines().any(|l| l.trim_end_matches('/').ends_with("var/lib/mosquitto")), "{listing}");
+    assert!(snap["entry_count"].as_u64().unwrap() >= 4, "{snap:#}");
+
+    // c. a failing lib on main: the run fails and says which lib and step.
+    let script = repo.path().join("libs/broker/configure.sh");
+    let text = std::fs::read_to_string(&script).unwrap();
+    let broken = text.replacen("set -euo pipefail\n", "set -euo pipefail\necho 'mosquitto.conf: bad listener' >&2\nexit 7\n", 1);
+    assert_ne!(broken, text);
+    std::fs::write(&script, broken).unwrap();
+    commit_all(repo.path(), "broker: broken");
+    let r = run(repo.path(), "workflows/pipeline.yml", "refs/heads/main", &lxc_args(&artifacts));
+    let log = &r.log;
+    assert_ne!(r.code, 0, "{log}");
+    assert!(r.job_has("pipeline", "configure", "Job failed"), "{log}");
+    assert!(r.job_has("pipeline", "configure", "broker: configure failed:"), "{log}");
+    assert!(r.job_has("pipeline", "configure", "error: 1 of 1 container(s) failed: broker"), "{log}");
+    assert!(r.job_has("pipeline", "configure", "mosquitto.conf: bad listener"), "the lib's own error reaches the log:\n{log}");
+    let cfg = read_json(&artifacts.join("configure/broker.json"));
+    assert_eq!(cfg["result"], "failed", "{cfg:#}");
+    assert_broker_answers(&addr);
+
+    // b. backend pve against fakepve, the spec's address being the real container.
+    let pve = fakepve::FakePve::start();
+    pve.add_template();
+    let pve_repo = broker_repo("", Some(&format!("{addr}/24")));
+    let pve_artifacts = state.path().join("pve-artifacts");
+    let mut args = common.clone();
+    args.extend(
+        [
+            ("--var", "PROXMOX_GITOPS_BACKEND=pve".to_string()),
+            ("--var", format!("PROXMOX_GITOPS_ARTIFACTS={}", pve_artifacts.display())),
+            ("--var", "PROXMOX_HOST=127.0.0.1".to_string()),
+            ("--var", format!("PROXMOX_PORT={}", pve.port)),
+            ("--var", "PROXMOX_USER=root@pam".to_string()),
+            ("-s", "PROXMOX_PASSWORD=secret".to_string()),
+            ("--var", format!("PROXMOX_TEMPLATE={}", fakepve::TEMPLATE)),
+            ("--var", "PROXMOX_STORAGE=local".to_string()),
+            ("--var", "PROXMOX_GATEWAY=10.0.3.1".to_string()),
+            ("--env", format!("PROXMOX_CA={}", pve.ca.display())),
+        ]
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v]),
+    );
+    let r = run(pve_repo.path(), "workflows/pipeline.yml", "refs/heads/release", &args);
+    let log = &r.log;
+    assert_eq!(r.code, 0, "{log}");
+    let conf = pve.ct_config(120).unwrap_or_else(|| panic!("CT 120 was not created in fakepve:\n{log}"));
+    eprintln!("fakepve CT 120: {conf:#}");
+    assert_eq!(conf["hostname"], ct.as_str(), "{conf:#}");
+    assert_eq!(conf["cores"].to_string().trim_matches('"'), "1", "{conf:#}");
+    assert_eq!(conf["memory"].to_string().trim_matches('"'), "256", "{conf:#}");
+    assert_eq!(conf["swap"].to_string().trim_matches('"'), "256", "{conf:#}");
+    assert_eq!(conf["status"], "running", "{conf:#}");
+    let net0 = conf["net0"].as_str().unwrap_or_default();
+    assert!(net0.contains(&format!("ip={addr}/24")) && net0.contains("gw=10.0.3.1"), "{conf:#}");
+    assert!(conf["rootfs"].as_str().unwrap_or_default().starts_with("local-lvm:"), "{conf:#}");
+    let prov = read_json(&pve_artifacts.join("provision/broker.json"));
+    assert_eq!(prov["result"], "ok", "{prov:#}");
+    assert_eq!(prov["backend"], "pve");
+    assert_eq!(prov["node"], "pve1");
+    assert_eq!(prov["address"], addr.as_str());
+    let actions: Vec<&str> = prov["actions"].as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap()).collect();
+    assert!(actions.contains(&"create") && actions.contains(&"start") && actions.contains(&"wait-ssh"), "{prov:#}");
+    let cfg = read_json(&pve_artifacts.join("configure/broker.json"));
+    assert_eq!(cfg["result"], "ok", "configure reached the real container: {cfg:#}");
+    assert_eq!(cfg["address"], addr.as_str());
+    assert_eq!(cfg["base"]["changed"], 0, "{cfg:#}");
+    assert_broker_answers(&addr);
 }
