@@ -330,16 +330,63 @@ async fn bad_input_is_refused_before_anything_runs() {
     assert!(!root.join(".proxmox-gitops/deploy.json").exists());
 }
 
+/// The shipped runner calls the real steps: without PROXMOX_HOST the pve backend cannot be built,
+/// so every provision fails with a message naming the setting, and each container's artifact
+/// records the failure for its inputs digest (configure is then not run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_builtin_runner_says_which_step_is_not_built_yet() {
+async fn the_builtin_runner_runs_the_real_provision_step_and_records_its_digest() {
     let repo = monorepo(&["alpha"]);
     let root = repo.path();
-    let s = run_deploy(Arc::new(BuiltinRunner::default()), inventory(root), &opts(root, "refs/heads/release")).await.unwrap();
+    let runner = Arc::new(BuiltinRunner::new(proxmox_gitops::settings::Settings::default()));
+    let s = run_deploy(runner, inventory(root), &opts(root, "refs/heads/release")).await.unwrap();
     assert_eq!(s.failed(), vec!["config", "alpha"]);
-    assert_eq!(
-        s.containers[1].error.as_deref(),
-        Some("provision: step provision is not built into this binary yet (this proxmox-gitops was built without the provision step)")
-    );
+    let err = s.containers[1].error.as_deref().unwrap();
+    assert_eq!(err, "provision: 1 problem in the input:\n  environment (PROXMOX_HOST): not set: the PVE API host (name or address)");
+    assert_eq!(s.containers[1].steps[1].state, proxmox_gitops::steps::deploy::StepState::NotRun);
+    let prov: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/provision/alpha.json")).unwrap()).unwrap();
+    assert_eq!(prov["result"], "failed");
+    assert_eq!(prov["backend"], "pve");
+    assert_eq!(prov["inputs_digest"].as_str(), Some(digest_of(root, "alpha").as_str()));
+    assert_eq!(prov["plan"]["action"], "refused");
+}
+
+/// On main the real configure step runs; without a provision artifact it fails saying so, and its
+/// artifact carries the inputs digest too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builtin_runner_runs_the_real_configure_step() {
+    let repo = monorepo(&["alpha"]);
+    let root = repo.path();
+    let runner = Arc::new(BuiltinRunner::new(proxmox_gitops::settings::Settings::default()));
+    let mut o = opts(root, "refs/heads/main");
+    o.containers = vec!["alpha".into()];
+    let s = run_deploy(runner, inventory(root), &o).await.unwrap();
+    assert_eq!(s.failed(), vec!["alpha"]);
+    let err = s.containers[0].error.as_deref().unwrap();
+    assert!(err.starts_with("configure: alpha: run `provision` first"), "{err}");
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/configure/alpha.json")).unwrap()).unwrap();
+    assert_eq!(cfg["result"], "failed");
+    assert_eq!(cfg["inputs_digest"].as_str(), Some(digest_of(root, "alpha").as_str()));
+}
+
+/// The snapshot step of a container without SNAPSHOT paths succeeds without contacting it; one
+/// with paths but no way in (not provisioned) fails naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builtin_runner_runs_the_real_snapshot_step() {
+    let repo = monorepo(&["alpha"]);
+    let root = repo.path();
+    write_files(root, &[("libs/alpha/container.env", "ID=101\nIP=127.0.30.2/24\nSNAPSHOT=/var/lib/alpha\n")]);
+    let runner = Arc::new(BuiltinRunner::new(proxmox_gitops::settings::Settings::default()));
+    let s = run_deploy(runner, inventory(root), &opts(root, "refs/heads/snapshot")).await.unwrap();
+    assert_eq!(s.failed(), vec!["alpha"]);
+    let err = s.containers[1].error.as_deref().unwrap();
+    assert!(err.starts_with("snapshot: alpha (vmid 101): SSH transport not available"), "{err}");
+    let ok: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/snapshot/config.json")).unwrap()).unwrap();
+    assert_eq!(ok["result"], "ok");
+    assert_eq!(ok["warnings"], serde_json::json!(["config declares no SNAPSHOT paths: nothing to snapshot"]));
+    assert_eq!(ok["inputs_digest"].as_str(), Some(digest_of(root, "config").as_str()));
 }
 
 #[test]

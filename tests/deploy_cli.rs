@@ -40,7 +40,7 @@ fn deploy_reports_each_failed_container_and_writes_outputs() {
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains(
-            "error: 1 of 1 container(s) failed: alpha\n  alpha: configure: step configure is not built into this binary yet"
+            "error: 1 of 1 container(s) failed: alpha\n  alpha: configure: alpha: run `provision` first"
         ),
         "{stderr}"
     );
@@ -102,4 +102,75 @@ fn artifacts_travel_in_a_bundle() {
         "{}",
         text(&out.stderr)
     );
+}
+
+#[path = "support/fakepve.rs"]
+mod fakepve;
+
+/// `deploy` provisions through the real pve backend (fakepve on loopback) with the recreate
+/// policy of its options: a change of template needs a recreate, which is refused by default and
+/// done with `--allow-recreate`.
+#[test]
+fn deploy_provisions_on_pve_with_the_recreate_policy() {
+    let pve = fakepve::FakePve::start();
+    pve.add_template();
+    pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
+    let repo = monorepo(&["alpha"]);
+    let root = repo.path();
+    let share = tempfile::tempdir().unwrap();
+    let port = pve.port.to_string();
+    let ca = pve.ca.to_str().unwrap().to_string();
+    let share_s = share.path().to_str().unwrap().to_string();
+    let env = |template: &'static str| -> Vec<(&'static str, String)> {
+        vec![
+            ("PROXMOX_HOST", "127.0.0.1".into()),
+            ("PROXMOX_PORT", port.clone()),
+            ("PROXMOX_USER", "root@pam".into()),
+            ("PROXMOX_PASSWORD", "secret".into()),
+            ("PROXMOX_TEMPLATE", template.into()),
+            ("PROXMOX_STORAGE", "local".into()),
+            ("PROXMOX_GATEWAY", "127.0.20.254".into()),
+            ("PROXMOX_SHARE", share_s.clone()),
+            ("PROXMOX_CA", ca.clone()),
+        ]
+    };
+    let run = |template: &'static str, extra: &[&str]| {
+        let env = env(template);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut args = vec!["deploy", "--ref", "refs/heads/release", "--step", "provision", "--container", "alpha", "--no-wait-ssh"];
+        args.extend_from_slice(extra);
+        pgo(root, &args, &env)
+    };
+    let prov = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/provision/alpha.json")).unwrap()).unwrap()
+    };
+    let actions = |v: &serde_json::Value| -> Vec<String> {
+        v["actions"].as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap().to_string()).collect()
+    };
+
+    let out = run(fakepve::TEMPLATE, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let p = prov();
+    assert_eq!((p["result"].as_str(), p["backend"].as_str(), p["created"].as_bool()), (Some("ok"), Some("pve"), Some(true)));
+    assert_eq!(actions(&p), vec!["create", "start"]);
+    assert_eq!(pve.ct_config(101).unwrap()["hostname"], "alpha");
+
+    // Another template: a recreate is needed; refused by default (the settings are not part of the
+    // inputs digest, so --force makes the step run again).
+    let out = run("debian-13-standard_13.2-1", &["--force"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("alpha: provision: "), "{stderr}");
+    let p = prov();
+    assert_eq!(p["result"], "failed");
+    assert_eq!(p["plan"]["action"], "refused", "{p:#}");
+    assert!(pve.ct_config(101).unwrap()["description"].as_str().unwrap().contains("13.1-2"), "nothing changed");
+
+    let out = run("debian-13-standard_13.2-1", &["--force", "--allow-recreate"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let p = prov();
+    assert_eq!(p["result"], "ok", "{p:#}");
+    assert!(actions(&p).contains(&"destroy".to_string()) && actions(&p).contains(&"create".to_string()), "{p:#}");
+    assert!(pve.ct_config(101).unwrap()["description"].as_str().unwrap().contains("13.2-1"));
+    assert!(!text(&out.stderr).contains("secret") && !text(&out.stdout).contains("secret"));
 }

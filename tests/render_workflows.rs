@@ -90,7 +90,8 @@ fn renders_every_lib_and_the_workflow_has_the_expected_structure() {
                     "container": "alpha",
                     "backend": "${{ vars.PROXMOX_GITOPS_BACKEND }}",
                     "stage": "${{ vars.PROXMOX_GITOPS_STAGE }}",
-                    "binary": "${{ vars.PROXMOX_GITOPS_BINARY }}"}}
+                    "binary": "${{ vars.PROXMOX_GITOPS_BINARY }}",
+                    "artifacts": "${{ vars.PROXMOX_GITOPS_ARTIFACTS }}"}}
             ]
         }})
     );

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::provision::{PolicyArgs, PveArgs};
 use super::{Ctx, table};
 use crate::error::{Error, Result};
 use crate::provision::BackendKind;
-use crate::steps::deploy::{BuiltinRunner, DeployOptions, RunResult, StepState, deploy};
+use crate::steps::deploy::{BuiltinRunner, DeployOptions, RunResult, RunnerOptions, StepState, deploy};
 use crate::steps::plan::Step;
 
 /// Arguments of `deploy`.
@@ -34,15 +35,37 @@ pub struct DeployArgs {
     /// At most this many containers at once.
     #[arg(long, short = 'j', default_value_t = 4, env = "PGO_JOBS")]
     jobs: usize,
-    /// Backend for provisioning.
-    #[arg(long, value_enum, default_value_t = BackendKind::Pve, env = "PGO_BACKEND")]
-    backend: BackendKind,
+    /// Backend for provisioning [default: pve when PROXMOX_HOST is configured, else lxc].
+    #[arg(long, value_enum, env = "PGO_BACKEND")]
+    backend: Option<BackendKind>,
     /// Use this inventory artifact instead of resolving the repo again.
     #[arg(long)]
     inventory: Option<PathBuf>,
     /// The workflow run; a snapshot is only skipped when it succeeded in the same run.
     #[arg(long, env = "GITHUB_RUN_ID")]
     run_id: Option<String>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    /// Do not wait for SSH after a start (provision).
+    #[arg(long)]
+    no_wait_ssh: bool,
+    /// SSH port to wait for and connect to.
+    #[arg(long, default_value_t = 22)]
+    ssh_port: u16,
+    /// Seconds provision waits for SSH (and a DHCP address) after a start.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    ssh_timeout: u64,
+    /// Seconds all SSH connect attempts of configure may take together.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    connect_budget: u64,
+    /// Seconds one configuration run (base role, lib) may take.
+    #[arg(long, value_name = "SECS", default_value_t = 1800)]
+    run_timeout: u64,
+    /// Snapshot step: keep this many snapshots per lib; older ones are deleted.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    keep: Option<u32>,
+    #[command(flatten)]
+    pve: PveArgs,
 }
 
 /// A step name on the command line.
@@ -66,6 +89,23 @@ impl From<StepArg> for Step {
 pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     let _group = crate::ci::Group::start("deploy");
     let inv = ctx.inventory(args.inventory.as_deref())?;
+    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let backend = args.backend.unwrap_or_else(|| crate::steps::provision::default_backend(&settings));
+    let secs = std::time::Duration::from_secs;
+    let runner_opts = RunnerOptions {
+        pve: args.pve.connect()?,
+        recreate: args.policy.policy(),
+        wait_ssh: !args.no_wait_ssh,
+        ssh_port: args.ssh_port,
+        ssh_timeout: secs(args.ssh_timeout),
+        connect: crate::ssh::ConnectOptions {
+            connect_timeout: secs(10),
+            total_timeout: secs(args.connect_budget),
+            attempts: 10,
+        },
+        run_timeout: secs(args.run_timeout),
+        keep: args.keep.map(|k| k as usize),
+    };
     let opts = DeployOptions {
         repo: ctx.repo.clone(),
         artifacts: ctx.artifacts.clone(),
@@ -74,7 +114,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         containers: if args.all { Vec::new() } else { args.containers },
         force: args.force,
         jobs: args.jobs,
-        backend: args.backend,
+        backend,
         run_id: args.run_id.filter(|r| !r.is_empty()),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -82,8 +122,8 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         .enable_all()
         .build()
         .map_err(|e| Error::Failed(anyhow::anyhow!("cannot start the async runtime: {e}")))?;
-    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
-    let summary = rt.block_on(deploy(Arc::new(BuiltinRunner::new(settings)), inv, &opts))?;
+    let runner = BuiltinRunner::with_options(settings, runner_opts);
+    let summary = rt.block_on(deploy(Arc::new(runner), inv, &opts))?;
     let path = ctx.artifacts.deploy();
     let names = |f: &dyn Fn(&crate::steps::deploy::ContainerRecord) -> bool| {
         summary.containers.iter().filter(|c| f(c)).map(|c| c.name.as_str()).collect::<Vec<_>>().join(",")

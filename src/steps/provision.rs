@@ -159,13 +159,17 @@ pub fn backend(kind: BackendKind, settings: &Settings, connect: &PveConnect) -> 
 }
 
 /// Builds the local LXC backend: LXC path from `$PGO_LXC_PATH` (else `lxc-config
-/// lxc.lxcpath`), the share directory from the settings (`PROXMOX_SHARE`), bridge `lxcbr0`.
+/// lxc.lxcpath`), the share directory from the settings (`PROXMOX_SHARE`), bridge `lxcbr0`, the
+/// cached base container from `$PGO_LXC_BASE` (default `pgo-base-bookworm`).
 ///
 /// # Errors
 /// [`Error::Failed`] when the host cannot run it (not root, LXC tools missing — the message says
 /// what to install).
 pub fn lxc_backend(settings: &Settings) -> Result<LxcBackend> {
-    let opts = LxcOptions { share: settings.share.clone(), ..LxcOptions::default() };
+    let mut opts = LxcOptions { share: settings.share.clone(), ..LxcOptions::default() };
+    if let Some(base) = std::env::var("PGO_LXC_BASE").ok().filter(|b| !b.trim().is_empty()) {
+        opts.base = base.trim().to_string();
+    }
     LxcBackend::open(opts).map_err(Error::Failed)
 }
 

@@ -24,7 +24,8 @@ pub fn write_files(root: &Path, files: &[(&str, &str)]) {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) {
+/// Runs `git ARGS` in `dir` (test identity, default branch main); panics on failure.
+pub fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .args(["-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "init.defaultBranch=main"])
         .args(args)
@@ -77,7 +78,8 @@ pub fn monorepo_with(extra: &[(&str, &str)], with_sources: bool) -> tempfile::Te
     dir
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+/// Copies the directory tree `from` to `to`.
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
@@ -159,4 +161,64 @@ pub fn act_with(
         "act skipped a job for an unmapped runner label:\n{log}"
     );
     ActRun { code: out.status.code().unwrap_or(-1), log }
+}
+
+/// Name prefix of every LXC container an end-to-end run of this test process creates (the
+/// fixtures' stage is this prefix without its trailing `-`, so hostnames `<stage>-<lib>` carry
+/// it; the lxc backend's base is `<prefix>base`, through `PGO_LXC_BASE`).
+pub fn lxc_prefix() -> String {
+    format!("pgotest-act-{}-", std::process::id())
+}
+
+/// The stage of the end-to-end fixtures (see [`lxc_prefix`]).
+pub fn lxc_stage() -> String {
+    lxc_prefix().trim_end_matches('-').to_string()
+}
+
+fn lxc_names() -> Vec<String> {
+    Command::new("lxc-ls")
+        .arg("-1")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Stops (kill) and destroys every container named `prefix…` (with its snapshots), the base last.
+pub fn remove_containers(prefix: &str) {
+    let mut names: Vec<String> = lxc_names().into_iter().filter(|n| n.starts_with(prefix)).collect();
+    names.sort_by_key(|n| n.ends_with("-base"));
+    for n in names {
+        let _ = Command::new("lxc-stop").args(["-n", &n, "-k"]).output();
+        let _ = Command::new("lxc-destroy").args(["-n", &n, "-s"]).output();
+    }
+}
+
+/// Destroys this process's end-to-end containers when dropped (also when a test fails), and
+/// on creation those of earlier runs that were killed (their pid is gone).
+pub struct LxcCleanup;
+
+impl LxcCleanup {
+    /// Removes leftovers of dead runs; the returned value cleans up this run on drop.
+    pub fn new() -> LxcCleanup {
+        for n in lxc_names() {
+            let Some(rest) = n.strip_prefix("pgotest-act-") else { continue };
+            let Some((pid, _)) = rest.split_once('-') else { continue };
+            if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+                remove_containers(&format!("pgotest-act-{pid}-"));
+            }
+        }
+        LxcCleanup
+    }
+}
+
+impl Drop for LxcCleanup {
+    fn drop(&mut self) {
+        remove_containers(&lxc_prefix());
+    }
+}
+
+/// Runs `argv` in container `name` (lxc-attach); returns (exit code, stdout).
+pub fn attach(name: &str, argv: &[&str]) -> (i32, String) {
+    let out = Command::new("lxc-attach").args(["-n", name, "--"]).args(argv).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
 }
