@@ -268,7 +268,8 @@ impl BuiltinRunner {
             a.warnings.push(format!("{} declares no SNAPSHOT paths: nothing to snapshot", spec.name));
             a
         } else {
-            match step::connect(spec, &ctx.artifacts, &opts.share) {
+            let connect = step::ConnectOptions { transport: step::Transport::Auto, ssh: self.options.connect.clone() };
+            match step::connect(spec, &ctx.artifacts, &opts.share, &connect).await {
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await,
                 Err(reason) => {
                     let mut a = step::Snapshot::new(spec, Operation::Snapshot);
