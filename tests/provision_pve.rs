@@ -140,6 +140,7 @@ fn spec(name: &str, vmid: u32) -> ContainerSpec {
 fn client(b: &Backend) -> &Arc<proxmox_gitops::pve::PveClient> {
     match b {
         Backend::Pve(p) => p.client(),
+        Backend::Lxc(_) => panic!("these tests use the pve backend"),
     }
 }
 
