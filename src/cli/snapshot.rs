@@ -40,6 +40,9 @@ pub struct SnapshotArgs {
     /// Use this inventory artifact instead of resolving the repo again.
     #[arg(long)]
     inventory: Option<PathBuf>,
+    /// PVE API trust (for container snapshots of `pve` containers; used when PROXMOX_HOST is set).
+    #[command(flatten)]
+    pve: super::provision::PveArgs,
 }
 
 pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
@@ -68,10 +71,19 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         keep: args.keep.map(|k| k as usize),
         now: time::OffsetDateTime::now_utc(),
     };
+    // Container snapshots of `pve` containers go through the API when it is configured.
+    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let pve = match settings.pve.host {
+        Some(_) => Some(step::PveCtAccess {
+            client: std::sync::Arc::new(crate::steps::provision::pve_client(&settings, &args.pve.connect()?)?),
+            task_timeout: std::time::Duration::from_secs(args.pve.timeout_create),
+        }),
+        None => None,
+    };
     let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
     let mut results = Vec::new();
     for spec in specs {
-        let result = match step::connect(spec, &ctx.artifacts, &share) {
+        let result = match step::connect(spec, &ctx.artifacts, &share, pve.as_ref()) {
             Ok(conn) => rt.block_on(async {
                 if args.restore {
                     step::restore(spec, conn.exec.as_ref(), &opts, args.at.as_deref()).await

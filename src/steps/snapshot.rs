@@ -16,6 +16,7 @@ use crate::provision::{BackendKind, Outcome, Provision};
 use crate::snapshot::ct::{self, CtSnapshotRecord, CtSnapshots};
 use crate::snapshot::data::{self, TakeRequest};
 use crate::snapshot::lxc::LxcSnapshots;
+use crate::snapshot::pve::PveSnapshots;
 use crate::snapshot::remote::{CommandExec, RemoteExec};
 use crate::snapshot::store::Store;
 
@@ -264,13 +265,35 @@ pub struct Connection {
     pub ct: Option<Box<dyn CtSnapshots>>,
 }
 
+/// Access to the PVE API for the container snapshots of `pve`-backend containers.
+#[derive(Clone)]
+pub struct PveCtAccess {
+    /// The client (shared session).
+    pub client: std::sync::Arc<crate::pve::PveClient>,
+    /// Bound of one snapshot task (create, rollback, delete), e.g. 600 s.
+    pub task_timeout: std::time::Duration,
+}
+
+/// The container snapshots of the container `prov` describes: `lxc-snapshot` for the `lxc`
+/// backend; the PVE API (`…/lxc/{vmid}/snapshot`, [`PveSnapshots`]) for the `pve` backend when
+/// `pve` access is given and the artifact names the node; otherwise none.
+pub fn ct_snapshots(prov: &Provision, pve: Option<&PveCtAccess>) -> Option<Box<dyn CtSnapshots>> {
+    match prov.backend {
+        BackendKind::Lxc => Some(Box::new(LxcSnapshots::new(&prov.hostname, Path::new("/var/lib/lxc")))),
+        BackendKind::Pve => {
+            let (pve, node) = (pve?, prov.node.as_deref()?);
+            Some(Box::new(PveSnapshots::new(pve.client.clone(), node, prov.vmid).with_timeout(pve.task_timeout)))
+        }
+    }
+}
+
 /// THE transport seam: how the step reaches `spec`'s container, from its `provision/<name>.json`
 /// artifact when there is one.
 ///
 /// * backend `lxc`: `lxc-attach -n <hostname> --` and `lxc-snapshot` on this host;
 /// * otherwise (backend `pve`, or no provision artifact): SSH to `Provision.address` with the key
 ///   `<share>/.keys/<vmid>` — not available in this build yet (the lead connects `crate::ssh`
-///   here, and the PVE client's `CtSnapshots` implementation).
+///   here). Container snapshots of `pve` containers come from [`ct_snapshots`] (given `pve`).
 ///
 /// # Errors
 /// A message naming the container and why it cannot be reached.
@@ -278,6 +301,7 @@ pub fn connect(
     spec: &ContainerSpec,
     artifacts: &ArtifactDir,
     _share: &Path,
+    pve: Option<&PveCtAccess>,
 ) -> Result<Connection, String> {
     let path = artifacts.provision(&spec.name);
     let prov: Option<Provision> = match artifact::read::<Provision>(&path) {
@@ -289,13 +313,11 @@ pub fn connect(
         }
         Err(e) => return Err(e.to_string()),
     };
+    let ct = prov.as_ref().and_then(|p| ct_snapshots(p, pve));
     match prov {
         Some(p) if p.backend == BackendKind::Lxc => Ok(Connection {
             exec: Box::new(CommandExec::lxc_attach(&p.hostname)),
-            ct: Some(Box::new(LxcSnapshots::new(
-                &p.hostname,
-                Path::new("/var/lib/lxc"),
-            ))),
+            ct,
         }),
         _ => Err(format!(
             "{} (vmid {}): SSH transport not available in this build; only containers provisioned by the \
