@@ -3,8 +3,8 @@
 //! `protected_by` names it; a container that cannot be reached (stopped) is not destroyed.
 //!
 //! Needs root and LXC. The container is named `pgotest-grd-<pid>-app` and cloned by the backend
-//! from an already cached base — `$PGO_TEST_LXC_BASE`, else any ready base of the lxc backend
-//! found in the LXC path (`<base>/proxmox-gitops-base.json`); only when there is none is
+//! from an already cached base — `$PGO_TEST_LXC_BASE`, else the backend's default base
+//! `pgo-base-bookworm` when it is ready, else any ready base of the lxc backend found in the LXC path (`<base>/proxmox-gitops-base.json`); only when there is none is
 //! `pgotest-grd-base` bootstrapped (and kept for later runs). The container is removed when the
 //! test ends, also when it fails. It is reached only through `lxc-attach` (no network traffic
 //! beyond lxcbr0's DHCP).
@@ -43,7 +43,9 @@ fn base(lxc_path: &Path) -> String {
         .filter(|e| e.path().join(BASE_READY_FILE).is_file() && e.path().join("config").is_file())
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
         .collect();
-    ready.sort();
+    // The backend's default base (`pgo-base-bookworm`, what `local/run.sh` caches) first.
+    let default = LxcOptions::default().base;
+    ready.sort_by_key(|n| (*n != default, n.clone()));
     ready.into_iter().next().unwrap_or_else(|| "pgotest-grd-base".into())
 }
 
