@@ -432,7 +432,7 @@ async fn refused_csrf_token_logs_in_again_once() {
     env.pve.exec("for t in pve.tickets.values():\n    t['csrf'] = 'refused'");
     env.pve.requests(true);
     let dir = ArtifactDir::new(env.artifacts.path());
-    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts()).await;
+    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     let _ = dir;
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     assert_eq!(client(&b).login_count(), 2);
@@ -482,7 +482,7 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
         action: Action::Create,
         start: true,
     };
-    let direct = b.apply(&s, &plan, &env.apply_opts()).await;
+    let direct = b.apply(&s, &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     assert_eq!(direct.outcome, out[0].outcome);
     assert_eq!(direct.node, None);
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
@@ -740,7 +740,7 @@ async fn already_running_is_success_and_destroy_is_idempotent() {
     let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
     assert!(plan.start);
     env.pve.exec("ct = pve.ct(101)\nct.status = 'running'\nct.pid = 4242");
-    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts()).await;
+    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     assert_eq!(
         normalised(&p)["actions"][0],
@@ -845,7 +845,7 @@ async fn unreachable_with_data(env: &Env) -> (ContainerSpec, Backend, ApplyOptio
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
     let b2 = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
-    env.pve.exec(&format!("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')"));
+    env.pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
     (s, b2, opts)
 }
 

@@ -8,8 +8,9 @@
 //! One backend instance — and so one PVE client and session — serves every container.
 //!
 //! **No destroy without a snapshot**: before a plan that recreates a container is executed,
-//! [`protect`] applies [`crate::snapshot::guard::before_destroy`] — in this one place, for every
-//! backend (the backends' own destroy/recreate code does not repeat it). A container that
+//! [`Backend::apply`] calls [`protect`], which applies [`crate::snapshot::guard::before_destroy`]
+//! — in this one place, for every backend (the backends' own `apply`/`destroy` do not repeat it,
+//! so callers go through [`Backend`]). A container that
 //! declares `SNAPSHOT` paths gets a verified data snapshot first; when it cannot be reached or the
 //! snapshot fails, the recreate is refused and nothing is touched, unless `--no-snapshot`
 //! ([`ApplyOptions::no_snapshot`]). `Provision.protected_by` records the outcome. The `destroy`
@@ -64,14 +65,44 @@ impl Backend {
     }
 
     /// Applies a plan; never panics, failures are in the outcome. See [`PveBackend::apply`].
-    pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
+    ///
+    /// A plan that recreates the container runs only after [`protect`] allowed it (the safety
+    /// rule: a verified data snapshot first, or `--no-snapshot`); a refusal is a failed outcome
+    /// with nothing changed. `artifacts` holds the container's last `provision/<name>.json`
+    /// (how PVE containers are reached for the snapshot).
+    pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions, artifacts: &ArtifactDir) -> Provision {
+        if !matches!(plan.action, Action::Recreate { .. }) {
+            return self.apply_unguarded(spec, plan, opts).await;
+        }
+        match protect(self, spec, artifacts, &opts.share, opts.no_snapshot).await {
+            Ok(guarded) => {
+                let mut prov = self.apply_unguarded(spec, plan, opts).await;
+                prov.protected_by = Some(guarded.protection.protected_by());
+                if let Some(r) = guarded.record {
+                    prov.actions.insert(0, r);
+                }
+                prov
+            }
+            Err(refused) => {
+                let error = crate::ci::redact(&refused.to_string());
+                tracing::error!("{error}");
+                let mut prov = failed_before_plan(self.kind(), spec, opts, &anyhow::anyhow!("{error}"));
+                prov.plan = plan.clone();
+                prov.outcome = Outcome::Failed { error };
+                prov
+            }
+        }
+    }
+
+    async fn apply_unguarded(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
         match self {
             Backend::Pve(b) => b.apply(spec, plan, opts).await,
             Backend::Lxc(b) => b.apply(spec, plan, opts).await,
         }
     }
 
-    /// Destroys a container. See [`PveBackend::destroy`].
+    /// Destroys a container. See [`PveBackend::destroy`]. This does **not** apply the safety
+    /// rule: destroy through [`crate::steps::destroy`], which calls [`protect`] first.
     ///
     /// # Errors
     /// The backend's errors.
@@ -228,7 +259,7 @@ pub async fn apply_all(
     let results: Vec<anyhow::Result<Provision>> = futures_util::stream::iter(planned.into_iter().map(|p| async move {
         let _group = crate::ci::Group::start(&format!("provision {}", p.spec.name));
         let prov = match &p.plan {
-            Ok(plan) => apply_guarded(backend, &p.spec, plan, opts, artifacts).await,
+            Ok(plan) => backend.apply(&p.spec, plan, opts, artifacts).await,
             Err(e) => failed_before_plan(backend.kind(), &p.spec, opts, e),
         };
         write_artifact(&artifacts.provision(&prov.name), &prov)?;
@@ -238,37 +269,6 @@ pub async fn apply_all(
     .collect()
     .await;
     results.into_iter().map(|r| r.map_err(Error::Failed)).collect()
-}
-
-/// Executes one plan; a recreate runs only after [`protect`] allowed it (see the module docs).
-async fn apply_guarded(
-    backend: &Backend,
-    spec: &ContainerSpec,
-    plan: &ContainerPlan,
-    opts: &ApplyOptions,
-    artifacts: &ArtifactDir,
-) -> Provision {
-    if !matches!(plan.action, Action::Recreate { .. }) {
-        return backend.apply(spec, plan, opts).await;
-    }
-    match protect(backend, spec, artifacts, &opts.share, opts.no_snapshot).await {
-        Ok(guarded) => {
-            let mut prov = backend.apply(spec, plan, opts).await;
-            prov.protected_by = Some(guarded.protection.protected_by());
-            if let Some(r) = guarded.record {
-                prov.actions.insert(0, r);
-            }
-            prov
-        }
-        Err(refused) => {
-            let error = crate::ci::redact(&refused.to_string());
-            tracing::error!("{error}");
-            let mut prov = failed_before_plan(backend.kind(), spec, opts, &anyhow::anyhow!("{error}"));
-            prov.plan = plan.clone();
-            prov.outcome = Outcome::Failed { error };
-            prov
-        }
-    }
 }
 
 /// What [`protect`] decided, with the `snapshot` action to record when one was taken.
