@@ -983,3 +983,70 @@ async fn destroy_step_refuses_without_snapshot_and_destroys_with_no_snapshot() {
     assert_eq!(out[0].protected_by.as_deref(), Some("none (no SNAPSHOT paths)"));
     assert!(env.pve.ct_config(102).is_none());
 }
+
+#[test]
+fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
+    let pve = FakePve::start();
+    pve.add_template();
+    pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
+    std::fs::write(
+        repo.path().join("libs/broker/container.env"),
+        "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\nSNAPSHOT=/srv/data\n",
+    )
+    .unwrap();
+    let ca = pve.ca.to_str().unwrap().to_string();
+    let closed = closed_port().to_string();
+    let run = |template: &str, args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .args(args)
+            .args(["--repo", repo.path().to_str().unwrap(), "--pve-ca", &ca])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PROXMOX_HOST", "127.0.0.1")
+            .env("PROXMOX_PORT", pve.port.to_string())
+            .env("PROXMOX_USER", "root@pam")
+            .env("PROXMOX_PASSWORD", "secret")
+            .env("PROXMOX_TEMPLATE", template)
+            .env("PROXMOX_STORAGE", "local")
+            .env("PROXMOX_SHARE", share.path())
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let art = |kind: &str| repo.path().join(".proxmox-gitops").join(kind).join("broker.json");
+    // Created; its recorded SSH port is closed, so it cannot be reached for a snapshot.
+    let (code, _, stderr) = run(TEMPLATE, &["provision", "--all", "--no-wait-ssh", "--ssh-port", &closed]);
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // A template change needs a recreate: refused, nothing changed.
+    let next = "debian-13-standard_13.2-1";
+    let (code, _, stderr) = run(next, &["provision", "-c", "broker", "--allow-recreate", "--no-wait-ssh", "--ssh-port", &closed]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("refusing to destroy broker (vmid 101): it declares data (/srv/data)"), "{stderr}");
+    let p: Provision = artifact::read(&art("provision")).unwrap();
+    assert!(matches!(p.outcome, Outcome::Failed { .. }) && p.protected_by.is_none(), "{p:#?}");
+    assert!(pve.ct_config(101).unwrap()["description"].as_str().unwrap().contains(TEMPLATE_FILE));
+
+    // --no-snapshot: recreated, loudly, and the artifact says so.
+    let (code, _, stderr) =
+        run(next, &["provision", "-c", "broker", "--allow-recreate", "--no-snapshot", "--no-wait-ssh", "--ssh-port", &closed]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("--no-snapshot: destroying broker (vmid 101) WITHOUT a data snapshot; the data in /srv/data will be lost"), "{stderr}");
+    let p: Provision = artifact::read(&art("provision")).unwrap();
+    assert_eq!((p.outcome, p.protected_by.as_deref()), (Outcome::Ok, Some("none (--no-snapshot)")));
+
+    // The destroy subcommand: refused, then done with --no-snapshot.
+    let (code, stdout, stderr) = run(next, &["destroy", "-c", "broker"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("refusing to destroy broker (vmid 101)"), "{stderr}");
+    assert!(pve.ct_config(101).is_some());
+    let (code, stdout, stderr) = run(next, &["destroy", "-c", "broker", "--no-snapshot"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with("broker") && l.contains("destroyed") && l.contains("none (--no-snapshot)")), "{stdout}");
+    assert!(pve.ct_config(101).is_none());
+    let d: proxmox_gitops::steps::destroy::Destroy = artifact::read(&art("destroy")).unwrap();
+    assert!(d.destroyed && d.outcome == Outcome::Ok, "{d:#?}");
+}
