@@ -3,7 +3,7 @@
 # needed. The main-job command of the README:
 #
 #   sudo local/run.sh [LIB]            # resolve → provision (lxc) → configure; default LIB: broker
-#   sudo local/run.sh --destroy [LIB]  # removes the container it made (the cached base stays)
+#   sudo local/run.sh --destroy [LIB]  # snapshots the lib's data, removes the container (base stays)
 #   sudo local/run.sh --purge          # also removes the cached base container
 #
 # On a fresh Debian/Ubuntu machine it installs what is missing (lxc, debootstrap, dnsmasq-base,
@@ -13,7 +13,7 @@
 # Environment: PGO_LXC_PATH (LXC path, default from `lxc-config lxc.lxcpath`), PROXMOX_SHARE
 # (where the per-container SSH keys live, default /share), PGO_STAGE (default main),
 # PGO_PROFILE (cargo profile, default release), PGO_LXC_BASE (base for --purge, default
-# pgo-base-bookworm).
+# pgo-base-bookworm), PGO_NO_SNAPSHOT=1 (--destroy without a data snapshot first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -94,24 +94,12 @@ PY
 
 case "$mode" in
   destroy)
-    if pgo destroy --help >/dev/null 2>&1; then
-      pgo destroy --backend lxc --container "$lib"
-    else
-      # No `destroy` subcommand in this build: remove the container the lxc backend made, after
-      # checking it is ours (its proxmox-gitops.json names the lib's vmid).
-      host=$(field "$lib" hostname)
-      vmid=$(field "$lib" vmid)
-      lxcpath="${PGO_LXC_PATH:-$(lxc-config lxc.lxcpath)}"
-      meta="$lxcpath/$host/proxmox-gitops.json"
-      if [ ! -e "$lxcpath/$host/config" ]; then
-        say "container $host does not exist: nothing to do"
-        exit 0
-      fi
-      python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["vmid"] == int(sys.argv[2]) else 1)' \
-        "$meta" "$vmid" 2>/dev/null || die "$lxcpath/$host was not made by proxmox-gitops for vmid $vmid: not removing it"
-      lxc-stop -P "$lxcpath" -n "$host" -t 30 2>/dev/null || true
-      lxc-destroy -P "$lxcpath" -n "$host"
-    fi
+    # The destroy step checks the container is ours (its proxmox-gitops.json names the lib's
+    # vmid), takes a verified snapshot of the lib's SNAPSHOT paths into the share first (refusing
+    # when it cannot), then stops and removes it. PGO_NO_SNAPSHOT=1 skips the snapshot.
+    no_snapshot=()
+    [ "${PGO_NO_SNAPSHOT:-}" = 1 ] && no_snapshot=(--no-snapshot)
+    pgo destroy --backend lxc --container "$lib" "${no_snapshot[@]}"
     say "removed $lib"
     exit 0
     ;;

@@ -202,6 +202,10 @@ pub struct ApplyOptions {
     pub ssh_timeout: std::time::Duration,
     /// The recreate policy the plan was made with.
     pub recreate: RecreatePolicy,
+    /// `--no-snapshot`: destroy/recreate a container that declares data without taking a data
+    /// snapshot first (logged loudly; see [`crate::snapshot::guard`]). Applied by the provision
+    /// step, not by the backends.
+    pub no_snapshot: bool,
 }
 
 impl Default for ApplyOptions {
@@ -212,6 +216,7 @@ impl Default for ApplyOptions {
             ssh_port: 22,
             ssh_timeout: std::time::Duration::from_secs(120),
             recreate: RecreatePolicy::Never,
+            no_snapshot: false,
         }
     }
 }

@@ -104,6 +104,7 @@ impl Env {
             ssh_port: self.ssh_port,
             ssh_timeout: Duration::from_secs(10),
             recreate: RecreatePolicy::Never,
+            no_snapshot: false,
         }
     }
 
@@ -140,6 +141,7 @@ fn spec(name: &str, vmid: u32) -> ContainerSpec {
 fn client(b: &Backend) -> &Arc<proxmox_gitops::pve::PveClient> {
     match b {
         Backend::Pve(p) => p.client(),
+        Backend::Lxc(_) => panic!("these tests use the pve backend"),
     }
 }
 
@@ -399,6 +401,8 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
         vec!["download", "shutdown", "destroy", "create", "start", "wait-ssh"]
     );
     assert!(p.created);
+    // The lib declares no data: nothing to snapshot, and the artifact says so.
+    assert_eq!(p.protected_by.as_deref(), Some("none (no SNAPSHOT paths)"));
     let destroy = env.pve.writes(false).into_iter().find(|(m, _, _)| m == "DELETE").unwrap();
     assert_eq!(destroy.1, "/nodes/pve1/lxc/101");
     let cfg = env.pve.ct_config(101).unwrap();
@@ -428,7 +432,7 @@ async fn refused_csrf_token_logs_in_again_once() {
     env.pve.exec("for t in pve.tickets.values():\n    t['csrf'] = 'refused'");
     env.pve.requests(true);
     let dir = ArtifactDir::new(env.artifacts.path());
-    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts()).await;
+    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     let _ = dir;
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     assert_eq!(client(&b).login_count(), 2);
@@ -478,7 +482,7 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
         action: Action::Create,
         start: true,
     };
-    let direct = b.apply(&s, &plan, &env.apply_opts()).await;
+    let direct = b.apply(&s, &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     assert_eq!(direct.outcome, out[0].outcome);
     assert_eq!(direct.node, None);
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
@@ -736,7 +740,7 @@ async fn already_running_is_success_and_destroy_is_idempotent() {
     let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
     assert!(plan.start);
     env.pve.exec("ct = pve.ct(101)\nct.status = 'running'\nct.pid = 4242");
-    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts()).await;
+    let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     assert_eq!(
         normalised(&p)["actions"][0],
@@ -813,4 +817,236 @@ async fn task_warnings_are_success_and_surfaced() {
     assert_eq!(p.actions[1].action, "start");
     assert_eq!(p.actions[1].exit_status.as_deref(), Some("WARNINGS: 1"));
     assert_eq!(p.warnings, vec!["WARN: systemd 219 in the container is too old"]);
+}
+
+// ---------------------------------------------------------------- no destroy without a snapshot
+
+/// A port on 127.0.0.1 that nothing listens on (bound, then closed).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A container declaring data at /srv/data, created without waiting for SSH, whose recorded
+/// SSH port (`provision/broker.json`) is closed: it cannot be reached to snapshot it. Returns
+/// the backend for the next template (a recreate) and the apply options.
+async fn unreachable_with_data(env: &Env) -> (ContainerSpec, Backend, ApplyOptions) {
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    let mut s = spec("broker", 101);
+    s.snapshot_paths = vec!["/srv/data".into()];
+    let mut opts = env.apply_opts();
+    opts.wait_ssh = false;
+    opts.ssh_port = closed_port();
+    let dir = ArtifactDir::new(env.artifacts.path());
+    let planned = step::plan_all(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
+    let out = step::apply_all(&b, planned, &opts, 1, &dir).await.unwrap();
+    assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
+    let mut settings = env.settings(Login::Root);
+    settings.pve.template = Some("debian-13-standard_13.2-1".into());
+    let b2 = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    env.pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
+    (s, b2, opts)
+}
+
+fn assert_refusal(error: &str) {
+    let head = "refusing to destroy broker (vmid 101): it declares data (/srv/data) but cannot be reached to snapshot it: ";
+    let tail = "start it and make SSH work, or pass --no-snapshot to destroy without a snapshot";
+    assert!(error.starts_with(head) && error.ends_with(tail), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn recreate_is_refused_when_the_data_snapshot_cannot_be_taken() {
+    let env = Env::new().await;
+    let (s, b2, opts) = unreachable_with_data(&env).await;
+    env.pve.requests(true);
+    let dir = ArtifactDir::new(env.artifacts.path());
+    let planned = step::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
+    let out = step::apply_all(&b2, planned, &opts, 1, &dir).await.unwrap();
+    let p = &out[0];
+    let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
+    assert_refusal(error);
+    let reason = format!(
+        "ostemplate changes from local:vztmpl/{TEMPLATE_FILE} to local:vztmpl/debian-13-standard_13.2-1_amd64.tar.zst"
+    );
+    assert_eq!(
+        normalised(p),
+        json!({
+            "kind": "provision", "schema_version": "1.0", "backend": "pve", "name": "broker", "node": null,
+            "vmid": 101, "hostname": "broker", "address": "127.0.0.1", "ssh_port": opts.ssh_port,
+            "plan": {"name": "broker", "vmid": 101, "hostname": "broker", "action": "recreate", "reasons": [reason], "start": true},
+            "actions": [], "warnings": [], "status": null, "created": false,
+            "protected_by": null, "inputs_digest": null, "result": "failed", "error": error
+        })
+    );
+    // Written as such, and nothing was changed on PVE: no shutdown, destroy or create.
+    assert_eq!(artifact::read::<Provision>(&dir.provision("broker")).unwrap(), *p);
+    assert_eq!(paths(&env.pve.writes(false)), vec!["POST /access/ticket"], "nothing but the new session's login");
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert_eq!(cfg["status"], "running");
+    assert!(cfg["description"].as_str().unwrap().contains(TEMPLATE_FILE), "{cfg}");
+    // No archive that could look like a snapshot.
+    let store = env.share.path().join("snapshots").join("broker");
+    assert!(!store.exists() || std::fs::read_dir(&store).unwrap().next().is_none(), "{}", store.display());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn recreate_with_no_snapshot_goes_ahead_and_the_artifact_says_so() {
+    let env = Env::new().await;
+    let (s, b2, mut opts) = unreachable_with_data(&env).await;
+    opts.no_snapshot = true;
+    let dir = ArtifactDir::new(env.artifacts.path());
+    let planned = step::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
+    let out = step::apply_all(&b2, planned, &opts, 1, &dir).await.unwrap();
+    let p = &out[0];
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    assert_eq!(p.protected_by.as_deref(), Some("none (--no-snapshot)"));
+    assert_eq!(
+        p.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
+        vec!["shutdown", "destroy", "create", "start"]
+    );
+    assert_eq!(artifact::read::<Provision>(&dir.provision("broker")).unwrap(), *p);
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert!(cfg["description"].as_str().unwrap().contains("debian-13-standard_13.2-1_amd64.tar.zst"), "{cfg}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn destroy_step_refuses_without_snapshot_and_destroys_with_no_snapshot() {
+    use proxmox_gitops::steps::destroy::{self, Destroy, DestroyOptions};
+    let env = Env::new().await;
+    let (s, _b2, _) = unreachable_with_data(&env).await;
+    let b = env.backend(Login::Root);
+    let dir = ArtifactDir::new(env.artifacts.path());
+    let opts = DestroyOptions { share: env.share.path().to_path_buf(), no_snapshot: false };
+
+    // Refused: it declares data and cannot be reached.
+    env.pve.requests(true);
+    let out = destroy::destroy_all(&b, std::slice::from_ref(&s), &opts, &dir).await.unwrap();
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert_refusal(error);
+    assert_eq!(
+        artifact::to_value(&out[0]),
+        json!({
+            "kind": "destroy", "schema_version": "1.0", "backend": "pve", "name": "broker", "vmid": 101,
+            "hostname": "broker", "existed": true, "destroyed": false, "protected_by": null, "actions": [],
+            "result": "failed", "error": error
+        })
+    );
+    assert_eq!(artifact::read::<Destroy>(&destroy::artifact_path(&dir, "broker")).unwrap(), out[0]);
+    assert_eq!(paths(&env.pve.writes(false)), vec!["POST /access/ticket"]);
+    assert_eq!(env.pve.ct_config(101).unwrap()["status"], "running");
+
+    // Another lib's spec for the same vmid: not its container, refused before anything else.
+    let mut other = spec("web", 101);
+    other.snapshot_paths = vec![];
+    let out = destroy::destroy_all(&b, &[other], &opts, &dir).await.unwrap();
+    assert_eq!(
+        out[0].outcome,
+        Outcome::Failed { error: "CT 101 holds hostname `broker`, not `web`: it is not web's container; not destroying it".into() }
+    );
+    assert!(env.pve.ct_config(101).is_some());
+
+    // --no-snapshot: destroyed, and both artifacts say so.
+    let opts = DestroyOptions { no_snapshot: true, ..opts };
+    let out = destroy::destroy_all(&b, std::slice::from_ref(&s), &opts, &dir).await.unwrap();
+    let mut v = artifact::to_value(&out[0]);
+    for a in v["actions"].as_array_mut().unwrap() {
+        a["duration_ms"] = json!(0);
+        a["upid"] = json!(short_upid(a["upid"].as_str().unwrap()));
+    }
+    assert_eq!(
+        v,
+        json!({
+            "kind": "destroy", "schema_version": "1.0", "backend": "pve", "name": "broker", "vmid": 101,
+            "hostname": "broker", "existed": true, "destroyed": true, "protected_by": "none (--no-snapshot)",
+            "actions": [
+                {"action": "shutdown", "upid": "UPID:pve1:vzshutdown:101:root@pam", "exit_status": "OK", "duration_ms": 0, "detail": null},
+                {"action": "destroy", "upid": "UPID:pve1:vzdestroy:101:root@pam", "exit_status": "OK", "duration_ms": 0,
+                 "detail": "purge=1,destroy-unreferenced-disks=1"}
+            ],
+            "result": "ok"
+        })
+    );
+    assert!(env.pve.ct_config(101).is_none());
+    let prov = artifact::read::<Provision>(&dir.provision("broker")).unwrap();
+    assert_eq!((prov.status.as_deref(), prov.address.as_deref()), (Some("destroyed"), None));
+
+    // Absent now: nothing to do.
+    let out = destroy::destroy_all(&b, std::slice::from_ref(&s), &opts, &dir).await.unwrap();
+    assert_eq!((out[0].existed, out[0].destroyed, &out[0].outcome), (false, false, &Outcome::Ok));
+
+    // A lib without data is destroyed without a snapshot, and the artifact says why.
+    env.provision(&b, vec![spec("plain", 102)], RecreatePolicy::Never, 1).await;
+    let opts = DestroyOptions { no_snapshot: false, ..opts };
+    let out = destroy::destroy_all(&b, &[spec("plain", 102)], &opts, &dir).await.unwrap();
+    assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
+    assert_eq!(out[0].protected_by.as_deref(), Some("none (no SNAPSHOT paths)"));
+    assert!(env.pve.ct_config(102).is_none());
+}
+
+#[test]
+fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
+    let pve = FakePve::start();
+    pve.add_template();
+    pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
+    std::fs::write(
+        repo.path().join("libs/broker/container.env"),
+        "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\nSNAPSHOT=/srv/data\n",
+    )
+    .unwrap();
+    let ca = pve.ca.to_str().unwrap().to_string();
+    let closed = closed_port().to_string();
+    let run = |template: &str, args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .args(args)
+            .args(["--repo", repo.path().to_str().unwrap(), "--pve-ca", &ca])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PROXMOX_HOST", "127.0.0.1")
+            .env("PROXMOX_PORT", pve.port.to_string())
+            .env("PROXMOX_USER", "root@pam")
+            .env("PROXMOX_PASSWORD", "secret")
+            .env("PROXMOX_TEMPLATE", template)
+            .env("PROXMOX_STORAGE", "local")
+            .env("PROXMOX_SHARE", share.path())
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let art = |kind: &str| repo.path().join(".proxmox-gitops").join(kind).join("broker.json");
+    // Created; its recorded SSH port is closed, so it cannot be reached for a snapshot.
+    let (code, _, stderr) = run(TEMPLATE, &["provision", "--all", "--no-wait-ssh", "--ssh-port", &closed]);
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // A template change needs a recreate: refused, nothing changed.
+    let next = "debian-13-standard_13.2-1";
+    let (code, _, stderr) = run(next, &["provision", "-c", "broker", "--allow-recreate", "--no-wait-ssh", "--ssh-port", &closed]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("refusing to destroy broker (vmid 101): it declares data (/srv/data)"), "{stderr}");
+    let p: Provision = artifact::read(&art("provision")).unwrap();
+    assert!(matches!(p.outcome, Outcome::Failed { .. }) && p.protected_by.is_none(), "{p:#?}");
+    assert!(pve.ct_config(101).unwrap()["description"].as_str().unwrap().contains(TEMPLATE_FILE));
+
+    // --no-snapshot: recreated, loudly, and the artifact says so.
+    let (code, _, stderr) =
+        run(next, &["provision", "-c", "broker", "--allow-recreate", "--no-snapshot", "--no-wait-ssh", "--ssh-port", &closed]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("--no-snapshot: destroying broker (vmid 101) WITHOUT a data snapshot; the data in /srv/data will be lost"), "{stderr}");
+    let p: Provision = artifact::read(&art("provision")).unwrap();
+    assert_eq!((p.outcome, p.protected_by.as_deref()), (Outcome::Ok, Some("none (--no-snapshot)")));
+
+    // The destroy subcommand: refused, then done with --no-snapshot.
+    let (code, stdout, stderr) = run(next, &["destroy", "-c", "broker"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("refusing to destroy broker (vmid 101)"), "{stderr}");
+    assert!(pve.ct_config(101).is_some());
+    let (code, stdout, stderr) = run(next, &["destroy", "-c", "broker", "--no-snapshot"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with("broker") && l.contains("destroyed") && l.contains("none (--no-snapshot)")), "{stdout}");
+    assert!(pve.ct_config(101).is_none());
+    let d: proxmox_gitops::steps::destroy::Destroy = artifact::read(&art("destroy")).unwrap();
+    assert!(d.destroyed && d.outcome == Outcome::Ok, "{d:#?}");
 }

@@ -77,6 +77,7 @@ fn ssh_connect() -> step::ConnectOptions {
             total_timeout: Duration::from_secs(60),
             attempts: 6,
         },
+        pve: None,
     }
 }
 

@@ -977,9 +977,21 @@ impl LxcBackend {
     /// The container was not made by proxmox-gitops or belongs to another vmid (refused: nothing
     /// is touched), a failing `lxc-stop`/`lxc-destroy`.
     pub async fn destroy(&self, spec: &ContainerSpec) -> Result<Vec<ActionRecord>> {
+        if !self.owned(spec)? {
+            return Ok(vec![]);
+        }
+        self.destroy_container(&spec.hostname).await
+    }
+
+    /// Whether the container of `spec` exists (`false` when absent) and is ours to destroy.
+    ///
+    /// # Errors
+    /// It exists but was not made by proxmox-gitops, or belongs to another vmid; unreadable
+    /// metadata.
+    pub fn owned(&self, spec: &ContainerSpec) -> Result<bool> {
         let name = spec.hostname.as_str();
         if !self.client.exists(name) {
-            return Ok(vec![]);
+            return Ok(false);
         }
         match self.read_meta(name)? {
             None => bail!(
@@ -993,7 +1005,7 @@ impl LxcBackend {
             ),
             Some(_) => {}
         }
-        self.destroy_container(name).await
+        Ok(true)
     }
 
     /// The lock file serialising bootstraps of the base: `<lxcpath>/.<base>.lock`.

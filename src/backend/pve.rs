@@ -754,6 +754,21 @@ impl PveBackend {
         }
     }
 
+    /// The hostname of the live CT `spec.vmid` on its node (`GET /nodes/{node}/lxc/{vmid}/config`),
+    /// `None` when the CT does not exist (PVE's "does not exist"); an empty string when its
+    /// config has no `hostname`.
+    ///
+    /// # Errors
+    /// Node discovery and API errors.
+    pub async fn live_hostname(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
+        let node = self.node_for(spec).await?;
+        match self.client.get(&format!("/nodes/{node}/lxc/{}/config", spec.vmid), &[]).await {
+            Ok(c) => Ok(Some(c.get("hostname").and_then(Value::as_str).unwrap_or("").to_string())),
+            Err(e) if e.is_absent() => Ok(None),
+            Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read CT {} on node {node}", spec.vmid))),
+        }
+    }
+
     /// Destroys the container of `spec` (shutdown, stop after the timeout, destroy with purge).
     /// An absent container yields no actions.
     ///

@@ -64,6 +64,9 @@ pub struct DeployArgs {
     /// Snapshot step: keep this many snapshots per lib; older ones are deleted.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     keep: Option<u32>,
+    /// Recreate/destroy without taking a verified data snapshot first (logged as a warning).
+    #[arg(long)]
+    no_snapshot: bool,
     #[command(flatten)]
     pve: PveArgs,
 }
@@ -105,6 +108,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         },
         run_timeout: secs(args.run_timeout),
         keep: args.keep.map(|k| k as usize),
+        no_snapshot: args.no_snapshot,
     };
     let opts = DeployOptions {
         repo: ctx.repo.clone(),

@@ -6,6 +6,7 @@
 
 mod artifacts;
 mod deploy;
+mod destroy;
 mod env;
 mod configure;
 mod plan;
@@ -84,6 +85,8 @@ enum Command {
     Snapshot(snapshot::SnapshotArgs),
     /// Apply the base role and each lib's configuration over SSH.
     Configure(configure::ConfigureArgs),
+    /// Destroy containers, after a verified snapshot of their data.
+    Destroy(destroy::DestroyArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -226,6 +229,7 @@ pub fn main() -> i32 {
         Command::Artifacts(args) => artifacts::run(&ctx, args),
         Command::Snapshot(args) => snapshot::run(&ctx, args),
         Command::Configure(args) => configure::run(&ctx, args),
+        Command::Destroy(args) => destroy::run(&ctx, args),
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,

@@ -134,6 +134,10 @@ pub struct ProvisionArgs {
     /// Seconds to wait for SSH (and a DHCP address) after start.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     ssh_timeout: u64,
+    /// Destroy/recreate containers that declare SNAPSHOT paths WITHOUT taking a verified data
+    /// snapshot first (their data is lost; logged as a warning).
+    #[arg(long)]
+    no_snapshot: bool,
     #[command(flatten)]
     pve: PveArgs,
 }
@@ -166,6 +170,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         ssh_port: args.ssh_port,
         ssh_timeout: Duration::from_secs(args.ssh_timeout),
         recreate: policy,
+        no_snapshot: args.no_snapshot,
     };
     let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
     rt.block_on(async {

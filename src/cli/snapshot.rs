@@ -50,6 +50,9 @@ pub struct SnapshotArgs {
     /// Seconds all SSH connect attempts may take together.
     #[arg(long, default_value_t = 60)]
     connect_budget: u64,
+    /// PVE API trust (for container snapshots of `pve` containers; used when PROXMOX_HOST is set).
+    #[command(flatten)]
+    pve: super::provision::PveArgs,
 }
 
 /// `--transport`.
@@ -85,6 +88,15 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         keep: args.keep.map(|k| k as usize),
         now: time::OffsetDateTime::now_utc(),
     };
+    // Container snapshots of `pve` containers go through the API when it is configured.
+    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let pve = match settings.pve.host {
+        Some(_) => Some(step::PveCtAccess {
+            client: std::sync::Arc::new(crate::steps::provision::pve_client(&settings, &args.pve.connect()?)?),
+            task_timeout: std::time::Duration::from_secs(args.pve.timeout_create),
+        }),
+        None => None,
+    };
     let connect = step::ConnectOptions {
         transport: match args.transport {
             TransportArg::Auto => step::Transport::Auto,
@@ -95,6 +107,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
             total_timeout: std::time::Duration::from_secs(args.connect_budget.max(1)),
             attempts: 8,
         },
+        pve,
     };
     let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
     let mut results = Vec::new();

@@ -11,6 +11,7 @@
 //! * [`ct`] — container snapshots behind [`ct::CtSnapshots`]: names `pgo-YYYYMMDD-HHMMSS`,
 //!   retention of our own snapshots only, error classification;
 //! * [`lxc`] — [`ct::CtSnapshots`] over the `lxc-snapshot` tool;
+//! * [`pve`] — [`ct::CtSnapshots`] over the PVE API (`…/lxc/{vmid}/snapshot`);
 //! * [`guard`] — the safety rule before a destroy or recreate.
 
 pub mod ct;
@@ -18,6 +19,7 @@ pub mod data;
 pub mod guard;
 pub mod lxc;
 pub mod manifest;
+pub mod pve;
 pub mod remote;
 pub mod scripts;
 pub mod store;

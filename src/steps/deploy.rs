@@ -119,6 +119,8 @@ pub struct RunnerOptions {
     pub run_timeout: Duration,
     /// Snapshots kept per lib (`None`: keep all).
     pub keep: Option<usize>,
+    /// Let provision recreate without a verified data snapshot first (`--no-snapshot`).
+    pub no_snapshot: bool,
 }
 
 impl Default for RunnerOptions {
@@ -132,6 +134,7 @@ impl Default for RunnerOptions {
             connect: crate::ssh::ConnectOptions::default(),
             run_timeout: Duration::from_secs(1800),
             keep: None,
+            no_snapshot: false,
         }
     }
 }
@@ -198,13 +201,14 @@ impl BuiltinRunner {
             ssh_port: self.options.ssh_port,
             ssh_timeout: self.options.ssh_timeout,
             recreate: self.options.recreate,
+            no_snapshot: self.options.no_snapshot,
         };
         let _group = crate::ci::Group::start(&format!("provision {}", spec.name));
         let mut prov = match self.backend(ctx.backend).await {
             Ok(backend) => match backend.plan(spec, self.options.recreate).await {
                 Ok(plan) => {
                     tracing::info!("{}: plan: {}", spec.name, crate::steps::provision::describe(&plan));
-                    backend.apply(spec, &plan, &opts).await
+                    backend.apply(spec, &plan, &opts, &ctx.artifacts).await
                 }
                 Err(e) => crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e),
             },
@@ -268,7 +272,22 @@ impl BuiltinRunner {
             a.warnings.push(format!("{} declares no SNAPSHOT paths: nothing to snapshot", spec.name));
             a
         } else {
-            let connect = step::ConnectOptions { transport: step::Transport::Auto, ssh: self.options.connect.clone() };
+            let pve = match ctx.backend {
+                crate::provision::BackendKind::Pve if self.settings.pve.host.is_some() => {
+                    match crate::steps::provision::pve_client(&self.settings, &self.options.pve) {
+                        Ok(client) => Some(step::PveCtAccess {
+                            client: std::sync::Arc::new(client),
+                            task_timeout: self.options.pve.timeouts.create,
+                        }),
+                        Err(e) => {
+                            tracing::warn!("{}: no PVE container snapshot: {}", spec.name, render_error(&e));
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            let connect = step::ConnectOptions { transport: step::Transport::Auto, ssh: self.options.connect.clone(), pve };
             match step::connect(spec, &ctx.artifacts, &opts.share, &connect).await {
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await,
                 Err(reason) => {

@@ -2,6 +2,7 @@
 //! options) and returning a typed artifact; the CLI only parses arguments and calls them.
 
 pub mod deploy;
+pub mod destroy;
 pub mod configure;
 pub mod plan;
 pub mod provision;

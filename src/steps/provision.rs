@@ -6,6 +6,15 @@
 //!    each container finishes. A failing container does not stop the others.
 //!
 //! One backend instance — and so one PVE client and session — serves every container.
+//!
+//! **No destroy without a snapshot**: before a plan that recreates a container is executed,
+//! [`Backend::apply`] calls [`protect`], which applies [`crate::snapshot::guard::before_destroy`]
+//! — in this one place, for every backend (the backends' own `apply`/`destroy` do not repeat it,
+//! so callers go through [`Backend`]). A container that
+//! declares `SNAPSHOT` paths gets a verified data snapshot first; when it cannot be reached or the
+//! snapshot fails, the recreate is refused and nothing is touched, unless `--no-snapshot`
+//! ([`ApplyOptions::no_snapshot`]). `Provision.protected_by` records the outcome. The `destroy`
+//! step ([`crate::steps::destroy`]) uses the same [`protect`].
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,6 +31,9 @@ use crate::inventory::{ContainerSpec, Inventory};
 use crate::provision::{Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy};
 use crate::pve::{Auth, ClientOptions, PveClient, TlsMode};
 use crate::settings::Settings;
+use crate::snapshot::guard::{self, Protection, Refused};
+use crate::snapshot::remote::{CommandExec, RemoteExec};
+use crate::snapshot::store::Store;
 
 /// A provisioning backend. The provision step dispatches over the variants; each implements
 /// `plan`, `apply` and `destroy` with the same signatures.
@@ -53,14 +65,44 @@ impl Backend {
     }
 
     /// Applies a plan; never panics, failures are in the outcome. See [`PveBackend::apply`].
-    pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
+    ///
+    /// A plan that recreates the container runs only after [`protect`] allowed it (the safety
+    /// rule: a verified data snapshot first, or `--no-snapshot`); a refusal is a failed outcome
+    /// with nothing changed. `artifacts` holds the container's last `provision/<name>.json`
+    /// (how PVE containers are reached for the snapshot).
+    pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions, artifacts: &ArtifactDir) -> Provision {
+        if !matches!(plan.action, Action::Recreate { .. }) {
+            return self.apply_unguarded(spec, plan, opts).await;
+        }
+        match protect(self, spec, artifacts, &opts.share, opts.no_snapshot).await {
+            Ok(guarded) => {
+                let mut prov = self.apply_unguarded(spec, plan, opts).await;
+                prov.protected_by = Some(guarded.protection.protected_by());
+                if let Some(r) = guarded.record {
+                    prov.actions.insert(0, r);
+                }
+                prov
+            }
+            Err(refused) => {
+                let error = crate::ci::redact(&refused.to_string());
+                tracing::error!("{error}");
+                let mut prov = failed_before_plan(self.kind(), spec, opts, &anyhow::anyhow!("{error}"));
+                prov.plan = plan.clone();
+                prov.outcome = Outcome::Failed { error };
+                prov
+            }
+        }
+    }
+
+    async fn apply_unguarded(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
         match self {
             Backend::Pve(b) => b.apply(spec, plan, opts).await,
             Backend::Lxc(b) => b.apply(spec, plan, opts).await,
         }
     }
 
-    /// Destroys a container. See [`PveBackend::destroy`].
+    /// Destroys a container. See [`PveBackend::destroy`]. This does **not** apply the safety
+    /// rule: destroy through [`crate::steps::destroy`], which calls [`protect`] first.
     ///
     /// # Errors
     /// The backend's errors.
@@ -100,12 +142,14 @@ pub fn default_backend(settings: &Settings) -> BackendKind {
     if settings.pve.host.is_some() { BackendKind::Pve } else { BackendKind::Lxc }
 }
 
-/// Builds the PVE backend from the settings (`PROXMOX_*`).
+/// Builds the PVE API client from the settings (`PROXMOX_HOST`, `PROXMOX_PORT`, credentials)
+/// and the TLS/request options of `connect` (the provision backend and the `snapshot` step's
+/// container snapshots share this).
 ///
 /// # Errors
-/// [`Error::Input`] naming the missing setting (host, credentials, template);
-/// [`Error::Failed`] for an unusable TLS set-up (unreadable CA file …).
-pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBackend> {
+/// [`Error::Input`] naming the missing setting (host, credentials); [`Error::Failed`] for an
+/// unusable TLS set-up (unreadable CA file …).
+pub fn pve_client(settings: &Settings, connect: &PveConnect) -> Result<PveClient> {
     let s = &settings.pve;
     let host = s.host.clone().ok_or_else(|| env_problem("PROXMOX_HOST", "not set: the PVE API host (name or address)"))?;
     let auth = if let Some(pw) = &s.password {
@@ -122,14 +166,24 @@ pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBacke
         )
         .into());
     };
-    let template = s.template.clone().ok_or_else(|| {
-        env_problem("PROXMOX_TEMPLATE", "not set: the container template without arch and extension, e.g. debian-13-standard_13.1-2")
-    })?;
     let mut opts = ClientOptions::new(host);
     opts.port = s.port;
     opts.tls = connect.tls.clone();
     opts.request_timeout = connect.request_timeout;
-    let client = PveClient::new(opts, auth).map_err(|e| Error::Failed(e.into()))?;
+    PveClient::new(opts, auth).map_err(|e| Error::Failed(e.into()))
+}
+
+/// Builds the PVE backend from the settings (`PROXMOX_*`).
+///
+/// # Errors
+/// [`Error::Input`] naming the missing setting (host, credentials, template);
+/// [`Error::Failed`] for an unusable TLS set-up (unreadable CA file …).
+pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBackend> {
+    let s = &settings.pve;
+    let client = pve_client(settings, connect)?;
+    let template = s.template.clone().ok_or_else(|| {
+        env_problem("PROXMOX_TEMPLATE", "not set: the container template without arch and extension, e.g. debian-13-standard_13.1-2")
+    })?;
     Ok(PveBackend::new(
         Arc::new(client),
         PveBackendOptions {
@@ -209,7 +263,7 @@ pub async fn apply_all(
     let results: Vec<anyhow::Result<Provision>> = futures_util::stream::iter(planned.into_iter().map(|p| async move {
         let _group = crate::ci::Group::start(&format!("provision {}", p.spec.name));
         let prov = match &p.plan {
-            Ok(plan) => backend.apply(&p.spec, plan, opts).await,
+            Ok(plan) => backend.apply(&p.spec, plan, opts, artifacts).await,
             Err(e) => failed_before_plan(backend.kind(), &p.spec, opts, e),
         };
         write_artifact(&artifacts.provision(&prov.name), &prov)?;
@@ -219,6 +273,77 @@ pub async fn apply_all(
     .collect()
     .await;
     results.into_iter().map(|r| r.map_err(Error::Failed)).collect()
+}
+
+/// What [`protect`] decided, with the `snapshot` action to record when one was taken.
+#[derive(Debug, Clone)]
+pub struct Guarded {
+    /// What protects the destroy (`Provision.protected_by` is its [`Protection::protected_by`]).
+    pub protection: Protection,
+    /// `snapshot` action (detail: the archive) when a verified data snapshot was taken.
+    pub record: Option<ActionRecord>,
+}
+
+/// The transport to `spec`'s live container for the guard's data snapshot, or why there is
+/// none: the lxc backend attaches to the running container on this host (`lxc-attach`); PVE
+/// containers are reached the way the `snapshot` step reaches them
+/// ([`crate::steps::snapshot::connect`], from the container's last `provision` artifact).
+async fn reach(backend: &Backend, spec: &ContainerSpec, artifacts: &ArtifactDir, share: &Path) -> std::result::Result<Box<dyn RemoteExec>, String> {
+    match backend {
+        Backend::Lxc(b) => {
+            let name = spec.hostname.as_str();
+            match b.client().state(name).await {
+                Ok(crate::lxc::State::Running) => Ok(Box::new(CommandExec::lxc_attach(name))),
+                Ok(state) => Err(format!("LXC container `{name}` is {}, not running", state.as_str())),
+                Err(e) => Err(format!("cannot read the state of LXC container `{name}`: {e:#}")),
+            }
+        }
+        Backend::Pve(_) => {
+            // The last provision run may have failed (e.g. this recreate was refused before):
+            // the container still exists at the address it recorded.
+            let prov = crate::steps::snapshot::read_provision(spec, artifacts)?;
+            let opts = crate::steps::snapshot::ConnectOptions::default();
+            crate::steps::snapshot::connect_to(spec, &prov, artifacts, share, &opts).await.map(|c| c.exec)
+        }
+    }
+}
+
+/// Applies the safety rule before `spec`'s container is destroyed (a recreate included):
+/// [`guard::before_destroy`] with a data snapshot into `<share>/snapshots/<lib>/` when the lib
+/// declares `SNAPSHOT` paths (through [`reach`]ing the container), nothing when it declares none,
+/// a loud warning with `no_snapshot`.
+///
+/// # Errors
+/// [`Refused`]: the container declares data and cannot be reached, or its snapshot failed or
+/// could not be verified — the caller must not destroy it.
+pub async fn protect(
+    backend: &Backend,
+    spec: &ContainerSpec,
+    artifacts: &ArtifactDir,
+    share: &Path,
+    no_snapshot: bool,
+) -> std::result::Result<Guarded, Refused> {
+    let store = Store::new(share);
+    let now = time::OffsetDateTime::now_utc();
+    if spec.snapshot_paths.is_empty() || no_snapshot {
+        // before_destroy decides without touching the container.
+        let protection = guard::before_destroy(spec, Err("not needed".into()), &store, no_snapshot, now).await?;
+        return Ok(Guarded { protection, record: None });
+    }
+    let started = std::time::Instant::now();
+    let exec = reach(backend, spec, artifacts, share).await;
+    let protection = guard::before_destroy(spec, exec.as_deref().map_err(Clone::clone), &store, false, now).await?;
+    let record = match &protection {
+        Protection::Snapshot { id, archive } => Some(ActionRecord {
+            action: "snapshot".into(),
+            upid: None,
+            exit_status: Some("verified".into()),
+            duration_ms: started.elapsed().as_millis() as u64,
+            detail: Some(format!("{id}: {}", archive.display())),
+        }),
+        _ => None,
+    };
+    Ok(Guarded { protection, record })
 }
 
 fn write_artifact(path: &Path, prov: &Provision) -> anyhow::Result<()> {

@@ -16,6 +16,7 @@ use crate::provision::{BackendKind, Outcome, Provision};
 use crate::snapshot::ct::{self, CtSnapshotRecord, CtSnapshots};
 use crate::snapshot::data::{self, TakeRequest};
 use crate::snapshot::lxc::LxcSnapshots;
+use crate::snapshot::pve::PveSnapshots;
 use crate::snapshot::remote::{CommandExec, RemoteExec, SshTransport};
 use crate::snapshot::store::Store;
 
@@ -264,6 +265,34 @@ pub struct Connection {
     pub ct: Option<Box<dyn CtSnapshots>>,
 }
 
+/// Access to the PVE API for the container snapshots of `pve`-backend containers.
+#[derive(Clone)]
+pub struct PveCtAccess {
+    /// The client (shared session).
+    pub client: std::sync::Arc<crate::pve::PveClient>,
+    /// Bound of one snapshot task (create, rollback, delete), e.g. 600 s.
+    pub task_timeout: std::time::Duration,
+}
+
+impl std::fmt::Debug for PveCtAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PveCtAccess").field("api", &self.client.base_url()).field("task_timeout", &self.task_timeout).finish()
+    }
+}
+
+/// The container snapshots of the container `prov` describes: `lxc-snapshot` for the `lxc`
+/// backend; the PVE API (`…/lxc/{vmid}/snapshot`, [`PveSnapshots`]) for the `pve` backend when
+/// `pve` access is given and the artifact names the node; otherwise none.
+pub fn ct_snapshots(prov: &Provision, pve: Option<&PveCtAccess>) -> Option<Box<dyn CtSnapshots>> {
+    match prov.backend {
+        BackendKind::Lxc => Some(Box::new(LxcSnapshots::new(&prov.hostname, Path::new("/var/lib/lxc")))),
+        BackendKind::Pve => {
+            let (pve, node) = (pve?, prov.node.as_deref()?);
+            Some(Box::new(PveSnapshots::new(pve.client.clone(), node, prov.vmid).with_timeout(pve.task_timeout)))
+        }
+    }
+}
+
 /// How [`connect`] reaches a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
@@ -281,6 +310,9 @@ pub struct ConnectOptions {
     pub transport: Transport,
     /// SSH connect tuning (timeouts, attempts).
     pub ssh: crate::ssh::ConnectOptions,
+    /// PVE API access for the container snapshots of `pve` containers ([`ct_snapshots`]);
+    /// `None`: no container snapshots for them.
+    pub pve: Option<PveCtAccess>,
 }
 
 /// THE transport seam: how the step reaches `spec`'s container, from its `provision/<name>.json`
@@ -294,8 +326,8 @@ pub struct ConnectOptions {
 ///   trust-on-first-use host keys as `configure` (`<artifacts>/known_hosts/<name>`, replaced
 ///   when the artifact says the container was just (re)created).
 ///
-/// Container snapshots: `lxc-snapshot` for the `lxc` backend (whatever the data transport);
-/// none yet for `pve` (the PVE client does not implement [`CtSnapshots`] in this build).
+/// Container snapshots ([`ct_snapshots`]): `lxc-snapshot` for the `lxc` backend (whatever the
+/// data transport); the PVE API for `pve` when `opts.pve` is given.
 ///
 /// # Errors
 /// A message naming the container and why it cannot be reached: no or failed provision
@@ -307,27 +339,57 @@ pub async fn connect(
     share: &Path,
     opts: &ConnectOptions,
 ) -> Result<Connection, String> {
+    let prov = read_provision(spec, artifacts)?;
+    if let Outcome::Failed { error } = &prov.outcome {
+        let path = artifacts.provision(&spec.name);
+        return Err(format!(
+            "{} (vmid {}): provisioning failed ({error}); {} records no reachable container",
+            spec.name,
+            spec.vmid,
+            path.display()
+        ));
+    }
+    connect_to(spec, &prov, artifacts, share, opts).await
+}
+
+/// Reads `spec`'s `provision/<name>.json` (whatever its outcome).
+///
+/// # Errors
+/// A message naming the container: no artifact (run `provision` first), or an unreadable one.
+pub fn read_provision(spec: &ContainerSpec, artifacts: &ArtifactDir) -> Result<Provision, String> {
     let path = artifacts.provision(&spec.name);
     let who = format!("{} (vmid {})", spec.name, spec.vmid);
-    let prov: Provision = match artifact::read::<Provision>(&path) {
-        Ok(p) => p,
-        Err(artifact::ArtifactError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            return Err(format!(
-                "{who}: no provision artifact {}; run `provision` first (the snapshot step reaches the \
-                 container at the address and through the backend it recorded)",
-                path.display()
-            ));
-        }
-        Err(e) => return Err(format!("{who}: {e}")),
-    };
-    if let Outcome::Failed { error } = &prov.outcome {
-        return Err(format!("{who}: provisioning failed ({error}); {} records no reachable container", path.display()));
+    match artifact::read::<Provision>(&path) {
+        Ok(p) => Ok(p),
+        Err(artifact::ArtifactError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "{who}: no provision artifact {}; run `provision` first (the snapshot step reaches the \
+             container at the address and through the backend it recorded)",
+            path.display()
+        )),
+        Err(e) => Err(format!("{who}: {e}")),
     }
-    let lxc_ct = || -> Box<dyn CtSnapshots> { Box::new(LxcSnapshots::new(&prov.hostname, Path::new("/var/lib/lxc"))) };
+}
+
+/// [`connect`] with the provision artifact already read, whatever its outcome: the provision
+/// step's safety rule uses it before a recreate, when the container is known to exist even if
+/// the last run failed (e.g. a recreate refused earlier).
+///
+/// # Errors
+/// See [`connect`].
+pub async fn connect_to(
+    spec: &ContainerSpec,
+    prov: &Provision,
+    artifacts: &ArtifactDir,
+    share: &Path,
+    opts: &ConnectOptions,
+) -> Result<Connection, String> {
+    let who = format!("{} (vmid {})", spec.name, spec.vmid);
+    let path = artifacts.provision(&spec.name);
     if prov.backend == BackendKind::Lxc && opts.transport == Transport::Auto {
-        return Ok(Connection { exec: Box::new(CommandExec::lxc_attach(&prov.hostname)), ct: Some(lxc_ct()) });
+        return Ok(Connection {
+            exec: Box::new(CommandExec::lxc_attach(&prov.hostname)),
+            ct: ct_snapshots(prov, opts.pve.as_ref()),
+        });
     }
     let address = prov
         .address
@@ -357,11 +419,7 @@ pub async fn connect(
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!("{}: connected over SSH as {}", spec.name, exec.connection().user());
-    let ct = match prov.backend {
-        BackendKind::Lxc => Some(lxc_ct()),
-        _ => None,
-    };
-    Ok(Connection { exec: Box::new(exec), ct })
+    Ok(Connection { exec: Box::new(exec), ct: ct_snapshots(prov, opts.pve.as_ref()) })
 }
 
 /// What `configure` calls before the lib's configuration runs (the seed's behaviour): when the

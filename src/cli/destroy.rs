@@ -1,0 +1,76 @@
+//! `proxmox-gitops destroy`: remove containers, after a verified snapshot of their data.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{Ctx, table};
+use crate::error::{Error, Result};
+use crate::provision::{BackendKind, Outcome};
+use crate::settings::{ProcessEnv, Settings};
+use crate::steps::destroy::{self as step, DestroyOptions};
+use crate::steps::provision as prov;
+
+/// Arguments of `destroy`.
+#[derive(Debug, Args)]
+pub struct DestroyArgs {
+    /// Container to destroy (lib name or hostname); repeatable.
+    #[arg(long = "container", short = 'c', value_name = "NAME", required = true)]
+    containers: Vec<String>,
+    /// Destroy containers that declare SNAPSHOT paths WITHOUT a data snapshot first (their data
+    /// is lost; logged as a warning).
+    #[arg(long)]
+    no_snapshot: bool,
+    /// Backend [default: pve when PROXMOX_HOST is configured, else lxc].
+    #[arg(long, value_enum)]
+    backend: Option<BackendKind>,
+    /// Use this inventory artifact instead of resolving the repo again.
+    #[arg(long)]
+    inventory: Option<PathBuf>,
+    #[command(flatten)]
+    pve: super::provision::PveArgs,
+}
+
+pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
+    let inv = ctx.inventory(args.inventory.as_deref())?;
+    let specs = prov::select(&inv, &args.containers, false)?;
+    let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
+    let kind = args.backend.unwrap_or_else(|| prov::default_backend(&settings));
+    let backend = prov::backend(kind, &settings, &args.pve.connect()?)?;
+    let opts = DestroyOptions { share: settings.share.clone(), no_snapshot: args.no_snapshot };
+    let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
+    let results = rt.block_on(step::destroy_all(&backend, &specs, &opts, &ctx.artifacts))?;
+    if ctx.json {
+        let all: Vec<serde_json::Value> = results.iter().map(crate::artifact::to_value).collect();
+        println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
+    } else {
+        let rows: Vec<Vec<String>> = results
+            .iter()
+            .map(|d| {
+                vec![
+                    d.name.clone(),
+                    d.vmid.to_string(),
+                    if !d.existed { "absent".into() } else if d.destroyed { "destroyed".into() } else { "kept".into() },
+                    d.protected_by.clone().unwrap_or_else(|| "-".into()),
+                    match &d.outcome {
+                        Outcome::Ok => "ok".into(),
+                        Outcome::Failed { error } => format!("FAILED: {}", error.lines().next().unwrap_or("")),
+                    },
+                ]
+            })
+            .collect();
+        print!("{}", table(&["NAME", "VMID", "CONTAINER", "PROTECTED BY", "RESULT"], &rows));
+    }
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|d| match &d.outcome {
+            Outcome::Failed { error } => Some(format!("{}: {error}", d.name)),
+            Outcome::Ok => None,
+        })
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Failed(anyhow::anyhow!("{} of {} container(s) failed:\n{}", failures.len(), results.len(), failures.join("\n"))))
+    }
+}
