@@ -381,7 +381,7 @@ async fn the_builtin_runner_runs_the_real_snapshot_step() {
     let s = run_deploy(runner, inventory(root), &opts(root, "refs/heads/snapshot")).await.unwrap();
     assert_eq!(s.failed(), vec!["alpha"]);
     let err = s.containers[1].error.as_deref().unwrap();
-    assert!(err.starts_with("snapshot: alpha (vmid 101): SSH transport not available"), "{err}");
+    assert!(err.starts_with("snapshot: alpha (vmid 101): no provision artifact") && err.contains("run `provision` first"), "{err}");
     let ok: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/snapshot/config.json")).unwrap()).unwrap();
     assert_eq!(ok["result"], "ok");
