@@ -353,7 +353,7 @@ fn variables_from_globals_and_configure_outputs() {
     for needle in [
         "4 problems in the input".to_string(),
         "globals.json (bad-name): `bad-name` is not a valid variable name".to_string(),
-        "globals.json (GITEA_URL): `GITEA_URL`: variable names must not start with GITEA_ or GITHUB_".to_string(),
+        "globals.json (GITEA_URL): `GITEA_URL`: Gitea reserves variable names starting with `GITEA_`".to_string(),
         format!("{} (outputs.1PORT): `1PORT` is not a valid variable name", cfg.display()),
         format!("{} (outputs.OK): expected a string, number or boolean", cfg.display()),
     ] {
