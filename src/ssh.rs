@@ -465,42 +465,11 @@ impl Connection {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let work = async {
             let mut child = cmd.spawn().await.map_err(|e| fail(e.to_string()))?;
-            let mut child_in = child.stdin().take().ok_or_else(|| fail("no stdin pipe".into()))?;
-            let mut child_out = child.stdout().take().ok_or_else(|| fail("no stdout pipe".into()))?;
-            let mut child_err = child.stderr().take().ok_or_else(|| fail("no stderr pipe".into()))?;
-            let feed = async {
-                let r = tokio::io::copy(stdin, &mut child_in).await;
-                let _ = child_in.shutdown().await;
-                drop(child_in);
-                match r {
-                    // The command stopped reading (it exited): its status tells why.
-                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-                    other => other.map(|_| ()),
-                }
-            };
-            let drain = async {
-                tokio::io::copy(&mut child_out, stdout).await?;
-                stdout.flush().await
-            };
-            let errs = async {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 8192];
-                loop {
-                    let n = match child_err.read(&mut chunk).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => n,
-                    };
-                    buf.extend_from_slice(&chunk[..n]);
-                    if buf.len() > 2 * STDERR_TAIL {
-                        buf.drain(..buf.len() - STDERR_TAIL);
-                    }
-                }
-                if buf.len() > STDERR_TAIL {
-                    buf.drain(..buf.len() - STDERR_TAIL);
-                }
-                String::from_utf8_lossy(&buf).into_owned()
-            };
-            let (fed, drained, mut stderr) = tokio::join!(feed, drain, errs);
+            let child_in = child.stdin().take().ok_or_else(|| fail("no stdin pipe".into()))?;
+            let child_out = child.stdout().take().ok_or_else(|| fail("no stdout pipe".into()))?;
+            let child_err = child.stderr().take().ok_or_else(|| fail("no stderr pipe".into()))?;
+            let crate::net::Pumped { fed, drained, mut stderr } =
+                crate::net::pump(stdin, child_in, child_out, stdout, child_err, STDERR_TAIL).await;
             if let Err(e) = drained {
                 let _ = child.disconnect().await;
                 return Err(fail(format!("writing the command's output: {e}")));

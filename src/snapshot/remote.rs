@@ -27,7 +27,7 @@ use std::process::Stdio;
 
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::ssh;
 
@@ -162,52 +162,18 @@ impl RemoteExec for CommandExec {
                 .kill_on_drop(true)
                 .spawn()
                 .map_err(|e| std::io::Error::new(e.kind(), format!("cannot run {program}: {e}")))?;
-            let mut child_in = child.stdin.take().expect("piped");
-            let mut child_out = child.stdout.take().expect("piped");
-            let mut child_err = child.stderr.take().expect("piped");
-            let feed = async {
-                // A command that stops reading early (it failed) closes the pipe: not our error.
-                let r = tokio::io::copy(stdin, &mut child_in).await;
-                let _ = child_in.shutdown().await;
-                drop(child_in);
-                match r {
-                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-                    other => other.map(|_| ()),
-                }
-            };
-            let drain = async {
-                tokio::io::copy(&mut child_out, stdout).await?;
-                stdout.flush().await
-            };
-            let errs = async {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 8192];
-                loop {
-                    let n = child_err.read(&mut chunk).await?;
-                    if n == 0 {
-                        break;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    if buf.len() > 2 * STDERR_KEEP {
-                        buf.drain(..buf.len() - STDERR_KEEP);
-                    }
-                }
-                if buf.len() > STDERR_KEEP {
-                    buf.drain(..buf.len() - STDERR_KEEP);
-                }
-                Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf).into_owned())
-            };
-            let (fed, drained, stderr) = tokio::join!(feed, drain, errs);
+            let child_in = child.stdin.take().expect("piped");
+            let child_out = child.stdout.take().expect("piped");
+            let child_err = child.stderr.take().expect("piped");
+            let crate::net::Pumped { fed, drained, stderr } =
+                crate::net::pump(stdin, child_in, child_out, stdout, child_err, STDERR_KEEP).await;
             if let Err(e) = drained {
                 let _ = child.kill().await;
                 return Err(e);
             }
             let status = child.wait().await?;
             fed?;
-            Ok(ExecStatus {
-                code: status.code(),
-                stderr: stderr?,
-            })
+            Ok(ExecStatus { code: status.code(), stderr })
         })
     }
 }
