@@ -39,7 +39,7 @@ fi
 
 # 1. Packages.
 missing=()
-for pkg in lxc debootstrap dnsmasq-base ansible openssh-client python3 iproute2; do
+for pkg in lxc debootstrap dnsmasq-base ansible openssh-client python3 iproute2 procps; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -52,15 +52,30 @@ fi
 command -v cargo >/dev/null || die "cargo not found: install a Rust toolchain (https://rustup.rs), then run again"
 
 # 2. LXC's bridge with DHCP.
-if ! ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet; then
-  say "starting lxc-net (bridge lxcbr0)"
+# The bridge and its address outlive lxc-net's dnsmasq when that process is killed: then its stale
+# run state must go before lxc-net starts again, or containers never get an address.
+bridge_up() { ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet; }
+dhcp_up() {
+  local pid
+  for pid in $(pgrep -x dnsmasq || true); do
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qx -- '--interface=lxcbr0' && return 0
+  done
+  return 1
+}
+if ! bridge_up || ! dhcp_up; then
+  if bridge_up; then
+    say "lxcbr0 is up without its dnsmasq: restarting lxc-net"
+    rm -f /run/lxc/network_up /run/lxc/dnsmasq.pid
+  else
+    say "starting lxc-net (bridge lxcbr0)"
+  fi
   if [ -d /run/systemd/system ]; then
-    systemctl start lxc-net
+    systemctl restart lxc-net
   else
     /usr/libexec/lxc/lxc-net start
   fi
-  ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet \
-    || die "lxcbr0 did not come up: check USE_LXC_BRIDGE=\"true\" in /etc/default/lxc-net"
+  bridge_up && dhcp_up \
+    || die "lxcbr0 has no DHCP after starting lxc-net: check USE_LXC_BRIDGE=\"true\" in /etc/default/lxc-net and that dnsmasq-base is installed"
 fi
 
 # 3. The binary.
