@@ -41,7 +41,11 @@ fn monorepo(libs: usize, files: usize, size: usize) -> tempfile::TempDir {
     write(root, "base/tasks.yml", "- base\n");
     let body = "x".repeat(size);
     for l in 0..libs {
-        write(root, &format!("libs/lib{l}/container.env"), &format!("ID={}\nIP=127.0.{}.{}/24\n", 101 + l, 41 + l / 200, 1 + l % 200));
+        write(
+            root,
+            &format!("libs/lib{l}/container.env"),
+            &format!("ID={}\nIP=127.0.{}.{}/24\n", 101 + l, 41 + l / 200, 1 + l % 200),
+        );
         for f in 0..files {
             write(root, &format!("libs/lib{l}/files/d{}/f{f}.txt", f % 10), &body);
         }
@@ -92,7 +96,9 @@ fn main() {
         );
     }
 
-    println!("\n## Orchestration: 51 containers (control plane + 50 libs), one step each (`refs/heads/main`), `--force`\n");
+    println!(
+        "\n## Orchestration: 51 containers (control plane + 50 libs), one step each (`refs/heads/main`), `--force`\n"
+    );
     println!("Each lib has 20 files of 1 KiB. The step runner sleeps the given time (a stand-in for a step).\n");
     println!("| step time | jobs | wall time | ideal (⌈51/jobs⌉ × step) |");
     println!("|---:|---:|---:|---:|");

@@ -98,7 +98,10 @@ async fn main() -> anyhow::Result<()> {
 
     let (p, took) = provision(&b, &spec(&prefix, "one", 95001), &apply).await?;
     let clone_ms = p.actions.iter().find(|a| a.action == "clone").map_or(0, |a| a.duration_ms);
-    rows.push((format!("1 container from the cached base to SSH-ready (clone itself: {clone_ms} ms)"), took.as_secs_f64()));
+    rows.push((
+        format!("1 container from the cached base to SSH-ready (clone itself: {clone_ms} ms)"),
+        took.as_secs_f64(),
+    ));
 
     let specs: Vec<ContainerSpec> = (0..5).map(|i| spec(&prefix, &format!("par{i}"), 95010 + i)).collect();
     let t = Instant::now();

@@ -132,11 +132,7 @@ pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
     let io = |source| ArtifactError::Io { path: path.to_path_buf(), source };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .suffix(".json")
-        .tempfile_in(dir)
-        .map_err(io)?;
+    let mut tmp = tempfile::Builder::new().prefix(".tmp-").suffix(".json").tempfile_in(dir).map_err(io)?;
     tmp.write_all(bytes).map_err(io)?;
     tmp.as_file().sync_all().map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;
@@ -149,8 +145,8 @@ pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
 /// [`ArtifactError::Io`] when unreadable, [`ArtifactError::Json`] when not JSON or not matching
 /// the schema, [`ArtifactError::WrongKind`], [`ArtifactError::Version`].
 pub fn read<A: Artifact>(path: &Path) -> Result<A, ArtifactError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ArtifactError::Io { path: path.to_path_buf(), source })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ArtifactError::Io { path: path.to_path_buf(), source })?;
     from_str(path, &text)
 }
 

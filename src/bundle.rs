@@ -99,8 +99,8 @@ fn collect(root: &Path, dir: &Path, out: &mut BTreeMap<String, serde_json::Value
         if ft.is_dir() {
             collect(root, &path, out)?;
         } else if ft.is_file() && name.ends_with(".json") {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|source| BundleError::Io { path: path.clone(), source })?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|source| BundleError::Io { path: path.clone(), source })?;
             let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| BundleError::Malformed {
                 index: 0,
                 message: format!("{}: not JSON: {e}", path.display()),
@@ -128,16 +128,12 @@ fn safe_path(rel: &str) -> Option<PathBuf> {
 /// [`BundleError::Malformed`] naming what is wrong (prefix, base64, gzip, JSON, a path or an entry).
 pub fn decode(text: &str, index: usize) -> Result<BTreeMap<String, serde_json::Value>, BundleError> {
     let bad = |message: String| BundleError::Malformed { index, message };
-    let body = text
-        .trim()
-        .strip_prefix(PREFIX)
-        .ok_or_else(|| {
-            let head: String = text.trim().chars().take(24).collect();
-            bad(format!("`{head}` does not start with `{PREFIX}` (not an output of `artifacts pack`)"))
-        })?;
-    let compressed = base64::engine::general_purpose::STANDARD
-        .decode(body)
-        .map_err(|e| bad(format!("invalid base64: {e}")))?;
+    let body = text.trim().strip_prefix(PREFIX).ok_or_else(|| {
+        let head: String = text.trim().chars().take(24).collect();
+        bad(format!("`{head}` does not start with `{PREFIX}` (not an output of `artifacts pack`)"))
+    })?;
+    let compressed =
+        base64::engine::general_purpose::STANDARD.decode(body).map_err(|e| bad(format!("invalid base64: {e}")))?;
     let mut json = Vec::new();
     flate2::read::GzDecoder::new(compressed.as_slice())
         .take(MAX_UNPACKED + 1)
@@ -218,10 +214,7 @@ mod tests {
         assert_eq!(e.to_string(), "bundle 1: entry `a.json` is not an artifact (a JSON object with a string `kind`)");
         let ok = enc(serde_json::json!({"a.json": {"kind":"x"}}));
         let e = unpack(&format!("{ok} nope"), dir.path()).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "bundle 2: `nope` does not start with `pgo1:` (not an output of `artifacts pack`)"
-        );
+        assert_eq!(e.to_string(), "bundle 2: `nope` does not start with `pgo1:` (not an output of `artifacts pack`)");
         // Nothing was written: every bundle is checked first.
         assert!(!dir.path().join("a.json").exists());
     }

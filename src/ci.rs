@@ -25,9 +25,9 @@ use crate::error::Problem;
 /// True when running under Gitea or GitHub Actions (`GITEA_ACTIONS` or `GITHUB_ACTIONS` set to
 /// a non-empty value other than `false`).
 pub fn in_actions() -> bool {
-    ["GITEA_ACTIONS", "GITHUB_ACTIONS"].iter().any(|v| {
-        std::env::var(v).map(|s| !s.is_empty() && s != "false").unwrap_or(false)
-    })
+    ["GITEA_ACTIONS", "GITHUB_ACTIONS"]
+        .iter()
+        .any(|v| std::env::var(v).map(|s| !s.is_empty() && s != "false").unwrap_or(false))
 }
 
 static MASKED: Mutex<Option<HashSet<String>>> = Mutex::new(None);

@@ -145,9 +145,7 @@ impl Problems {
         if self.0.is_empty() {
             Ok(())
         } else {
-            self.0.sort_by(|a, b| {
-                (&a.location.file, a.location.line).cmp(&(&b.location.file, b.location.line))
-            });
+            self.0.sort_by(|a, b| (&a.location.file, a.location.line).cmp(&(&b.location.file, b.location.line)));
             Err(self)
         }
     }

@@ -58,47 +58,29 @@ pub fn read_tree(root: &Path) -> Result<Tree, Problems> {
     if !root.join(".git").exists() {
         return Ok(Tree::default());
     }
-    let repo = open(root).map_err(|e| {
-        problem(
-            Path::new(".git"),
-            format!("cannot open the repository: {e}"),
-        )
-    })?;
+    let repo = open(root).map_err(|e| problem(Path::new(".git"), format!("cannot open the repository: {e}")))?;
     let head = head_commit(&repo);
     let mut problems = Problems::new();
     let submodules = walk(&repo, root, Path::new(""), 0, &mut problems);
     problems.into_result()?;
-    Ok(Tree {
-        is_repo: true,
-        head,
-        submodules,
-    })
+    Ok(Tree { is_repo: true, head, submodules })
 }
 
 /// Reads `.gitmodules` of a working tree as written: `(name, path, url)` per section, in file order.
-fn read_gitmodules(
-    workdir: &Path,
-    display: &Path,
-) -> Result<Vec<(String, String, Option<String>)>, String> {
+fn read_gitmodules(workdir: &Path, display: &Path) -> Result<Vec<(String, String, Option<String>)>, String> {
     let file = workdir.join(".gitmodules");
     let bytes = match std::fs::read(&file) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(format!("cannot read {}: {e}", display.display())),
     };
-    let modules =
-        gix::submodule::File::from_bytes(&bytes, file.clone(), &gix::config::File::default())
-            .map_err(|e| format!("cannot parse: {e}"))?;
+    let modules = gix::submodule::File::from_bytes(&bytes, file.clone(), &gix::config::File::default())
+        .map_err(|e| format!("cannot parse: {e}"))?;
     let mut out = Vec::new();
     for name in modules.names() {
-        let path = modules
-            .path(name)
-            .map_err(|e| format!("submodule `{name}`: {e}"))?;
-        let url = modules
-            .config()
-            .string_by("submodule", Some(name), "url")
-            .map(|u| u.to_string())
-            .filter(|u| !u.is_empty());
+        let path = modules.path(name).map_err(|e| format!("submodule `{name}`: {e}"))?;
+        let url =
+            modules.config().string_by("submodule", Some(name), "url").map(|u| u.to_string()).filter(|u| !u.is_empty());
         out.push((name.to_string(), path.to_string(), url));
     }
     Ok(out)
@@ -156,15 +138,7 @@ fn walk(
                 ),
             }
         }
-        out.push(Submodule {
-            name,
-            path: prefix.join(&path),
-            url,
-            commit,
-            checked_out,
-            head,
-            children,
-        });
+        out.push(Submodule { name, path: prefix.join(&path), url, commit, checked_out, head, children });
     }
     out
 }

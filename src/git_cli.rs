@@ -197,7 +197,14 @@ impl Git {
     }
 
     /// Commits `tree` with `parents` as the tool (see [`Git::commit`]) without touching any ref.
-    pub fn commit_tree(&self, dir: &Path, tree: &str, parents: &[&str], message: &str, date: &str) -> Result<String, GitError> {
+    pub fn commit_tree(
+        &self,
+        dir: &Path,
+        tree: &str,
+        parents: &[&str],
+        message: &str,
+        date: &str,
+    ) -> Result<String, GitError> {
         let env = commit_env(date);
         let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, OsStr::new(v.as_str()))).collect();
         let mut args = vec!["commit-tree".to_string(), tree.to_string(), "-m".into(), message.into()];
@@ -213,11 +220,7 @@ impl Git {
         let mut args = vec!["ls-remote", "--", url];
         args.extend_from_slice(refs);
         let out = self.run(dir, &args)?;
-        Ok(out
-            .lines()
-            .filter_map(|l| l.split_once('\t'))
-            .map(|(id, r)| (r.to_string(), id.to_string()))
-            .collect())
+        Ok(out.lines().filter_map(|l| l.split_once('\t')).map(|(id, r)| (r.to_string(), id.to_string())).collect())
     }
 }
 
@@ -279,7 +282,11 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(out.stdout, b"pw\n");
-        let out = Command::new(&script).arg("Username for 'http://127.0.0.1': ").env("PGO_GIT_USERNAME", "alice").output().unwrap();
+        let out = Command::new(&script)
+            .arg("Username for 'http://127.0.0.1': ")
+            .env("PGO_GIT_USERNAME", "alice")
+            .output()
+            .unwrap();
         assert_eq!(out.stdout, b"alice\n");
     }
 }

@@ -345,16 +345,12 @@ fn read_config(path: &Path, display: &Path, problems: &mut Problems) -> RawConfi
                         ),
                         problems,
                     ),
-                    Some((_, true)) if !(v.is_string() || v.is_null()) => bad(
-                        at(&k, &json_key, from),
-                        format!("expected a string, found {}", shown(&k, &v)),
-                        problems,
-                    ),
-                    Some((_, false)) if !(v.is_string() || v.is_number() || v.is_null()) => bad(
-                        at(&k, &json_key, from),
-                        format!("expected a number or a string, found {v}"),
-                        problems,
-                    ),
+                    Some((_, true)) if !(v.is_string() || v.is_null()) => {
+                        bad(at(&k, &json_key, from), format!("expected a string, found {}", shown(&k, &v)), problems)
+                    }
+                    Some((_, false)) if !(v.is_string() || v.is_number() || v.is_null()) => {
+                        bad(at(&k, &json_key, from), format!("expected a number or a string, found {v}"), problems)
+                    }
                     Some(_) => {
                         proxmox.insert(k, v);
                     }
@@ -472,11 +468,9 @@ impl Settings {
             None => local.proxmox.port.or(base.proxmox.port).unwrap_or(8006),
         };
         let mask = match nonempty(env.get("PROXMOX_MASK")) {
-            Some(m) => parse_mask(
-                Some(serde_json::Value::String(m)),
-                Location::environment("PROXMOX_MASK"),
-                &mut problems,
-            ),
+            Some(m) => {
+                parse_mask(Some(serde_json::Value::String(m)), Location::environment("PROXMOX_MASK"), &mut problems)
+            }
             None => {
                 let local_mask = parse_mask(
                     local.proxmox.mask.clone(),
@@ -586,8 +580,7 @@ mod tests {
     fn unknown_key_is_an_error_with_line() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("local")).unwrap();
-        std::fs::write(dir.path().join("local/config.json"), "{\n \"proxmox\": {\n  \"hots\": \"x\"\n }\n}\n")
-            .unwrap();
+        std::fs::write(dir.path().join("local/config.json"), "{\n \"proxmox\": {\n  \"hots\": \"x\"\n }\n}\n").unwrap();
         let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
         assert_eq!(e.0[0].location.file, Path::new("local/config.json"));
         assert_eq!(e.0[0].location.line, Some(3));

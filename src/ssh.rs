@@ -292,11 +292,9 @@ impl Connection {
                     .control_persist(ControlPersist::IdleFor(std::num::NonZeroUsize::new(600).expect("non-zero")))
                     .connect_timeout(opts.connect_timeout.min(remaining.max(Duration::from_secs(1))));
                 tracing::debug!("{}: ssh {user}@{}:{} (attempt {attempts})", target.name, target.address, target.port);
-                let res = tokio::time::timeout(
-                    opts.connect_timeout + Duration::from_secs(5),
-                    b.connect(&target.address),
-                )
-                .await;
+                let res =
+                    tokio::time::timeout(opts.connect_timeout + Duration::from_secs(5), b.connect(&target.address))
+                        .await;
                 let err = match res {
                     Ok(Ok(session)) => {
                         let fingerprint = recorded_fingerprint(&target.known_hosts);
@@ -500,7 +498,13 @@ impl Connection {
     }
 
     /// Like [`Connection::run`], but a non-zero exit is an error carrying the command's stderr.
-    pub async fn check(&self, argv: &[&str], input: Option<&[u8]>, as_root: bool, timeout: Duration) -> Result<Output, SshError> {
+    pub async fn check(
+        &self,
+        argv: &[&str],
+        input: Option<&[u8]>,
+        as_root: bool,
+        timeout: Duration,
+    ) -> Result<Output, SshError> {
         let out = self.run(argv, input, as_root, timeout).await?;
         if out.success() {
             Ok(out)
@@ -537,15 +541,16 @@ impl Connection {
     /// Uploads a tar archive (built with [`tar::Builder`]) by streaming it to `tar -x` on the
     /// container, extracting below `dest` (which must exist). Modes in the archive are kept, so a
     /// file added with mode 0600 arrives with 0600.
-    pub async fn upload_tar(&self, dest: &str, archive: &[u8], as_root: bool, timeout: Duration) -> Result<(), SshError> {
-        self.check(
-            &["tar", "-x", "--no-same-owner", "-p", "-C", dest, "-f", "-"],
-            Some(archive),
-            as_root,
-            timeout,
-        )
-        .await
-        .map(|_| ())
+    pub async fn upload_tar(
+        &self,
+        dest: &str,
+        archive: &[u8],
+        as_root: bool,
+        timeout: Duration,
+    ) -> Result<(), SshError> {
+        self.check(&["tar", "-x", "--no-same-owner", "-p", "-C", dest, "-f", "-"], Some(archive), as_root, timeout)
+            .await
+            .map(|_| ())
     }
 
     /// Reads a file from the container (as root when `as_root`).
@@ -650,7 +655,12 @@ mod tests {
         let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
         std::fs::File::options().write(true).open(&prov).unwrap().set_modified(old).unwrap();
         assert!(!recreated_since_recorded(true, &prov, &kh), "key learned after the creation");
-        std::fs::File::options().write(true).open(&kh).unwrap().set_modified(old - std::time::Duration::from_secs(60)).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&kh)
+            .unwrap()
+            .set_modified(old - std::time::Duration::from_secs(60))
+            .unwrap();
         assert!(recreated_since_recorded(true, &prov, &kh), "creation after the record");
     }
 

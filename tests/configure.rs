@@ -221,10 +221,7 @@ fn broker_and_proxy_end_to_end() {
         assert_no_secret(&format!("process argument list `{l}`"), l, &password);
     }
     let broker = results.iter().find(|c| c.name == "broker").unwrap();
-    assert_eq!(
-        broker.outputs,
-        BTreeMap::from([("LIBS_BROKER_ENDPOINT".to_string(), format!("mqtt://{}:1883", a.ip))])
-    );
+    assert_eq!(broker.outputs, BTreeMap::from([("LIBS_BROKER_ENDPOINT".to_string(), format!("mqtt://{}:1883", a.ip))]));
     let fingerprint = broker.host_key_fingerprint.clone().unwrap();
     assert!(fingerprint.starts_with("SHA256:"));
 
@@ -235,7 +232,8 @@ fn broker_and_proxy_end_to_end() {
 
     // The proxy reaches a backend: a web server on the broker's container, listed as `web`
     // (PROXY_PORT=8080) in the inventory.
-    let made = lab.attach(&a.name, &["sh", "-c", "mkdir -p /srv/web && echo 'hello through caddy' > /srv/web/index.html"]);
+    let made =
+        lab.attach(&a.name, &["sh", "-c", "mkdir -p /srv/web && echo 'hello through caddy' > /srv/web/index.html"]);
     assert!(made.status.success());
     let started = lab.attach(
         &a.name,
@@ -270,7 +268,13 @@ fn broker_and_proxy_end_to_end() {
     let pa2 = rt.block_on(lab.provision(inv.container("broker").unwrap(), &artifacts));
     let pp2 = rt.block_on(lab.provision(inv.container("proxy").unwrap(), &artifacts));
     assert!(!pa2.created && !pp2.created);
-    let out = cli(&["--stage", &stage, "-v", "configure", "-c", "broker", "-c", "proxy"], &root, &artifacts, &share, &password);
+    let out = cli(
+        &["--stage", &stage, "-v", "configure", "-c", "broker", "-c", "proxy"],
+        &root,
+        &artifacts,
+        &share,
+        &password,
+    );
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "second configure failed:\n{text}");
     assert_no_secret("the CLI's output", &text, &password);
@@ -329,7 +333,10 @@ fn broker_and_proxy_end_to_end() {
         &[(
             "failing",
             &format!("ID={broker_id}\nIP=dhcp\n"),
-            &[("configure.sh", "echo preparing\necho \"about to fail: $PASSWORD\"\necho 'broken on purpose' >&2\nexit 1\n")],
+            &[(
+                "configure.sh",
+                "echo preparing\necho \"about to fail: $PASSWORD\"\necho 'broken on purpose' >&2\nexit 1\n",
+            )],
         )],
         &[],
     );
@@ -402,16 +409,13 @@ fn broker_and_proxy_end_to_end() {
     // A key the container does not authorize: refused for config and root, said clearly.
     let Outcome::Failed { error } = &r[1].outcome else { panic!("stranger should fail") };
     assert!(
-        error.starts_with(&format!("stranger: SSH at {}:22 refused the key ", a.ip)) && error.contains("for user(s) config, root"),
+        error.starts_with(&format!("stranger: SSH at {}:22 refused the key ", a.ip))
+            && error.contains("for user(s) config, root"),
         "{error}"
     );
 
     // 3c. A Cinc lib on a container without cinc-client: a clear error.
-    let root4 = monorepo(
-        &tmp.path().join("repo4"),
-        &[("chef", &format!("ID={broker_id}\nIP=dhcp\n"), &[])],
-        &[],
-    );
+    let root4 = monorepo(&tmp.path().join("repo4"), &[("chef", &format!("ID={broker_id}\nIP=dhcp\n"), &[])], &[]);
     std::fs::create_dir_all(root4.join("libs/chef/recipes")).unwrap();
     std::fs::write(root4.join("libs/chef/recipes/default.rb"), "file '/tmp/x' do\n  content 'x'\nend\n").unwrap();
     let inv4 = resolve_with_share(&root4, &share, &stage);
@@ -419,7 +423,10 @@ fn broker_and_proxy_end_to_end() {
     sup::write_provision(&artifacts, "chef", broker_id, &a.ip, 22, false);
     let r = rt.block_on(configure(&inv4, &options(&artifacts, &["chef"], &password))).unwrap();
     let Outcome::Failed { error } = &r[0].outcome else { panic!("chef should fail") };
-    assert!(error.contains("libs/chef has recipes/default.rb but cinc-client is not installed on the container"), "{error}");
+    assert!(
+        error.contains("libs/chef has recipes/default.rb but cinc-client is not installed on the container"),
+        "{error}"
+    );
     assert_eq!(r[0].lib.as_ref().unwrap().exit_code, Some(127));
 
     // 4. A changed host key is refused …
@@ -436,7 +443,8 @@ fn broker_and_proxy_end_to_end() {
     }
     assert!(r[0].base.is_none());
     // … except right after provision (re)created the container: the record is replaced.
-    let mut recreated: proxmox_gitops::provision::Provision = artifact::read(&artifacts.join("provision/broker.json")).unwrap();
+    let mut recreated: proxmox_gitops::provision::Provision =
+        artifact::read(&artifacts.join("provision/broker.json")).unwrap();
     recreated.created = true;
     artifact::write(&artifacts.join("provision/broker.json"), &recreated).unwrap();
     let r = rt.block_on(configure(&inv, &options(&artifacts, &["broker"], &password))).unwrap();
@@ -474,11 +482,8 @@ fn unreachable_host_fails_clearly_within_the_timeout() {
     };
     sup::write_provision(&artifacts, "ghost", 9200, "127.0.0.1", port, true);
     let mut opts = options(&artifacts, &["ghost"], "pw");
-    opts.connect = ConnectOptions {
-        connect_timeout: Duration::from_secs(2),
-        total_timeout: Duration::from_secs(6),
-        attempts: 3,
-    };
+    opts.connect =
+        ConnectOptions { connect_timeout: Duration::from_secs(2), total_timeout: Duration::from_secs(6), attempts: 3 };
     let start = Instant::now();
     let r = rt().block_on(configure(&inv, &opts)).unwrap();
     let took = start.elapsed();
@@ -500,5 +505,8 @@ fn unknown_container_is_an_input_error() {
     let inv = resolve_with_share(&root, &tmp.path().join("share"), "main");
     let e = rt().block_on(configure(&inv, &options(&tmp.path().join("a"), &["nope"], "pw"))).unwrap_err();
     assert_eq!(e.exit_code(), 2);
-    assert_eq!(e.to_string(), "1 problem in the input:\n  --container (nope): no container named `nope` in the inventory (known: ghost)\n");
+    assert_eq!(
+        e.to_string(),
+        "1 problem in the input:\n  --container (nope): no container named `nope` in the inventory (known: ghost)\n"
+    );
 }

@@ -296,11 +296,15 @@ async fn configure_is_blocked_after_a_failed_provision_of_the_same_inputs() {
     let alpha = &s.containers[1];
     assert_eq!(
         alpha.error.as_deref(),
-        Some("configure: provision failed for the same inputs (see provision/alpha.json); fix it and re-run, or pass --force")
+        Some(
+            "configure: provision failed for the same inputs (see provision/alpha.json); fix it and re-run, or pass --force"
+        )
     );
     assert_eq!(
         s.containers[2].error.as_deref(),
-        Some("configure: provision failed for the same inputs (see deploy.json of the provision run); fix it and re-run, or pass --force")
+        Some(
+            "configure: provision failed for the same inputs (see deploy.json of the provision run); fix it and re-run, or pass --force"
+        )
     );
     // --force configures them anyway.
     o.force = true;
@@ -319,7 +323,10 @@ async fn bad_input_is_refused_before_anything_runs() {
     o.containers = vec!["alpha".into(), "nope".into()];
     let e = run_deploy(fake.clone(), inventory(root), &o).await.unwrap_err();
     assert_eq!(e.exit_code(), 2);
-    assert_eq!(e.to_string(), "1 problem in the input:\n  --container (nope): no container `nope` in stage `main`; known: config, alpha\n");
+    assert_eq!(
+        e.to_string(),
+        "1 problem in the input:\n  --container (nope): no container `nope` in stage `main`; known: config, alpha\n"
+    );
     let e = run_deploy(fake.clone(), inventory(root), &opts(root, "refs/heads/feature")).await.unwrap_err();
     assert!(e.to_string().contains("--ref (refs/heads/feature): ref `refs/heads/feature` does not deploy"), "{e}");
     let mut o = opts(root, "refs/heads/main");
@@ -341,10 +348,14 @@ async fn the_builtin_runner_runs_the_real_provision_step_and_records_its_digest(
     let s = run_deploy(runner, inventory(root), &opts(root, "refs/heads/release")).await.unwrap();
     assert_eq!(s.failed(), vec!["config", "alpha"]);
     let err = s.containers[1].error.as_deref().unwrap();
-    assert_eq!(err, "provision: 1 problem in the input:\n  environment (PROXMOX_HOST): not set: the PVE API host (name or address)");
+    assert_eq!(
+        err,
+        "provision: 1 problem in the input:\n  environment (PROXMOX_HOST): not set: the PVE API host (name or address)"
+    );
     assert_eq!(s.containers[1].steps[1].state, proxmox_gitops::steps::deploy::StepState::NotRun);
     let prov: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/provision/alpha.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/provision/alpha.json")).unwrap())
+            .unwrap();
     assert_eq!(prov["result"], "failed");
     assert_eq!(prov["backend"], "pve");
     assert_eq!(prov["inputs_digest"].as_str(), Some(digest_of(root, "alpha").as_str()));
@@ -365,7 +376,8 @@ async fn the_builtin_runner_runs_the_real_configure_step() {
     let err = s.containers[0].error.as_deref().unwrap();
     assert!(err.starts_with("configure: alpha: run `provision` first"), "{err}");
     let cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/configure/alpha.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/configure/alpha.json")).unwrap())
+            .unwrap();
     assert_eq!(cfg["result"], "failed");
     assert_eq!(cfg["inputs_digest"].as_str(), Some(digest_of(root, "alpha").as_str()));
 }
@@ -381,9 +393,13 @@ async fn the_builtin_runner_runs_the_real_snapshot_step() {
     let s = run_deploy(runner, inventory(root), &opts(root, "refs/heads/snapshot")).await.unwrap();
     assert_eq!(s.failed(), vec!["alpha"]);
     let err = s.containers[1].error.as_deref().unwrap();
-    assert!(err.starts_with("snapshot: alpha (vmid 101): no provision artifact") && err.contains("run `provision` first"), "{err}");
+    assert!(
+        err.starts_with("snapshot: alpha (vmid 101): no provision artifact") && err.contains("run `provision` first"),
+        "{err}"
+    );
     let ok: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/snapshot/config.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/snapshot/config.json")).unwrap())
+            .unwrap();
     assert_eq!(ok["result"], "ok");
     assert_eq!(ok["warnings"], serde_json::json!(["config declares no SNAPSHOT paths: nothing to snapshot"]));
     assert_eq!(ok["inputs_digest"].as_str(), Some(digest_of(root, "config").as_str()));

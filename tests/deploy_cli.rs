@@ -13,7 +13,15 @@ use pretty_assertions::assert_eq;
 fn pgo(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"));
     cmd.arg("--repo").arg(root).args(args).env("NO_COLOR", "1");
-    for v in ["GITHUB_ACTIONS", "GITEA_ACTIONS", "GITHUB_OUTPUT", "GITHUB_REF", "GITHUB_RUN_ID", "PGO_BUNDLE", "PGO_ARTIFACTS"] {
+    for v in [
+        "GITHUB_ACTIONS",
+        "GITEA_ACTIONS",
+        "GITHUB_OUTPUT",
+        "GITHUB_REF",
+        "GITHUB_RUN_ID",
+        "PGO_BUNDLE",
+        "PGO_ARTIFACTS",
+    ] {
         cmd.env_remove(v);
     }
     for (k, v) in env {
@@ -39,9 +47,7 @@ fn deploy_reports_each_failed_container_and_writes_outputs() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains(
-            "error: 1 of 1 container(s) failed: alpha\n  alpha: configure: alpha: run `provision` first"
-        ),
+        stderr.contains("error: 1 of 1 container(s) failed: alpha\n  alpha: configure: alpha: run `provision` first"),
         "{stderr}"
     );
     let artifact = root.join(".proxmox-gitops/deploy.json");
@@ -56,7 +62,10 @@ fn deploy_reports_each_failed_container_and_writes_outputs() {
     assert_eq!(v["kind"], "deploy");
     assert_eq!(v["containers"][0]["steps"][0]["state"], "failed");
     let human = text(&out.stdout);
-    assert!(human.starts_with("NAME   VMID  STEPS             TIME  RESULT\nalpha  101   configure FAILED  "), "{human}");
+    assert!(
+        human.starts_with("NAME   VMID  STEPS             TIME  RESULT\nalpha  101   configure FAILED  "),
+        "{human}"
+    );
 }
 
 #[test]
@@ -137,12 +146,22 @@ fn deploy_provisions_on_pve_with_the_recreate_policy() {
     let run = |template: &'static str, extra: &[&str]| {
         let env = env(template);
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let mut args = vec!["deploy", "--ref", "refs/heads/release", "--step", "provision", "--container", "alpha", "--no-wait-ssh"];
+        let mut args = vec![
+            "deploy",
+            "--ref",
+            "refs/heads/release",
+            "--step",
+            "provision",
+            "--container",
+            "alpha",
+            "--no-wait-ssh",
+        ];
         args.extend_from_slice(extra);
         pgo(root, &args, &env)
     };
     let prov = || -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/provision/alpha.json")).unwrap()).unwrap()
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/provision/alpha.json")).unwrap())
+            .unwrap()
     };
     let actions = |v: &serde_json::Value| -> Vec<String> {
         v["actions"].as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap().to_string()).collect()
@@ -151,7 +170,10 @@ fn deploy_provisions_on_pve_with_the_recreate_policy() {
     let out = run(fakepve::TEMPLATE, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let p = prov();
-    assert_eq!((p["result"].as_str(), p["backend"].as_str(), p["created"].as_bool()), (Some("ok"), Some("pve"), Some(true)));
+    assert_eq!(
+        (p["result"].as_str(), p["backend"].as_str(), p["created"].as_bool()),
+        (Some("ok"), Some("pve"), Some(true))
+    );
     assert_eq!(actions(&p), vec!["create", "start"]);
     assert_eq!(pve.ct_config(101).unwrap()["hostname"], "alpha");
 

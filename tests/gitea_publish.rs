@@ -39,7 +39,17 @@ fn rewrite_every_url_form_recursively() {
     let before_head = git(&fx.mono, &["rev-parse", "HEAD"]);
     let before_gitmodules = std::fs::read_to_string(fx.mono.join(".gitmodules")).unwrap();
 
-    let args = ["--repo", s(&fx.mono), "--artifacts", s(&art), "rewrite", "--gitea", "http://127.0.0.1:9/gitea/", "--org", "main"];
+    let args = [
+        "--repo",
+        s(&fx.mono),
+        "--artifacts",
+        s(&art),
+        "rewrite",
+        "--gitea",
+        "http://127.0.0.1:9/gitea/",
+        "--org",
+        "main",
+    ];
     ok(&run(&args, &[]));
     let remotes = read_json(&art.join("remotes.json"));
     let workdir = art.join("worktree");
@@ -84,7 +94,10 @@ fn rewrite_every_url_form_recursively() {
         };
         let ls = git(&parent_dir, &["ls-tree", "HEAD", "--", &rel]);
         assert!(ls.starts_with(&format!("160000 commit {}", m["commit"].as_str().unwrap())), "{path}: {ls}");
-        let url = git(&parent_dir, &["config", "-f", ".gitmodules", &format!("submodule.{}.url", m["name"].as_str().unwrap())]);
+        let url = git(
+            &parent_dir,
+            &["config", "-f", ".gitmodules", &format!("submodule.{}.url", m["name"].as_str().unwrap())],
+        );
         assert_eq!(url, m["new_url"].as_str().unwrap());
         if !m["converted"].as_bool().unwrap() {
             // Leaves (a, b, c, d, g, base) keep their commit; e and f get a [skip ci] rewrite commit.
@@ -105,7 +118,10 @@ fn rewrite_every_url_form_recursively() {
     assert_eq!(remotes["monorepo"]["repo"], "mono");
     assert_eq!(remotes["monorepo"]["source_commit"].as_str().unwrap(), before_head);
     assert_eq!(remotes["monorepo"]["commit"].as_str().unwrap(), git(&workdir, &["rev-parse", "HEAD"]));
-    assert_eq!(git(&workdir, &["log", "-1", "--format=%s"]), "Point submodules at http://127.0.0.1:9/gitea/main [skip ci]");
+    assert_eq!(
+        git(&workdir, &["log", "-1", "--format=%s"]),
+        "Point submodules at http://127.0.0.1:9/gitea/main [skip ci]"
+    );
 
     // The user's checkout is untouched.
     assert_eq!(git(&fx.mono, &["status", "--porcelain", "--ignore-submodules=none"]), before_status);
@@ -171,7 +187,8 @@ fn shape(report: &Value) -> Vec<Value> {
         .unwrap()
         .iter()
         .map(|r| {
-            let refs: Vec<Value> = r["refs"].as_array().unwrap().iter().map(|x| json!([x["branch"], x["action"]])).collect();
+            let refs: Vec<Value> =
+                r["refs"].as_array().unwrap().iter().map(|x| json!([x["branch"], x["action"]])).collect();
             json!([r["full_name"], r["action"], refs, r["fork"]["action"], r["pull"]])
         })
         .collect()
@@ -190,7 +207,18 @@ fn publish_from_scratch_again_and_after_a_change() {
     };
     let mut want = Vec::new();
     // deepest first, the monorepo last
-    for (name, fork) in [("g", false), ("f", false), ("plain", true), ("a", true), ("b", true), ("c", true), ("d", true), ("e", true), ("base", false), ("mono", true)] {
+    for (name, fork) in [
+        ("g", false),
+        ("f", false),
+        ("plain", true),
+        ("a", true),
+        ("b", true),
+        ("c", true),
+        ("d", true),
+        ("e", true),
+        ("base", false),
+        ("mono", true),
+    ] {
         let (refs, f) = created(fork);
         let pull = if fork { json!({"number": null, "action": "unchanged"}) } else { Value::Null };
         want.push(json!([format!("main/{name}"), "created", refs, f, pull]));
@@ -220,12 +248,15 @@ fn publish_from_scratch_again_and_after_a_change() {
     let r2 = publish(&fx, &d, &[]);
     assert_eq!(r2["summary"]["created"], 0);
     assert_eq!(r2["summary"]["updated"], 0);
-    let writes: Vec<String> = d.api_calls()[calls_before..].iter().filter(|c| !c.starts_with("GET ")).cloned().collect();
+    let writes: Vec<String> =
+        d.api_calls()[calls_before..].iter().filter(|c| !c.starts_with("GET ")).cloned().collect();
     assert_eq!(writes, Vec::<String>::new());
     let pushes = d
         .exchanges()
         .iter()
-        .filter(|e| e["kind"] == "git" && e["method"] == "POST" && e["path"].as_str().unwrap().ends_with("/git-receive-pack"))
+        .filter(|e| {
+            e["kind"] == "git" && e["method"] == "POST" && e["path"].as_str().unwrap().ends_with("/git-receive-pack")
+        })
         .count();
     assert_eq!(pushes, 10, "one push per repository, all in the first publish");
 
@@ -238,7 +269,10 @@ fn publish_from_scratch_again_and_after_a_change() {
     assert_eq!(d.branch("main", "a", "rollback").as_deref(), Some(old_a.as_str()));
     assert_eq!(d.branch("main", "a", "release").as_deref(), Some(old_a.as_str()), "release moves only by the PR");
     assert_eq!(d.branch("main", "mono", "rollback").as_deref(), Some(old_mono.as_str()));
-    let changed: Vec<Value> = shape(&r3).into_iter().filter(|r| r[1] != "unchanged" || r[2].as_array().unwrap().iter().any(|x| x[1] != "unchanged")).collect();
+    let changed: Vec<Value> = shape(&r3)
+        .into_iter()
+        .filter(|r| r[1] != "unchanged" || r[2].as_array().unwrap().iter().any(|x| x[1] != "unchanged"))
+        .collect();
     let upd = json!([["rollback", "created"], ["main", "updated"], ["release", "unchanged"], ["snapshot", "updated"]]);
     assert_eq!(
         changed,
@@ -263,7 +297,11 @@ fn publish_from_scratch_again_and_after_a_change() {
     let a = &r4["repos"].as_array().unwrap().iter().find(|r| r["full_name"] == "main/a").unwrap().clone();
     assert_eq!(a["pull"], json!({"number": 1, "action": "unchanged"}));
     assert_eq!(a["refs"][0], json!({"branch": "rollback", "old": old_a, "new": a2, "action": "updated"}));
-    let creates = d.exchanges().iter().filter(|e| e["method"] == "POST" && e["template"] == "/repos/{owner}/{repo}/pulls").count();
+    let creates = d
+        .exchanges()
+        .iter()
+        .filter(|e| e["method"] == "POST" && e["template"] == "/repos/{owner}/{repo}/pulls")
+        .count();
     assert_eq!(creates, 2);
     // 5. Stable again.
     let r5 = publish(&fx, &d, &[]);
@@ -280,11 +318,20 @@ fn variables_from_globals_and_configure_outputs() {
     std::fs::write(fx.mono.join("globals.local.json"), r#"{"DOMAIN": "home.lan"}"#).unwrap();
     let art = fx.artifacts();
     std::fs::create_dir_all(art.join("configure")).unwrap();
-    std::fs::write(art.join("configure/a.json"), r#"{"kind": "configure", "outputs": {"PORT": 8080, "URL": "http://a"}}"#).unwrap();
+    std::fs::write(
+        art.join("configure/a.json"),
+        r#"{"kind": "configure", "outputs": {"PORT": 8080, "URL": "http://a"}}"#,
+    )
+    .unwrap();
     std::fs::write(art.join("configure/b.json"), r#"{"kind": "configure"}"#).unwrap();
 
     let r1 = publish(&fx, &d, &[]);
-    let vars: Vec<Value> = r1["variables"].as_array().unwrap().iter().map(|v| json!([v["scope"], v["org"].clone().or_repo(v), v["name"], v["action"]])).collect();
+    let vars: Vec<Value> = r1["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| json!([v["scope"], v["org"].clone().or_repo(v), v["name"], v["action"]]))
+        .collect();
     let mut want = Vec::new();
     for name in ["DOMAIN", "TZ"] {
         for org in ["main", "stage", "tasks"] {
@@ -318,15 +365,18 @@ fn variables_from_globals_and_configure_outputs() {
     // Update one value: PUT, the rest unchanged.
     std::fs::write(art.join("configure/a.json"), r#"{"outputs": {"PORT": "9090", "URL": "http://a"}}"#).unwrap();
     let r2 = publish(&fx, &d, &[]);
-    let changed: Vec<Value> = r2["variables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|v| v["action"] != "unchanged")
-        .cloned()
+    let changed: Vec<Value> =
+        r2["variables"].as_array().unwrap().iter().filter(|v| v["action"] != "unchanged").cloned().collect();
+    assert_eq!(
+        changed,
+        vec![json!({"scope": "repo", "owner": "main", "repo": "a", "name": "PORT", "action": "updated"})]
+    );
+    let puts: Vec<Value> = d
+        .exchanges()
+        .into_iter()
+        .filter(|e| e["method"] == "PUT")
+        .map(|e| json!([e["path"], e["request"], e["status"]]))
         .collect();
-    assert_eq!(changed, vec![json!({"scope": "repo", "owner": "main", "repo": "a", "name": "PORT", "action": "updated"})]);
-    let puts: Vec<Value> = d.exchanges().into_iter().filter(|e| e["method"] == "PUT").map(|e| json!([e["path"], e["request"], e["status"]])).collect();
     assert_eq!(puts, vec![json!(["/repos/main/a/actions/variables/PORT", {"value": "9090"}, 204])]);
 
     // Changed elsewhere (here with `env set`): publish puts the file's value back.
@@ -336,7 +386,8 @@ fn variables_from_globals_and_configure_outputs() {
         &[("LOGIN", "admin"), ("PASSWORD", "double-pw-2")],
     ));
     let r3 = publish(&fx, &d, &[]);
-    let changed: Vec<Value> = r3["variables"].as_array().unwrap().iter().filter(|v| v["action"] != "unchanged").cloned().collect();
+    let changed: Vec<Value> =
+        r3["variables"].as_array().unwrap().iter().filter(|v| v["action"] != "unchanged").cloned().collect();
     assert_eq!(changed, vec![json!({"scope": "org", "org": "stage", "name": "TZ", "action": "updated"})]);
 
     // Invalid names are refused before anything is sent, naming file and key.
@@ -369,7 +420,11 @@ trait OrRepo {
 }
 impl OrRepo for Value {
     fn or_repo(self, v: &Value) -> Value {
-        if self.is_null() { json!(format!("{}/{}", v["owner"].as_str().unwrap(), v["repo"].as_str().unwrap())) } else { self }
+        if self.is_null() {
+            json!(format!("{}/{}", v["owner"].as_str().unwrap(), v["repo"].as_str().unwrap()))
+        } else {
+            self
+        }
     }
 }
 
@@ -393,13 +448,25 @@ fn a_server_error_once_is_retried_and_a_persistent_one_is_a_clear_error() {
     std::fs::write(fx2.mono.join("globals.json"), r#"{"TZ": "UTC"}"#).unwrap();
     d.faults(&[("POST", "/api/v1/orgs/main/actions/variables/TZ", 500, 5)]);
     let out = run(
-        &["--repo", s(&fx2.mono), "--artifacts", s(&fx2.artifacts()), "publish", "--gitea", &d.url(), "--name", "mono2"],
+        &[
+            "--repo",
+            s(&fx2.mono),
+            "--artifacts",
+            s(&fx2.artifacts()),
+            "publish",
+            "--gitea",
+            &d.url(),
+            "--name",
+            "mono2",
+        ],
         &[("LOGIN", "admin"), ("PASSWORD", "double-pw-3")],
     );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("error: variable TZ of org main: Gitea POST /orgs/main/actions/variables/TZ: HTTP 500: injected fault"),
+        err.contains(
+            "error: variable TZ of org main: Gitea POST /orgs/main/actions/variables/TZ: HTTP 500: injected fault"
+        ),
         "{err}"
     );
     let posts = d.api_calls().iter().filter(|c| c.starts_with("POST /orgs/main/actions/variables/TZ")).count();
@@ -407,7 +474,17 @@ fn a_server_error_once_is_retried_and_a_persistent_one_is_a_clear_error() {
     // A GET that keeps failing gives up after the bounded attempts.
     d.faults(&[("GET", "/api/v1/orgs/main", 502, 100)]);
     let out = run(
-        &["--repo", s(&fx2.mono), "--artifacts", s(&fx2.artifacts()), "publish", "--gitea", &d.url(), "--name", "mono2"],
+        &[
+            "--repo",
+            s(&fx2.mono),
+            "--artifacts",
+            s(&fx2.artifacts()),
+            "publish",
+            "--gitea",
+            &d.url(),
+            "--name",
+            "mono2",
+        ],
         &[("LOGIN", "admin"), ("PASSWORD", "double-pw-3")],
     );
     assert_eq!(out.status.code(), Some(1));
@@ -470,7 +547,8 @@ fn secrets_never_in_logs_artifacts_or_process_args() {
         };
         let url = d.url();
         let args = ["-v", "--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", &url];
-        let env: Vec<(&str, &str)> = if token_auth { vec![("GITEA_TOKEN", secret)] } else { vec![("LOGIN", "admin"), ("PASSWORD", secret)] };
+        let env: Vec<(&str, &str)> =
+            if token_auth { vec![("GITEA_TOKEN", secret)] } else { vec![("LOGIN", "admin"), ("PASSWORD", secret)] };
         let out = run(&args, &env);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let samples = sampler.join().unwrap();
@@ -534,10 +612,15 @@ fn env_get_and_set() {
     // Missing, invalid.
     let out = run(&["--repo", repo, "env", "get", "NOPE", "--remote", "--gitea", &url], &env);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("variable NOPE is not set in the environment nor on org main"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("variable NOPE is not set in the environment nor on org main")
+    );
     let out = run(&["--repo", repo, "env", "set", "GITHUB_X", "1", "--gitea", &url], &env);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("KEY: `GITHUB_X`: variable names must not start with GITEA_ or GITHUB_"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("KEY: `GITHUB_X`: variable names must not start with GITEA_ or GITHUB_")
+    );
     let out = run(&["env", "set", "X", "1", "--repo", "a/b/c", "--gitea", &url], &env);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--repo: expected OWNER/REPO or a directory, found `a/b/c`"));

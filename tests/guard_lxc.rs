@@ -91,7 +91,13 @@ fn attach(lxc_path: &Path, name: &str, script: &str) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-async fn provision(b: &Backend, s: &ContainerSpec, policy: RecreatePolicy, opts: &ApplyOptions, dir: &ArtifactDir) -> Provision {
+async fn provision(
+    b: &Backend,
+    s: &ContainerSpec,
+    policy: RecreatePolicy,
+    opts: &ApplyOptions,
+    dir: &ArtifactDir,
+) -> Provision {
     let planned = step::plan_all(b, vec![s.clone()], policy, 1).await;
     step::apply_all(b, planned, opts, 1, dir).await.unwrap().remove(0)
 }
@@ -121,12 +127,21 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
     proxmox_gitops::lxc::ensure_bridge("lxcbr0").await.expect("lxcbr0");
     let b = Backend::Lxc(backend);
     let s = spec(&name);
-    let apply = ApplyOptions { share: share.clone(), wait_ssh: false, recreate: RecreatePolicy::Always, ..ApplyOptions::default() };
+    let apply = ApplyOptions {
+        share: share.clone(),
+        wait_ssh: false,
+        recreate: RecreatePolicy::Always,
+        ..ApplyOptions::default()
+    };
 
     // 1. Create, and put data into it.
     let p = provision(&b, &s, RecreatePolicy::Never, &apply, &dir).await;
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
-    let (ok, _) = attach(&lxc_path, &name, "mkdir -p /srv/data/sub && echo hello > /srv/data/sub/file && ln -s sub/file /srv/data/link");
+    let (ok, _) = attach(
+        &lxc_path,
+        &name,
+        "mkdir -p /srv/data/sub && echo hello > /srv/data/sub/file && ln -s sub/file /srv/data/link",
+    );
     assert!(ok);
 
     // 2. Recreate: a verified snapshot first, named in protected_by and in the first action.
@@ -135,7 +150,10 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
     assert!(matches!(p.plan.action, Action::Recreate { .. }), "{:?}", p.plan);
     let id = p.protected_by.clone().expect("protected_by");
     let stamp = id.strip_prefix(&format!("{name}-")).unwrap_or_else(|| panic!("{id}"));
-    assert!(stamp.len() == 15 && stamp.as_bytes()[8] == b'-' && stamp.replace('-', "").bytes().all(|c| c.is_ascii_digit()), "{id}");
+    assert!(
+        stamp.len() == 15 && stamp.as_bytes()[8] == b'-' && stamp.replace('-', "").bytes().all(|c| c.is_ascii_digit()),
+        "{id}"
+    );
     let archive = share.join("snapshots").join(&name).join(format!("{id}.tar.gz"));
     assert!(archive.is_file() && archive.with_extension("").with_extension("json").is_file(), "{}", archive.display());
     let first = &p.actions[0];
@@ -152,7 +170,10 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
     let r = snap::restore(&s, &CommandExec::lxc_attach(&name), &sopts, None).await;
     assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
     assert_eq!(r.snapshot_id.as_deref(), Some(id.as_str()));
-    assert_eq!(attach(&lxc_path, &name, "cat /srv/data/sub/file; readlink /srv/data/link"), (true, "hello\nsub/file\n".into()));
+    assert_eq!(
+        attach(&lxc_path, &name, "cat /srv/data/sub/file; readlink /srv/data/link"),
+        (true, "hello\nsub/file\n".into())
+    );
 
     // 3. Stopped: it cannot be reached, so the recreate is refused and nothing is touched.
     let st = Command::new("lxc-stop").arg("-P").arg(&lxc_path).args(["-n", &name]).status().unwrap();

@@ -203,7 +203,11 @@ fn test_rerun_changes_nothing() -> Result<(), Failed> {
 fn memory_limit(f: &Fixture, name: &str) -> String {
     f.attach(
         name,
-        &["/bin/sh", "-c", "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"],
+        &[
+            "/bin/sh",
+            "-c",
+            "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
+        ],
     )
     .trim()
     .to_string()
@@ -220,7 +224,9 @@ fn test_resource_change_is_applied() -> Result<(), Failed> {
         spec.memory_mib = 384;
         spec.cores = 2;
         let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
-        let Action::Update { changes, reboot_needed, .. } = &plan.action else { panic!("expected an update: {plan:?}") };
+        let Action::Update { changes, reboot_needed, .. } = &plan.action else {
+            panic!("expected an update: {plan:?}")
+        };
         assert!(!reboot_needed, "cgroup limits apply live: {plan:?}");
         let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
         assert!(keys.iter().any(|k| k.contains("memory")), "{keys:?}");
@@ -251,7 +257,11 @@ fn test_resource_change_is_applied() -> Result<(), Failed> {
         let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
         assert_ok(&p);
         assert_eq!(actions(&p), vec!["config"]);
-        assert!(p.warnings.iter().any(|w| w.starts_with("lxc.start.auto take effect at the next restart")), "{:?}", p.warnings);
+        assert!(
+            p.warnings.iter().any(|w| w.starts_with("lxc.start.auto take effect at the next restart")),
+            "{:?}",
+            p.warnings
+        );
     });
     Ok(())
 }
@@ -308,7 +318,10 @@ fn test_destroy() -> Result<(), Failed> {
         let mut other = spec.clone();
         other.vmid = 90008;
         let e = f.backend.destroy(&other).await.unwrap_err();
-        assert_eq!(e.to_string(), format!("container `{}` belongs to vmid 90007, not 90008: not destroying it", spec.hostname));
+        assert_eq!(
+            e.to_string(),
+            format!("container `{}` belongs to vmid 90007, not 90008: not destroying it", spec.hostname)
+        );
         let done = f.backend.destroy(&spec).await.unwrap();
         let names: Vec<&str> = done.iter().map(|a| a.action.as_str()).collect();
         assert_eq!(names, vec!["stop", "destroy"]);

@@ -108,7 +108,13 @@ impl Env {
         }
     }
 
-    async fn provision(&self, backend: &Backend, specs: Vec<ContainerSpec>, policy: RecreatePolicy, jobs: usize) -> Vec<Provision> {
+    async fn provision(
+        &self,
+        backend: &Backend,
+        specs: Vec<ContainerSpec>,
+        policy: RecreatePolicy,
+        jobs: usize,
+    ) -> Vec<Provision> {
         let planned = step::plan_all(backend, specs, policy, jobs).await;
         let dir = ArtifactDir::new(self.artifacts.path());
         step::apply_all(backend, planned, &self.apply_opts(), jobs, &dir).await.unwrap()
@@ -218,7 +224,10 @@ async fn create_from_nothing_with_ticket_auth() {
     env.pve.requests(true);
     let b = env.backend(Login::Root);
     let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
-    assert_eq!(normalised(&out[0]), expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam")));
+    assert_eq!(
+        normalised(&out[0]),
+        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam"))
+    );
     // The artifact on disk is the same document.
     let on_disk: Provision = artifact::read(&env.artifacts.path().join("provision/broker.json")).unwrap();
     assert_eq!(on_disk, out[0]);
@@ -306,7 +315,11 @@ async fn rerun_changes_nothing_and_writes_nothing() {
     got.sort();
     assert_eq!(
         got,
-        vec!["GET /nodes/pve1/lxc/101/config", "GET /nodes/pve1/lxc/101/pending", "GET /nodes/pve1/lxc/101/status/current"]
+        vec![
+            "GET /nodes/pve1/lxc/101/config",
+            "GET /nodes/pve1/lxc/101/pending",
+            "GET /nodes/pve1/lxc/101/status/current"
+        ]
     );
 }
 
@@ -356,14 +369,21 @@ async fn disk_grow_is_a_resize_not_a_rootfs_put() {
     let p = &out[0];
     assert_eq!(
         p.plan.action,
-        Action::Update { changes: vec![], resizes: vec![Resize { disk: "rootfs".into(), from_gib: 8, to_gib: 12 }], reboot_needed: false }
+        Action::Update {
+            changes: vec![],
+            resizes: vec![Resize { disk: "rootfs".into(), from_gib: 8, to_gib: 12 }],
+            reboot_needed: false
+        }
     );
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     let writes = env.pve.writes(false);
     assert_eq!(paths(&writes), vec!["PUT /nodes/pve1/lxc/101/resize"]);
     assert_eq!(writes[0].2, "disk=rootfs&size=12G");
     assert_eq!(env.pve.ct_config(101).unwrap()["rootfs"], "local-lvm:vm-101-disk-0,size=12G");
-    assert_eq!(normalised(p)["actions"][0], json!({"action": "resize", "upid": "UPID:pve1:resize:101:root@pam", "exit_status": "OK", "duration_ms": 0, "detail": "rootfs → 12G"}));
+    assert_eq!(
+        normalised(p)["actions"][0],
+        json!({"action": "resize", "upid": "UPID:pve1:resize:101:root@pam", "exit_status": "OK", "duration_ms": 0, "detail": "rootfs → 12G"})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -417,7 +437,10 @@ async fn api_token_auth_creates_without_ticket_or_csrf() {
     env.pve.requests(true);
     let b = env.backend(Login::Token);
     let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
-    assert_eq!(normalised(&out[0]), expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam!ci")));
+    assert_eq!(
+        normalised(&out[0]),
+        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam!ci"))
+    );
     assert!(env.pve.requests(false).iter().all(|(_, p, _)| p != "/access/ticket"));
     assert_eq!(client(&b).login_count(), 0);
 }
@@ -437,7 +460,15 @@ async fn refused_csrf_token_logs_in_again_once() {
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     assert_eq!(client(&b).login_count(), 2);
     let got = paths(&env.pve.requests(false));
-    assert_eq!(&got[..4], &["GET /nodes/pve1/storage/local/content", "POST /nodes/pve1/lxc", "POST /access/ticket", "POST /nodes/pve1/lxc"]);
+    assert_eq!(
+        &got[..4],
+        &[
+            "GET /nodes/pve1/storage/local/content",
+            "POST /nodes/pve1/lxc",
+            "POST /access/ticket",
+            "POST /nodes/pve1/lxc"
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -506,7 +537,9 @@ async fn pve_validation_errors_are_surfaced_with_fields() {
     let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
     assert!(
-        error.starts_with("cannot create CT 101 on node pve1: POST /nodes/pve1/lxc: HTTP 400: Parameter verification failed. (net0: "),
+        error.starts_with(
+            "cannot create CT 101 on node pve1: POST /nodes/pve1/lxc: HTTP 400: Parameter verification failed. (net0: "
+        ),
         "{error}"
     );
     assert!(error.contains("gw"), "{error}");
@@ -571,7 +604,8 @@ async fn expired_ticket_mid_run_is_renewed_once() {
     let specs = vec![spec("a", 301), spec("b", 302)];
     let planned = step::plan_all(&b, specs, RecreatePolicy::Never, 2).await;
     env.pve.exec("pve.revoke_tickets()");
-    let out = step::apply_all(&b, planned, &env.apply_opts(), 2, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
+    let out =
+        step::apply_all(&b, planned, &env.apply_opts(), 2, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
     assert!(out.iter().all(|p| p.outcome == Outcome::Ok), "{out:#?}");
     assert_eq!(client(&b).login_count(), 2, "both containers share one renewed session");
 }
@@ -607,7 +641,15 @@ async fn ten_containers_in_parallel_share_one_session() {
     assert_eq!(out.len(), 10);
     for (i, p) in out.iter().enumerate() {
         let name = format!("app{i}");
-        assert_eq!(normalised(p), expected_created(&name, 500 + i as u32, env.ssh_port, create_actions(500 + i as u32, env.ssh_port, "root@pam")));
+        assert_eq!(
+            normalised(p),
+            expected_created(
+                &name,
+                500 + i as u32,
+                env.ssh_port,
+                create_actions(500 + i as u32, env.ssh_port, "root@pam")
+            )
+        );
         let on_disk: Provision = artifact::read(&env.artifacts.path().join(format!("provision/{name}.json"))).unwrap();
         assert_eq!(&on_disk, p);
     }
@@ -675,7 +717,8 @@ fn cli_plan_then_provision_then_converged() {
     let repo = tempfile::tempdir().unwrap();
     let share = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
-    std::fs::write(repo.path().join("libs/broker/container.env"), "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n").unwrap();
+    std::fs::write(repo.path().join("libs/broker/container.env"), "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n")
+        .unwrap();
     let outputs = repo.path().join("github_output");
     let run = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
@@ -695,14 +738,21 @@ fn cli_plan_then_provision_then_converged() {
             .env("GITHUB_OUTPUT", &outputs)
             .output()
             .unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let ca = pve.ca.to_str().unwrap().to_string();
     let ssh_port = ssh.to_string();
 
     let (code, stdout, stderr) = run(&["plan", "--ref", "refs/heads/release", "--pve-ca", &ca]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.lines().any(|l| l.starts_with("broker") && l.contains("provision + configure") && l.ends_with("create")), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("broker") && l.contains("provision + configure") && l.ends_with("create")),
+        "{stdout}"
+    );
     assert_eq!(pve.writes(false).iter().filter(|(_, p, _)| p != "/access/ticket").count(), 0);
 
     let (code, _, stderr) = run(&["provision", "--pve-ca", &ca]);
@@ -792,7 +842,10 @@ async fn lost_create_answer_then_already_exists_means_created() {
     connect.request_timeout = Duration::from_secs(1);
     let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
-    assert_eq!(normalised(&out[0]), expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam")));
+    assert_eq!(
+        normalised(&out[0]),
+        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam"))
+    );
     let got = paths(&env.pve.requests(false));
     let creates = got.iter().filter(|p| *p == "POST /nodes/pve1/lxc").count();
     assert_eq!(creates, 2, "{got:#?}");
@@ -850,7 +903,8 @@ async fn unreachable_with_data(env: &Env) -> (ContainerSpec, Backend, ApplyOptio
 }
 
 fn assert_refusal(error: &str) {
-    let head = "refusing to destroy broker (vmid 101): it declares data (/srv/data) but cannot be reached to snapshot it: ";
+    let head =
+        "refusing to destroy broker (vmid 101): it declares data (/srv/data) but cannot be reached to snapshot it: ";
     let tail = "start it and make SSH work, or pass --no-snapshot to destroy without a snapshot";
     assert!(error.starts_with(head) && error.ends_with(tail), "{error}");
 }
@@ -942,7 +996,9 @@ async fn destroy_step_refuses_without_snapshot_and_destroys_with_no_snapshot() {
     let out = destroy::destroy_all(&b, &[other], &opts, &dir).await.unwrap();
     assert_eq!(
         out[0].outcome,
-        Outcome::Failed { error: "CT 101 holds hostname `broker`, not `web`: it is not web's container; not destroying it".into() }
+        Outcome::Failed {
+            error: "CT 101 holds hostname `broker`, not `web`: it is not web's container; not destroying it".into()
+        }
     );
     assert!(env.pve.ct_config(101).is_some());
 
@@ -1014,7 +1070,11 @@ fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
             .env("PROXMOX_SHARE", share.path())
             .output()
             .unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let art = |kind: &str| repo.path().join(".proxmox-gitops").join(kind).join("broker.json");
     // Created; its recorded SSH port is closed, so it cannot be reached for a snapshot.
@@ -1023,7 +1083,8 @@ fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
 
     // A template change needs a recreate: refused, nothing changed.
     let next = "debian-13-standard_13.2-1";
-    let (code, _, stderr) = run(next, &["provision", "-c", "broker", "--allow-recreate", "--no-wait-ssh", "--ssh-port", &closed]);
+    let (code, _, stderr) =
+        run(next, &["provision", "-c", "broker", "--allow-recreate", "--no-wait-ssh", "--ssh-port", &closed]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("refusing to destroy broker (vmid 101): it declares data (/srv/data)"), "{stderr}");
     let p: Provision = artifact::read(&art("provision")).unwrap();
@@ -1031,10 +1092,17 @@ fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
     assert!(pve.ct_config(101).unwrap()["description"].as_str().unwrap().contains(TEMPLATE_FILE));
 
     // --no-snapshot: recreated, loudly, and the artifact says so.
-    let (code, _, stderr) =
-        run(next, &["provision", "-c", "broker", "--allow-recreate", "--no-snapshot", "--no-wait-ssh", "--ssh-port", &closed]);
+    let (code, _, stderr) = run(
+        next,
+        &["provision", "-c", "broker", "--allow-recreate", "--no-snapshot", "--no-wait-ssh", "--ssh-port", &closed],
+    );
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stderr.contains("--no-snapshot: destroying broker (vmid 101) WITHOUT a data snapshot; the data in /srv/data will be lost"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--no-snapshot: destroying broker (vmid 101) WITHOUT a data snapshot; the data in /srv/data will be lost"
+        ),
+        "{stderr}"
+    );
     let p: Provision = artifact::read(&art("provision")).unwrap();
     assert_eq!((p.outcome, p.protected_by.as_deref()), (Outcome::Ok, Some("none (--no-snapshot)")));
 
@@ -1045,7 +1113,12 @@ fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
     assert!(pve.ct_config(101).is_some());
     let (code, stdout, stderr) = run(next, &["destroy", "-c", "broker", "--no-snapshot"]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.lines().any(|l| l.starts_with("broker") && l.contains("destroyed") && l.contains("none (--no-snapshot)")), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("broker") && l.contains("destroyed") && l.contains("none (--no-snapshot)")),
+        "{stdout}"
+    );
     assert!(pve.ct_config(101).is_none());
     let d: proxmox_gitops::steps::destroy::Destroy = artifact::read(&art("destroy")).unwrap();
     assert!(d.destroyed && d.outcome == Outcome::Ok, "{d:#?}");

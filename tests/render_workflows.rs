@@ -38,7 +38,12 @@ fn yaml_to_json(text: &str) -> serde_json::Value {
 }
 
 fn vars(lib: &str, runs_on: &str) -> LibPipelineVars {
-    LibPipelineVars { lib: lib.into(), lib_dir: format!("libs/{lib}"), monorepo: "srv/config".into(), runs_on: runs_on.into() }
+    LibPipelineVars {
+        lib: lib.into(),
+        lib_dir: format!("libs/{lib}"),
+        monorepo: "srv/config".into(),
+        runs_on: runs_on.into(),
+    }
 }
 
 #[test]
@@ -127,15 +132,23 @@ fn a_custom_template_in_the_monorepo_is_used_and_its_errors_name_it() {
     let opts = RenderOptions { libs: vec!["alpha".into()], monorepo: "srv/config".into(), runs_on: "shell".into() };
     let tpl = "workflows/templates/lib_pipeline.yml.hbs";
 
-    write_files(root, &[(tpl, "on: push\njobs:\n  x:\n    runs-on: \"{{runs_on}}\"\n    name: \"{{lib}} in {{monorepo}}\"\n")]);
+    write_files(
+        root,
+        &[(tpl, "on: push\njobs:\n  x:\n    runs-on: \"{{runs_on}}\"\n    name: \"{{lib}} in {{monorepo}}\"\n")],
+    );
     render_workflows(root, &inv, &opts).unwrap();
     let wf = yaml_to_json(&std::fs::read_to_string(root.join("libs/alpha/.gitea/workflows/pipeline.yml")).unwrap());
-    assert_eq!(wf, serde_json::json!({"on": "push", "jobs": {"x": {"runs-on": "shell", "name": "alpha in srv/config"}}}));
+    assert_eq!(
+        wf,
+        serde_json::json!({"on": "push", "jobs": {"x": {"runs-on": "shell", "name": "alpha in srv/config"}}})
+    );
 
     write_files(root, &[(tpl, "on: push\njobs:\n  x:\n    runs-on: \"{{runner}}\"\n")]);
     let e = render_workflows(root, &inv, &opts).unwrap_err();
     assert!(
-        e.to_string().starts_with("1 problem in the input:\n  workflows/templates/lib_pipeline.yml.hbs:4: cannot render the template:"),
+        e.to_string().starts_with(
+            "1 problem in the input:\n  workflows/templates/lib_pipeline.yml.hbs:4: cannot render the template:"
+        ),
         "{e}"
     );
     assert!(e.to_string().contains("runner"), "{e}");

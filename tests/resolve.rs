@@ -21,13 +21,7 @@ fn no_env() -> BTreeMap<String, String> {
 }
 
 fn resolve_at(root: &Path, stage: &str) -> Result<proxmox_gitops::inventory::Inventory, Problems> {
-    match resolve(
-        &ResolveOptions {
-            repo: root.to_path_buf(),
-            stage: stage.into(),
-        },
-        &no_env(),
-    ) {
+    match resolve(&ResolveOptions { repo: root.to_path_buf(), stage: stage.into() }, &no_env()) {
         Ok(inv) => Ok(inv),
         Err(proxmox_gitops::error::Error::Input(p)) => Err(p),
         Err(e) => panic!("unexpected operational error: {e:#}"),
@@ -46,39 +40,14 @@ fn normalized(f: &fixture::Fixture, inv: &proxmox_gitops::inventory::Inventory) 
 fn expected(ids: &fixture::Ids, stage: &str) -> Value {
     let staged = stage != "main";
     let host = |n: &str| {
-        if staged {
-            format!("{stage}-{n}")
-        } else {
-            n.to_string()
-        }
+        if staged { format!("{stage}-{n}") } else { n.to_string() }
     };
     let srcs = |dir: &str, files: &[&str]| -> Value {
-        files
-            .iter()
-            .map(|f| {
-                if dir == "." {
-                    f.to_string()
-                } else {
-                    format!("{dir}/{f}")
-                }
-            })
-            .collect()
+        files.iter().map(|f| if dir == "." { f.to_string() } else { format!("{dir}/{f}") }).collect()
     };
-    let (cp_id, cp_ip) = if staged {
-        ("200", "10.0.3.11")
-    } else {
-        ("100", "10.0.3.10")
-    };
-    let (broker_id, broker_ip) = if staged {
-        ("220", "10.0.3.21")
-    } else {
-        ("120", "10.0.3.20")
-    };
-    let (dns_id, dns_ip) = if staged {
-        ("240", "dhcp")
-    } else {
-        ("140", "10.0.3.40/24")
-    };
+    let (cp_id, cp_ip) = if staged { ("200", "10.0.3.11") } else { ("100", "10.0.3.10") };
+    let (broker_id, broker_ip) = if staged { ("220", "10.0.3.21") } else { ("120", "10.0.3.20") };
+    let (dns_id, dns_ip) = if staged { ("240", "dhcp") } else { ("140", "10.0.3.40/24") };
     let stage_file = format!("container.{stage}.env");
     let with_stage = |base: &[&'static str]| -> Vec<String> {
         let mut v: Vec<String> = base.iter().map(|s| s.to_string()).collect();
@@ -261,11 +230,7 @@ fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
 fn cli_json_is_the_artifact_and_outputs_are_written() {
     let f = fixture::standard();
     let out_file = f.tmp.path().join("github_output");
-    let r = run(
-        &f.root,
-        &["resolve", "--json"],
-        &[("GITHUB_OUTPUT", out_file.to_str().unwrap())],
-    );
+    let r = run(&f.root, &["resolve", "--json"], &[("GITHUB_OUTPUT", out_file.to_str().unwrap())]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let artifact = std::fs::read_to_string(f.root.join(".proxmox-gitops/inventory.json")).unwrap();
     assert_eq!(r.stdout, artifact);
@@ -284,11 +249,7 @@ fn cli_json_is_the_artifact_and_outputs_are_written() {
 fn cli_human_table() {
     let f = fixture::standard();
     let artifacts = f.tmp.path().join("out");
-    let r = run(
-        &f.root,
-        &["resolve", "--artifacts", artifacts.to_str().unwrap()],
-        &[],
-    );
+    let r = run(&f.root, &["resolve", "--artifacts", artifacts.to_str().unwrap()], &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let expected = format!(
         "\
@@ -317,25 +278,13 @@ fn cli_exit_codes() {
     // --help is success
     assert_eq!(run(&f.root, &["--help"], &[]).code, 0);
     // a repository that does not exist is bad input
-    let r = run(
-        &f.root,
-        &["resolve", "--repo", "/nonexistent/monorepo"],
-        &[],
-    );
+    let r = run(&f.root, &["resolve", "--repo", "/nonexistent/monorepo"], &[]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("/nonexistent/monorepo"), "{}", r.stderr);
     // an artifacts directory that cannot be created is an operational failure
     let blocker = f.tmp.path().join("a-file");
     std::fs::write(&blocker, "").unwrap();
-    let r = run(
-        &f.root,
-        &[
-            "resolve",
-            "--artifacts",
-            blocker.join("sub").to_str().unwrap(),
-        ],
-        &[],
-    );
+    let r = run(&f.root, &["resolve", "--artifacts", blocker.join("sub").to_str().unwrap()], &[]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.starts_with("error: "), "{}", r.stderr);
     assert!(r.stdout.is_empty(), "{}", r.stdout);
@@ -380,73 +329,31 @@ fn cli_plan_reads_an_inventory_artifact_and_refuses_other_kinds() {
         })
     );
     let plan_file = art.join("plan.json");
-    let r = run(
-        f.tmp.path(),
-        &[
-            "plan",
-            "--inventory",
-            plan_file.to_str().unwrap(),
-            "--artifacts",
-            a,
-        ],
-        &[],
-    );
+    let r = run(f.tmp.path(), &["plan", "--inventory", plan_file.to_str().unwrap(), "--artifacts", a], &[]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr
-            .contains("expected an artifact of kind \"inventory\", found kind \"plan\""),
-        "{}",
-        r.stderr
-    );
-    let r = run(
-        &f.root,
-        &["plan", "--ref", "refs/heads/feature", "--artifacts", a],
-        &[],
-    );
+    assert!(r.stderr.contains("expected an artifact of kind \"inventory\", found kind \"plan\""), "{}", r.stderr);
+    let r = run(&f.root, &["plan", "--ref", "refs/heads/feature", "--artifacts", a], &[]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr
-            .contains("ref `refs/heads/feature` does not deploy"),
-        "{}",
-        r.stderr
-    );
+    assert!(r.stderr.contains("ref `refs/heads/feature` does not deploy"), "{}", r.stderr);
 }
 
 #[test]
 fn cli_log_levels() {
     let f = fixture::standard();
     let quiet_default = run(&f.root, &["resolve"], &[]);
-    assert!(
-        !quiet_default.stderr.contains("submodule(s)"),
-        "{}",
-        quiet_default.stderr
-    );
+    assert!(!quiet_default.stderr.contains("submodule(s)"), "{}", quiet_default.stderr);
     let verbose = run(&f.root, &["-v", "resolve"], &[]);
-    assert!(
-        verbose
-            .stderr
-            .contains("6 submodule(s) (5 checked out), 1 task(s), 1 global(s)"),
-        "{}",
-        verbose.stderr
-    );
+    assert!(verbose.stderr.contains("6 submodule(s) (5 checked out), 1 task(s), 1 global(s)"), "{}", verbose.stderr);
     assert!(
         verbose.stderr.contains("container broker (vmid 120, hostname broker) from libs/broker/container.env < libs/broker/container.local.env"),
         "{}",
         verbose.stderr
     );
     // not a terminal: plain text, no colour codes
-    assert!(
-        verbose.stderr.contains("DEBUG container config (vmid 100"),
-        "{:?}",
-        verbose.stderr
-    );
+    assert!(verbose.stderr.contains("DEBUG container config (vmid 100"), "{:?}", verbose.stderr);
     assert!(!verbose.stderr.contains('\x1b'), "{:?}", verbose.stderr);
     let rust_log = run(&f.root, &["resolve"], &[("RUST_LOG", "debug")]);
-    assert!(
-        rust_log.stderr.contains("submodule(s)"),
-        "{}",
-        rust_log.stderr
-    );
+    assert!(rust_log.stderr.contains("submodule(s)"), "{}", rust_log.stderr);
     // a plain directory (not a repo) warns; -q keeps warnings
     let (_tmp, plain) = fixture::minimal();
     let r = run(&plain, &["-q", "resolve"], &[]);
@@ -459,11 +366,7 @@ fn cli_log_levels() {
 #[test]
 fn cli_actions_group_and_error_annotations() {
     let (_tmp, root) = fixture::minimal();
-    fixture::write(
-        &root,
-        "libs/app/container.env",
-        "IP=10.0.3.20/24\nID=12\nCORES=zero\n",
-    );
+    fixture::write(&root, "libs/app/container.env", "IP=10.0.3.20/24\nID=12\nCORES=zero\n");
     let r = run(&root, &["resolve"], &[("GITHUB_ACTIONS", "true")]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert_eq!(r.stdout, "", "stdout stays clean");
@@ -478,35 +381,20 @@ fn cli_actions_group_and_error_annotations() {
         ]
     );
     assert!(
-        r.stderr.contains(
-            "error: 2 problems in the input:\n  libs/app/container.env:2 (ID): ID (the vmid)"
-        ),
+        r.stderr.contains("error: 2 problems in the input:\n  libs/app/container.env:2 (ID): ID (the vmid)"),
         "{}",
         r.stderr
     );
     // Gitea sets GITEA_ACTIONS too; outside Actions no workflow commands at all.
     let r = run(&root, &["resolve"], &[("GITEA_ACTIONS", "true")]);
-    assert!(
-        r.stderr
-            .contains("::error file=libs/app/container.env,line=2::"),
-        "{}",
-        r.stderr
-    );
+    assert!(r.stderr.contains("::error file=libs/app/container.env,line=2::"), "{}", r.stderr);
     let r = run(&root, &["resolve"], &[]);
     assert!(!r.stderr.contains("::"), "{}", r.stderr);
     // Problems outside the repository's files carry no file=.
     fixture::write(&root, "libs/app/container.env", "IP=10.0.3.20/24\nID=120\n");
-    let r = run(
-        &root,
-        &["resolve", "--stage", "qa_1"],
-        &[("GITHUB_ACTIONS", "true"), ("PROXMOX_PORT", "http")],
-    );
+    let r = run(&root, &["resolve", "--stage", "qa_1"], &[("GITHUB_ACTIONS", "true"), ("PROXMOX_PORT", "http")]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    let errors: Vec<&str> = r
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("::error"))
-        .collect();
+    let errors: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("::error")).collect();
     assert_eq!(
         errors,
         vec![
@@ -524,17 +412,9 @@ fn cli_annotation_paths_are_relative_to_the_workspace() {
     let r = run(
         &ws,
         &["resolve", "--repo", "mono"],
-        &[
-            ("GITHUB_ACTIONS", "true"),
-            ("GITHUB_WORKSPACE", ws.to_str().unwrap()),
-        ],
+        &[("GITHUB_ACTIONS", "true"), ("GITHUB_WORKSPACE", ws.to_str().unwrap())],
     );
-    assert!(
-        r.stderr
-            .contains("::error file=mono/libs/app/container.env,line=2::ID: "),
-        "{}",
-        r.stderr
-    );
+    assert!(r.stderr.contains("::error file=mono/libs/app/container.env,line=2::ID: "), "{}", r.stderr);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -548,10 +428,7 @@ fn problems_for(files: &[(&str, &str)]) -> Vec<String> {
         fixture::write(&root, rel, text);
     }
     match resolve_at(&root, "main") {
-        Ok(inv) => panic!(
-            "expected problems, resolved {} containers",
-            inv.containers.len()
-        ),
+        Ok(inv) => panic!("expected problems, resolved {} containers", inv.containers.len()),
         Err(p) => p.iter().map(|p| p.to_string()).collect(),
     }
 }
@@ -564,11 +441,7 @@ fn one_problem(files: &[(&str, &str)], location: &str, needle: &str) {
     assert_eq!(got.len(), 1, "{got:#?}");
     let (loc, msg) = got[0].split_once(": ").unwrap();
     assert_eq!(loc, location, "{}", got[0]);
-    assert!(
-        msg.contains(needle),
-        "{:?} does not contain {needle:?}",
-        got[0]
-    );
+    assert!(msg.contains(needle), "{:?} does not contain {needle:?}", got[0]);
 }
 
 const APP: &str = "libs/app/container.env";
@@ -584,129 +457,41 @@ fn rule_id_range_and_format() {
         "libs/app/container.env:2 (ID)",
         "between 100 and 999999999, found 99",
     );
-    one_problem(
-        &[(APP, "IP=10.0.3.20/24\nID=1000000000\n")],
-        "libs/app/container.env:2 (ID)",
-        "found 1000000000",
-    );
-    one_problem(
-        &[(APP, "IP=10.0.3.20/24\nID=+120\n")],
-        "libs/app/container.env:2 (ID)",
-        "whole number, found `+120`",
-    );
-    one_problem(
-        &[(APP, "IP=10.0.3.20/24\nID=abc\n")],
-        "libs/app/container.env:2 (ID)",
-        "whole number, found `abc`",
-    );
-    one_problem(
-        &[(APP, "IP=10.0.3.20/24\n")],
-        "libs/app/container.env (ID)",
-        "missing required key ID",
-    );
+    one_problem(&[(APP, "IP=10.0.3.20/24\nID=1000000000\n")], "libs/app/container.env:2 (ID)", "found 1000000000");
+    one_problem(&[(APP, "IP=10.0.3.20/24\nID=+120\n")], "libs/app/container.env:2 (ID)", "whole number, found `+120`");
+    one_problem(&[(APP, "IP=10.0.3.20/24\nID=abc\n")], "libs/app/container.env:2 (ID)", "whole number, found `abc`");
+    one_problem(&[(APP, "IP=10.0.3.20/24\n")], "libs/app/container.env (ID)", "missing required key ID");
 }
 
 #[test]
 fn rule_ip() {
-    one_problem(
-        &[(APP, "IP=10.0.3.300/24\nID=120\n")],
-        "libs/app/container.env:1 (IP)",
-        "expected an IPv4 address",
-    );
-    one_problem(
-        &[(APP, "IP=10.0.3.20/33\nID=120\n")],
-        "libs/app/container.env:1 (IP)",
-        "prefix length 1–32",
-    );
-    one_problem(
-        &[(APP, "IP=fe80::1\nID=120\n")],
-        "libs/app/container.env:1 (IP)",
-        "or `dhcp`",
-    );
-    one_problem(
-        &[(APP, "ID=120\n")],
-        "libs/app/container.env (IP)",
-        "missing required key IP",
-    );
+    one_problem(&[(APP, "IP=10.0.3.300/24\nID=120\n")], "libs/app/container.env:1 (IP)", "expected an IPv4 address");
+    one_problem(&[(APP, "IP=10.0.3.20/33\nID=120\n")], "libs/app/container.env:1 (IP)", "prefix length 1–32");
+    one_problem(&[(APP, "IP=fe80::1\nID=120\n")], "libs/app/container.env:1 (IP)", "or `dhcp`");
+    one_problem(&[(APP, "ID=120\n")], "libs/app/container.env (IP)", "missing required key IP");
 }
 
 #[test]
 fn rule_cores_memory_swap_disk_boot() {
-    one_problem(
-        &[(APP, &app("CORES=0\n"))],
-        "libs/app/container.env:3 (CORES)",
-        "between 1 and 8192, found 0",
-    );
-    one_problem(
-        &[(APP, &app("MEMORY=8\n"))],
-        "libs/app/container.env:3 (MEMORY)",
-        "MEMORY (MiB) must be between 16",
-    );
-    one_problem(
-        &[(APP, &app("MEMORY=1G\n"))],
-        "libs/app/container.env:3 (MEMORY)",
-        "whole number, found `1G`",
-    );
-    one_problem(
-        &[(APP, &app("SWAP=-1\n"))],
-        "libs/app/container.env:3 (SWAP)",
-        "SWAP (MiB) as a whole number",
-    );
-    one_problem(
-        &[(APP, &app("DISK=local-lvm\n"))],
-        "libs/app/container.env:3 (DISK)",
-        "expected STORAGE:SIZE",
-    );
-    one_problem(
-        &[(APP, &app("DISK=local-lvm:0\n"))],
-        "libs/app/container.env:3 (DISK)",
-        "size in whole GiB",
-    );
-    one_problem(
-        &[(APP, &app("DISK=Local:8\n"))],
-        "libs/app/container.env:3 (DISK)",
-        "not a PVE storage id",
-    );
-    one_problem(
-        &[(APP, &app("BOOT=maybe\n"))],
-        "libs/app/container.env:3 (BOOT)",
-        "expected yes/no/true/false/1/0",
-    );
+    one_problem(&[(APP, &app("CORES=0\n"))], "libs/app/container.env:3 (CORES)", "between 1 and 8192, found 0");
+    one_problem(&[(APP, &app("MEMORY=8\n"))], "libs/app/container.env:3 (MEMORY)", "MEMORY (MiB) must be between 16");
+    one_problem(&[(APP, &app("MEMORY=1G\n"))], "libs/app/container.env:3 (MEMORY)", "whole number, found `1G`");
+    one_problem(&[(APP, &app("SWAP=-1\n"))], "libs/app/container.env:3 (SWAP)", "SWAP (MiB) as a whole number");
+    one_problem(&[(APP, &app("DISK=local-lvm\n"))], "libs/app/container.env:3 (DISK)", "expected STORAGE:SIZE");
+    one_problem(&[(APP, &app("DISK=local-lvm:0\n"))], "libs/app/container.env:3 (DISK)", "size in whole GiB");
+    one_problem(&[(APP, &app("DISK=Local:8\n"))], "libs/app/container.env:3 (DISK)", "not a PVE storage id");
+    one_problem(&[(APP, &app("BOOT=maybe\n"))], "libs/app/container.env:3 (BOOT)", "expected yes/no/true/false/1/0");
 }
 
 #[test]
 fn rule_mount_forms() {
     let at = "libs/app/container.env:3 (MOUNT)";
-    one_problem(
-        &[(APP, &app("MOUNT=Share!\n"))],
-        at,
-        "cannot read mount `Share!`",
-    );
-    one_problem(
-        &[(APP, &app("MOUNT=rel/dir:/data\n"))],
-        at,
-        "cannot read mount `rel/dir:/data`",
-    );
-    one_problem(
-        &[(APP, &app("MOUNT=/srv/data:data\n"))],
-        at,
-        "both paths must be absolute",
-    );
-    one_problem(
-        &[(APP, &app("MOUNT=/srv/../etc:/data\n"))],
-        at,
-        "both paths must be absolute",
-    );
-    one_problem(
-        &[(APP, &app("MOUNT=local-lvm:x:/data\n"))],
-        at,
-        "volume mount `local-lvm:x:/data`",
-    );
-    one_problem(
-        &[(APP, &app("MOUNT=/dev/../etc/shadow\n"))],
-        at,
-        "device path",
-    );
+    one_problem(&[(APP, &app("MOUNT=Share!\n"))], at, "cannot read mount `Share!`");
+    one_problem(&[(APP, &app("MOUNT=rel/dir:/data\n"))], at, "cannot read mount `rel/dir:/data`");
+    one_problem(&[(APP, &app("MOUNT=/srv/data:data\n"))], at, "both paths must be absolute");
+    one_problem(&[(APP, &app("MOUNT=/srv/../etc:/data\n"))], at, "both paths must be absolute");
+    one_problem(&[(APP, &app("MOUNT=local-lvm:x:/data\n"))], at, "volume mount `local-lvm:x:/data`");
+    one_problem(&[(APP, &app("MOUNT=/dev/../etc/shadow\n"))], at, "device path");
     one_problem(
         &[(APP, &app("MOUNT=/srv/a:/data,/srv/b:/data/\n"))],
         at,
@@ -716,11 +501,7 @@ fn rule_mount_forms() {
 
 #[test]
 fn rule_node_snapshot_hostname() {
-    one_problem(
-        &[(APP, &app("NODE=pve_1\n"))],
-        "libs/app/container.env:3 (NODE)",
-        "not a valid PVE node name",
-    );
+    one_problem(&[(APP, &app("NODE=pve_1\n"))], "libs/app/container.env:3 (NODE)", "not a valid PVE node name");
     one_problem(
         &[(APP, &app("SNAPSHOT=/data,var/lib\n"))],
         "libs/app/container.env:3 (SNAPSHOT)",
@@ -756,54 +537,20 @@ fn rule_duplicates_name_both_files() {
     let p = resolve_at(&root, "prod").unwrap_err();
     assert_eq!(
         p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
-        vec![
-            "libs/app/container.prod.env:2 (ID): duplicate vmid 100: also used by `config` (container.env:2)"
-        ]
+        vec!["libs/app/container.prod.env:2 (ID): duplicate vmid 100: also used by `config` (container.env:2)"]
     );
 }
 
 #[test]
 fn rule_dotenv_substitutions_and_quotes() {
-    one_problem(
-        &[(APP, &app("NAME=$(hostname)\n"))],
-        "libs/app/container.env:3",
-        "`$(` would be evaluated by a shell",
-    );
-    one_problem(
-        &[(APP, &app("NAME=\"`id -u`\"\n"))],
-        "libs/app/container.env:3",
-        "a backtick (`) would be evaluated",
-    );
-    one_problem(
-        &[(APP, &app("NAME=${HOME}\n"))],
-        "libs/app/container.env:3",
-        "`${` would be evaluated",
-    );
-    one_problem(
-        &[(APP, &app("NAME=\"unterminated\n"))],
-        "libs/app/container.env:3",
-        "unterminated double quote",
-    );
-    one_problem(
-        &[(APP, &app("NAME='unterminated\n"))],
-        "libs/app/container.env:3",
-        "unterminated single quote",
-    );
-    one_problem(
-        &[(APP, &app("NAME=\"a\"b\n"))],
-        "libs/app/container.env:3",
-        "unexpected text after the closing quote",
-    );
-    one_problem(
-        &[(APP, &app("NAME=two words\n"))],
-        "libs/app/container.env:3",
-        "quote the whole value",
-    );
-    one_problem(
-        &[(APP, &app("not an assignment\n"))],
-        "libs/app/container.env:3",
-        "expected KEY=value",
-    );
+    one_problem(&[(APP, &app("NAME=$(hostname)\n"))], "libs/app/container.env:3", "`$(` would be evaluated by a shell");
+    one_problem(&[(APP, &app("NAME=\"`id -u`\"\n"))], "libs/app/container.env:3", "a backtick (`) would be evaluated");
+    one_problem(&[(APP, &app("NAME=${HOME}\n"))], "libs/app/container.env:3", "`${` would be evaluated");
+    one_problem(&[(APP, &app("NAME=\"unterminated\n"))], "libs/app/container.env:3", "unterminated double quote");
+    one_problem(&[(APP, &app("NAME='unterminated\n"))], "libs/app/container.env:3", "unterminated single quote");
+    one_problem(&[(APP, &app("NAME=\"a\"b\n"))], "libs/app/container.env:3", "unexpected text after the closing quote");
+    one_problem(&[(APP, &app("NAME=two words\n"))], "libs/app/container.env:3", "quote the whole value");
+    one_problem(&[(APP, &app("not an assignment\n"))], "libs/app/container.env:3", "expected KEY=value");
 }
 
 #[test]
@@ -813,21 +560,9 @@ fn rule_globals() {
         "globals.json (B)",
         "expected a string value, found 5",
     );
-    one_problem(
-        &[("globals.local.json", "{\n  \"A\": \"x\",\n}\n")],
-        "globals.local.json:3",
-        "invalid JSON",
-    );
-    one_problem(
-        &[("globals.json", "[\"A\"]\n")],
-        "globals.json",
-        "expected a JSON object of string values",
-    );
-    one_problem(
-        &[("globals.json", "{\"my-var\": \"x\"}")],
-        "globals.json (my-var)",
-        "not a valid variable name",
-    );
+    one_problem(&[("globals.local.json", "{\n  \"A\": \"x\",\n}\n")], "globals.local.json:3", "invalid JSON");
+    one_problem(&[("globals.json", "[\"A\"]\n")], "globals.json", "expected a JSON object of string values");
+    one_problem(&[("globals.json", "{\"my-var\": \"x\"}")], "globals.json (my-var)", "not a valid variable name");
     one_problem(
         &[("globals.json", "{\"GITEA_URL\": \"x\"}")],
         "globals.json (GITEA_URL)",
@@ -843,10 +578,7 @@ fn rule_globals() {
 #[test]
 fn rule_config_keys() {
     one_problem(
-        &[(
-            "local/config.json",
-            "{\n  \"proxmox\": {\n    \"hots\": \"pve\"\n  }\n}\n",
-        )],
+        &[("local/config.json", "{\n  \"proxmox\": {\n    \"hots\": \"pve\"\n  }\n}\n")],
         "local/config.json:3 (proxmox.hots)",
         "unknown key `hots`",
     );
@@ -870,10 +602,7 @@ fn rule_config_keys() {
 #[test]
 fn rule_cron_line() {
     one_problem(
-        &[(
-            "tasks/backup/run.sh",
-            "#!/bin/bash\n# ! cron '61 * * * *'\necho\n",
-        )],
+        &[("tasks/backup/run.sh", "#!/bin/bash\n# ! cron '61 * * * *'\necho\n")],
         "tasks/backup/run.sh:2",
         "invalid cron expression `61 * * * *`",
     );
@@ -886,11 +615,7 @@ fn rule_cron_line() {
 
 #[test]
 fn rule_lib_without_env_and_unchecked_submodule() {
-    one_problem(
-        &[("libs/empty/README", "x\n")],
-        "libs/empty/container.env",
-        "lib `empty` has no container.env",
-    );
+    one_problem(&[("libs/empty/README", "x\n")], "libs/empty/container.env", "lib `empty` has no container.env");
     let f = fixture::standard();
     fixture::git(&f.root, &["submodule", "deinit", "-q", "-f", "libs/broker"]);
     let p = resolve_at(&f.root, "main").unwrap_err();
@@ -905,18 +630,11 @@ fn rule_lib_without_env_and_unchecked_submodule() {
 #[test]
 fn rule_malformed_gitmodules_names_the_file() {
     let f = fixture::standard();
-    fixture::write(
-        &f.root,
-        "libs/web/.gitmodules",
-        "[submodule \"vendor/theme\"\n\tpath = vendor/theme\n",
-    );
+    fixture::write(&f.root, "libs/web/.gitmodules", "[submodule \"vendor/theme\"\n\tpath = vendor/theme\n");
     let p = resolve_at(&f.root, "main").unwrap_err();
     let got: Vec<String> = p.iter().map(|p| p.to_string()).collect();
     assert_eq!(got.len(), 1, "{got:#?}");
-    assert!(
-        got[0].starts_with("libs/web/.gitmodules: cannot parse: "),
-        "{got:#?}"
-    );
+    assert!(got[0].starts_with("libs/web/.gitmodules: cannot parse: "), "{got:#?}");
 }
 
 #[test]
@@ -955,11 +673,7 @@ fn cli_reports_all_problems_and_writes_nothing() {
     let r = run(&root, &["resolve", "--json"], &[("GITHUB_ACTIONS", "true")]);
     assert_eq!(r.code, 2);
     assert_eq!(r.stdout, "");
-    let errors: Vec<&str> = r
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("::error"))
-        .collect();
+    let errors: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("::error")).collect();
     assert_eq!(
         errors,
         vec![
@@ -968,10 +682,7 @@ fn cli_reports_all_problems_and_writes_nothing() {
             "::error file=libs/app/container.env,line=3::BOOT: expected yes/no/true/false/1/0, found `perhaps`",
         ]
     );
-    assert!(
-        !root.join(".proxmox-gitops").exists(),
-        "nothing is written on bad input"
-    );
+    assert!(!root.join(".proxmox-gitops").exists(), "nothing is written on bad input");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -980,12 +691,7 @@ fn cli_reports_all_problems_and_writes_nothing() {
 #[test]
 fn secrets_never_reach_artifacts_or_logs() {
     let f = fixture::standard();
-    let file_secrets = [
-        "file-pve-pass-7Q2",
-        "file-pve-secret-9Z4",
-        "file-gitea-pass-3K8",
-        "file-gitea-token-5M1",
-    ];
+    let file_secrets = ["file-pve-pass-7Q2", "file-pve-secret-9Z4", "file-gitea-pass-3K8", "file-gitea-token-5M1"];
     fixture::write(
         &f.root,
         "local/config.local.json",
@@ -1000,11 +706,7 @@ fn secrets_never_reach_artifacts_or_logs() {
         ("PASSWORD", "env-gitea-pass-3C3"),
         ("GITEA_TOKEN", "env-gitea-token-4D4"),
     ];
-    let all: Vec<&str> = file_secrets
-        .iter()
-        .copied()
-        .chain(env_secrets.iter().map(|(_, v)| *v))
-        .collect();
+    let all: Vec<&str> = file_secrets.iter().copied().chain(env_secrets.iter().map(|(_, v)| *v)).collect();
     let out_file = f.tmp.path().join("github_output");
     let artifacts = f.tmp.path().join("artifacts");
     for actions in [false, true] {
@@ -1029,18 +731,10 @@ fn secrets_never_reach_artifacts_or_logs() {
         }
         // Under Actions each secret is announced once per run with ::add-mask:: (that line is
         // consumed by the runner); nothing else anywhere carries a secret.
-        let (masks, rest): (Vec<&str>, Vec<&str>) =
-            logs.lines().partition(|l| l.starts_with("::add-mask::"));
+        let (masks, rest): (Vec<&str>, Vec<&str>) = logs.lines().partition(|l| l.starts_with("::add-mask::"));
         if actions {
             for s in &all {
-                assert_eq!(
-                    masks
-                        .iter()
-                        .filter(|l| **l == format!("::add-mask::{s}"))
-                        .count(),
-                    4,
-                    "{s}: {masks:?}"
-                );
+                assert_eq!(masks.iter().filter(|l| **l == format!("::add-mask::{s}")).count(), 4, "{s}: {masks:?}");
             }
             assert_eq!(masks.len(), 4 * all.len(), "{masks:?}");
         } else {
@@ -1048,16 +742,10 @@ fn secrets_never_reach_artifacts_or_logs() {
         }
         let rest = rest.join("\n");
         let mut texts = vec![("logs".to_string(), rest)];
-        texts.push((
-            "GITHUB_OUTPUT".into(),
-            std::fs::read_to_string(&out_file).unwrap(),
-        ));
+        texts.push(("GITHUB_OUTPUT".into(), std::fs::read_to_string(&out_file).unwrap()));
         let mut written = 0;
         for entry in walk(&artifacts) {
-            texts.push((
-                entry.display().to_string(),
-                std::fs::read_to_string(&entry).unwrap(),
-            ));
+            texts.push((entry.display().to_string(), std::fs::read_to_string(&entry).unwrap()));
             written += 1;
         }
         assert_eq!(written, 2, "inventory.json and plan.json");
@@ -1066,10 +754,8 @@ fn secrets_never_reach_artifacts_or_logs() {
                 assert!(!text.contains(s), "secret {s} found in {what}:\n{text}");
             }
         }
-        let inv: Value = serde_json::from_str(
-            &std::fs::read_to_string(artifacts.join("inventory.json")).unwrap(),
-        )
-        .unwrap();
+        let inv: Value =
+            serde_json::from_str(&std::fs::read_to_string(artifacts.join("inventory.json")).unwrap()).unwrap();
         assert_eq!(inv["settings"]["pve_auth"], "password");
         assert_eq!(inv["settings"]["pve_token"], "ci");
         assert_eq!(inv["settings"]["gitea_auth"], "token");

@@ -39,7 +39,10 @@ async fn snapshot_is_verified_and_restores_an_identical_tree() {
     assert_eq!(taken.manifest.entries, before);
     assert_eq!(taken.manifest.id, "app-20261130-160102");
     assert_eq!(taken.archive, t.path().join("share/snapshots/app/app-20261130-160102.tar.gz"));
-    assert_eq!(files(&t.path().join("share/snapshots/app")), vec!["app-20261130-160102.json", "app-20261130-160102.tar.gz"]);
+    assert_eq!(
+        files(&t.path().join("share/snapshots/app")),
+        vec!["app-20261130-160102.json", "app-20261130-160102.tar.gz"]
+    );
     let on_disk: ArchiveManifest = proxmox_gitops::artifact::read(&taken.manifest_path).unwrap();
     assert_eq!(on_disk, taken.manifest);
     assert_eq!(on_disk.entry_count, before.len() as u64);
@@ -91,7 +94,11 @@ async fn a_corrupted_byte_fails_restore_and_restores_nothing() {
     let opts = SnapshotOptions { share: t.path().join("share"), keep: None, now: datetime!(2026-11-30 17:00:00 UTC) };
     let a = step::restore(&spec("app", &paths), &exec, &opts, None).await;
     assert_eq!(a.verification, Verification::Failed);
-    assert!(matches!(&a.outcome, Outcome::Failed { error } if error.contains("failed verification")), "{:?}", a.outcome);
+    assert!(
+        matches!(&a.outcome, Outcome::Failed { error } if error.contains("failed verification")),
+        "{:?}",
+        a.outcome
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,7 +114,10 @@ async fn newest_is_chosen_by_time_not_by_name() {
     std::fs::write(data_root.join("app/top.txt"), "second version\n").unwrap();
     let v2 = walk(&paths);
     let second = data::take(&exec, &store, &req("app", &paths, now)).await.unwrap();
-    assert_eq!((first.manifest.id.as_str(), second.manifest.id.as_str()), ("app-20261130-160102", "app-20261130-160102-2"));
+    assert_eq!(
+        (first.manifest.id.as_str(), second.manifest.id.as_str()),
+        ("app-20261130-160102", "app-20261130-160102-2")
+    );
     // The premise: by file name, the older archive sorts last.
     let names = files(&store.lib_dir("app"));
     let archives: Vec<&String> = names.iter().filter(|n| n.ends_with(".tar.gz")).collect();
@@ -150,7 +160,8 @@ async fn retention_prunes_older_archives_of_that_lib_only_and_the_artifact_says_
     let spec = spec("app", &paths);
     let opts = SnapshotOptions { share: share.clone(), keep: Some(2), now: datetime!(2026-03-01 00:00:00 UTC) };
     let a = step::snapshot(&spec, &exec, None, &opts).await;
-    let m: ArchiveManifest = proxmox_gitops::artifact::read(&store.lib_dir("app").join("app-20260301-000000.json")).unwrap();
+    let m: ArchiveManifest =
+        proxmox_gitops::artifact::read(&store.lib_dir("app").join("app-20260301-000000.json")).unwrap();
     let expected = step::Snapshot {
         name: "app".into(),
         vmid: 4242,
@@ -173,7 +184,12 @@ async fn retention_prunes_older_archives_of_that_lib_only_and_the_artifact_says_
     assert_eq!(a, expected);
     assert_eq!(
         files(&store.lib_dir("app")),
-        ["app-20260201-000000.json", "app-20260201-000000.tar.gz", "app-20260301-000000.json", "app-20260301-000000.tar.gz"]
+        [
+            "app-20260201-000000.json",
+            "app-20260201-000000.tar.gz",
+            "app-20260301-000000.json",
+            "app-20260301-000000.tar.gz"
+        ]
     );
     assert_eq!(files(&store.lib_dir("other")), ["other-20200101-000000.json", "other-20200101-000000.tar.gz"]);
     assert_eq!(store.prune("app", 0).unwrap_err().to_string(), "--keep must be at least 1");
@@ -190,7 +206,12 @@ async fn a_mismatch_in_transit_fails_and_leaves_no_archive() {
     let e = data::take(&exec, &store, &req("app", &paths, datetime!(2026-11-30 16:01:02 UTC))).await.unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, DataError::Mismatch { .. }), "{msg}");
-    assert!(msg.starts_with("snapshot of app failed verification: the archive does not match the manifest computed on the container"), "{msg}");
+    assert!(
+        msg.starts_with(
+            "snapshot of app failed verification: the archive does not match the manifest computed on the container"
+        ),
+        "{msg}"
+    );
     assert!(msg.contains("/data/app/big.bin: content (sha256) differs"), "{msg}");
     assert_eq!(files(&store.lib_dir("app")), Vec::<String>::new(), "no archive, no temp file");
 }
@@ -201,16 +222,23 @@ async fn missing_and_bad_paths_fail_clearly() {
     let store = Store::new(&t.path().join("share"));
     let exec = CommandExec::local();
     let missing = t.path().join("nope").to_string_lossy().into_owned();
-    let e = data::take(&exec, &store, &req("app", std::slice::from_ref(&missing), datetime!(2026-11-30 16:01:02 UTC))).await.unwrap_err();
+    let e = data::take(&exec, &store, &req("app", std::slice::from_ref(&missing), datetime!(2026-11-30 16:01:02 UTC)))
+        .await
+        .unwrap_err();
     assert_eq!(
         e.to_string(),
-        format!("this host: snapshot failed (exit code 4: pgo-snapshot: declared snapshot path {missing} does not exist in the container)")
+        format!(
+            "this host: snapshot failed (exit code 4: pgo-snapshot: declared snapshot path {missing} does not exist in the container)"
+        )
     );
     assert_eq!(files(&store.lib_dir("app")), Vec::<String>::new());
     let e = data::check_paths(&["/srv/a".into(), "/srv/a/b".into()]).unwrap_err();
     assert_eq!(e.to_string(), "snapshot path `/srv/a/b` lies inside `/srv/a`: declare only `/srv/a`");
     let e = data::check_paths(&["srv/a".into()]).unwrap_err();
-    assert_eq!(e.to_string(), "snapshot path `srv/a` must be absolute, not `/`, without `.`, `..` or `//`, and not start with `-`, `(`, `)` or `!`");
+    assert_eq!(
+        e.to_string(),
+        "snapshot path `srv/a` must be absolute, not `/`, without `.`, `..` or `//`, and not start with `-`, `(`, `)` or `!`"
+    );
     assert!(data::check_paths(&["/".into()]).is_err());
     assert!(data::check_paths(&["/a/../b".into()]).is_err());
     assert!(data::check_paths(&["/-name".into()]).is_err());
@@ -232,13 +260,20 @@ async fn recreate_is_refused_when_the_snapshot_fails() {
     let broken = spec("app", &[paths[0].clone(), t.path().join("gone").to_string_lossy().into_owned()]);
     let e = guard::before_destroy(&broken, Ok(&exec), &store, false, now).await.unwrap_err();
     let msg = e.to_string();
-    assert!(msg.starts_with("refusing to destroy app (vmid 4242): the data snapshot failed: this host: snapshot failed (exit code 4"), "{msg}");
+    assert!(
+        msg.starts_with(
+            "refusing to destroy app (vmid 4242): the data snapshot failed: this host: snapshot failed (exit code 4"
+        ),
+        "{msg}"
+    );
     assert!(msg.ends_with("fix the cause, or pass --no-snapshot to destroy without a snapshot"), "{msg}");
     assert_eq!(files(&store.lib_dir("app")), Vec::<String>::new());
 
     // Unreachable: refused.
     let good = spec("app", &paths);
-    let e = guard::before_destroy(&good, Err("SSH at 10.0.3.9:22 did not answer".into()), &store, false, now).await.unwrap_err();
+    let e = guard::before_destroy(&good, Err("SSH at 10.0.3.9:22 did not answer".into()), &store, false, now)
+        .await
+        .unwrap_err();
     assert_eq!(
         e.to_string(),
         format!(
@@ -301,7 +336,13 @@ fn cli_without_a_provision_artifact_fails_clearly_and_records_it() {
     let paths = vec!["/srv/app".to_string()];
     let inv = write_inventory(t.path(), &artifacts, &share, vec![spec("app", &paths), spec("plain", &[])]);
     let os = |s: &str| std::ffi::OsString::from(s);
-    let base = [os("--artifacts"), artifacts.clone().into_os_string(), os("snapshot"), os("--inventory"), inv.clone().into_os_string()];
+    let base = [
+        os("--artifacts"),
+        artifacts.clone().into_os_string(),
+        os("snapshot"),
+        os("--inventory"),
+        inv.clone().into_os_string(),
+    ];
     let run = |extra: &[&str]| {
         let mut v: Vec<std::ffi::OsString> = base.to_vec();
         v.extend(extra.iter().map(|s| os(s)));
@@ -362,7 +403,14 @@ fn cli_without_a_provision_artifact_fails_clearly_and_records_it() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--restore"), "{stderr}");
     let only_plain = write_inventory(t.path(), &t.path().join("a2"), &share, vec![spec("plain", &[])]);
-    let refs = [os("--artifacts"), os(t.path().join("a2").to_str().unwrap()), os("snapshot"), os("--all"), os("--inventory"), only_plain.into_os_string()];
+    let refs = [
+        os("--artifacts"),
+        os(t.path().join("a2").to_str().unwrap()),
+        os("snapshot"),
+        os("--all"),
+        os("--inventory"),
+        only_plain.into_os_string(),
+    ];
     let refs: Vec<&std::ffi::OsStr> = refs.iter().map(|s| s.as_os_str()).collect();
     let (code, _, stderr) = cli(&refs);
     assert_eq!(code, 2, "{stderr}");
@@ -380,7 +428,13 @@ fn write_pve_provision(artifacts: &Path, name: &str, address: &str, port: u16) {
         hostname: name.into(),
         address: Some(address.into()),
         ssh_port: port,
-        plan: ContainerPlan { name: name.into(), vmid: 4242, hostname: name.into(), action: Action::Nothing, start: true },
+        plan: ContainerPlan {
+            name: name.into(),
+            vmid: 4242,
+            hostname: name.into(),
+            action: Action::Nothing,
+            start: true,
+        },
         actions: vec![],
         warnings: vec![],
         status: Some("running".into()),
@@ -407,7 +461,11 @@ async fn restore_onto_a_mount_point_replaces_its_contents() {
     let data_root = t.path().join("data");
     let app = data_root.join("app");
     std::fs::create_dir_all(&app).unwrap();
-    let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=64m,mode=0710", "pgotest-snap"]).arg(&app).status().unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m,mode=0710", "pgotest-snap"])
+        .arg(&app)
+        .status()
+        .unwrap();
     assert!(st.success());
     let _m = Mounted(app.clone());
     // Busy: it is a mount point, so the restore cannot swap it by a rename.
@@ -420,7 +478,11 @@ async fn restore_onto_a_mount_point_replaces_its_contents() {
     // Replace the contents of the mount point and its root's mode.
     for e in std::fs::read_dir(&app).unwrap() {
         let p = e.unwrap().path();
-        if p.is_dir() && !p.is_symlink() { std::fs::remove_dir_all(p).unwrap() } else { std::fs::remove_file(p).unwrap() }
+        if p.is_dir() && !p.is_symlink() {
+            std::fs::remove_dir_all(p).unwrap()
+        } else {
+            std::fs::remove_file(p).unwrap()
+        }
     }
     std::fs::write(app.join("junk"), "x").unwrap();
     use std::os::unix::fs::PermissionsExt;

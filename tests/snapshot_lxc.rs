@@ -38,12 +38,9 @@ fn ensure_base() {
     assert!(out.status.success(), "lxc-create: {}", String::from_utf8_lossy(&out.stderr));
     let cfg = Path::new("/var/lib/lxc").join(BASE).join("config");
     let text = std::fs::read_to_string(&cfg).unwrap();
-    let text: String = text
-        .lines()
-        .filter(|l| !l.starts_with("lxc.apparmor.profile"))
-        .map(|l| format!("{l}\n"))
-        .collect::<String>()
-        + "lxc.apparmor.profile = unconfined\n";
+    let text: String =
+        text.lines().filter(|l| !l.starts_with("lxc.apparmor.profile")).map(|l| format!("{l}\n")).collect::<String>()
+            + "lxc.apparmor.profile = unconfined\n";
     std::fs::write(cfg, text).unwrap();
 }
 
@@ -116,7 +113,12 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
     rt.block_on(async {
         let (_, st) = run_collect(&exec, &["bash", "-c", POPULATE], b"").await.unwrap();
         assert!(st.success(), "{}", st.describe());
-        let req = TakeRequest { lib: "app".into(), vmid: Some(4242), paths: paths.clone(), now: datetime!(2026-01-01 00:00:00 UTC) };
+        let req = TakeRequest {
+            lib: "app".into(),
+            vmid: Some(4242),
+            paths: paths.clone(),
+            now: datetime!(2026-01-01 00:00:00 UTC),
+        };
         let taken = data::take(&exec, &store, &req).await.unwrap();
         let live = data::live_manifest(&exec, &paths).await.unwrap();
         assert_eq!(taken.manifest.entries, live);
@@ -125,12 +127,18 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
         assert_eq!((secret.mode, secret.uid, secret.gid), (0o600, 4242, 4242));
 
         // Wipe and dirty, then restore: identical tree.
-        let (_, st) = run_collect(&exec, &["bash", "-c", "rm -rf /srv/app; echo junk > /var/lib/appdata/junk"], b"").await.unwrap();
+        let (_, st) = run_collect(&exec, &["bash", "-c", "rm -rf /srv/app; echo junk > /var/lib/appdata/junk"], b"")
+            .await
+            .unwrap();
         assert!(st.success());
         data::restore(&exec, &store, "app", None).await.unwrap();
         assert_eq!(data::live_manifest(&exec, &paths).await.unwrap(), live);
         let (out, _) = run_collect(&exec, &["bash", "-c", "ls -a /srv /var/lib"], b"").await.unwrap();
-        assert!(!String::from_utf8_lossy(&out).contains(".pgo-restore"), "staging left: {}", String::from_utf8_lossy(&out));
+        assert!(
+            !String::from_utf8_lossy(&out).contains(".pgo-restore"),
+            "staging left: {}",
+            String::from_utf8_lossy(&out)
+        );
     });
 
     // The CLI, with the transport chosen from a provision artifact of the lxc backend.
@@ -158,7 +166,13 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
         hostname: ct.name.clone(),
         address: None,
         ssh_port: 22,
-        plan: ContainerPlan { name: "app".into(), vmid: 4242, hostname: ct.name.clone(), action: Action::Nothing, start: false },
+        plan: ContainerPlan {
+            name: "app".into(),
+            vmid: 4242,
+            hostname: ct.name.clone(),
+            action: Action::Nothing,
+            start: false,
+        },
         actions: vec![],
         warnings: vec![],
         status: Some("running".into()),
@@ -175,7 +189,12 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
         .arg(&inv_path)
         .output()
         .unwrap();
-    assert!(out.status.success(), "stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let a: Snapshot = artifact::read(&artifacts.join("snapshot/app.json")).unwrap();
     assert_eq!(a.verification, Verification::Verified);
     assert_eq!(a.outcome, Outcome::Ok);
@@ -201,10 +220,17 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
         let a = ct::take(&snaps, now, "first").await.unwrap();
         let b = ct::take(&snaps, now, "second").await.unwrap();
         assert_eq!((a.name.as_str(), b.name.as_str()), ("pgo-20260201-000000", "pgo-20260201-000000-2"));
-        let listed: Vec<(String, String)> = snaps.list().await.unwrap().into_iter().map(|s| (s.name, s.description)).collect();
-        assert_eq!(listed, vec![("pgo-20260201-000000".into(), "first".into()), ("pgo-20260201-000000-2".into(), "second".into())]);
+        let listed: Vec<(String, String)> =
+            snaps.list().await.unwrap().into_iter().map(|s| (s.name, s.description)).collect();
+        assert_eq!(
+            listed,
+            vec![("pgo-20260201-000000".into(), "first".into()), ("pgo-20260201-000000-2".into(), "second".into())]
+        );
         let e = snaps.create("pgo-20260201-000000", "again").await.unwrap_err();
-        assert_eq!(e.to_string(), format!("LXC container {}: snapshot name `pgo-20260201-000000` is already used", ct.name));
+        assert_eq!(
+            e.to_string(),
+            format!("LXC container {}: snapshot name `pgo-20260201-000000` is already used", ct.name)
+        );
         ct::rollback(&snaps, "pgo-20260201-000000-2").await.unwrap();
         let e = ct::rollback(&snaps, "pgo-nope").await.unwrap_err();
         assert_eq!(e.to_string(), format!("LXC container {}: no snapshot named `pgo-nope`", ct.name));

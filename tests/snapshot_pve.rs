@@ -139,7 +139,10 @@ async fn create_list_rollback_delete() {
     );
     let listed = s.list().await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!((listed[0].name.as_str(), listed[0].description.as_str()), ("pgo-20261130-160102", "proxmox-gitops snapshot of app"));
+    assert_eq!(
+        (listed[0].name.as_str(), listed[0].description.as_str()),
+        ("pgo-20261130-160102", "proxmox-gitops snapshot of app")
+    );
     assert!(listed[0].snaptime.is_some_and(|t| t > 1_600_000_000), "{listed:?}");
     // A second one within the same second gets -2.
     assert_eq!(ct::take(&s, now, "again").await.unwrap().name, "pgo-20261130-160102-2");

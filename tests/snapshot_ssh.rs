@@ -197,7 +197,10 @@ fn snapshot_over_ssh_then_configure_restores_the_wiped_data() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{text}");
     let cli: Snapshot = artifact::read(&dir.snapshot("keeper")).unwrap();
-    assert_eq!((cli.operation, cli.verification, cli.outcome.clone()), (Operation::Snapshot, Verification::Verified, Outcome::Ok));
+    assert_eq!(
+        (cli.operation, cli.verification, cli.outcome.clone()),
+        (Operation::Snapshot, Verification::Verified, Outcome::Ok)
+    );
     assert_eq!(cli.pruned, vec![stored.archive.clone()]);
     let newest = store.pick("keeper", None).unwrap();
     assert_eq!(cli.snapshot_id.as_ref(), Some(&newest.id));

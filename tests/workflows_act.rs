@@ -136,23 +136,28 @@ fn snapshot_workflow_snapshots_on_push_to_snapshot() {
     // No container declares SNAPSHOT paths: each gets an ok artifact with a warning, none is
     // contacted.
     for name in ["config", "alpha", "beta"] {
-        assert!(run.job_has("snapshot", "snapshot", &format!("{name}: {name} declares no SNAPSHOT paths: nothing to snapshot")), "{log}");
+        assert!(
+            run.job_has(
+                "snapshot",
+                "snapshot",
+                &format!("{name}: {name} declares no SNAPSHOT paths: nothing to snapshot")
+            ),
+            "{log}"
+        );
         assert!(run.job_has("snapshot", "snapshot", &format!("{name}: snapshot ok in")), "{log}");
     }
-    assert!(run.job_has("snapshot", "snapshot", "result=ok") || run.job_has("snapshot", "snapshot", "Job succeeded"), "{log}");
+    assert!(
+        run.job_has("snapshot", "snapshot", "result=ok") || run.job_has("snapshot", "snapshot", "Job succeeded"),
+        "{log}"
+    );
     assert_eq!(run.code, 0, "{log}");
 }
 
 #[test]
 fn a_broken_container_env_fails_the_run_and_names_the_file() {
     let repo = monorepo(&[("libs/beta/container.env", "ID=102\nIP=127.0.30.3/24\nCORES=lots\n")]);
-    let run = act(
-        repo.path(),
-        "push",
-        "workflows/pipeline.yml",
-        &serde_json::json!({"ref": "refs/heads/main"}),
-        &args(&[]),
-    );
+    let run =
+        act(repo.path(), "push", "workflows/pipeline.yml", &serde_json::json!({"ref": "refs/heads/main"}), &args(&[]));
     let log = &run.log;
     assert_ne!(run.code, 0, "{log}");
     assert!(run.job_has("pipeline", "resolve", "Job failed"), "{log}");
@@ -204,7 +209,11 @@ fn without_a_binary_the_action_builds_once_per_source_version_and_caches_it() {
 
     let first = run(repo.path());
     assert!(first.job_has("pipeline", "resolve", "Job succeeded"), "{}", first.log);
-    assert!(first.job_has("pipeline", "configure", &format!("alpha: configure failed: alpha: {NO_PROVISION}")), "{}", first.log);
+    assert!(
+        first.job_has("pipeline", "configure", &format!("alpha: configure failed: alpha: {NO_PROVISION}")),
+        "{}",
+        first.log
+    );
     // Built once for both jobs.
     assert_eq!(calls_made(), 1, "{}", first.log);
     let line = std::fs::read_to_string(&calls).unwrap();
@@ -219,7 +228,10 @@ fn without_a_binary_the_action_builds_once_per_source_version_and_caches_it() {
     assert_eq!(calls_made(), 1, "{}", second.log);
 
     // Changed sources: built again.
-    write_files(repo.path(), &[("src/lib.rs", &(std::fs::read_to_string(repo.path().join("src/lib.rs")).unwrap() + "\n"))]);
+    write_files(
+        repo.path(),
+        &[("src/lib.rs", &(std::fs::read_to_string(repo.path().join("src/lib.rs")).unwrap() + "\n"))],
+    );
     commit_all(repo.path(), "touch");
     let third = run(repo.path());
     assert!(third.job_has("pipeline", "resolve", "Job succeeded"), "{}", third.log);
@@ -264,7 +276,11 @@ fn broker_repo(extra_env: &str, ip: Option<&str>) -> tempfile::TempDir {
     let env_path = root.join("libs/broker/container.env");
     let mut env = std::fs::read_to_string(&env_path).unwrap();
     if let Some(ip) = ip {
-        env = env.lines().map(|l| if l.starts_with("IP=") { format!("IP={ip}") } else { l.to_string() }).collect::<Vec<_>>().join("\n");
+        env = env
+            .lines()
+            .map(|l| if l.starts_with("IP=") { format!("IP={ip}") } else { l.to_string() })
+            .collect::<Vec<_>>()
+            .join("\n");
         env.push('\n');
     }
     env.push_str("SNAPSHOT=/var/lib/mosquitto,/etc/mosquitto\n");
@@ -333,7 +349,8 @@ fn assert_broker_answers(addr: &str) {
 }
 
 fn stat_and_pid(ct: &str) -> String {
-    let (code, files) = attach(ct, &["stat", "-c", "%n %Y %i", "/etc/mosquitto/passwd", "/etc/mosquitto/conf.d/proxmox-gitops.conf"]);
+    let (code, files) =
+        attach(ct, &["stat", "-c", "%n %Y %i", "/etc/mosquitto/passwd", "/etc/mosquitto/conf.d/proxmox-gitops.conf"]);
     assert_eq!(code, 0, "{files}");
     let (_, pid) = attach(ct, &["systemctl", "show", "-p", "MainPID", "--value", "mosquitto"]);
     format!("{files}pid {pid}")
@@ -365,11 +382,16 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     std::fs::create_dir_all(&share).unwrap();
     let repo = broker_repo("", None);
     let common: Vec<String> = vec![
-        "--var".into(), format!("PROXMOX_GITOPS_STAGE={stage}"),
-        "--var".into(), format!("PROXMOX_SHARE={}", share.display()),
-        "--var".into(), format!("LOGIN={LOGIN}"),
-        "-s".into(), format!("PASSWORD={PASSWORD}"),
-        "--env".into(), format!("PGO_LXC_BASE={base}"),
+        "--var".into(),
+        format!("PROXMOX_GITOPS_STAGE={stage}"),
+        "--var".into(),
+        format!("PROXMOX_SHARE={}", share.display()),
+        "--var".into(),
+        format!("LOGIN={LOGIN}"),
+        "-s".into(),
+        format!("PASSWORD={PASSWORD}"),
+        "--env".into(),
+        format!("PGO_LXC_BASE={base}"),
     ];
     let lxc_args = |artifacts: &Path| -> Vec<String> {
         let mut a = common.clone();
@@ -447,7 +469,8 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     // c. a failing lib on main: the run fails and says which lib and step.
     let script = repo.path().join("libs/broker/configure.sh");
     let text = std::fs::read_to_string(&script).unwrap();
-    let broken = text.replacen("set -euo pipefail\n", "set -euo pipefail\necho 'mosquitto.conf: bad listener' >&2\nexit 7\n", 1);
+    let broken =
+        text.replacen("set -euo pipefail\n", "set -euo pipefail\necho 'mosquitto.conf: bad listener' >&2\nexit 7\n", 1);
     assert_ne!(broken, text);
     std::fs::write(&script, broken).unwrap();
     commit_all(repo.path(), "broker: broken");
@@ -457,7 +480,10 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     assert!(r.job_has("pipeline", "configure", "Job failed"), "{log}");
     assert!(r.job_has("pipeline", "configure", "broker: configure failed:"), "{log}");
     assert!(r.job_has("pipeline", "configure", "error: 1 of 1 container(s) failed: broker"), "{log}");
-    assert!(r.job_has("pipeline", "configure", "mosquitto.conf: bad listener"), "the lib's own error reaches the log:\n{log}");
+    assert!(
+        r.job_has("pipeline", "configure", "mosquitto.conf: bad listener"),
+        "the lib's own error reaches the log:\n{log}"
+    );
     let cfg = read_json(&artifacts.join("configure/broker.json"));
     assert_eq!(cfg["result"], "failed", "{cfg:#}");
     assert_broker_answers(&addr);
@@ -502,7 +528,8 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     assert_eq!(prov["backend"], "pve");
     assert_eq!(prov["node"], "pve1");
     assert_eq!(prov["address"], addr.as_str());
-    let actions: Vec<&str> = prov["actions"].as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap()).collect();
+    let actions: Vec<&str> =
+        prov["actions"].as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap()).collect();
     assert!(actions.contains(&"create") && actions.contains(&"start") && actions.contains(&"wait-ssh"), "{prov:#}");
     let cfg = read_json(&pve_artifacts.join("configure/broker.json"));
     assert_eq!(cfg["result"], "ok", "configure reached the real container: {cfg:#}");

@@ -201,7 +201,12 @@ impl HostFacts {
     ///
     /// # Errors
     /// The bridge cannot be brought up.
-    pub async fn gather(spec: &ContainerSpec, opts: &LxcOptions, client: &LxcClient, start_bridge: bool) -> Result<HostFacts> {
+    pub async fn gather(
+        spec: &ContainerSpec,
+        opts: &LxcOptions,
+        client: &LxcClient,
+        start_bridge: bool,
+    ) -> Result<HostFacts> {
         let bridge_net = if start_bridge {
             lxc::ensure_bridge(&opts.bridge).await?
         } else {
@@ -360,16 +365,19 @@ pub fn desired(spec: &ContainerSpec, host: &HostFacts, opts: &LxcOptions) -> Res
     ));
 
     let file = spec_file(spec);
-    let devices_key = if matches!(host.cgroup, Cgroup::V1 { .. }) { "lxc.cgroup.devices.allow" } else { "lxc.cgroup2.devices.allow" };
+    let devices_key =
+        if matches!(host.cgroup, Cgroup::V1 { .. }) { "lxc.cgroup.devices.allow" } else { "lxc.cgroup2.devices.allow" };
     for (i, m) in spec.mounts.iter().enumerate() {
         let (src, dst, kind) = match m {
-            Mount::Bind { host_path, container_path } => match host.paths.get(host_path).copied().unwrap_or(HostPath::Missing) {
-                HostPath::Missing => bail!(
-                    "{file} (MOUNT): bind mount source {host_path} does not exist on this host; create it or remove the entry"
-                ),
-                HostPath::Dir => (host_path.clone(), container_path.clone(), "dir"),
-                _ => (host_path.clone(), container_path.clone(), "file"),
-            },
+            Mount::Bind { host_path, container_path } => {
+                match host.paths.get(host_path).copied().unwrap_or(HostPath::Missing) {
+                    HostPath::Missing => bail!(
+                        "{file} (MOUNT): bind mount source {host_path} does not exist on this host; create it or remove the entry"
+                    ),
+                    HostPath::Dir => (host_path.clone(), container_path.clone(), "dir"),
+                    _ => (host_path.clone(), container_path.clone(), "file"),
+                }
+            }
             Mount::Share { name } => {
                 let dir = opts.share.join(name);
                 host_dirs.push(dir.clone());
@@ -389,9 +397,9 @@ pub fn desired(spec: &ContainerSpec, host: &HostFacts, opts: &LxcOptions) -> Res
                     set(&mut keys, devices_key, format!("{} {}:{} rwm", d.kind, d.major, d.minor));
                     (path.clone(), path.clone(), "file")
                 }
-                HostPath::Missing => bail!(
-                    "{file} (MOUNT): device {path} does not exist on this host, so it cannot be passed through"
-                ),
+                HostPath::Missing => {
+                    bail!("{file} (MOUNT): device {path} does not exist on this host, so it cannot be passed through")
+                }
                 _ => bail!("{file} (MOUNT): {path} is not a device node, so it cannot be passed through"),
             },
         };
@@ -455,7 +463,12 @@ pub fn config_changes(desired: &Desired, config: &LxcConfig) -> Vec<Change> {
 }
 
 /// Plans one container (pure): see the module docs for the rules.
-pub fn plan_container(spec: &ContainerSpec, desired: &Desired, live: Option<&Live>, policy: RecreatePolicy) -> ContainerPlan {
+pub fn plan_container(
+    spec: &ContainerSpec,
+    desired: &Desired,
+    live: Option<&Live>,
+    policy: RecreatePolicy,
+) -> ContainerPlan {
     let plan = |action: Action, start: bool| ContainerPlan {
         name: spec.name.clone(),
         vmid: spec.vmid,
@@ -468,10 +481,8 @@ pub fn plan_container(spec: &ContainerSpec, desired: &Desired, live: Option<&Liv
     };
     let mut reasons = Vec::new();
     match &live.meta {
-        None => reasons.push(format!(
-            "container `{}` exists but was not made by proxmox-gitops (no {META_FILE})",
-            spec.hostname
-        )),
+        None => reasons
+            .push(format!("container `{}` exists but was not made by proxmox-gitops (no {META_FILE})", spec.hostname)),
         Some(m) => {
             if m.vmid != desired.meta.vmid {
                 reasons.push(format!("vmid changed from {} to {}", m.vmid, desired.meta.vmid));
@@ -535,9 +546,8 @@ impl LxcBackend {
     /// # Errors
     /// See [`LxcClient::connect`].
     pub async fn new(opts: LxcOptions) -> Result<Self> {
-        let client = LxcClient::connect(opts.lxc_path.clone())
-            .await
-            .context("the lxc backend cannot run on this host")?;
+        let client =
+            LxcClient::connect(opts.lxc_path.clone()).await.context("the lxc backend cannot run on this host")?;
         Ok(LxcBackend { client, opts })
     }
 
@@ -564,7 +574,9 @@ impl LxcBackend {
     fn read_meta(&self, name: &str) -> Result<Option<Meta>> {
         let path = self.client.container_dir(name).join(META_FILE);
         match std::fs::read(&path) {
-            Ok(b) => Ok(Some(serde_json::from_slice(&b).with_context(|| format!("{}: not a valid {META_FILE}", path.display()))?)),
+            Ok(b) => Ok(Some(
+                serde_json::from_slice(&b).with_context(|| format!("{}: not a valid {META_FILE}", path.display()))?,
+            )),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(anyhow!(e).context(format!("cannot read {}", path.display()))),
         }
@@ -623,7 +635,13 @@ impl LxcBackend {
         p
     }
 
-    async fn apply_inner(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions, p: &mut Provision) -> Result<()> {
+    async fn apply_inner(
+        &self,
+        spec: &ContainerSpec,
+        plan: &ContainerPlan,
+        opts: &ApplyOptions,
+        p: &mut Provision,
+    ) -> Result<()> {
         let name = spec.hostname.as_str();
         let desired = self.desired(spec, true).await?;
         p.warnings.extend(desired.warnings.iter().cloned());
@@ -690,7 +708,11 @@ impl LxcBackend {
             .with_context(|| format!("cannot prepare the key pair of vmid {}", spec.vmid))?;
         let t = Instant::now();
         if self.install_key(name, &key.public_line).await? {
-            p.actions.push(record("install-key", t, Some(format!("{} → /root/.ssh/authorized_keys", key.public.display()))));
+            p.actions.push(record(
+                "install-key",
+                t,
+                Some(format!("{} → /root/.ssh/authorized_keys", key.public.display())),
+            ));
         }
         if opts.wait_ssh {
             let t = Instant::now();
@@ -783,7 +805,9 @@ impl LxcBackend {
             }
             todo = failed;
             if _round == 1 {
-                return Err(anyhow!(last_err.expect("a failure")).context(format!("cannot set cgroup limits of `{name}` live")));
+                return Err(
+                    anyhow!(last_err.expect("a failure")).context(format!("cannot set cgroup limits of `{name}` live"))
+                );
             }
         }
         Ok(done)
@@ -824,10 +848,8 @@ impl LxcBackend {
             self.opts.release
         ));
         let release = format!("--release={}", self.opts.release);
-        let r = self
-            .client
-            .create(&base, "debian", &[&release, "--packages=python3"], self.opts.bootstrap_timeout)
-            .await;
+        let r =
+            self.client.create(&base, "debian", &[&release, "--packages=python3"], self.opts.bootstrap_timeout).await;
         if let Err(e) = r {
             if self.client.exists(&base) {
                 let _ = self.client.destroy(&base).await;
@@ -898,7 +920,10 @@ impl LxcBackend {
                 Err(e) => return Err(anyhow!(e).context(format!("cannot clone `{base}` as `{name}`"))),
             }
         }
-        self.client.copy(base, name, false, timeout).await.with_context(|| format!("cannot copy `{base}` as `{name}`"))?;
+        self.client
+            .copy(base, name, false, timeout)
+            .await
+            .with_context(|| format!("cannot copy `{base}` as `{name}`"))?;
         Ok("full copy")
     }
 
@@ -998,11 +1023,9 @@ impl LxcBackend {
                 "container `{name}` in {} was not made by proxmox-gitops (no {META_FILE}): not destroying it",
                 self.client.path().display()
             ),
-            Some(m) if m.vmid != spec.vmid => bail!(
-                "container `{name}` belongs to vmid {}, not {}: not destroying it",
-                m.vmid,
-                spec.vmid
-            ),
+            Some(m) if m.vmid != spec.vmid => {
+                bail!("container `{name}` belongs to vmid {}, not {}: not destroying it", m.vmid, spec.vmid)
+            }
             Some(_) => {}
         }
         Ok(true)

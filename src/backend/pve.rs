@@ -389,10 +389,8 @@ impl PveBackend {
                         .filter_map(|i| i.get("key").and_then(Value::as_str))
                         .collect();
                     if !keys.is_empty() {
-                        rec.warnings.push(format!(
-                            "reboot needed: CT {vmid} applies {} at its next start",
-                            keys.join(", ")
-                        ));
+                        rec.warnings
+                            .push(format!("reboot needed: CT {vmid} applies {} at its next start", keys.join(", ")));
                     }
                 }
             }
@@ -532,9 +530,13 @@ impl PveBackend {
             .into_iter()
             .flatten()
             .filter(|t| t.get("type").and_then(Value::as_str) == Some("vzcreate"))
-            .filter(|t| t.get("user").and_then(Value::as_str).is_none_or(|u| u == me || me.starts_with(&format!("{u}!"))))
+            .filter(|t| {
+                t.get("user").and_then(Value::as_str).is_none_or(|u| u == me || me.starts_with(&format!("{u}!")))
+            })
             .find_map(|t| t.get("upid").and_then(Value::as_str).map(str::to_string))
-            .ok_or_else(|| anyhow!("CT {vmid} exists after a create whose answer was lost, but no vzcreate task of {me} was found"))
+            .ok_or_else(|| {
+                anyhow!("CT {vmid} exists after a create whose answer was lost, but no vzcreate task of {me} was found")
+            })
     }
 
     async fn start(&self, node: &str, vmid: u32, rec: &mut Rec) -> anyhow::Result<()> {
@@ -545,7 +547,8 @@ impl PveBackend {
                 match self.client.post(&path, &[], Replay::Safe).await {
                     Ok(v) => {
                         let upid = upid_of(&v, &path)?;
-                        match self.client.wait_task(&upid, self.opts.timeouts.start, &format!("start CT {vmid}")).await {
+                        match self.client.wait_task(&upid, self.opts.timeouts.start, &format!("start CT {vmid}")).await
+                        {
                             Ok(o) => Ok(Some(o)),
                             Err(e) if e.is_already_running() => Ok(None),
                             Err(e) => Err(e),
@@ -599,7 +602,9 @@ impl PveBackend {
                     }
                     digest = new_digest;
                 }
-                Err(e) if attempts < 4 && e.message().is_some_and(|m| m.contains("detected modified configuration")) => {
+                Err(e)
+                    if attempts < 4 && e.message().is_some_and(|m| m.contains("detected modified configuration")) =>
+                {
                     // The config file changed since it was read (a backup's lock came and went,
                     // or someone edited it). Go on only if the keys to change still hold the
                     // values the plan saw; otherwise the plan is stale.
@@ -618,7 +623,9 @@ impl PveBackend {
                     if todo.is_empty() {
                         break;
                     }
-                    tracing::info!("CT {vmid}: config changed since the plan (digest), unrelated keys only; writing again");
+                    tracing::info!(
+                        "CT {vmid}: config changed since the plan (digest), unrelated keys only; writing again"
+                    );
                     digest = new_digest;
                 }
                 Err(e) => return Err(e).with_context(|| format!("cannot change the config of CT {vmid}")),
@@ -675,7 +682,11 @@ impl PveBackend {
             let secs = self.opts.timeouts.shutdown.as_secs().max(1);
             let shutdown = self
                 .locked("shutdown", || async {
-                    match self.client.post(&format!("{base}/status/shutdown"), &[("timeout", secs.to_string())], Replay::Safe).await {
+                    match self
+                        .client
+                        .post(&format!("{base}/status/shutdown"), &[("timeout", secs.to_string())], Replay::Safe)
+                        .await
+                    {
                         Ok(v) => {
                             let upid = upid_of(&v, "shutdown")?;
                             let wait = self.opts.timeouts.shutdown + Duration::from_secs(30);
@@ -697,7 +708,10 @@ impl PveBackend {
                             match self.client.post(&format!("{base}/status/stop"), &[], Replay::Safe).await {
                                 Ok(v) => {
                                     let upid = upid_of(&v, "stop")?;
-                                    self.client.wait_task(&upid, self.opts.timeouts.stop, &format!("stop CT {vmid}")).await.map(Some)
+                                    self.client
+                                        .wait_task(&upid, self.opts.timeouts.stop, &format!("stop CT {vmid}"))
+                                        .await
+                                        .map(Some)
                                 }
                                 Err(e) if e.is_not_running() => Ok(None),
                                 Err(e) => Err(e),
@@ -719,7 +733,10 @@ impl PveBackend {
                 {
                     Ok(v) => {
                         let upid = upid_of(&v, "destroy")?;
-                        self.client.wait_task(&upid, self.opts.timeouts.destroy, &format!("destroy CT {vmid}")).await.map(Some)
+                        self.client
+                            .wait_task(&upid, self.opts.timeouts.destroy, &format!("destroy CT {vmid}"))
+                            .await
+                            .map(Some)
                     }
                     Err(e) if e.is_absent() => Ok(None),
                     Err(e) => Err(e),
@@ -740,9 +757,17 @@ impl PveBackend {
         let mut delay = Duration::from_millis(200);
         loop {
             let ifs = self.client.get(&path, &[]).await?;
-            let found = ifs.as_array().into_iter().flatten().filter(|i| i.get("name").and_then(Value::as_str) == Some(iface.as_str())).find_map(|i| {
-                i.get("inet").and_then(Value::as_str).and_then(|c| c.split('/').next()).and_then(|a| a.parse::<IpAddr>().ok())
-            });
+            let found = ifs
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|i| i.get("name").and_then(Value::as_str) == Some(iface.as_str()))
+                .find_map(|i| {
+                    i.get("inet")
+                        .and_then(Value::as_str)
+                        .and_then(|c| c.split('/').next())
+                        .and_then(|a| a.parse::<IpAddr>().ok())
+                });
             if found.is_some() {
                 return Ok(found);
             }

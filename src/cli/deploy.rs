@@ -187,11 +187,8 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     if failed.is_empty() {
         Ok(())
     } else {
-        let details: Vec<String> = summary
-            .containers
-            .iter()
-            .filter_map(|c| c.error.as_ref().map(|e| format!("{}: {e}", c.name)))
-            .collect();
+        let details: Vec<String> =
+            summary.containers.iter().filter_map(|c| c.error.as_ref().map(|e| format!("{}: {e}", c.name))).collect();
         Err(Error::Failed(anyhow::anyhow!(
             "{} of {} container(s) failed: {}\n  {}",
             failed.len(),

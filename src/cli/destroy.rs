@@ -50,7 +50,13 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
                 vec![
                     d.name.clone(),
                     d.vmid.to_string(),
-                    if !d.existed { "absent".into() } else if d.destroyed { "destroyed".into() } else { "kept".into() },
+                    if !d.existed {
+                        "absent".into()
+                    } else if d.destroyed {
+                        "destroyed".into()
+                    } else {
+                        "kept".into()
+                    },
                     d.protected_by.clone().unwrap_or_else(|| "-".into()),
                     match &d.outcome {
                         Outcome::Ok => "ok".into(),
@@ -71,6 +77,11 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(Error::Failed(anyhow::anyhow!("{} of {} container(s) failed:\n{}", failures.len(), results.len(), failures.join("\n"))))
+        Err(Error::Failed(anyhow::anyhow!(
+            "{} of {} container(s) failed:\n{}",
+            failures.len(),
+            results.len(),
+            failures.join("\n")
+        )))
     }
 }

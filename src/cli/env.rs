@@ -66,7 +66,9 @@ pub enum EnvCommand {
 fn gitea_repo(ctx: &Ctx) -> Option<(String, String)> {
     let text = ctx.repo.to_str()?;
     let (o, n) = text.split_once('/')?;
-    let name_ok = |x: &str| !x.is_empty() && x != "." && x != ".." && x.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    let name_ok = |x: &str| {
+        !x.is_empty() && x != "." && x != ".." && x.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    };
     (name_ok(o) && name_ok(n) && !ctx.repo.is_dir()).then(|| (o.to_string(), n.to_string()))
 }
 
@@ -77,7 +79,10 @@ fn scope(ctx: &Ctx, s: &ScopeArgs) -> Result<VariableScope> {
         (None, org) => {
             let text = ctx.repo.to_string_lossy();
             if text.contains('/') && !ctx.repo.is_dir() {
-                return Err(Error::input(Location::file("--repo"), format!("expected OWNER/REPO or a directory, found `{text}`")));
+                return Err(Error::input(
+                    Location::file("--repo"),
+                    format!("expected OWNER/REPO or a directory, found `{text}`"),
+                ));
             }
             Ok(VariableScope::Org { org: org.clone().unwrap_or_else(|| "main".into()) })
         }
@@ -101,7 +106,8 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
     } else {
         settings(ctx)?
     };
-    let client = Client::from_settings(&settings.gitea, sc.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
+    let client =
+        Client::from_settings(&settings.gitea, sc.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -114,7 +120,9 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
                     println!("{}", v.data);
                     Ok(())
                 }
-                None => Err(Error::Failed(anyhow::anyhow!("variable {key} is not set in the environment nor on {target}"))),
+                None => {
+                    Err(Error::Failed(anyhow::anyhow!("variable {key} is not set in the environment nor on {target}")))
+                }
             }
         }
         EnvCommand::Set { value, .. } => {

@@ -5,10 +5,10 @@
 //! usage (see [`crate::error`]).
 
 mod artifacts;
+mod configure;
 mod deploy;
 mod destroy;
 mod env;
-mod configure;
 mod plan;
 pub(crate) mod provision;
 mod publish;
@@ -247,8 +247,7 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     let mut out = String::new();
     let line = |cells: Vec<&str>, out: &mut String| {
-        let parts: Vec<String> =
-            cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        let parts: Vec<String> = cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
         out.push_str(parts.join("  ").trim_end());
         out.push('\n');
     };

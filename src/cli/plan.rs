@@ -40,9 +40,16 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
     let provisions = p.containers.iter().any(|c| c.steps.contains(&crate::steps::plan::Step::Provision));
     if !args.offline && provisions && settings.pve.host.is_some() {
         // Live state: what provision would do to each container (reads only).
-        let backend = crate::steps::provision::backend(crate::provision::BackendKind::Pve, &settings, &args.pve.connect()?)?;
+        let backend =
+            crate::steps::provision::backend(crate::provision::BackendKind::Pve, &settings, &args.pve.connect()?)?;
         let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
-        rt.block_on(crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.policy(), usize::from(args.jobs)));
+        rt.block_on(crate::steps::plan::with_live_state(
+            &mut p,
+            &inv,
+            &backend,
+            args.policy.policy(),
+            usize::from(args.jobs),
+        ));
     }
     let path = ctx.artifacts.plan();
     artifact::write(&path, &p).map_err(|e| Error::Failed(e.into()))?;
@@ -52,7 +59,10 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
         ("plan", path.display().to_string()),
         ("containers", names.join(",")),
         ("containers_json", serde_json::to_string(&names).expect("strings serialize")),
-        ("steps", crate::steps::plan::steps_for_ref(&p.git_ref)?.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")),
+        (
+            "steps",
+            crate::steps::plan::steps_for_ref(&p.git_ref)?.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+        ),
     ])
     .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
     ctx.emit(&p, || {

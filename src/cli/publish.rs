@@ -30,8 +30,8 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
         Some(p) => artifact::read(p).map_err(|e| Error::Failed(e.into()))?,
         None => do_rewrite(ctx, &args.target, &settings)?,
     };
-    let client = Client::from_settings(&settings.gitea, Some(&remotes.gitea))
-        .map_err(|e| Error::Usage(e.to_string()))?;
+    let client =
+        Client::from_settings(&settings.gitea, Some(&remotes.gitea)).map_err(|e| Error::Usage(e.to_string()))?;
     let opts = PublishOptions { repo: ctx.repo.clone(), artifacts: ctx.artifacts.clone() };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -37,7 +37,9 @@ pub fn run(ctx: &Ctx, args: RenderWorkflowsArgs) -> Result<()> {
     )?;
     let rows: Vec<Vec<String>> = written
         .iter()
-        .map(|r| vec![r.lib.clone(), r.path.display().to_string(), if r.changed { "written" } else { "unchanged" }.into()])
+        .map(|r| {
+            vec![r.lib.clone(), r.path.display().to_string(), if r.changed { "written" } else { "unchanged" }.into()]
+        })
         .collect();
     print!("{}", table(&["LIB", "FILE", "STATE"], &rows));
     Ok(())

@@ -13,10 +13,8 @@ use crate::steps::resolve::{ResolveOptions, resolve};
 pub struct ResolveArgs {}
 
 pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
-    let inv = resolve(
-        &ResolveOptions { repo: ctx.repo.clone(), stage: ctx.stage.clone() },
-        &crate::settings::ProcessEnv,
-    )?;
+    let inv =
+        resolve(&ResolveOptions { repo: ctx.repo.clone(), stage: ctx.stage.clone() }, &crate::settings::ProcessEnv)?;
     let path = ctx.artifacts.inventory();
     artifact::write(&path, &inv).map_err(|e| Error::Failed(e.into()))?;
     let names: Vec<&str> = inv.containers.iter().map(|c| c.name.as_str()).collect();

@@ -14,12 +14,7 @@ use crate::steps::snapshot::{self as step, SnapshotOptions};
 #[derive(Debug, Args)]
 pub struct SnapshotArgs {
     /// Containers to snapshot (lib name or hostname); repeatable.
-    #[arg(
-        long = "container",
-        short = 'c',
-        required_unless_present = "all",
-        conflicts_with = "all"
-    )]
+    #[arg(long = "container", short = 'c', required_unless_present = "all", conflicts_with = "all")]
     containers: Vec<String>,
     /// Every container of the stage that declares SNAPSHOT paths.
     #[arg(long)]
@@ -66,23 +61,14 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let _group = crate::ci::Group::start("snapshot");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let specs: Vec<_> = if args.all {
-        inv.containers
-            .iter()
-            .filter(|c| !c.snapshot_paths.is_empty())
-            .collect()
+        inv.containers.iter().filter(|c| !c.snapshot_paths.is_empty()).collect()
     } else {
         crate::steps::plan::select(&inv, &args.containers)?
     };
     if specs.is_empty() {
-        return Err(Error::input(
-            Location::file("--all"),
-            "no container of this stage declares SNAPSHOT paths",
-        ));
+        return Err(Error::input(Location::file("--all"), "no container of this stage declares SNAPSHOT paths"));
     }
-    let share = args
-        .share
-        .clone()
-        .unwrap_or_else(|| inv.settings.share.clone());
+    let share = args.share.clone().unwrap_or_else(|| inv.settings.share.clone());
     let opts = SnapshotOptions {
         share: share.clone(),
         keep: args.keep.map(|k| k as usize),
@@ -121,18 +107,13 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
                 }
             }),
             Err(reason) => {
-                let op = if args.restore {
-                    step::Operation::Restore
-                } else {
-                    step::Operation::Snapshot
-                };
+                let op = if args.restore { step::Operation::Restore } else { step::Operation::Snapshot };
                 let mut a = step::Snapshot::new(spec, op);
                 a.outcome = Outcome::Failed { error: reason };
                 a
             }
         };
-        artifact::write(&ctx.artifacts.snapshot(&spec.name), &result)
-            .map_err(|e| Error::Failed(e.into()))?;
+        artifact::write(&ctx.artifacts.snapshot(&spec.name), &result).map_err(|e| Error::Failed(e.into()))?;
         for w in &result.warnings {
             tracing::warn!("{}: {w}", result.name);
         }
@@ -157,21 +138,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
                 ]
             })
             .collect();
-        print!(
-            "{}",
-            table(
-                &[
-                    "NAME",
-                    "OPERATION",
-                    "SNAPSHOT",
-                    "ENTRIES",
-                    "BYTES",
-                    "VERIFICATION",
-                    "RESULT"
-                ],
-                &rows
-            )
-        );
+        print!("{}", table(&["NAME", "OPERATION", "SNAPSHOT", "ENTRIES", "BYTES", "VERIFICATION", "RESULT"], &rows));
     }
     let failures: Vec<String> = results
         .iter()
@@ -180,9 +147,5 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
             Outcome::Ok => None,
         })
         .collect();
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Failed(anyhow::anyhow!("{}", failures.join("\n"))))
-    }
+    if failures.is_empty() { Ok(()) } else { Err(Error::Failed(anyhow::anyhow!("{}", failures.join("\n")))) }
 }

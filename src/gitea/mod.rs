@@ -160,8 +160,8 @@ pub fn base_url(host: &str) -> Result<Url, GiteaError> {
     } else {
         format!("http://{host}:8080")
     };
-    let mut url = Url::parse(&text)
-        .map_err(|e| GiteaError::Config(format!("`{host}` is not a valid Gitea URL: {e}")))?;
+    let mut url =
+        Url::parse(&text).map_err(|e| GiteaError::Config(format!("`{host}` is not a valid Gitea URL: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(GiteaError::Config(format!("`{host}`: expected an http:// or https:// URL")));
     }
@@ -271,18 +271,17 @@ impl Client {
     /// # Errors
     /// [`GiteaError::Config`] when no host is known or the URL is bad.
     pub fn from_settings(settings: &GiteaSettings, base: Option<&str>) -> Result<Client, GiteaError> {
-        let host = base.map(str::to_string).or_else(|| settings.host.clone()).ok_or_else(|| {
-            GiteaError::Config("no Gitea address: set HOST (or pass --gitea URL)".into())
-        })?;
+        let host = base
+            .map(str::to_string)
+            .or_else(|| settings.host.clone())
+            .ok_or_else(|| GiteaError::Config("no Gitea address: set HOST (or pass --gitea URL)".into()))?;
         Client::new(&host, Auth::from_settings(settings))
     }
 
     /// Sets the backoff between retries (tests use short delays).
     pub fn with_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.backoff = ExponentialBuilder::default()
-            .with_min_delay(min)
-            .with_max_delay(max)
-            .with_max_times(MAX_ATTEMPTS - 1);
+        self.backoff =
+            ExponentialBuilder::default().with_min_delay(min).with_max_delay(max).with_max_times(MAX_ATTEMPTS - 1);
         self
     }
 
@@ -336,8 +335,11 @@ impl Client {
             if let Some(b) = &body {
                 req = req.header("Content-Type", "application/json").body(b.clone());
             }
-            let transport =
-                |source: reqwest::Error| GiteaError::Transport { method: method.clone(), path: path.clone(), source: source.without_url() };
+            let transport = |source: reqwest::Error| GiteaError::Transport {
+                method: method.clone(),
+                path: path.clone(),
+                source: source.without_url(),
+            };
             let resp = req.send().await.map_err(transport)?;
             let status = resp.status();
             let bytes = resp.bytes().await.map_err(transport)?.to_vec();
@@ -424,11 +426,7 @@ impl Client {
     }
 
     /// `POST /orgs/{org}/repos` (`createOrgRepo`, 201); 409 (exists) gives [`Created::Exists`].
-    pub async fn create_org_repo(
-        &self,
-        org: &str,
-        opt: &CreateRepoOption,
-    ) -> Result<Created<Repository>, GiteaError> {
+    pub async fn create_org_repo(&self, org: &str, opt: &CreateRepoOption) -> Result<Created<Repository>, GiteaError> {
         let (a, path) = self.send(Method::POST, &["orgs", org, "repos"], &[], Self::json(opt)).await?;
         match a.status.as_u16() {
             201 => Self::decode(Method::POST, path, &a).map(Created::New),
@@ -473,7 +471,8 @@ impl Client {
     ) -> Result<Vec<PullRequest>, GiteaError> {
         let mut out = Vec::new();
         for page in 1..=MAX_PAGES {
-            let mut q = vec![("state", state.to_string()), ("page", page.to_string()), ("limit", PAGE_LIMIT.to_string())];
+            let mut q =
+                vec![("state", state.to_string()), ("page", page.to_string()), ("limit", PAGE_LIMIT.to_string())];
             if let Some(b) = base_branch {
                 q.push(("base_branch", b.to_string()));
             }
@@ -569,11 +568,7 @@ fn error_message(body: &[u8]) -> String {
         _ => {
             let s = String::from_utf8_lossy(body);
             let s = s.trim();
-            if s.is_empty() {
-                "(empty body)".to_string()
-            } else {
-                s.chars().take(300).collect()
-            }
+            if s.is_empty() { "(empty body)".to_string() } else { s.chars().take(300).collect() }
         }
     };
     crate::ci::redact(&text)

@@ -55,12 +55,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Entries, Problems> {
         let line_no = idx + 1;
         match parse_line(raw) {
             Ok(None) => {}
-            Ok(Some((key, value))) => entries.push(Entry {
-                key,
-                value,
-                file: file.to_path_buf(),
-                line: line_no,
-            }),
+            Ok(Some((key, value))) => entries.push(Entry { key, value, file: file.to_path_buf(), line: line_no }),
             Err(msg) => problems.add(Location::line(file, line_no), msg),
         }
     }
@@ -133,11 +128,7 @@ fn parse_line(raw: &str) -> Result<Option<(String, String)>, String> {
 }
 
 fn substitution_error(found: &str) -> String {
-    let what = if found == "`" {
-        "a backtick (`)".to_string()
-    } else {
-        format!("`{found}`")
-    };
+    let what = if found == "`" { "a backtick (`)".to_string() } else { format!("`{found}`") };
     format!(
         "{what} would be evaluated by a shell; substitutions are not supported in env files \
          (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)"
@@ -164,12 +155,7 @@ fn check_dollar(chars: &[char], i: usize) -> Result<(), String> {
     match chars.get(i + 1) {
         Some('(') => Err(substitution_error("$(")),
         Some('{') => Err(substitution_error("${")),
-        Some(c)
-            if c.is_ascii_alphabetic()
-                || *c == '_'
-                || c.is_ascii_digit()
-                || "@*#?$!-".contains(*c) =>
-        {
+        Some(c) if c.is_ascii_alphabetic() || *c == '_' || c.is_ascii_digit() || "@*#?$!-".contains(*c) => {
             Err(substitution_error(&format!("${c}")))
         }
         _ => Ok(()),
@@ -190,9 +176,7 @@ fn parse_value(v: &str) -> Result<String, String> {
     match chars.first() {
         Some('\'') => {
             let Some(end) = chars[1..].iter().position(|&c| c == '\'') else {
-                return Err(
-                    "unterminated single quote (multi-line values are not supported)".into(),
-                );
+                return Err("unterminated single quote (multi-line values are not supported)".into());
             };
             let value: String = chars[1..1 + end].iter().collect();
             trailing(&chars[2 + end..].iter().collect::<String>())?;
@@ -280,10 +264,7 @@ mod tests {
         assert_eq!(one("export A=1").unwrap(), ("A".into(), "1".into()));
         assert_eq!(one("A=\"192.168.1.2\"").unwrap().1, "192.168.1.2");
         assert_eq!(one("A='x $y `z`'").unwrap().1, "x $y `z`");
-        assert_eq!(
-            one("A=\"a \\\"b\\\" \\$c\"  # note").unwrap().1,
-            "a \"b\" $c"
-        );
+        assert_eq!(one("A=\"a \\\"b\\\" \\$c\"  # note").unwrap().1, "a \"b\" $c");
         assert_eq!(one("A=val # comment").unwrap().1, "val");
         assert_eq!(one("A=val#notcomment").unwrap().1, "val#notcomment");
         assert_eq!(one("A=").unwrap().1, "");
@@ -322,11 +303,7 @@ mod tests {
 
     #[test]
     fn problems_carry_lines() {
-        let err = parse(
-            Path::new("libs/x/container.env"),
-            "A=1\n\nB=$(rm -rf /)\nC='x\n",
-        )
-        .unwrap_err();
+        let err = parse(Path::new("libs/x/container.env"), "A=1\n\nB=$(rm -rf /)\nC='x\n").unwrap_err();
         let lines: Vec<_> = err.iter().map(|p| p.location.line.unwrap()).collect();
         assert_eq!(lines, vec![3, 4]);
         assert!(err.0[0].message.contains("$("), "{}", err.0[0].message);

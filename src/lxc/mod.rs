@@ -33,9 +33,7 @@ pub const QUICK_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, thiserror::Error)]
 pub enum LxcError {
     /// The process does not run as root (uid 0); privileged LXC containers need it.
-    #[error(
-        "the lxc backend needs root (this process runs as uid {uid}): run it as root, e.g. with sudo"
-    )]
+    #[error("the lxc backend needs root (this process runs as uid {uid}): run it as root, e.g. with sudo")]
     NotRoot {
         /// The effective uid.
         uid: u32,
@@ -182,7 +180,12 @@ fn tail(text: &[u8], lines: usize) -> String {
 /// # Errors
 /// [`LxcError::ToolMissing`], [`LxcError::Spawn`], [`LxcError::Timeout`] (the child is killed),
 /// [`LxcError::Command`] with the last lines of stderr.
-pub async fn run(tool: &str, args: &[OsString], stdin: Option<&[u8]>, timeout: Duration) -> Result<std::process::Output> {
+pub async fn run(
+    tool: &str,
+    args: &[OsString],
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<std::process::Output> {
     let exe = require_tool(tool)?;
     let command = command_line(tool, args);
     let mut cmd = tokio::process::Command::new(exe);
@@ -230,8 +233,16 @@ pub struct LxcClient {
 
 /// The tools every operation of the client may run.
 pub const TOOLS: &[&str] = &[
-    "lxc-create", "lxc-copy", "lxc-start", "lxc-info", "lxc-attach", "lxc-cgroup", "lxc-stop", "lxc-destroy",
-    "lxc-ls", "lxc-config",
+    "lxc-create",
+    "lxc-copy",
+    "lxc-start",
+    "lxc-info",
+    "lxc-attach",
+    "lxc-cgroup",
+    "lxc-stop",
+    "lxc-destroy",
+    "lxc-ls",
+    "lxc-config",
 ];
 
 impl LxcClient {
@@ -246,7 +257,9 @@ impl LxcClient {
     pub async fn connect(path: Option<PathBuf>) -> Result<Self> {
         match tokio::task::spawn_blocking(move || Self::open(path)).await {
             Ok(r) => r,
-            Err(e) => Err(LxcError::Spawn { command: "lxc-config lxc.lxcpath".into(), source: std::io::Error::other(e) }),
+            Err(e) => {
+                Err(LxcError::Spawn { command: "lxc-config lxc.lxcpath".into(), source: std::io::Error::other(e) })
+            }
         }
     }
 
@@ -272,7 +285,11 @@ impl LxcClient {
                     .output()
                     .map_err(|source| LxcError::Spawn { command: command.clone(), source })?;
                 if !out.status.success() {
-                    return Err(LxcError::Command { command, status: out.status.to_string(), stderr: tail(&out.stderr, 8) });
+                    return Err(LxcError::Command {
+                        command,
+                        status: out.status.to_string(),
+                        stderr: tail(&out.stderr, 8),
+                    });
                 }
                 PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
             }
@@ -419,9 +436,22 @@ impl LxcClient {
     ///
     /// # Errors
     /// A failing command (with its stderr), a timeout.
-    pub async fn attach(&self, name: &str, argv: &[&str], stdin: Option<&[u8]>, timeout: Duration) -> Result<std::process::Output> {
+    pub async fn attach(
+        &self,
+        name: &str,
+        argv: &[&str],
+        stdin: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<std::process::Output> {
         self.must_exist(name)?;
-        let mut a = vec!["-n", name, "--clear-env", "--set-var", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "--"];
+        let mut a = vec![
+            "-n",
+            name,
+            "--clear-env",
+            "--set-var",
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--",
+        ];
         a.extend(argv);
         run("lxc-attach", &self.args(&a), stdin, timeout).await
     }
@@ -610,7 +640,9 @@ pub async fn ensure_bridge(bridge: &str) -> Result<(Ipv4Addr, u8)> {
         if !managed || dnsmasq_serves(proc_root, bridge) {
             return Ok(found);
         }
-        tracing::warn!("{bridge} is up but lxc-net's dnsmasq does not run (no DHCP for containers): restarting lxc-net");
+        tracing::warn!(
+            "{bridge} is up but lxc-net's dnsmasq does not run (no DHCP for containers): restarting lxc-net"
+        );
         forget_stale_lxc_net_state(Path::new(LXC_NET_RUN_DIR));
     }
     let mut tried = Vec::new();
@@ -682,12 +714,16 @@ mod tests {
 
     #[test]
     fn dnsmasq_serving_the_bridge_is_found_by_its_interface_argument() {
-        let lxc_dnsmasq: &[&str] = &["dnsmasq", "--conf-file=/dev/null", "--interface=lxcbr0", "--listen-address", "10.0.3.1"];
+        let lxc_dnsmasq: &[&str] =
+            &["dnsmasq", "--conf-file=/dev/null", "--interface=lxcbr0", "--listen-address", "10.0.3.1"];
         let running = fake_proc(&[("1", "systemd", &["/sbin/init"]), ("18671", "dnsmasq", lxc_dnsmasq)]);
         assert!(dnsmasq_serves(running.path(), "lxcbr0"));
         assert!(!dnsmasq_serves(running.path(), "lxcbr1"), "another bridge's dnsmasq does not count");
         // The pid file's process is gone and its pid reused by something else.
-        let dead = fake_proc(&[("18671", "bash", &["bash", "--interface=lxcbr0"]), ("20", "dnsmasq", &["dnsmasq", "--interface=virbr0"])]);
+        let dead = fake_proc(&[
+            ("18671", "bash", &["bash", "--interface=lxcbr0"]),
+            ("20", "dnsmasq", &["dnsmasq", "--interface=virbr0"]),
+        ]);
         assert!(!dnsmasq_serves(dead.path(), "lxcbr0"));
         assert!(!dnsmasq_serves(Path::new("/nonexistent-proc"), "lxcbr0"));
     }
@@ -727,7 +763,10 @@ mod tests {
         let e = run("sh", &os(&["-c", "echo first >&2; echo 'it broke' >&2; exit 3"]), None, QUICK_TIMEOUT)
             .await
             .unwrap_err();
-        assert_eq!(e.to_string(), "`sh -c echo first >&2; echo 'it broke' >&2; exit 3` failed (exit status: 3): first\nit broke");
+        assert_eq!(
+            e.to_string(),
+            "`sh -c echo first >&2; echo 'it broke' >&2; exit 3` failed (exit status: 3): first\nit broke"
+        );
         let e = run("sleep", &os(&["5"]), None, Duration::from_millis(100)).await.unwrap_err();
         assert_eq!(e.to_string(), "`sleep 5` did not finish within 0.1s");
     }

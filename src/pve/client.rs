@@ -191,8 +191,9 @@ impl PveClient {
         } else {
             opts.host.clone()
         };
-        let base = url::Url::parse(&format!("https://{host}:{}/api2/json", opts.port))
-            .map_err(|e| PveError::Config(format!("PROXMOX_HOST `{}` is not a host name or address: {e}", opts.host)))?;
+        let base = url::Url::parse(&format!("https://{host}:{}/api2/json", opts.port)).map_err(|e| {
+            PveError::Config(format!("PROXMOX_HOST `{}` is not a host name or address: {e}", opts.host))
+        })?;
         Ok(Self {
             http,
             base,
@@ -265,7 +266,13 @@ impl PveClient {
     /// [`PveError::Api`] for an HTTP error (with PVE's message and per-field `errors`),
     /// [`PveError::Transport`] when no answer came (after the retries [`Replay::Safe`] allows),
     /// [`PveError::Decode`] for an answer that is not PVE's JSON.
-    pub async fn call(&self, method: Method, path: &str, params: &[(&str, String)], replay: Replay) -> Result<Value, PveError> {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        params: &[(&str, String)],
+        replay: Replay,
+    ) -> Result<Value, PveError> {
         let mut relogged = false;
         loop {
             let session = match &self.auth {
@@ -374,7 +381,10 @@ impl PveClient {
                 );
             }
             (Auth::Ticket { .. }, Some(s)) => {
-                headers.insert(reqwest::header::COOKIE, sensitive(&format!("PVEAuthCookie={}", s.ticket.expose_secret()))?);
+                headers.insert(
+                    reqwest::header::COOKIE,
+                    sensitive(&format!("PVEAuthCookie={}", s.ticket.expose_secret()))?,
+                );
                 if write {
                     headers.insert("CSRFPreventionToken", sensitive(s.csrf.expose_secret())?);
                 }
@@ -446,7 +456,13 @@ pub fn parse_answer(method: &str, path: &str, status: u16, reason: &str, body: &
     let message = message
         .or_else(|| if json.is_none() { Some(snippet(body)).filter(|s| !s.is_empty()) } else { None })
         .unwrap_or_else(|| reason.to_string());
-    Err(PveError::Api { method: method.into(), path: path.into(), status, message: crate::ci::redact(&message), errors })
+    Err(PveError::Api {
+        method: method.into(),
+        path: path.into(),
+        status,
+        message: crate::ci::redact(&message),
+        errors,
+    })
 }
 
 fn snippet(body: &[u8]) -> String {
@@ -465,7 +481,10 @@ mod tests {
 
     #[test]
     fn answers() {
-        assert_eq!(parse_answer("GET", "/version", 200, "OK", br#"{"data":{"v":1}}"#).unwrap(), serde_json::json!({"v":1}));
+        assert_eq!(
+            parse_answer("GET", "/version", 200, "OK", br#"{"data":{"v":1}}"#).unwrap(),
+            serde_json::json!({"v":1})
+        );
         let e = parse_answer("POST", "/nodes/pve1/lxc", 400, "Parameter verification failed.",
             br#"{"data":null,"message":"Parameter verification failed.\n","errors":{"memory":"type check ('integer') failed - got 'abc'\n"}}"#).unwrap_err();
         match &e {
@@ -488,7 +507,8 @@ mod tests {
     fn urls() {
         let base = url::Url::parse("https://127.0.0.1:8006/api2/json").unwrap();
         assert_eq!(
-            url_for(&base, "/nodes/pve1/tasks/UPID:pve1:000003E8:00001B58:6B0DA64A:download:local:root@pam:/status").as_str(),
+            url_for(&base, "/nodes/pve1/tasks/UPID:pve1:000003E8:00001B58:6B0DA64A:download:local:root@pam:/status")
+                .as_str(),
             "https://127.0.0.1:8006/api2/json/nodes/pve1/tasks/UPID:pve1:000003E8:00001B58:6B0DA64A:download:local:root@pam:/status"
         );
         assert_eq!(form_encode(&[("net0", "name=eth0,ip=1.2.3.4/24".into())]), "net0=name%3Deth0%2Cip%3D1.2.3.4%2F24");

@@ -180,7 +180,11 @@ mod tests {
         assert!(is_lock_message("CT is locked (backup)"));
         assert!(is_lock_message("can't lock file '/run/lock/lxc/pve-config-101.lock' - got timeout"));
         assert!(!is_lock_message("CT 101 already running"));
-        let t = PveError::Task { upid: "UPID:x".into(), exit_status: "boom".into(), log_tail: vec!["a".into(), "TASK ERROR: boom".into()] };
+        let t = PveError::Task {
+            upid: "UPID:x".into(),
+            exit_status: "boom".into(),
+            log_tail: vec!["a".into(), "TASK ERROR: boom".into()],
+        };
         assert_eq!(t.to_string(), "task UPID:x failed: boom\n  task log (last 2 lines):\n    a\n    TASK ERROR: boom");
     }
 }

@@ -66,15 +66,18 @@ impl PveClient {
                 }
                 let log = self.task_log(node, upid).await.unwrap_or_default();
                 if exit.starts_with("WARNINGS") {
-                    let mut warnings: Vec<String> =
-                        log.iter().filter(|l| l.starts_with("WARN")).cloned().collect();
+                    let mut warnings: Vec<String> = log.iter().filter(|l| l.starts_with("WARN")).cloned().collect();
                     if warnings.is_empty() {
                         warnings.push(format!("{what}: task ended with {exit}"));
                     }
                     return Ok(TaskOutcome { upid: upid.into(), exit_status: exit, warnings, duration });
                 }
                 let tail = log[log.len().saturating_sub(LOG_TAIL_LINES)..].to_vec();
-                return Err(PveError::Task { upid: upid.into(), exit_status: crate::ci::redact(&exit), log_tail: tail });
+                return Err(PveError::Task {
+                    upid: upid.into(),
+                    exit_status: crate::ci::redact(&exit),
+                    log_tail: tail,
+                });
             }
             let elapsed = start.elapsed();
             if elapsed >= timeout {

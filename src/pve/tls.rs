@@ -75,9 +75,10 @@ pub fn client_config(mode: &TlsMode) -> Result<ClientConfig, PveError> {
             builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
         }
         TlsMode::CaFile(path) => {
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| PveError::Config(format!("--pve-ca {}: cannot read PEM certificates: {e}", path.display())))?;
+            let certs: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_file_iter(path).and_then(|it| it.collect::<Result<Vec<_>, _>>()).map_err(|e| {
+                    PveError::Config(format!("--pve-ca {}: cannot read PEM certificates: {e}", path.display()))
+                })?;
             if certs.is_empty() {
                 return Err(PveError::Config(format!(
                     "--pve-ca {}: no certificate found (expected PEM `-----BEGIN CERTIFICATE-----`)",
@@ -86,15 +87,18 @@ pub fn client_config(mode: &TlsMode) -> Result<ClientConfig, PveError> {
             }
             let mut roots = RootCertStore::empty();
             for c in certs {
-                roots.add(c).map_err(|e| {
-                    PveError::Config(format!("--pve-ca {}: unusable certificate: {e}", path.display()))
-                })?;
+                roots
+                    .add(c)
+                    .map_err(|e| PveError::Config(format!("--pve-ca {}: unusable certificate: {e}", path.display())))?;
             }
             builder.with_root_certificates(roots).with_no_client_auth()
         }
         TlsMode::Fingerprint(fp) => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Pinned { fingerprint: *fp, algs: provider.signature_verification_algorithms }))
+            .with_custom_certificate_verifier(Arc::new(Pinned {
+                fingerprint: *fp,
+                algs: provider.signature_verification_algorithms,
+            }))
             .with_no_client_auth(),
         TlsMode::Insecure => builder
             .dangerous()

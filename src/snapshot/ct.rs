@@ -85,10 +85,7 @@ pub fn classify(target: &str, name: &str, message: &str) -> CtSnapshotError {
     let target = target.to_string();
     let m = message.trim();
     if m.contains("already used") {
-        return CtSnapshotError::NameInUse {
-            target,
-            name: name.into(),
-        };
+        return CtSnapshotError::NameInUse { target, name: name.into() };
     }
     if let Some(rest) = m.split("is locked (").nth(1) {
         let lock = rest.split(')').next().unwrap_or("").to_string();
@@ -104,15 +101,9 @@ pub fn classify(target: &str, name: &str, message: &str) -> CtSnapshotError {
         };
     }
     if m.contains("does not exist") && m.contains("snapshot") {
-        return CtSnapshotError::NotFound {
-            target,
-            name: name.into(),
-        };
+        return CtSnapshotError::NotFound { target, name: name.into() };
     }
-    CtSnapshotError::Failed {
-        target,
-        message: m.into(),
-    }
+    CtSnapshotError::Failed { target, message: m.into() }
 }
 
 /// Container snapshots of one container. Every call returns after the backend finished (PVE:
@@ -129,15 +120,9 @@ pub trait CtSnapshots: Send + Sync {
     /// Lists the snapshots (without PVE's `current`).
     fn list(&self) -> BoxFuture<'_, Result<Vec<CtSnapshotInfo>, CtSnapshotError>>;
     /// Rolls the container back to `name` (PVE stops a running container first).
-    fn rollback<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>>;
+    fn rollback<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>>;
     /// Deletes snapshot `name`.
-    fn delete<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>>;
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>>;
 }
 
 /// The name for a snapshot at `stamp`: `pgo-YYYYMMDD-HHMMSS[-N]` (19–22 characters, valid as a
@@ -178,11 +163,7 @@ pub async fn take(
     }
     let name = name_for(stamp);
     let upid = ct.create(&name, description).await?;
-    Ok(CtSnapshotRecord {
-        name,
-        upid,
-        description: description.into(),
-    })
+    Ok(CtSnapshotRecord { name, upid, description: description.into() })
 }
 
 /// Keeps the newest `keep` snapshots named by this tool (ordered by the stamp in the name) and
@@ -193,17 +174,10 @@ pub async fn take(
 /// `keep` is 0, or listing/deleting fails (snapshots deleted before the failure stay deleted).
 pub async fn prune(ct: &dyn CtSnapshots, keep: usize) -> Result<Vec<String>, CtSnapshotError> {
     if keep == 0 {
-        return Err(CtSnapshotError::Failed {
-            target: ct.target(),
-            message: "--keep must be at least 1".into(),
-        });
+        return Err(CtSnapshotError::Failed { target: ct.target(), message: "--keep must be at least 1".into() });
     }
-    let mut ours: Vec<(Stamp, String)> = ct
-        .list()
-        .await?
-        .into_iter()
-        .filter_map(|s| parse_name(&s.name).map(|st| (st, s.name)))
-        .collect();
+    let mut ours: Vec<(Stamp, String)> =
+        ct.list().await?.into_iter().filter_map(|s| parse_name(&s.name).map(|st| (st, s.name))).collect();
     ours.sort();
     let n = ours.len().saturating_sub(keep);
     let mut deleted = Vec::new();
@@ -220,10 +194,7 @@ pub async fn prune(ct: &dyn CtSnapshots, keep: usize) -> Result<Vec<String>, CtS
 /// [`CtSnapshotError::NotFound`] when it does not exist, or the backend's error.
 pub async fn rollback(ct: &dyn CtSnapshots, name: &str) -> Result<Option<String>, CtSnapshotError> {
     if !ct.list().await?.iter().any(|s| s.name == name) {
-        return Err(CtSnapshotError::NotFound {
-            target: ct.target(),
-            name: name.into(),
-        });
+        return Err(CtSnapshotError::NotFound { target: ct.target(), name: name.into() });
     }
     ct.rollback(name).await
 }
@@ -245,11 +216,7 @@ pub(crate) mod tests {
         fn target(&self) -> String {
             "CT 101".into()
         }
-        fn create<'a>(
-            &'a self,
-            name: &'a str,
-            d: &'a str,
-        ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+        fn create<'a>(&'a self, name: &'a str, d: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
             Box::pin(async move {
                 self.calls.lock().unwrap().push(format!("create {name}"));
                 if let Some(m) = &self.fail_create {
@@ -257,36 +224,22 @@ pub(crate) mod tests {
                 }
                 let mut s = self.snaps.lock().unwrap();
                 if s.iter().any(|x| x.name == name) {
-                    return Err(classify(
-                        "CT 101",
-                        name,
-                        &format!("snapshot name '{name}' already used"),
-                    ));
+                    return Err(classify("CT 101", name, &format!("snapshot name '{name}' already used")));
                 }
-                s.push(CtSnapshotInfo {
-                    name: name.into(),
-                    description: d.into(),
-                    snaptime: None,
-                });
+                s.push(CtSnapshotInfo { name: name.into(), description: d.into(), snaptime: None });
                 Ok(Some(format!("UPID:pve1:create:{name}")))
             })
         }
         fn list(&self) -> BoxFuture<'_, Result<Vec<CtSnapshotInfo>, CtSnapshotError>> {
             Box::pin(async move { Ok(self.snaps.lock().unwrap().clone()) })
         }
-        fn rollback<'a>(
-            &'a self,
-            name: &'a str,
-        ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+        fn rollback<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
             Box::pin(async move {
                 self.calls.lock().unwrap().push(format!("rollback {name}"));
                 Ok(None)
             })
         }
-        fn delete<'a>(
-            &'a self,
-            name: &'a str,
-        ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+        fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
             Box::pin(async move {
                 self.calls.lock().unwrap().push(format!("delete {name}"));
                 self.snaps.lock().unwrap().retain(|s| s.name != name);
@@ -296,11 +249,7 @@ pub(crate) mod tests {
     }
 
     fn info(name: &str) -> CtSnapshotInfo {
-        CtSnapshotInfo {
-            name: name.into(),
-            description: String::new(),
-            snaptime: None,
-        }
+        CtSnapshotInfo { name: name.into(), description: String::new(), snaptime: None }
     }
 
     #[tokio::test]
@@ -332,29 +281,9 @@ pub(crate) mod tests {
             info("pgo-20250101-000000"),
         ];
         let deleted = prune(&fake, 2).await.unwrap();
-        assert_eq!(
-            deleted,
-            vec![
-                "pgo-20240101-000000".to_string(),
-                "pgo-20250101-000000".to_string()
-            ]
-        );
-        let left: Vec<String> = fake
-            .snaps
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|s| s.name.clone())
-            .collect();
-        assert_eq!(
-            left,
-            vec![
-                "pgo-20250101-000000-10",
-                "before-upgrade",
-                "pgo-20250101-000000-9",
-                "pgo-manual"
-            ]
-        );
+        assert_eq!(deleted, vec!["pgo-20240101-000000".to_string(), "pgo-20250101-000000".to_string()]);
+        let left: Vec<String> = fake.snaps.lock().unwrap().iter().map(|s| s.name.clone()).collect();
+        assert_eq!(left, vec!["pgo-20250101-000000-10", "before-upgrade", "pgo-20250101-000000-9", "pgo-manual"]);
         assert!(prune(&fake, 0).await.is_err());
     }
 
@@ -365,40 +294,25 @@ pub(crate) mod tests {
         let e = rollback(&fake, "pgo-x").await.unwrap_err();
         assert_eq!(e.to_string(), "CT 101: no snapshot named `pgo-x`");
         rollback(&fake, "pgo-20250101-000000").await.unwrap();
-        assert_eq!(
-            fake.calls.lock().unwrap().as_slice(),
-            ["rollback pgo-20250101-000000"]
-        );
+        assert_eq!(fake.calls.lock().unwrap().as_slice(), ["rollback pgo-20250101-000000"]);
     }
 
     #[test]
     fn classifies_pve_messages() {
         assert_eq!(
             classify("CT 101", "pgo-a", "snapshot name 'pgo-a' already used\n"),
-            CtSnapshotError::NameInUse {
-                target: "CT 101".into(),
-                name: "pgo-a".into()
-            }
+            CtSnapshotError::NameInUse { target: "CT 101".into(), name: "pgo-a".into() }
         );
         assert_eq!(
             classify("CT 101", "x", "CT is locked (backup)"),
-            CtSnapshotError::Locked {
-                target: "CT 101".into(),
-                lock: "backup".into()
-            }
+            CtSnapshotError::Locked { target: "CT 101".into(), lock: "backup".into() }
         );
         assert!(matches!(
             classify("CT 101", "x", "snapshot feature is not available"),
             CtSnapshotError::NotSupported { .. }
         ));
-        assert!(matches!(
-            classify("CT 101", "x", "snapshot 'x' does not exist"),
-            CtSnapshotError::NotFound { .. }
-        ));
-        assert!(matches!(
-            classify("CT 101", "x", "500 boom"),
-            CtSnapshotError::Failed { .. }
-        ));
+        assert!(matches!(classify("CT 101", "x", "snapshot 'x' does not exist"), CtSnapshotError::NotFound { .. }));
+        assert!(matches!(classify("CT 101", "x", "500 boom"), CtSnapshotError::Failed { .. }));
         let e = classify("CT 101", "x", "CT is locked (snapshot-delete)");
         assert!(e.to_string().contains("locked (snapshot-delete)"), "{e}");
     }

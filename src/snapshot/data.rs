@@ -150,9 +150,7 @@ pub struct Restored {
 /// [`DataError::Input`] naming the offending path.
 pub fn check_paths(paths: &[String]) -> Result<Vec<String>, DataError> {
     if paths.is_empty() {
-        return Err(DataError::Input(
-            "no snapshot paths declared (SNAPSHOT in container.env)".into(),
-        ));
+        return Err(DataError::Input("no snapshot paths declared (SNAPSHOT in container.env)".into()));
     }
     let mut out: Vec<String> = Vec::new();
     for p in paths {
@@ -175,9 +173,7 @@ pub fn check_paths(paths: &[String]) -> Result<Vec<String>, DataError> {
     for a in &out {
         for b in &out {
             if a != b && b.starts_with(&format!("{a}/")) {
-                return Err(DataError::Input(format!(
-                    "snapshot path `{b}` lies inside `{a}`: declare only `{a}`"
-                )));
+                return Err(DataError::Input(format!("snapshot path `{b}` lies inside `{a}`: declare only `{a}`")));
             }
         }
     }
@@ -233,24 +229,17 @@ fn read_framed<R: Read>(r: &mut R) -> Result<Framed, ManifestError> {
     }
     let mut lens = [0usize; 3];
     for l in lens.iter_mut() {
-        *l = parts
-            .next()
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| bad(format!("bad header `{text}`")))?;
+        *l = parts.next().and_then(|p| p.parse().ok()).ok_or_else(|| bad(format!("bad header `{text}`")))?;
     }
     let mut read_n = |n: usize| -> Result<Vec<u8>, ManifestError> {
         let mut v = vec![0u8; n];
-        r.read_exact(&mut v)
-            .map_err(|e| bad(format!("manifest block shorter than announced: {e}")))?;
+        r.read_exact(&mut v).map_err(|e| bad(format!("manifest block shorter than announced: {e}")))?;
         Ok(v)
     };
     let meta = read_n(lens[0])?;
     let sums = read_n(lens[1])?;
     let extra = read_n(lens[2])?;
-    Ok(Framed {
-        entries: manifest::parse_container(&meta, &sums)?,
-        extra,
-    })
+    Ok(Framed { entries: manifest::parse_container(&meta, &sums)?, extra })
 }
 
 /// A blocking `Read` over an async reader (used inside `spawn_blocking`).
@@ -324,44 +313,24 @@ struct ArchiveCheck {
 /// Reads a `.tar.gz` completely: its file SHA-256 and size, and the per-entry manifest.
 fn read_archive(path: &Path) -> Result<ArchiveCheck, ManifestError> {
     let f = std::fs::File::open(path).map_err(ManifestError::Archive)?;
-    let mut hashed = HashRead {
-        inner: std::io::BufReader::with_capacity(1 << 20, f),
-        hasher: Sha256::new(),
-        bytes: 0,
-    };
+    let mut hashed = HashRead { inner: std::io::BufReader::with_capacity(1 << 20, f), hasher: Sha256::new(), bytes: 0 };
     let (entries, tar_bytes) = {
-        let mut counted = HashRead {
-            inner: GzDecoder::new(&mut hashed),
-            hasher: Sha256::new(),
-            bytes: 0,
-        };
+        let mut counted = HashRead { inner: GzDecoder::new(&mut hashed), hasher: Sha256::new(), bytes: 0 };
         let entries = manifest::from_tar(&mut counted)?;
         std::io::copy(&mut counted, &mut std::io::sink()).map_err(ManifestError::Archive)?;
         (entries, counted.bytes)
     };
     // Trailing bytes after the gzip member are part of the file's hash too.
     std::io::copy(&mut hashed, &mut std::io::sink()).map_err(ManifestError::Archive)?;
-    Ok(ArchiveCheck {
-        entries,
-        sha256: hex::encode(hashed.hasher.finalize()),
-        bytes: hashed.bytes,
-        tar_bytes,
-    })
+    Ok(ArchiveCheck { entries, sha256: hex::encode(hashed.hasher.finalize()), bytes: hashed.bytes, tar_bytes })
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
-    move |source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| DataError::Io { path: path.to_path_buf(), source }
 }
 
 fn remote_failed(exec: &dyn RemoteExec, what: &'static str, status: &ExecStatus) -> DataError {
-    DataError::Remote {
-        target: exec.target(),
-        what,
-        status: status.describe(),
-    }
+    DataError::Remote { target: exec.target(), what, status: status.describe() }
 }
 
 /// Takes a verified data snapshot of `req.paths` into `store` (see the module docs).
@@ -371,11 +340,7 @@ fn remote_failed(exec: &dyn RemoteExec, what: &'static str, status: &ExecStatus)
 /// container side fails (a declared path missing is exit code 4 with its name);
 /// [`DataError::Mismatch`] when the archive does not match the container's manifest;
 /// [`DataError::Io`] for the store. In every error case no archive is left in the store.
-pub async fn take(
-    exec: &dyn RemoteExec,
-    store: &Store,
-    req: &TakeRequest,
-) -> Result<Taken, DataError> {
+pub async fn take(exec: &dyn RemoteExec, store: &Store, req: &TakeRequest) -> Result<Taken, DataError> {
     let paths = check_paths(&req.paths)?;
     let dir = store.lib_dir(&req.lib);
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
@@ -426,7 +391,8 @@ pub async fn take(
         r
     };
     let (ran, consumed) = tokio::join!(run, consumer);
-    let consumed = consumed.map_err(|e| DataError::Io { path: tmp.path().to_path_buf(), source: std::io::Error::other(e) })?;
+    let consumed =
+        consumed.map_err(|e| DataError::Io { path: tmp.path().to_path_buf(), source: std::io::Error::other(e) })?;
     // Report the root cause: the container's failure first (a short stream is its consequence),
     // then a local write failure (the broken pipe it causes is its consequence).
     let (container_entries, tar_bytes) = match (ran, consumed) {
@@ -441,28 +407,19 @@ pub async fn take(
     let tmp_path = tmp.path().to_path_buf();
     let check = tokio::task::spawn_blocking(move || read_archive(&tmp_path))
         .await
-        .map_err(|e| DataError::Io {
-            path: tmp.path().to_path_buf(),
-            source: std::io::Error::other(e),
-        })?
+        .map_err(|e| DataError::Io { path: tmp.path().to_path_buf(), source: std::io::Error::other(e) })?
         .map_err(|e| DataError::Mismatch {
             lib: req.lib.clone(),
             diffs: vec![format!("the archive cannot be read back: {e}")],
         })?;
     let diffs = manifest::diff(&container_entries, &check.entries, 20);
     if !diffs.is_empty() {
-        return Err(DataError::Mismatch {
-            lib: req.lib.clone(),
-            diffs,
-        });
+        return Err(DataError::Mismatch { lib: req.lib.clone(), diffs });
     }
     if check.tar_bytes != tar_bytes {
         return Err(DataError::Mismatch {
             lib: req.lib.clone(),
-            diffs: vec![format!(
-                "tar stream of {tar_bytes} bytes received, {} bytes read back",
-                check.tar_bytes
-            )],
+            diffs: vec![format!("tar stream of {tar_bytes} bytes received, {} bytes read back", check.tar_bytes)],
         });
     }
 
@@ -470,11 +427,7 @@ pub async fn take(
         lib: req.lib.clone(),
         vmid: req.vmid,
         id: id.clone(),
-        created: req
-            .now
-            .to_offset(time::UtcOffset::UTC)
-            .replace_nanosecond(0)
-            .unwrap_or(req.now),
+        created: req.now.to_offset(time::UtcOffset::UTC).replace_nanosecond(0).unwrap_or(req.now),
         source: exec.target(),
         paths,
         archive: format!("{id}.tar.gz"),
@@ -487,25 +440,16 @@ pub async fn take(
         entries: check.entries,
     };
     // Manifest first, then the archive: an archive under its final name always has one.
-    artifact::write(&manifest_path, &manifest).map_err(|e| DataError::Io {
-        path: manifest_path.clone(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    artifact::write(&manifest_path, &manifest)
+        .map_err(|e| DataError::Io { path: manifest_path.clone(), source: std::io::Error::other(e.to_string()) })?;
     if let Err(e) = tmp.persist_noclobber(&archive_path) {
         let _ = std::fs::remove_file(&manifest_path);
-        return Err(DataError::Io {
-            path: archive_path,
-            source: e.error,
-        });
+        return Err(DataError::Io { path: archive_path, source: e.error });
     }
     if let Ok(d) = std::fs::File::open(&dir) {
         let _ = d.sync_all();
     }
-    Ok(Taken {
-        archive: archive_path,
-        manifest_path,
-        manifest,
-    })
+    Ok(Taken { archive: archive_path, manifest_path, manifest })
 }
 
 /// Reads a stored snapshot's manifest and verifies the archive against it (file SHA-256, size,
@@ -514,22 +458,15 @@ pub async fn take(
 /// # Errors
 /// [`DataError::Corrupt`] naming the archive and the first differences; nothing is modified.
 pub async fn verify(stored: &Stored) -> Result<ArchiveManifest, DataError> {
-    let manifest: ArchiveManifest =
-        artifact::read(&stored.manifest).map_err(|e| DataError::Corrupt {
-            path: stored.archive.clone(),
-            detail: format!("its manifest is unreadable: {e}"),
-        })?;
+    let manifest: ArchiveManifest = artifact::read(&stored.manifest).map_err(|e| DataError::Corrupt {
+        path: stored.archive.clone(),
+        detail: format!("its manifest is unreadable: {e}"),
+    })?;
     let path = stored.archive.clone();
     let check = tokio::task::spawn_blocking(move || read_archive(&path))
         .await
-        .map_err(|e| DataError::Io {
-            path: stored.archive.clone(),
-            source: std::io::Error::other(e),
-        })?;
-    let corrupt = |detail: String| DataError::Corrupt {
-        path: stored.archive.clone(),
-        detail,
-    };
+        .map_err(|e| DataError::Io { path: stored.archive.clone(), source: std::io::Error::other(e) })?;
+    let corrupt = |detail: String| DataError::Corrupt { path: stored.archive.clone(), detail };
     let check = check.map_err(|e| corrupt(e.to_string()))?;
     if check.sha256 != manifest.archive_sha256 || check.bytes != manifest.archive_bytes {
         return Err(corrupt(format!(
@@ -539,15 +476,10 @@ pub async fn verify(stored: &Stored) -> Result<ArchiveManifest, DataError> {
     }
     let diffs = manifest::diff(&manifest.entries, &check.entries, 20);
     if !diffs.is_empty() {
-        return Err(corrupt(format!(
-            "entries differ from the manifest: {}",
-            diffs.join("; ")
-        )));
+        return Err(corrupt(format!("entries differ from the manifest: {}", diffs.join("; "))));
     }
     if manifest::digest(&manifest.entries) != manifest.digest {
-        return Err(corrupt(
-            "the manifest's digest does not match its entries".into(),
-        ));
+        return Err(corrupt("the manifest's digest does not match its entries".into()));
     }
     Ok(manifest)
 }
@@ -555,20 +487,12 @@ pub async fn verify(stored: &Stored) -> Result<ArchiveManifest, DataError> {
 fn under<'a>(entries: &'a [Entry], path: &str) -> Vec<Entry> {
     let rel = path.trim_start_matches('/');
     let prefix = format!("{rel}/");
-    entries
-        .iter()
-        .filter(|e: &&'a Entry| e.path == rel || e.path.starts_with(&prefix))
-        .cloned()
-        .collect()
+    entries.iter().filter(|e: &&'a Entry| e.path == rel || e.path.starts_with(&prefix)).cloned().collect()
 }
 
 /// Streams the decompressed tar of `archive` into a stage command for `path`; returns the
 /// staging directory and the staged tree's manifest.
-async fn stage_one(
-    exec: &dyn RemoteExec,
-    archive: &Path,
-    path: &str,
-) -> Result<(String, Vec<Entry>), DataError> {
+async fn stage_one(exec: &dyn RemoteExec, archive: &Path, path: &str) -> Result<(String, Vec<Entry>), DataError> {
     let (tx, mut rx) = tokio::io::duplex(1 << 20);
     let handle = tokio::runtime::Handle::current();
     let src = archive.to_path_buf();
@@ -589,24 +513,15 @@ async fn stage_one(
     drop(stdin);
     drop(rx);
     let produced = producer.await;
-    let status = ran.map_err(|source| DataError::Transport {
-        target: exec.target(),
-        what: "restore (stage)",
-        source,
-    })?;
+    let status =
+        ran.map_err(|source| DataError::Transport { target: exec.target(), what: "restore (stage)", source })?;
     if !status.success() {
         return Err(remote_failed(exec, "restore (stage)", &status));
     }
     if let Ok(Err(e)) | Err(e) = produced.map_err(std::io::Error::other) {
-        return Err(DataError::Io {
-            path: archive.to_path_buf(),
-            source: e,
-        });
+        return Err(DataError::Io { path: archive.to_path_buf(), source: e });
     }
-    let framed = read_framed(&mut &out[..]).map_err(|source| DataError::Manifest {
-        target: exec.target(),
-        source,
-    })?;
+    let framed = read_framed(&mut &out[..]).map_err(|source| DataError::Manifest { target: exec.target(), source })?;
     let stage = String::from_utf8(framed.extra).map_err(|_| DataError::Manifest {
         target: exec.target(),
         source: ManifestError::Malformed("staging directory is not UTF-8".into()),
@@ -629,22 +544,10 @@ async fn finish_stages(
         stdin.extend_from_slice(path.as_bytes());
         stdin.push(0);
     }
-    let what = if mode == "commit" {
-        "restore (commit)"
-    } else {
-        "restore (abort)"
-    };
-    let (_, status) = run_collect(
-        exec,
-        &["bash", "-c", scripts::COMMIT, "pgo-restore", mode],
-        &stdin,
-    )
-    .await
-    .map_err(|source| DataError::Transport {
-        target: exec.target(),
-        what,
-        source,
-    })?;
+    let what = if mode == "commit" { "restore (commit)" } else { "restore (abort)" };
+    let (_, status) = run_collect(exec, &["bash", "-c", scripts::COMMIT, "pgo-restore", mode], &stdin)
+        .await
+        .map_err(|source| DataError::Transport { target: exec.target(), what, source })?;
     if !status.success() {
         return Err(remote_failed(exec, what, &status));
     }
@@ -655,30 +558,15 @@ async fn finish_stages(
 ///
 /// # Errors
 /// As for [`take`].
-pub async fn live_manifest(
-    exec: &dyn RemoteExec,
-    paths: &[String],
-) -> Result<Vec<Entry>, DataError> {
-    let (out, status) = run_collect(
-        exec,
-        &["bash", "-c", scripts::PRODUCER, "pgo-snapshot", "manifest"],
-        &nul_list(paths),
-    )
-    .await
-    .map_err(|source| DataError::Transport {
-        target: exec.target(),
-        what: "manifest",
-        source,
-    })?;
+pub async fn live_manifest(exec: &dyn RemoteExec, paths: &[String]) -> Result<Vec<Entry>, DataError> {
+    let (out, status) =
+        run_collect(exec, &["bash", "-c", scripts::PRODUCER, "pgo-snapshot", "manifest"], &nul_list(paths))
+            .await
+            .map_err(|source| DataError::Transport { target: exec.target(), what: "manifest", source })?;
     if !status.success() {
         return Err(remote_failed(exec, "manifest", &status));
     }
-    Ok(read_framed(&mut &out[..])
-        .map_err(|source| DataError::Manifest {
-            target: exec.target(),
-            source,
-        })?
-        .entries)
+    Ok(read_framed(&mut &out[..]).map_err(|source| DataError::Manifest { target: exec.target(), source })?.entries)
 }
 
 /// Restores the newest snapshot of `lib` (by parsed stamp), or the one at `at`, onto the
@@ -689,12 +577,7 @@ pub async fn live_manifest(
 /// fails verification (nothing restored); [`DataError::RestoreMismatch`] with `stage: "staged"`
 /// when a staged tree differs (staging removed, nothing swapped in) or `"restored"` when the live
 /// tree differs afterwards; remote and transport errors.
-pub async fn restore(
-    exec: &dyn RemoteExec,
-    store: &Store,
-    lib: &str,
-    at: Option<&str>,
-) -> Result<Restored, DataError> {
+pub async fn restore(exec: &dyn RemoteExec, store: &Store, lib: &str, at: Option<&str>) -> Result<Restored, DataError> {
     let stored = store.pick(lib, at).map_err(DataError::Input)?;
     let manifest = verify(&stored).await?;
     let mut staged: Vec<(String, String)> = Vec::new();
@@ -707,12 +590,7 @@ pub async fn restore(
                 if diffs.is_empty() {
                     continue;
                 }
-                DataError::RestoreMismatch {
-                    lib: lib.into(),
-                    id: stored.id.clone(),
-                    stage: "staged",
-                    diffs,
-                }
+                DataError::RestoreMismatch { lib: lib.into(), id: stored.id.clone(), stage: "staged", diffs }
             }
             Err(e) => e,
         };
@@ -725,12 +603,7 @@ pub async fn restore(
     let live = live_manifest(exec, &manifest.paths).await?;
     let diffs = manifest::diff(&manifest.entries, &live, 20);
     if !diffs.is_empty() {
-        return Err(DataError::RestoreMismatch {
-            lib: lib.into(),
-            id: stored.id.clone(),
-            stage: "restored",
-            diffs,
-        });
+        return Err(DataError::RestoreMismatch { lib: lib.into(), id: stored.id.clone(), stage: "restored", diffs });
     }
     Ok(Restored { stored, manifest })
 }

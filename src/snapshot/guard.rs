@@ -111,28 +111,12 @@ pub async fn before_destroy(
         paths: spec.snapshot_paths.join(", "),
         reason,
     })?;
-    let req = TakeRequest {
-        lib: spec.name.clone(),
-        vmid: Some(spec.vmid),
-        paths: spec.snapshot_paths.clone(),
-        now,
-    };
+    let req = TakeRequest { lib: spec.name.clone(), vmid: Some(spec.vmid), paths: spec.snapshot_paths.clone(), now };
     match data::take(exec, store, &req).await {
         Ok(t) => {
-            tracing::info!(
-                "{}: protected by verified snapshot {}",
-                spec.name,
-                t.manifest.id
-            );
-            Ok(Protection::Snapshot {
-                id: t.manifest.id,
-                archive: t.archive,
-            })
+            tracing::info!("{}: protected by verified snapshot {}", spec.name, t.manifest.id);
+            Ok(Protection::Snapshot { id: t.manifest.id, archive: t.archive })
         }
-        Err(source) => Err(Refused::SnapshotFailed {
-            name: spec.name.clone(),
-            vmid: spec.vmid,
-            source,
-        }),
+        Err(source) => Err(Refused::SnapshotFailed { name: spec.name.clone(), vmid: spec.vmid, source }),
     }
 }

@@ -33,10 +33,7 @@ struct SnapDir {
 impl LxcSnapshots {
     /// Container `name` under `lxcpath`.
     pub fn new(name: &str, lxcpath: &Path) -> Self {
-        Self {
-            name: name.into(),
-            lxcpath: lxcpath.into(),
-        }
+        Self { name: name.into(), lxcpath: lxcpath.into() }
     }
 
     fn scan(&self) -> Result<Vec<SnapDir>, CtSnapshotError> {
@@ -56,41 +53,20 @@ impl LxcSnapshots {
             }
             let comment = std::fs::read_to_string(ent.path().join("comment")).unwrap_or_default();
             let mut lines = comment.lines();
-            let name = lines
-                .next()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .unwrap_or(&lxc_name)
-                .to_string();
+            let name = lines.next().map(str::trim).filter(|l| !l.is_empty()).unwrap_or(&lxc_name).to_string();
             let description = lines.collect::<Vec<_>>().join("\n");
-            let snaptime = std::fs::read_to_string(ent.path().join("ts"))
-                .ok()
-                .and_then(|t| {
-                    let fmt = time::macros::format_description!(
-                        "[year]:[month]:[day] [hour]:[minute]:[second]"
-                    );
-                    time::PrimitiveDateTime::parse(t.trim(), fmt)
-                        .ok()
-                        .map(|d| d.assume_utc().unix_timestamp())
-                });
-            out.push(SnapDir {
-                lxc_name,
-                info: CtSnapshotInfo {
-                    name,
-                    description,
-                    snaptime,
-                },
+            let snaptime = std::fs::read_to_string(ent.path().join("ts")).ok().and_then(|t| {
+                let fmt = time::macros::format_description!("[year]:[month]:[day] [hour]:[minute]:[second]");
+                time::PrimitiveDateTime::parse(t.trim(), fmt).ok().map(|d| d.assume_utc().unix_timestamp())
             });
+            out.push(SnapDir { lxc_name, info: CtSnapshotInfo { name, description, snaptime } });
         }
         out.sort_by(|a, b| a.lxc_name.cmp(&b.lxc_name));
         Ok(out)
     }
 
     fn failed(&self, message: String) -> CtSnapshotError {
-        CtSnapshotError::Failed {
-            target: self.target(),
-            message,
-        }
+        CtSnapshotError::Failed { target: self.target(), message }
     }
 
     fn lxc_name_of(&self, name: &str) -> Result<String, CtSnapshotError> {
@@ -98,10 +74,7 @@ impl LxcSnapshots {
             .into_iter()
             .find(|s| s.info.name == name)
             .map(|s| s.lxc_name)
-            .ok_or_else(|| CtSnapshotError::NotFound {
-                target: self.target(),
-                name: name.into(),
-            })
+            .ok_or_else(|| CtSnapshotError::NotFound { target: self.target(), name: name.into() })
     }
 
     /// True when `lxc-info -s` reports the container RUNNING.
@@ -138,16 +111,8 @@ impl LxcSnapshots {
             return Ok(());
         }
         let err = String::from_utf8_lossy(&out.stderr);
-        let msg = err
-            .lines()
-            .rfind(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .to_string();
-        Err(self.failed(format!(
-            "lxc-snapshot {} failed ({}): {msg}",
-            args.join(" "),
-            out.status
-        )))
+        let msg = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("").to_string();
+        Err(self.failed(format!("lxc-snapshot {} failed ({}): {msg}", args.join(" "), out.status)))
     }
 }
 
@@ -163,10 +128,7 @@ impl CtSnapshots for LxcSnapshots {
     ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             if self.scan()?.iter().any(|s| s.info.name == name) {
-                return Err(CtSnapshotError::NameInUse {
-                    target: self.target(),
-                    name: name.into(),
-                });
+                return Err(CtSnapshotError::NameInUse { target: self.target(), name: name.into() });
             }
             if self.running().await? {
                 return Err(CtSnapshotError::NotSupported {
@@ -176,8 +138,7 @@ impl CtSnapshots for LxcSnapshots {
                         .into(),
                 });
             }
-            let mut comment = tempfile::NamedTempFile::new()
-                .map_err(|e| self.failed(format!("temp file: {e}")))?;
+            let mut comment = tempfile::NamedTempFile::new().map_err(|e| self.failed(format!("temp file: {e}")))?;
             use std::io::Write;
             writeln!(comment, "{name}")
                 .and_then(|_| writeln!(comment, "{description}"))
@@ -192,10 +153,7 @@ impl CtSnapshots for LxcSnapshots {
         Box::pin(async move { Ok(self.scan()?.into_iter().map(|s| s.info).collect()) })
     }
 
-    fn rollback<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+    fn rollback<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             let snap = self.lxc_name_of(name)?;
             self.lxc_snapshot(&["-r", &snap]).await?;
@@ -203,10 +161,7 @@ impl CtSnapshots for LxcSnapshots {
         })
     }
 
-    fn delete<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             let snap = self.lxc_name_of(name)?;
             self.lxc_snapshot(&["-d", &snap]).await?;

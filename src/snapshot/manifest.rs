@@ -82,8 +82,7 @@ pub enum ManifestError {
 }
 
 fn utf8(b: &[u8]) -> Result<String, ManifestError> {
-    String::from_utf8(b.to_vec())
-        .map_err(|_| ManifestError::NotUtf8(String::from_utf8_lossy(b).into_owned()))
+    String::from_utf8(b.to_vec()).map_err(|_| ManifestError::NotUtf8(String::from_utf8_lossy(b).into_owned()))
 }
 
 fn normalize_path(p: &str) -> String {
@@ -105,15 +104,9 @@ pub fn parse_container(meta: &[u8], sums: &[u8]) -> Result<Vec<Entry>, ManifestE
             || !line[..64].iter().all(u8::is_ascii_hexdigit)
             || &line[64..66] != b"  " && &line[64..66] != b" *"
         {
-            return Err(bad(format!(
-                "bad checksum line `{}`",
-                String::from_utf8_lossy(line)
-            )));
+            return Err(bad(format!("bad checksum line `{}`", String::from_utf8_lossy(line))));
         }
-        hashes.insert(
-            normalize_path(&utf8(&line[66..])?),
-            utf8(&line[..64])?.to_ascii_lowercase(),
-        );
+        hashes.insert(normalize_path(&utf8(&line[66..])?), utf8(&line[..64])?.to_ascii_lowercase());
     }
     let fields: Vec<&[u8]> = meta.split(|b| *b == 0).collect();
     // A trailing NUL leaves one empty element at the end.
@@ -123,10 +116,7 @@ pub fn parse_container(meta: &[u8], sums: &[u8]) -> Result<Vec<Entry>, ManifestE
         _ => return Err(bad("metadata does not end with a NUL".into())),
     };
     if fields.len() % 8 != 0 {
-        return Err(bad(format!(
-            "{} metadata fields, not a multiple of 8",
-            fields.len()
-        )));
+        return Err(bad(format!("{} metadata fields, not a multiple of 8", fields.len())));
     }
     let num = |f: &[u8], what: &str, radix: u32| -> Result<u64, ManifestError> {
         std::str::from_utf8(f)
@@ -145,45 +135,33 @@ pub fn parse_container(meta: &[u8], sums: &[u8]) -> Result<Vec<Entry>, ManifestE
             b"c" => Kind::Char,
             b"b" => Kind::Block,
             other => {
-                return Err(bad(format!(
-                    "{path}: unsupported file type `{}`",
-                    String::from_utf8_lossy(other)
-                )));
+                return Err(bad(format!("{path}: unsupported file type `{}`", String::from_utf8_lossy(other))));
             }
         };
-        let mtime_text =
-            std::str::from_utf8(r[4]).map_err(|_| bad(format!("{path}: bad mtime")))?;
+        let mtime_text = std::str::from_utf8(r[4]).map_err(|_| bad(format!("{path}: bad mtime")))?;
         let mtime = mtime_text
             .parse::<f64>()
             .map(|t| t.floor() as i64)
             .map_err(|_| bad(format!("{path}: bad mtime `{mtime_text}`")))?;
         let mode = num(r[1], "mode", 8)? as u32 & 0o7777;
         let sha256 = if kind == Kind::File {
-            Some(hashes.remove(&path).ok_or_else(|| {
-                bad(format!(
-                    "{path}: regular file without a checksum (did it vanish?)"
-                ))
-            })?)
+            Some(
+                hashes
+                    .remove(&path)
+                    .ok_or_else(|| bad(format!("{path}: regular file without a checksum (did it vanish?)")))?,
+            )
         } else {
             None
         };
         out.push(Entry {
             kind,
-            size: if kind == Kind::File {
-                num(r[5], "size", 10)?
-            } else {
-                0
-            },
+            size: if kind == Kind::File { num(r[5], "size", 10)? } else { 0 },
             mode: if kind == Kind::Symlink { 0o777 } else { mode },
             uid: num(r[2], "uid", 10)? as u32,
             gid: num(r[3], "gid", 10)? as u32,
             mtime,
             sha256,
-            target: if kind == Kind::Symlink {
-                Some(utf8(r[7])?)
-            } else {
-                None
-            },
+            target: if kind == Kind::Symlink { Some(utf8(r[7])?) } else { None },
             path,
         });
     }
@@ -225,81 +203,34 @@ pub fn from_tar<R: Read>(reader: R) -> Result<Vec<Entry>, ManifestError> {
         }
         let mode = header.mode().map_err(ManifestError::Archive)? & 0o7777;
         let et = header.entry_type();
-        let base = Entry {
-            path: path.clone(),
-            kind: Kind::File,
-            size: 0,
-            mode,
-            uid,
-            gid,
-            mtime,
-            sha256: None,
-            target: None,
-        };
+        let base =
+            Entry { path: path.clone(), kind: Kind::File, size: 0, mode, uid, gid, mtime, sha256: None, target: None };
         let e = match et {
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let mut h = Sha256::new();
-                let n = std::io::copy(&mut entry, &mut HashWriter(&mut h))
-                    .map_err(ManifestError::Archive)?;
-                Entry {
-                    size: n,
-                    sha256: Some(hex::encode(h.finalize())),
-                    ..base
-                }
+                let n = std::io::copy(&mut entry, &mut HashWriter(&mut h)).map_err(ManifestError::Archive)?;
+                Entry { size: n, sha256: Some(hex::encode(h.finalize())), ..base }
             }
-            tar::EntryType::Directory => Entry {
-                kind: Kind::Dir,
-                ..base
-            },
+            tar::EntryType::Directory => Entry { kind: Kind::Dir, ..base },
             tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name_bytes()
-                    .map(|b| utf8(&b))
-                    .transpose()?
-                    .unwrap_or_default();
-                Entry {
-                    kind: Kind::Symlink,
-                    mode: 0o777,
-                    target: Some(target),
-                    ..base
-                }
+                let target = entry.link_name_bytes().map(|b| utf8(&b)).transpose()?.unwrap_or_default();
+                Entry { kind: Kind::Symlink, mode: 0o777, target: Some(target), ..base }
             }
             tar::EntryType::Link => {
-                let target = entry
-                    .link_name_bytes()
-                    .map(|b| utf8(&b))
-                    .transpose()?
-                    .unwrap_or_default();
+                let target = entry.link_name_bytes().map(|b| utf8(&b)).transpose()?.unwrap_or_default();
                 let Some(&i) = by_path.get(&normalize_path(&target)) else {
                     return Err(ManifestError::Archive(std::io::Error::other(format!(
                         "{path}: hard link to `{target}`, which is not earlier in the archive"
                     ))));
                 };
                 let t = &out[i];
-                Entry {
-                    kind: t.kind,
-                    size: t.size,
-                    sha256: t.sha256.clone(),
-                    ..base
-                }
+                Entry { kind: t.kind, size: t.size, sha256: t.sha256.clone(), ..base }
             }
-            tar::EntryType::Fifo => Entry {
-                kind: Kind::Fifo,
-                ..base
-            },
-            tar::EntryType::Char => Entry {
-                kind: Kind::Char,
-                ..base
-            },
-            tar::EntryType::Block => Entry {
-                kind: Kind::Block,
-                ..base
-            },
+            tar::EntryType::Fifo => Entry { kind: Kind::Fifo, ..base },
+            tar::EntryType::Char => Entry { kind: Kind::Char, ..base },
+            tar::EntryType::Block => Entry { kind: Kind::Block, ..base },
             other => {
-                return Err(ManifestError::Unsupported {
-                    path,
-                    kind: other.as_byte(),
-                });
+                return Err(ManifestError::Unsupported { path, kind: other.as_byte() });
             }
         };
         by_path.insert(path, out.len());
@@ -307,8 +238,7 @@ pub fn from_tar<R: Read>(reader: R) -> Result<Vec<Entry>, ManifestError> {
     }
     // Drain the end-of-archive blocks and record padding so a caller hashing the raw bytes sees
     // the whole stream.
-    std::io::copy(&mut archive.into_inner(), &mut std::io::sink())
-        .map_err(ManifestError::Archive)?;
+    std::io::copy(&mut archive.into_inner(), &mut std::io::sink()).map_err(ManifestError::Archive)?;
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
@@ -476,13 +406,7 @@ l\x00777\x000\x000\x001700000002.9\x004\x00var/lib/app/link\x00secret\x00";
         let mut other = m.clone();
         other[1].mode = 0o600;
         other.pop();
-        assert_eq!(
-            diff(&m, &other, 10),
-            vec![
-                "/d/f: mode 640 ≠ 600".to_string(),
-                "/d/g: missing".to_string()
-            ]
-        );
+        assert_eq!(diff(&m, &other, 10), vec!["/d/f: mode 640 ≠ 600".to_string(), "/d/g: missing".to_string()]);
         assert!(diff(&m, &m, 10).is_empty());
         assert_eq!(digest(&m), digest(&m.clone()));
         assert_ne!(digest(&m), digest(&other));

@@ -92,7 +92,12 @@ impl PveSnapshots {
     }
 
     /// Sends a write that answers with a UPID and waits for the task.
-    async fn task(&self, what: &str, name: &str, call: impl std::future::Future<Output = Result<Value, PveError>>) -> Result<Option<String>, CtSnapshotError> {
+    async fn task(
+        &self,
+        what: &str,
+        name: &str,
+        call: impl std::future::Future<Output = Result<Value, PveError>>,
+    ) -> Result<Option<String>, CtSnapshotError> {
         let v = call.await.map_err(|e| self.map(name, e))?;
         let upid = v.as_str().filter(|s| s.starts_with("UPID:")).ok_or_else(|| CtSnapshotError::Failed {
             target: self.target(),
@@ -115,7 +120,11 @@ impl CtSnapshots for PveSnapshots {
         format!("CT {} on {}", self.vmid, self.node)
     }
 
-    fn create<'a>(&'a self, name: &'a str, description: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+    fn create<'a>(
+        &'a self,
+        name: &'a str,
+        description: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             self.check_name(name)?;
             let path = self.base();

@@ -51,27 +51,10 @@ impl ExecStatus {
 
     /// A one-line description for errors: `exit code 4: <last stderr line>`.
     pub fn describe(&self) -> String {
-        let code = self.code.map_or("killed by a signal".to_string(), |c| {
-            format!("exit code {c}")
-        });
-        let tail: Vec<&str> = self
-            .stderr
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .collect();
-        let tail = tail
-            .iter()
-            .rev()
-            .take(3)
-            .rev()
-            .copied()
-            .collect::<Vec<_>>()
-            .join(" | ");
-        if tail.is_empty() {
-            code
-        } else {
-            format!("{code}: {}", crate::ci::redact(&tail))
-        }
+        let code = self.code.map_or("killed by a signal".to_string(), |c| format!("exit code {c}"));
+        let tail: Vec<&str> = self.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = tail.iter().rev().take(3).rev().copied().collect::<Vec<_>>().join(" | ");
+        if tail.is_empty() { code } else { format!("{code}: {}", crate::ci::redact(&tail)) }
     }
 }
 
@@ -98,11 +81,7 @@ pub trait RemoteExec: Send + Sync {
 ///
 /// # Errors
 /// See [`RemoteExec::run`].
-pub async fn run_collect(
-    exec: &dyn RemoteExec,
-    argv: &[&str],
-    stdin: &[u8],
-) -> std::io::Result<(Vec<u8>, ExecStatus)> {
+pub async fn run_collect(exec: &dyn RemoteExec, argv: &[&str], stdin: &[u8]) -> std::io::Result<(Vec<u8>, ExecStatus)> {
     let mut input = stdin;
     let mut out = Vec::new();
     let status = exec.run(argv, &mut input, &mut out).await?;
@@ -121,10 +100,7 @@ pub struct CommandExec {
 impl CommandExec {
     /// Runs on this host, as the current user (root in the tests).
     pub fn local() -> Self {
-        Self {
-            prefix: Vec::new(),
-            label: "this host".into(),
-        }
+        Self { prefix: Vec::new(), label: "this host".into() }
     }
 
     /// Runs inside the local LXC container `name` through `lxc-attach -n NAME --` (root, the
@@ -246,7 +222,11 @@ impl SshTransport {
     /// # Errors
     /// The SSH module's errors ([`ssh::SshError`]): unreachable, key refused, host key changed,
     /// local I/O.
-    pub async fn connect(target: &ssh::Target, opts: &ssh::ConnectOptions, timeout: Duration) -> Result<Self, ssh::SshError> {
+    pub async fn connect(
+        target: &ssh::Target,
+        opts: &ssh::ConnectOptions,
+        timeout: Duration,
+    ) -> Result<Self, ssh::SshError> {
         let control = tempfile::Builder::new()
             .prefix("pgo-ssh-")
             .tempdir_in("/tmp")

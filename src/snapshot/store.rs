@@ -33,10 +33,7 @@ impl Stamp {
     pub fn at(now: OffsetDateTime) -> Self {
         let utc = now.to_offset(time::UtcOffset::UTC);
         Stamp {
-            time: PrimitiveDateTime::new(
-                utc.date(),
-                utc.time().replace_nanosecond(0).expect("0 is valid"),
-            ),
+            time: PrimitiveDateTime::new(utc.date(), utc.time().replace_nanosecond(0).expect("0 is valid")),
             seq: 0,
         }
     }
@@ -45,22 +42,10 @@ impl Stamp {
     pub fn parse(s: &str) -> Option<Self> {
         let (ts, seq) = match s.get(15..) {
             Some("") => (s, 0),
-            Some(rest) => (
-                &s[..15],
-                rest.strip_prefix('-')?
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| *n >= 2)?,
-            ),
+            Some(rest) => (&s[..15], rest.strip_prefix('-')?.parse::<u32>().ok().filter(|n| *n >= 2)?),
             None => return None,
         };
-        if !ts.bytes().enumerate().all(|(i, b)| {
-            if i == 8 {
-                b == b'-'
-            } else {
-                b.is_ascii_digit()
-            }
-        }) {
+        if !ts.bytes().enumerate().all(|(i, b)| if i == 8 { b == b'-' } else { b.is_ascii_digit() }) {
             return None;
         }
         let time = PrimitiveDateTime::parse(ts, STAMP_FMT).ok()?;
@@ -69,10 +54,7 @@ impl Stamp {
 
     /// The same second with the next sequence number.
     pub fn next(self) -> Self {
-        Stamp {
-            seq: if self.seq == 0 { 2 } else { self.seq + 1 },
-            ..self
-        }
+        Stamp { seq: if self.seq == 0 { 2 } else { self.seq + 1 }, ..self }
     }
 }
 
@@ -147,9 +129,7 @@ pub struct Store {
 impl Store {
     /// The store of `share`: `<share>/snapshots`.
     pub fn new(share: &Path) -> Self {
-        Self {
-            root: share.join("snapshots"),
-        }
+        Self { root: share.join("snapshots") }
     }
 
     /// `<share>/snapshots`.
@@ -166,11 +146,7 @@ impl Store {
     pub fn paths(&self, lib: &str, stamp: Stamp) -> (String, PathBuf, PathBuf) {
         let id = format!("{lib}-{stamp}");
         let dir = self.lib_dir(lib);
-        (
-            id.clone(),
-            dir.join(format!("{id}.tar.gz")),
-            dir.join(format!("{id}.json")),
-        )
+        (id.clone(), dir.join(format!("{id}.tar.gz")), dir.join(format!("{id}.json")))
     }
 
     /// The complete snapshots of `lib`, oldest first by parsed stamp. A missing directory is an
@@ -184,10 +160,7 @@ impl Store {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => {
-                return Err(std::io::Error::new(
-                    e.kind(),
-                    format!("{}: {e}", dir.display()),
-                ));
+                return Err(std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
             }
         };
         let prefix = format!("{lib}-");
@@ -206,12 +179,7 @@ impl Store {
             if !ent.file_type()?.is_file() || !manifest.is_file() {
                 continue;
             }
-            out.push(Stored {
-                id: stem.to_string(),
-                stamp,
-                archive: dir.join(name),
-                manifest,
-            });
+            out.push(Stored { id: stem.to_string(), stamp, archive: dir.join(name), manifest });
         }
         out.sort_by_key(|s| s.stamp);
         Ok(out)
@@ -237,14 +205,9 @@ impl Store {
     /// A message for the user: no snapshot of `lib`, `at` malformed, or no snapshot at `at`
     /// (listing the ones that exist).
     pub fn pick(&self, lib: &str, at: Option<&str>) -> Result<Stored, String> {
-        let all = self
-            .list(lib)
-            .map_err(|e| format!("cannot list the snapshots of {lib}: {e}"))?;
+        let all = self.list(lib).map_err(|e| format!("cannot list the snapshots of {lib}: {e}"))?;
         if all.is_empty() {
-            return Err(format!(
-                "no snapshot of {lib} in {}",
-                self.lib_dir(lib).display()
-            ));
+            return Err(format!("no snapshot of {lib} in {}", self.lib_dir(lib).display()));
         }
         let Some(at) = at else {
             return Ok(all.last().expect("non-empty").clone());
@@ -252,24 +215,16 @@ impl Store {
         let full_id = at.strip_prefix(&format!("{lib}-"));
         let bare = full_id.unwrap_or(at);
         let Some(want) = Stamp::parse(bare) else {
-            return Err(format!(
-                "--at `{at}`: expected a snapshot time YYYYMMDD-HHMMSS (UTC), optionally with -N"
-            ));
+            return Err(format!("--at `{at}`: expected a snapshot time YYYYMMDD-HHMMSS (UTC), optionally with -N"));
         };
-        let found = all.iter().rev().find(|s| {
-            if full_id.is_none() && bare.len() == 15 {
-                s.stamp.time == want.time
-            } else {
-                s.stamp == want
-            }
-        });
+        let found = all
+            .iter()
+            .rev()
+            .find(|s| if full_id.is_none() && bare.len() == 15 { s.stamp.time == want.time } else { s.stamp == want });
         found.cloned().ok_or_else(|| {
             format!(
                 "--at `{at}`: no snapshot of {lib} at that time; available: {}",
-                all.iter()
-                    .map(|s| s.stamp.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                all.iter().map(|s| s.stamp.to_string()).collect::<Vec<_>>().join(", ")
             )
         })
     }
@@ -282,10 +237,7 @@ impl Store {
     /// `keep` is 0 (that would delete every snapshot), or listing/deleting fails.
     pub fn prune(&self, lib: &str, keep: usize) -> std::io::Result<Vec<PathBuf>> {
         if keep == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "--keep must be at least 1",
-            ));
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "--keep must be at least 1"));
         }
         let all = self.list(lib)?;
         let n = all.len().saturating_sub(keep);

@@ -308,8 +308,8 @@ async fn run_container(
     part: &mut Partial,
 ) -> anyhow::Result<()> {
     let prov_path = opts.artifacts.provision(&spec.name);
-    let prov: Provision = artifact::read(&prov_path)
-        .with_context(|| format!("{}: run `provision` first", spec.name))?;
+    let prov: Provision =
+        artifact::read(&prov_path).with_context(|| format!("{}: run `provision` first", spec.name))?;
     if let Outcome::Failed { error } = &prov.outcome {
         anyhow::bail!("{}: provisioning failed ({error}); nothing to configure", prov_path.display());
     }
@@ -322,7 +322,10 @@ async fn run_container(
     part.ssh_port = prov.ssh_port;
 
     let keys = crate::keys::ensure(&inv.settings.share, spec.vmid, &spec.hostname)?;
-    let control = tempfile::Builder::new().prefix("pgo-ssh-").tempdir_in("/tmp").context("cannot create an SSH control directory")?;
+    let control = tempfile::Builder::new()
+        .prefix("pgo-ssh-")
+        .tempdir_in("/tmp")
+        .context("cannot create an SSH control directory")?;
     let target = Target {
         name: spec.name.clone(),
         address: address.clone(),
@@ -432,7 +435,9 @@ fn parse_outputs(text: &str) -> (BTreeMap<String, String>, Vec<String>) {
             Some((k, v)) if is_var_name(k.trim()) => {
                 out.insert(k.trim().to_string(), crate::ci::redact(v));
             }
-            _ => bad.push(format!("$PGO_OUTPUT line {}: expected KEY=value, found `{}`", i + 1, crate::ci::redact(line))),
+            _ => {
+                bad.push(format!("$PGO_OUTPUT line {}: expected KEY=value, found `{}`", i + 1, crate::ci::redact(line)))
+            }
         }
     }
     (out, bad)
@@ -667,7 +672,8 @@ async fn ansible(
     log: &mut Log,
 ) -> anyhow::Result<EngineRun> {
     let start = Instant::now();
-    let dir = tempfile::Builder::new().prefix("pgo-ansible-").tempdir().context("cannot create a temporary directory")?;
+    let dir =
+        tempfile::Builder::new().prefix("pgo-ansible-").tempdir().context("cannot create a temporary directory")?;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
     let t = conn.target();
     let host = &spec.name;
@@ -719,10 +725,17 @@ async fn ansible(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    let child = cmd.spawn().with_context(|| format!("cannot run {}; is Ansible installed?", opts.ansible_playbook.display()))?;
-    let out = tokio::time::timeout(opts.run_timeout, child.wait_with_output())
-        .await
-        .map_err(|_| anyhow!("{}: ansible-playbook {} timed out after {}s", spec.name, playbook.display(), opts.run_timeout.as_secs()))??;
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {}; is Ansible installed?", opts.ansible_playbook.display()))?;
+    let out = tokio::time::timeout(opts.run_timeout, child.wait_with_output()).await.map_err(|_| {
+        anyhow!(
+            "{}: ansible-playbook {} timed out after {}s",
+            spec.name,
+            playbook.display(),
+            opts.run_timeout.as_secs()
+        )
+    })??;
     // The secrets file goes first, whatever happened.
     let _ = std::fs::remove_file(&vars_path);
     drop(dir);

@@ -91,12 +91,7 @@ pub type StepResult = std::result::Result<StepSuccess, Error>;
 /// that container only.
 pub trait StepRunner: Send + Sync + 'static {
     /// Runs `step` for `spec`.
-    fn run(
-        &self,
-        step: Step,
-        spec: &ContainerSpec,
-        ctx: &StepContext,
-    ) -> impl Future<Output = StepResult> + Send;
+    fn run(&self, step: Step, spec: &ContainerSpec, ctx: &StepContext) -> impl Future<Output = StepResult> + Send;
 }
 
 /// How [`BuiltinRunner`] runs the steps: the options the `provision`, `configure` and `snapshot`
@@ -187,7 +182,10 @@ impl BuiltinRunner {
             .get_or_try_init(|| async { crate::steps::provision::backend(kind, &self.settings, &self.options.pve) })
             .await?;
         if b.kind() != kind {
-            return Err(Error::Failed(anyhow::anyhow!("one deploy uses one backend; asked for {kind}, built {}", b.kind())));
+            return Err(Error::Failed(anyhow::anyhow!(
+                "one deploy uses one backend; asked for {kind}, built {}",
+                b.kind()
+            )));
         }
         Ok(b)
     }
@@ -287,7 +285,8 @@ impl BuiltinRunner {
                 }
                 _ => None,
             };
-            let connect = step::ConnectOptions { transport: step::Transport::Auto, ssh: self.options.connect.clone(), pve };
+            let connect =
+                step::ConnectOptions { transport: step::Transport::Auto, ssh: self.options.connect.clone(), pve };
             match step::connect(spec, &ctx.artifacts, &opts.share, &connect).await {
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await,
                 Err(reason) => {
@@ -307,7 +306,12 @@ impl BuiltinRunner {
         match result.outcome {
             crate::provision::Outcome::Ok => {
                 if let Some(id) = &result.snapshot_id {
-                    tracing::info!("{}: snapshot {id} verified ({} entries, {} bytes)", spec.name, result.entry_count, result.bytes);
+                    tracing::info!(
+                        "{}: snapshot {id} verified ({} entries, {} bytes)",
+                        spec.name,
+                        result.entry_count,
+                        result.bytes
+                    );
                 }
                 Ok(StepSuccess { artifact: Some(path) })
             }
@@ -415,9 +419,9 @@ fn tree_files(dir: &Path, exclude: &[PathBuf]) -> Result<Vec<TreeFile>> {
             "120000"
         } else {
             use std::os::unix::fs::PermissionsExt;
-            let meta = entry.metadata().map_err(|e| {
-                Error::Failed(anyhow::anyhow!("cannot stat {}: {e}", entry.path().display()))
-            })?;
+            let meta = entry
+                .metadata()
+                .map_err(|e| Error::Failed(anyhow::anyhow!("cannot stat {}: {e}", entry.path().display())))?;
             if meta.permissions().mode() & 0o111 != 0 { "100755" } else { "100644" }
         };
         out.push(TreeFile { rel, mode, path: entry.path().to_path_buf() });
@@ -546,9 +550,7 @@ fn status_of(value: &serde_json::Value) -> Option<StepStatus> {
     let obj = value.as_object()?;
     let scopes: Vec<&serde_json::Map<String, serde_json::Value>> =
         std::iter::once(obj).chain(obj.get("outcome").and_then(|o| o.as_object())).collect();
-    let find = |keys: &[&str]| {
-        scopes.iter().find_map(|s| keys.iter().find_map(|k| s.get(*k).filter(|v| !v.is_null())))
-    };
+    let find = |keys: &[&str]| scopes.iter().find_map(|s| keys.iter().find_map(|k| s.get(*k).filter(|v| !v.is_null())));
     let digest = find(&["inputs_digest", "digest"]).and_then(|v| v.as_str()).map(str::to_string);
     let ok = match find(&["result", "ok", "status"]) {
         Some(serde_json::Value::Bool(b)) => Some(*b),
@@ -771,9 +773,10 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
     let selected: Vec<ContainerSpec> = select(&inventory, &opts.containers)?.into_iter().cloned().collect();
 
     let mut inventory = inventory;
-    let root = opts.repo.canonicalize().map_err(|e| {
-        Error::input(Location::file(&opts.repo), format!("cannot open the repository directory: {e}"))
-    })?;
+    let root = opts
+        .repo
+        .canonicalize()
+        .map_err(|e| Error::input(Location::file(&opts.repo), format!("cannot open the repository directory: {e}")))?;
     if inventory.root != root {
         tracing::info!(
             "inventory was resolved in {}; deploying the checkout at {}",
@@ -783,9 +786,9 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
         inventory.root = root.clone();
     }
     let artifacts_dir = opts.artifacts.root();
-    std::fs::create_dir_all(artifacts_dir)
-        .and_then(|_| artifacts_dir.canonicalize())
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot create the artifacts directory {}: {e}", artifacts_dir.display())))?;
+    std::fs::create_dir_all(artifacts_dir).and_then(|_| artifacts_dir.canonicalize()).map_err(|e| {
+        Error::Failed(anyhow::anyhow!("cannot create the artifacts directory {}: {e}", artifacts_dir.display()))
+    })?;
     let inventory = Arc::new(inventory);
     let previous = Arc::new(previous_failures(&opts.artifacts.deploy()));
     let started_at = time::OffsetDateTime::now_utc();
@@ -829,11 +832,8 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
         }
     }
     let containers: Vec<ContainerRecord> = records.into_iter().flatten().collect();
-    let result = if containers.iter().any(|c| c.result == RunResult::Failed) {
-        RunResult::Failed
-    } else {
-        RunResult::Ok
-    };
+    let result =
+        if containers.iter().any(|c| c.result == RunResult::Failed) { RunResult::Failed } else { RunResult::Ok };
     let summary = Deploy {
         git_ref: opts.git_ref.clone(),
         stage: inventory.stage.clone(),
@@ -868,10 +868,9 @@ fn previous_failures(path: &Path) -> BTreeMap<String, String> {
     let Ok(text) = std::fs::read_to_string(path) else { return out };
     let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else { return out };
     for c in value.get("containers").and_then(|c| c.as_array()).into_iter().flatten() {
-        let (Some(name), Some(digest)) = (
-            c.get("name").and_then(|v| v.as_str()),
-            c.get("inputs_digest").and_then(|v| v.as_str()),
-        ) else {
+        let (Some(name), Some(digest)) =
+            (c.get("name").and_then(|v| v.as_str()), c.get("inputs_digest").and_then(|v| v.as_str()))
+        else {
             continue;
         };
         let failed = c.get("steps").and_then(|s| s.as_array()).into_iter().flatten().any(|s| {
@@ -912,7 +911,8 @@ impl<R: StepRunner> ContainerJob<R> {
         let root = self.inventory.root.clone();
         let inv = self.inventory.clone();
         let spec = self.spec.clone();
-        let artifacts = self.opts.artifacts.root().canonicalize().unwrap_or_else(|_| self.opts.artifacts.root().to_path_buf());
+        let artifacts =
+            self.opts.artifacts.root().canonicalize().unwrap_or_else(|_| self.opts.artifacts.root().to_path_buf());
         let digest = match tokio::task::spawn_blocking(move || inputs_digest(&root, &inv, &spec, &artifacts)).await {
             Ok(Ok(d)) => d,
             Ok(Err(e)) => return self.fail_all(rec, render_error(&e), started),
@@ -929,9 +929,7 @@ impl<R: StepRunner> ContainerJob<R> {
         let mut stopped: Option<String> = None;
         for &step in &self.steps {
             let path = step_artifact(&self.opts.artifacts, step, &name);
-            let rel = |p: &Path| {
-                p.strip_prefix(self.opts.artifacts.root()).unwrap_or(p).to_string_lossy().into_owned()
-            };
+            let rel = |p: &Path| p.strip_prefix(self.opts.artifacts.root()).unwrap_or(p).to_string_lossy().into_owned();
             let mut record = StepRecord {
                 step,
                 state: StepState::NotRun,
@@ -977,10 +975,7 @@ impl<R: StepRunner> ContainerJob<R> {
                     continue;
                 }
             }
-            let step_ctx = StepContext {
-                digest: step_digest.clone().unwrap_or_else(|| digest.clone()),
-                ..ctx.clone()
-            };
+            let step_ctx = StepContext { digest: step_digest.clone().unwrap_or_else(|| digest.clone()), ..ctx.clone() };
             tracing::info!("{name}: {step}");
             let t = Instant::now();
             let result = self.runner.run(step, &self.spec, &step_ctx).await;
@@ -1024,9 +1019,7 @@ impl<R: StepRunner> ContainerJob<R> {
         }
         let name = &self.spec.name;
         let artifact = read_step_status(&self.opts.artifacts.provision(name));
-        let by_artifact = artifact
-            .as_ref()
-            .is_some_and(|s| s.ok == Some(false) && s.digest.as_deref() == Some(digest));
+        let by_artifact = artifact.as_ref().is_some_and(|s| s.ok == Some(false) && s.digest.as_deref() == Some(digest));
         // A provision that failed before writing its artifact is only known from deploy.json.
         let by_summary = !artifact.as_ref().is_some_and(|s| s.ok == Some(true) && s.digest.as_deref() == Some(digest))
             && self.previous.get(name).is_some_and(|d| d == digest);
@@ -1082,7 +1075,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             s,
-            StepStatus { digest: Some("sha256:ab".into()), ok: Some(true), actions: vec!["create".into(), "start".into()] }
+            StepStatus {
+                digest: Some("sha256:ab".into()),
+                ok: Some(true),
+                actions: vec!["create".into(), "start".into()]
+            }
         );
         let s = status_of(&serde_json::json!({"outcome":{"result":"failed","digest":"d"}})).unwrap();
         assert_eq!(s, StepStatus { digest: Some("d".into()), ok: Some(false), actions: vec![] });

@@ -85,7 +85,12 @@ async fn exists(backend: &Backend, spec: &ContainerSpec) -> anyhow::Result<bool>
 
 /// Destroys one container (see the module docs). Never returns an error: the outcome is in the
 /// artifact.
-pub async fn destroy_one(backend: &Backend, spec: &ContainerSpec, opts: &DestroyOptions, artifacts: &ArtifactDir) -> Destroy {
+pub async fn destroy_one(
+    backend: &Backend,
+    spec: &ContainerSpec,
+    opts: &DestroyOptions,
+    artifacts: &ArtifactDir,
+) -> Destroy {
     let _group = crate::ci::Group::start(&format!("destroy {}", spec.name));
     let mut a = Destroy {
         backend: backend.kind(),
@@ -107,7 +112,12 @@ pub async fn destroy_one(backend: &Backend, spec: &ContainerSpec, opts: &Destroy
     match exists(backend, spec).await {
         Ok(true) => a.existed = true,
         Ok(false) => {
-            tracing::info!("{}: container {} (vmid {}) does not exist; nothing to destroy", spec.name, spec.hostname, spec.vmid);
+            tracing::info!(
+                "{}: container {} (vmid {}) does not exist; nothing to destroy",
+                spec.name,
+                spec.hostname,
+                spec.vmid
+            );
             return a;
         }
         Err(e) => return fail(a, format!("{e:#}")),
@@ -138,7 +148,9 @@ pub async fn destroy_one(backend: &Backend, spec: &ContainerSpec, opts: &Destroy
 fn mark_provision(path: &Path) -> anyhow::Result<()> {
     let mut p: Provision = match artifact::read(path) {
         Ok(p) => p,
-        Err(artifact::ArtifactError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(artifact::ArtifactError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(());
+        }
         Err(e) => return Err(e.into()),
     };
     p.status = Some("destroyed".into());
@@ -152,12 +164,18 @@ fn mark_provision(path: &Path) -> anyhow::Result<()> {
 ///
 /// # Errors
 /// Only when an artifact cannot be written.
-pub async fn destroy_all(backend: &Backend, specs: &[ContainerSpec], opts: &DestroyOptions, artifacts: &ArtifactDir) -> Result<Vec<Destroy>> {
+pub async fn destroy_all(
+    backend: &Backend,
+    specs: &[ContainerSpec],
+    opts: &DestroyOptions,
+    artifacts: &ArtifactDir,
+) -> Result<Vec<Destroy>> {
     let mut out = Vec::new();
     for spec in specs {
         let d = destroy_one(backend, spec, opts, artifacts).await;
         let path = artifact_path(artifacts, &spec.name);
-        artifact::write(&path, &d).map_err(|e| Error::Failed(anyhow::Error::new(e).context(format!("cannot write {}", path.display()))))?;
+        artifact::write(&path, &d)
+            .map_err(|e| Error::Failed(anyhow::Error::new(e).context(format!("cannot write {}", path.display()))))?;
         if d.destroyed {
             let prov = artifacts.provision(&spec.name);
             mark_provision(&prov).map_err(|e| Error::Failed(e.context(format!("cannot update {}", prov.display()))))?;

@@ -28,7 +28,9 @@ use crate::backend::lxc::{LxcBackend, LxcOptions};
 use crate::backend::pve::{PveBackend, PveBackendOptions, Timeouts, desired::PveDefaults};
 use crate::error::{Error, Location, Problems, Result};
 use crate::inventory::{ContainerSpec, Inventory};
-use crate::provision::{Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy};
+use crate::provision::{
+    Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
+};
 use crate::pve::{Auth, ClientOptions, PveClient, TlsMode};
 use crate::settings::Settings;
 use crate::snapshot::guard::{self, Protection, Refused};
@@ -70,7 +72,13 @@ impl Backend {
     /// rule: a verified data snapshot first, or `--no-snapshot`); a refusal is a failed outcome
     /// with nothing changed. `artifacts` holds the container's last `provision/<name>.json`
     /// (how PVE containers are reached for the snapshot).
-    pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions, artifacts: &ArtifactDir) -> Provision {
+    pub async fn apply(
+        &self,
+        spec: &ContainerSpec,
+        plan: &ContainerPlan,
+        opts: &ApplyOptions,
+        artifacts: &ArtifactDir,
+    ) -> Provision {
         if !matches!(plan.action, Action::Recreate { .. }) {
             return self.apply_unguarded(spec, plan, opts).await;
         }
@@ -151,12 +159,16 @@ pub fn default_backend(settings: &Settings) -> BackendKind {
 /// unusable TLS set-up (unreadable CA file …).
 pub fn pve_client(settings: &Settings, connect: &PveConnect) -> Result<PveClient> {
     let s = &settings.pve;
-    let host = s.host.clone().ok_or_else(|| env_problem("PROXMOX_HOST", "not set: the PVE API host (name or address)"))?;
+    let host =
+        s.host.clone().ok_or_else(|| env_problem("PROXMOX_HOST", "not set: the PVE API host (name or address)"))?;
     let auth = if let Some(pw) = &s.password {
         Auth::Ticket { user: s.user.clone().unwrap_or_else(|| "root@pam".into()), password: pw.clone() }
     } else if let (Some(token), Some(secret)) = (&s.token, &s.secret) {
         let user = s.user.clone().ok_or_else(|| {
-            env_problem("PROXMOX_USER", "not set: an API token needs its user, e.g. root@pam (PROXMOX_USER) with PROXMOX_TOKEN=ID")
+            env_problem(
+                "PROXMOX_USER",
+                "not set: an API token needs its user, e.g. root@pam (PROXMOX_USER) with PROXMOX_TOKEN=ID",
+            )
         })?;
         Auth::Token { user, token: token.clone(), secret: secret.clone() }
     } else {
@@ -182,7 +194,10 @@ pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBacke
     let s = &settings.pve;
     let client = pve_client(settings, connect)?;
     let template = s.template.clone().ok_or_else(|| {
-        env_problem("PROXMOX_TEMPLATE", "not set: the container template without arch and extension, e.g. debian-13-standard_13.1-2")
+        env_problem(
+            "PROXMOX_TEMPLATE",
+            "not set: the container template without arch and extension, e.g. debian-13-standard_13.1-2",
+        )
     })?;
     Ok(PveBackend::new(
         Arc::new(client),
@@ -237,7 +252,12 @@ pub struct Planned {
 }
 
 /// Plans `specs` with at most `jobs` at a time, in the given order.
-pub async fn plan_all(backend: &Backend, specs: Vec<ContainerSpec>, policy: RecreatePolicy, jobs: usize) -> Vec<Planned> {
+pub async fn plan_all(
+    backend: &Backend,
+    specs: Vec<ContainerSpec>,
+    policy: RecreatePolicy,
+    jobs: usize,
+) -> Vec<Planned> {
     futures_util::stream::iter(specs.into_iter().map(|spec| async move {
         let plan = backend.plan(&spec, policy).await;
         Planned { spec, plan }
@@ -288,7 +308,12 @@ pub struct Guarded {
 /// none: the lxc backend attaches to the running container on this host (`lxc-attach`); PVE
 /// containers are reached the way the `snapshot` step reaches them
 /// ([`crate::steps::snapshot::connect`], from the container's last `provision` artifact).
-async fn reach(backend: &Backend, spec: &ContainerSpec, artifacts: &ArtifactDir, share: &Path) -> std::result::Result<Box<dyn RemoteExec>, String> {
+async fn reach(
+    backend: &Backend,
+    spec: &ContainerSpec,
+    artifacts: &ArtifactDir,
+    share: &Path,
+) -> std::result::Result<Box<dyn RemoteExec>, String> {
     match backend {
         Backend::Lxc(b) => {
             let name = spec.hostname.as_str();
@@ -351,7 +376,12 @@ fn write_artifact(path: &Path, prov: &Provision) -> anyhow::Result<()> {
 }
 
 /// The artifact of a container that could not be planned.
-pub fn failed_before_plan(kind: BackendKind, spec: &ContainerSpec, opts: &ApplyOptions, e: &anyhow::Error) -> Provision {
+pub fn failed_before_plan(
+    kind: BackendKind,
+    spec: &ContainerSpec,
+    opts: &ApplyOptions,
+    e: &anyhow::Error,
+) -> Provision {
     let error = crate::ci::redact(&format!("{e:#}"));
     Provision {
         backend: kind,
@@ -384,11 +414,20 @@ pub fn describe(plan: &ContainerPlan) -> String {
         Action::Create => "create".into(),
         Action::Nothing => "nothing".into(),
         Action::Update { changes, resizes, reboot_needed } => {
-            let mut parts: Vec<String> = changes.iter().map(|c| format!("{}={}", c.key, match &c.to {
-                Some(v) if c.key == "description" || v.len() > 40 => "…".to_string(),
-                Some(v) => v.clone(),
-                None => "(delete)".into(),
-            })).collect();
+            let mut parts: Vec<String> = changes
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={}",
+                        c.key,
+                        match &c.to {
+                            Some(v) if c.key == "description" || v.len() > 40 => "…".to_string(),
+                            Some(v) => v.clone(),
+                            None => "(delete)".into(),
+                        }
+                    )
+                })
+                .collect();
             parts.extend(resizes.iter().map(|r| format!("resize {} {}→{} GiB", r.disk, r.from_gib, r.to_gib)));
             format!("update {}{}", parts.join(" "), if *reboot_needed { " (reboot needed)" } else { "" })
         }

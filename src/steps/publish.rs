@@ -231,7 +231,8 @@ pub fn wanted_variables(remotes: &Remotes, opts: &PublishOptions) -> Result<Want
     let globals = super::resolve::read_globals(&opts.repo, &mut problems);
     let mut out = Wanted::new();
     for (k, v) in &globals {
-        let file = if has_key(&opts.repo.join("globals.local.json"), k) { "globals.local.json" } else { "globals.json" };
+        let file =
+            if has_key(&opts.repo.join("globals.local.json"), k) { "globals.local.json" } else { "globals.json" };
         if let Err(m) = valid_variable_name(k) {
             problems.add(Location::file(file).with_key(k), m);
             continue;
@@ -267,7 +268,10 @@ pub fn wanted_variables(remotes: &Remotes, opts: &PublishOptions) -> Result<Want
             None | Some(serde_json::Value::Null) => continue,
             Some(serde_json::Value::Object(o)) => o,
             Some(other) => {
-                problems.add(Location::file(&display).with_key("outputs"), format!("expected an object of KEY: value, found {other}"));
+                problems.add(
+                    Location::file(&display).with_key("outputs"),
+                    format!("expected an object of KEY: value, found {other}"),
+                );
                 continue;
             }
         };
@@ -282,7 +286,10 @@ pub fn wanted_variables(remotes: &Remotes, opts: &PublishOptions) -> Result<Want
                 serde_json::Value::Number(n) => n.to_string(),
                 serde_json::Value::Bool(b) => b.to_string(),
                 other => {
-                    problems.add(Location::file(&display).with_key(&key), format!("expected a string, number or boolean, found {other}"));
+                    problems.add(
+                        Location::file(&display).with_key(&key),
+                        format!("expected a string, number or boolean, found {other}"),
+                    );
                     continue;
                 }
             };
@@ -308,17 +315,29 @@ fn has_key(file: &Path, key: &str) -> bool {
 ///
 /// # Errors
 /// The Gitea error of the failing call.
-pub async fn ensure_variable(client: &Client, scope: &VariableScope, name: &str, value: &str) -> anyhow::Result<Action> {
+pub async fn ensure_variable(
+    client: &Client,
+    scope: &VariableScope,
+    name: &str,
+    value: &str,
+) -> anyhow::Result<Action> {
     match client.get_variable(scope, name).await? {
         Some(v) if v.data == value => Ok(Action::Unchanged),
         Some(_) => {
-            client.update_variable(scope, name, &UpdateVariableOption { value: value.into(), ..Default::default() }).await?;
+            client
+                .update_variable(scope, name, &UpdateVariableOption { value: value.into(), ..Default::default() })
+                .await?;
             Ok(Action::Updated)
         }
-        None => match client.create_variable(scope, name, &CreateVariableOption { value: value.into(), description: None }).await? {
+        None => match client
+            .create_variable(scope, name, &CreateVariableOption { value: value.into(), description: None })
+            .await?
+        {
             Created::New(()) => Ok(Action::Created),
             Created::Exists => {
-                client.update_variable(scope, name, &UpdateVariableOption { value: value.into(), ..Default::default() }).await?;
+                client
+                    .update_variable(scope, name, &UpdateVariableOption { value: value.into(), ..Default::default() })
+                    .await?;
                 Ok(Action::Updated)
             }
         },
@@ -328,7 +347,9 @@ pub async fn ensure_variable(client: &Client, scope: &VariableScope, name: &str,
 /// The git credentials for `client`'s auth: login/password, or the token with its owner's login.
 async fn git_credentials(client: &Client) -> anyhow::Result<Option<Credentials>> {
     Ok(match client.auth() {
-        Some(Auth::Basic { login, password }) => Some(Credentials { username: login.clone(), secret: password.clone() }),
+        Some(Auth::Basic { login, password }) => {
+            Some(Credentials { username: login.clone(), secret: password.clone() })
+        }
         Some(Auth::Token(t)) => {
             let user = client.current_user().await.context("cannot find the token's user for git over HTTP")?;
             Some(Credentials { username: user.login, secret: t.clone() })
@@ -348,9 +369,7 @@ pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) 
     let git = match git_credentials(client).await? {
         Some(c) => Git::with_credentials(c).map_err(|e| Error::Failed(e.into()))?,
         None => {
-            return Err(Error::Usage(
-                "no Gitea credentials: set GITEA_TOKEN, or LOGIN and PASSWORD".into(),
-            ));
+            return Err(Error::Usage("no Gitea credentials: set GITEA_TOKEN, or LOGIN and PASSWORD".into()));
         }
     };
     let mut report = PublishReport {
@@ -372,14 +391,18 @@ pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) 
     for org in &orgs {
         let ensure = async {
             Ok::<Action, crate::gitea::GiteaError>(match client.get_org(org).await? {
-            Some(_) => Action::Unchanged,
-            None => match client
-                .create_org(&CreateOrgOption { username: org.clone(), visibility: Some("public".into()), ..Default::default() })
-                .await?
-            {
-                Created::New(_) => Action::Created,
-                Created::Exists => Action::Unchanged,
-            },
+                Some(_) => Action::Unchanged,
+                None => match client
+                    .create_org(&CreateOrgOption {
+                        username: org.clone(),
+                        visibility: Some("public".into()),
+                        ..Default::default()
+                    })
+                    .await?
+                {
+                    Created::New(_) => Action::Created,
+                    Created::Exists => Action::Unchanged,
+                },
             })
         };
         let action = ensure.await.map_err(|e| Error::Failed(e.into()))?;
@@ -442,7 +465,10 @@ async fn publish_repo(
             match client.create_org_repo(org, &opt).await? {
                 Created::New(r) => (r, Action::Created),
                 Created::Exists => (
-                    client.get_repo(org, repo).await?.with_context(|| format!("{full_name} exists but cannot be read"))?,
+                    client
+                        .get_repo(org, repo)
+                        .await?
+                        .with_context(|| format!("{full_name} exists but cannot be read"))?,
                     Action::Unchanged,
                 ),
             }
@@ -484,7 +510,11 @@ async fn publish_repo(
             (Some(_), _) => Action::Updated,
             (None, _) => Action::Created,
         };
-        let new = if branch == "release" && action == Action::Unchanged { old.clone().unwrap_or_default() } else { commit.to_string() };
+        let new = if branch == "release" && action == Action::Unchanged {
+            old.clone().unwrap_or_default()
+        } else {
+            commit.to_string()
+        };
         if action != Action::Unchanged {
             refspecs.push(format!("{}{commit}:refs/heads/{branch}", if force { "+" } else { "" }));
         }
@@ -497,7 +527,12 @@ async fn publish_repo(
     }
     for r in &refs {
         if r.action != Action::Unchanged {
-            tracing::info!("{full_name} {}: {} → {}", r.branch, r.old.as_deref().map(short).unwrap_or("(none)"), short(&r.new));
+            tracing::info!(
+                "{full_name} {}: {} → {}",
+                r.branch,
+                r.old.as_deref().map(short).unwrap_or("(none)"),
+                short(&r.new)
+            );
         }
     }
 

@@ -96,7 +96,9 @@ fn check_value(key: &str, value: &str, loc: &Location, problems: &mut Problems) 
 
 /// True for `owner/repo` with Gitea's name characters (`[A-Za-z0-9_.-]`).
 fn is_repo_name(s: &str) -> bool {
-    let ok = |p: &str| !p.is_empty() && p != "." && p != ".." && p.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    let ok = |p: &str| {
+        !p.is_empty() && p != "." && p != ".." && p.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    };
     matches!(s.split_once('/'), Some((o, r)) if ok(o) && ok(r))
 }
 

@@ -36,21 +36,16 @@ pub struct ResolveOptions {
 /// [`Error::Input`] with every problem found: malformed env/JSON files, invalid values, duplicate
 /// vmid/IP/hostname, task scripts without a cron line, a broken `.gitmodules`.
 pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> {
-    let root = opts.repo.canonicalize().map_err(|e| {
-        Error::input(
-            Location::file(&opts.repo),
-            format!("cannot open the repository directory: {e}"),
-        )
-    })?;
+    let root = opts
+        .repo
+        .canonicalize()
+        .map_err(|e| Error::input(Location::file(&opts.repo), format!("cannot open the repository directory: {e}")))?;
     let mut problems = Problems::new();
     let stage_ok = spec::is_dns_label(&opts.stage);
     if !stage_ok {
         problems.add(
             Location::file("--stage"),
-            format!(
-                "stage `{}` must be a DNS label (letters, digits, `-`)",
-                opts.stage
-            ),
+            format!("stage `{}` must be a DNS label (letters, digits, `-`)", opts.stage),
         );
     }
 
@@ -63,10 +58,7 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         Default::default()
     });
     if !tree.is_repo {
-        tracing::warn!(
-            "{} is not a git repository: no submodules are read",
-            root.display()
-        );
+        tracing::warn!("{} is not a git repository: no submodules are read", root.display());
     }
     let globals = read_globals(&root, &mut problems);
 
@@ -131,16 +123,7 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
             continue;
         }
         let submodule = sm.map(|s| s.path.clone());
-        container(
-            &root,
-            &rel,
-            &name,
-            &opts.stage,
-            submodule,
-            &mut resolved,
-            &mut identities,
-            &mut problems,
-        );
+        container(&root, &rel, &name, &opts.stage, submodule, &mut resolved, &mut identities, &mut problems);
     }
     spec::cross_check_identities(&identities, &mut problems);
     let containers: Vec<ContainerSpec> = resolved;
@@ -150,11 +133,7 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
             c.name,
             c.vmid,
             c.hostname,
-            c.sources
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(" < ")
+            c.sources.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" < ")
         );
     }
     let tasks = read_tasks(&root, &all_submodules, &mut problems);
@@ -168,9 +147,7 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
     if !stage_ok {
         // One problem for a bad --stage, not one more per container for the hostnames it makes.
         let prefix = format!("hostname `{}-", opts.stage);
-        problems.0.retain(|p| {
-            !(p.location.key.as_deref() == Some("hostname") && p.message.starts_with(&prefix))
-        });
+        problems.0.retain(|p| !(p.location.key.as_deref() == Some("hostname") && p.message.starts_with(&prefix)));
     }
     problems.into_result()?;
 
@@ -203,10 +180,7 @@ fn container(
     problems: &mut Problems,
 ) {
     let norm = |p: PathBuf| p.strip_prefix(".").map(Path::to_path_buf).unwrap_or(p);
-    let mut files = vec![
-        norm(rel.join("container.env")),
-        norm(rel.join("container.local.env")),
-    ];
+    let mut files = vec![norm(rel.join("container.env")), norm(rel.join("container.local.env"))];
     if stage != "main" {
         files.push(norm(rel.join(format!("container.{stage}.env"))));
     }
@@ -244,12 +218,7 @@ fn container(
         return;
     }
     let env = dotenv::layer(&layers);
-    identities.push(spec::Identity::from_env(
-        name,
-        stage,
-        rel.to_path_buf(),
-        &env,
-    ));
+    identities.push(spec::Identity::from_env(name, stage, rel.to_path_buf(), &env));
     match spec::build(SpecInput {
         name,
         stage,
@@ -280,9 +249,7 @@ pub fn global_name(k: &str) -> Result<(), String> {
     let upper = k.to_ascii_uppercase();
     for prefix in ["GITHUB_", "GITEA_", "CI"] {
         if upper.starts_with(prefix) {
-            return Err(format!(
-                "`{k}`: Gitea reserves variable names starting with `{prefix}`"
-            ));
+            return Err(format!("`{k}`: Gitea reserves variable names starting with `{prefix}`"));
         }
     }
     Ok(())
@@ -309,10 +276,7 @@ pub fn read_globals(root: &Path, problems: &mut Problems) -> BTreeMap<String, St
             }
         };
         let Some(map) = value.as_object() else {
-            problems.add(
-                Location::file(file),
-                "expected a JSON object of string values",
-            );
+            problems.add(Location::file(file), "expected a JSON object of string values");
             continue;
         };
         let mut seen_upper: BTreeMap<String, &str> = BTreeMap::new();
@@ -324,7 +288,9 @@ pub fn read_globals(root: &Path, problems: &mut Problems) -> BTreeMap<String, St
             if let Some(first) = seen_upper.insert(k.to_ascii_uppercase(), k) {
                 problems.add(
                     Location::file(file).with_key(k),
-                    format!("`{k}` and `{first}` are the same variable name (Gitea variable names are case-insensitive)"),
+                    format!(
+                        "`{k}` and `{first}` are the same variable name (Gitea variable names are case-insensitive)"
+                    ),
                 );
                 continue;
             }
@@ -378,31 +344,19 @@ fn read_tasks(
     problems: &mut Problems,
 ) -> Vec<crate::inventory::Task> {
     let mut dirs: Vec<PathBuf> = match std::fs::read_dir(root.join("tasks")) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .collect(),
+        Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect(),
         Err(_) => return Vec::new(),
     };
     dirs.sort();
     let mut tasks = Vec::new();
     for abs in dirs {
-        let name = abs
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = abs.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if name.starts_with('.') {
             continue;
         }
         let rel = Path::new("tasks").join(&name);
         let mut files: Vec<PathBuf> = std::fs::read_dir(&abs)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .map(|e| e.path())
-                    .filter(|p| p.is_file())
-                    .collect()
-            })
+            .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()).collect())
             .unwrap_or_default();
         files.sort();
         let mut found = None;
@@ -454,14 +408,8 @@ mod tests {
 
     #[test]
     fn cron_lines() {
-        assert_eq!(
-            find_cron("#!/bin/bash\n# ! cron '0 3 * * *'\necho"),
-            Some((2, "0 3 * * *".into()))
-        );
-        assert_eq!(
-            find_cron("#! cron \"*/5 * * * *\""),
-            Some((1, "*/5 * * * *".into()))
-        );
+        assert_eq!(find_cron("#!/bin/bash\n# ! cron '0 3 * * *'\necho"), Some((2, "0 3 * * *".into())));
+        assert_eq!(find_cron("#! cron \"*/5 * * * *\""), Some((1, "*/5 * * * *".into())));
         assert_eq!(find_cron("#!/bin/bash\necho"), None);
     }
 }

@@ -148,10 +148,8 @@ pub const MAX_REPO_NAME: usize = 100;
 /// # Errors
 /// A name that is empty, `.`/`..`/`-` or longer than 100 characters after sanitizing.
 pub fn sanitize_repo_name(raw: &str) -> std::result::Result<String, String> {
-    let mut s: String = raw
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '-' })
-        .collect();
+    let mut s: String =
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '-' }).collect();
     for suffix in [".git", ".wiki", ".rss", ".atom"] {
         if s.len() >= suffix.len() && s.to_ascii_lowercase().ends_with(suffix) {
             let at = s.len() - suffix.len();
@@ -299,15 +297,22 @@ fn head_date(git: &Git, dir: &Path) -> Result<String> {
 /// work directory that is the checkout (or holds something else); [`Error::Failed`] when git
 /// fails.
 pub fn rewrite(opts: &RewriteOptions) -> Result<Remotes> {
-    let gitea = crate::gitea::base_url(&opts.gitea).map_err(|e| Error::input(Location::file("--gitea"), e.to_string()))?;
+    let gitea =
+        crate::gitea::base_url(&opts.gitea).map_err(|e| Error::input(Location::file("--gitea"), e.to_string()))?;
     if sanitize_repo_name(&opts.org).ok().as_deref() != Some(opts.org.as_str()) {
-        return Err(Error::input(Location::file("--org"), format!("`{}` is not a valid Gitea organization name", opts.org)));
+        return Err(Error::input(
+            Location::file("--org"),
+            format!("`{}` is not a valid Gitea organization name", opts.org),
+        ));
     }
-    let source = opts.repo.canonicalize().map_err(|e| {
-        Error::input(Location::file(&opts.repo), format!("cannot open the repository directory: {e}"))
-    })?;
+    let source = opts
+        .repo
+        .canonicalize()
+        .map_err(|e| Error::input(Location::file(&opts.repo), format!("cannot open the repository directory: {e}")))?;
     let git = Git::new();
-    if !source.join(".git").exists() || !git.check(&source, ["rev-parse", "--verify", "-q", "HEAD^{commit}"]).map_err(failed)? {
+    if !source.join(".git").exists()
+        || !git.check(&source, ["rev-parse", "--verify", "-q", "HEAD^{commit}"]).map_err(failed)?
+    {
         return Err(Error::input(Location::file(&opts.repo), "not a git repository with at least one commit"));
     }
     let repo_name = match &opts.name {
@@ -360,8 +365,9 @@ pub fn rewrite(opts: &RewriteOptions) -> Result<Remotes> {
 
     // Replace the previous working copy only now that the new one is complete.
     if workdir.exists() {
-        std::fs::remove_dir_all(&workdir)
-            .map_err(|e| Error::Failed(anyhow::anyhow!("cannot remove the old working copy {}: {e}", workdir.display())))?;
+        std::fs::remove_dir_all(&workdir).map_err(|e| {
+            Error::Failed(anyhow::anyhow!("cannot remove the old working copy {}: {e}", workdir.display()))
+        })?;
     }
     let kept = tmp.keep();
     std::fs::rename(&kept, &workdir)
@@ -372,7 +378,12 @@ pub fn rewrite(opts: &RewriteOptions) -> Result<Remotes> {
         org: opts.org.clone(),
         source,
         workdir,
-        monorepo: MonorepoRemote { new_url: new_url(&gitea, &opts.org, &repo_name), repo: repo_name, source_commit, commit },
+        monorepo: MonorepoRemote {
+            new_url: new_url(&gitea, &opts.org, &repo_name),
+            repo: repo_name,
+            source_commit,
+            commit,
+        },
         modules,
     })
 }
@@ -440,7 +451,10 @@ fn process(ctx: &mut Ctx<'_>, dir: &Path, src: &Path, prefix: &Path, depth: usiz
     for e in entries {
         let key = format!("submodule.{}.url", e.name);
         let Some(path) = e.path.clone() else {
-            ctx.problems.add(Location::file(&gm_display).with_key(format!("submodule.{}.path", e.name)), "submodule without a path");
+            ctx.problems.add(
+                Location::file(&gm_display).with_key(format!("submodule.{}.path", e.name)),
+                "submodule without a path",
+            );
             continue;
         };
         let rel = prefix.join(&path);
@@ -475,14 +489,26 @@ fn process(ctx: &mut Ctx<'_>, dir: &Path, src: &Path, prefix: &Path, depth: usiz
             continue;
         }
         if depth + 1 >= MAX_DEPTH {
-            ctx.problems.add(Location::file(&rel), format!("submodules nested deeper than {MAX_DEPTH} levels (a cycle?)"));
+            ctx.problems
+                .add(Location::file(&rel), format!("submodules nested deeper than {MAX_DEPTH} levels (a cycle?)"));
             continue;
         }
         let sub = dir.join(&path);
-        std::fs::create_dir_all(&sub).map_err(|err| Error::Failed(anyhow::anyhow!("cannot create {}: {err}", sub.display())))?;
+        std::fs::create_dir_all(&sub)
+            .map_err(|err| Error::Failed(anyhow::anyhow!("cannot create {}: {err}", sub.display())))?;
         ctx.git.run(&sub, ["init", "-q", "-b", "main"]).map_err(failed)?;
         ctx.git
-            .run(&sub, [std::ffi::OsStr::new("fetch"), "-q".as_ref(), "--no-tags".as_ref(), sub_src.as_os_str(), "+refs/*:refs/pgo-source/*".as_ref(), "HEAD".as_ref()])
+            .run(
+                &sub,
+                [
+                    std::ffi::OsStr::new("fetch"),
+                    "-q".as_ref(),
+                    "--no-tags".as_ref(),
+                    sub_src.as_os_str(),
+                    "+refs/*:refs/pgo-source/*".as_ref(),
+                    "HEAD".as_ref(),
+                ],
+            )
             .map_err(failed)?;
         if !ctx.git.check(&sub, ["cat-file", "-e", &format!("{recorded}^{{commit}}")]).map_err(failed)? {
             ctx.problems.add(
@@ -492,7 +518,8 @@ fn process(ctx: &mut Ctx<'_>, dir: &Path, src: &Path, prefix: &Path, depth: usiz
             continue;
         }
         ctx.git.run(&sub, ["checkout", "-q", "-B", "main", &recorded]).map_err(failed)?;
-        for r in ctx.git.run(&sub, ["for-each-ref", "--format=%(refname)", "refs/pgo-source/"]).map_err(failed)?.lines() {
+        for r in ctx.git.run(&sub, ["for-each-ref", "--format=%(refname)", "refs/pgo-source/"]).map_err(failed)?.lines()
+        {
             ctx.git.run(&sub, ["update-ref", "-d", r]).map_err(failed)?;
         }
         let index = ctx.modules.len();
@@ -541,8 +568,10 @@ fn convert_dir(ctx: &Ctx<'_>, dir: &Path, path: &str, tree: &str, top: &str, url
     g.run(dir, ["update-ref", &tmp_ref, &commit]).map_err(failed)?;
     g.run(dir, ["rm", "-r", "-q", "--cached", "--", path]).map_err(failed)?;
     let sub = dir.join(path);
-    std::fs::remove_dir_all(&sub).map_err(|e| Error::Failed(anyhow::anyhow!("cannot remove {}: {e}", sub.display())))?;
-    std::fs::create_dir_all(&sub).map_err(|e| Error::Failed(anyhow::anyhow!("cannot create {}: {e}", sub.display())))?;
+    std::fs::remove_dir_all(&sub)
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot remove {}: {e}", sub.display())))?;
+    std::fs::create_dir_all(&sub)
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot create {}: {e}", sub.display())))?;
     g.run(&sub, ["init", "-q", "-b", "main"]).map_err(failed)?;
     g.run(&sub, [std::ffi::OsStr::new("fetch"), "-q".as_ref(), dir.as_os_str(), tmp_ref.as_ref()]).map_err(failed)?;
     g.run(&sub, ["checkout", "-q", "-B", "main", "FETCH_HEAD"]).map_err(failed)?;
@@ -625,7 +654,19 @@ mod tests {
 
     #[test]
     fn urls_without_names_are_refused() {
-        for url in ["", "   ", "https://host/", "https://host", "../", "..", ".", "git@host:", "ssh://h/.git", "https://h/x/.git/", "https://h/-"] {
+        for url in [
+            "",
+            "   ",
+            "https://host/",
+            "https://host",
+            "../",
+            "..",
+            ".",
+            "git@host:",
+            "ssh://h/.git",
+            "https://h/x/.git/",
+            "https://h/-",
+        ] {
             assert!(repo_name_from_url(url).is_err(), "{url:?} should be refused");
         }
     }
@@ -683,10 +724,21 @@ mod tests {
             org: "main".into(),
             source: "/src".into(),
             workdir: "/wc".into(),
-            monorepo: MonorepoRemote { repo: "mono".into(), new_url: String::new(), source_commit: "0".into(), commit: "9".into() },
-            modules: vec![module("libs/a", "a", "1", false), module("libs/e", "e", "3", false), nested, module("x/a", "A", "1", false)],
+            monorepo: MonorepoRemote {
+                repo: "mono".into(),
+                new_url: String::new(),
+                source_commit: "0".into(),
+                commit: "9".into(),
+            },
+            modules: vec![
+                module("libs/a", "a", "1", false),
+                module("libs/e", "e", "3", false),
+                nested,
+                module("x/a", "A", "1", false),
+            ],
         };
-        let order: Vec<(String, PathBuf, String)> = r.publish_order().into_iter().map(|(n, d, c, _)| (n, d, c)).collect();
+        let order: Vec<(String, PathBuf, String)> =
+            r.publish_order().into_iter().map(|(n, d, c, _)| (n, d, c)).collect();
         assert_eq!(
             order,
             vec![

@@ -125,9 +125,7 @@ impl Snapshot {
 }
 
 fn failed(mut a: Snapshot, e: impl std::fmt::Display) -> Snapshot {
-    a.outcome = Outcome::Failed {
-        error: crate::ci::redact(&e.to_string()),
-    };
+    a.outcome = Outcome::Failed { error: crate::ci::redact(&e.to_string()) };
     a
 }
 
@@ -142,10 +140,7 @@ pub async fn snapshot(
     let mut a = Snapshot::new(spec, Operation::Snapshot);
     let store = Store::new(&opts.share);
     if spec.snapshot_paths.is_empty() {
-        a.warnings.push(format!(
-            "{} declares no SNAPSHOT paths: no data snapshot taken",
-            spec.name
-        ));
+        a.warnings.push(format!("{} declares no SNAPSHOT paths: no data snapshot taken", spec.name));
     } else {
         let req = TakeRequest {
             lib: spec.name.clone(),
@@ -174,10 +169,7 @@ pub async fn snapshot(
     }
     if let Some(ct) = ct {
         let desc = match &a.snapshot_id {
-            Some(id) => format!(
-                "proxmox-gitops snapshot of {} (data archive {id})",
-                spec.name
-            ),
+            Some(id) => format!("proxmox-gitops snapshot of {} (data archive {id})", spec.name),
             None => format!("proxmox-gitops snapshot of {}", spec.name),
         };
         match ct::take(ct, opts.now, &desc).await {
@@ -197,10 +189,7 @@ pub async fn snapshot(
             match store.prune(&spec.name, keep) {
                 Ok(p) => a.pruned = p,
                 Err(e) => {
-                    return failed(
-                        a,
-                        format!("retention in {}: {e}", store.lib_dir(&spec.name).display()),
-                    );
+                    return failed(a, format!("retention in {}: {e}", store.lib_dir(&spec.name).display()));
                 }
             }
         }
@@ -245,10 +234,7 @@ pub async fn restore(
             a
         }
         Err(e) => {
-            if matches!(
-                e,
-                data::DataError::Corrupt { .. } | data::DataError::RestoreMismatch { .. }
-            ) {
+            if matches!(e, data::DataError::Corrupt { .. } | data::DataError::RestoreMismatch { .. }) {
                 a.verification = Verification::Failed;
             }
             failed(a, e)
@@ -276,7 +262,10 @@ pub struct PveCtAccess {
 
 impl std::fmt::Debug for PveCtAccess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PveCtAccess").field("api", &self.client.base_url()).field("task_timeout", &self.task_timeout).finish()
+        f.debug_struct("PveCtAccess")
+            .field("api", &self.client.base_url())
+            .field("task_timeout", &self.task_timeout)
+            .finish()
     }
 }
 
@@ -361,11 +350,13 @@ pub fn read_provision(spec: &ContainerSpec, artifacts: &ArtifactDir) -> Result<P
     let who = format!("{} (vmid {})", spec.name, spec.vmid);
     match artifact::read::<Provision>(&path) {
         Ok(p) => Ok(p),
-        Err(artifact::ArtifactError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Err(format!(
-            "{who}: no provision artifact {}; run `provision` first (the snapshot step reaches the \
+        Err(artifact::ArtifactError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!(
+                "{who}: no provision artifact {}; run `provision` first (the snapshot step reaches the \
              container at the address and through the backend it recorded)",
-            path.display()
-        )),
+                path.display()
+            ))
+        }
         Err(e) => Err(format!("{who}: {e}")),
     }
 }

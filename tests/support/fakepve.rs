@@ -53,7 +53,8 @@ impl FakePve {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).expect("fakepve announces its port");
-        let hello: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("fakepve did not start: {e}: {line:?}"));
+        let hello: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("fakepve did not start: {e}: {line:?}"));
         let port = hello["port"].as_u64().expect("port") as u16;
         let ca = PathBuf::from(hello["ca"].as_str().expect("ca"));
         FakePve { child, io: Mutex::new(Io { stdin, stdout }), port, ca, dir }

@@ -12,16 +12,8 @@ use std::process::{Command, Output};
 /// Runs `git args…` in `dir` with the fixture environment; panics with git's stderr on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = git_output(dir, args);
-    assert!(
-        out.status.success(),
-        "git {args:?} in {} failed: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("git prints UTF-8")
-        .trim()
-        .to_string()
+    assert!(out.status.success(), "git {args:?} in {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("git prints UTF-8").trim().to_string()
 }
 
 /// Like [`git`], returning the whole output (for callers that time or inspect it).
@@ -86,76 +78,27 @@ impl Repo {
     /// `git submodule add <source> <path>` (clones `source`, a local repository; its own
     /// submodules are not initialized, see [`Repo::init_submodule`]).
     pub fn add_submodule(&self, source: &Path, path: &str) {
-        git(
-            &self.dir,
-            &["submodule", "add", "-q", &source.to_string_lossy(), path],
-        );
+        git(&self.dir, &["submodule", "add", "-q", &source.to_string_lossy(), path]);
     }
 
     /// `git submodule update --init --recursive -- <path>` inside the working tree `within`
     /// (relative to this repo): checks out one nested submodule and everything below it.
     pub fn init_submodule(&self, within: &str, path: &str) {
-        git(
-            &self.dir.join(within),
-            &[
-                "submodule",
-                "update",
-                "-q",
-                "--init",
-                "--recursive",
-                "--",
-                path,
-            ],
-        );
+        git(&self.dir.join(within), &["submodule", "update", "-q", "--init", "--recursive", "--", path]);
     }
 
     /// Registers a submodule at `path` recording `commit`, without cloning it (what a clone
     /// without `--recurse-submodules` leaves: an empty directory and the gitlink).
     pub fn add_gitlink(&self, name: &str, path: &str, url: &str, commit: &str) {
-        git(
-            &self.dir,
-            &[
-                "config",
-                "-f",
-                ".gitmodules",
-                &format!("submodule.{name}.path"),
-                path,
-            ],
-        );
-        git(
-            &self.dir,
-            &[
-                "config",
-                "-f",
-                ".gitmodules",
-                &format!("submodule.{name}.url"),
-                url,
-            ],
-        );
-        git(
-            &self.dir,
-            &[
-                "update-index",
-                "--add",
-                "--cacheinfo",
-                &format!("160000,{commit},{path}"),
-            ],
-        );
+        git(&self.dir, &["config", "-f", ".gitmodules", &format!("submodule.{name}.path"), path]);
+        git(&self.dir, &["config", "-f", ".gitmodules", &format!("submodule.{name}.url"), url]);
+        git(&self.dir, &["update-index", "--add", "--cacheinfo", &format!("160000,{commit},{path}")]);
         std::fs::create_dir_all(self.dir.join(path)).unwrap();
     }
 
     /// Sets the URL of submodule `name` in `.gitmodules` (as a user would edit it).
     pub fn set_submodule_url(&self, name: &str, url: &str) {
-        git(
-            &self.dir,
-            &[
-                "config",
-                "-f",
-                ".gitmodules",
-                &format!("submodule.{name}.url"),
-                url,
-            ],
-        );
+        git(&self.dir, &["config", "-f", ".gitmodules", &format!("submodule.{name}.url"), url]);
     }
 }
 
@@ -228,12 +171,7 @@ pub fn standard() -> Fixture {
     web.write("playbook.yml", "- hosts: all\n  tasks: []\n");
     web.commit("web");
     web.add_submodule(&theme.dir, "vendor/theme");
-    web.add_gitlink(
-        "vendor/extra",
-        "vendor/extra",
-        "https://git.example.com/homelab/extra.git",
-        &extra_id,
-    );
+    web.add_gitlink("vendor/extra", "vendor/extra", "https://git.example.com/homelab/extra.git", &extra_id);
     let web_id = web.commit("vendor submodules");
 
     let broker = Repo::init(sources.join("broker"));
@@ -264,14 +202,8 @@ pub fn standard() -> Fixture {
     root.write("libs/dns/recipes/default.rb", "package 'unbound'\n");
     root.write("base/default.yml", "- hosts: all\n");
     root.write("config/libraries/common.rb", "module Common; end\n");
-    root.write(
-        "globals.json",
-        "{\n  \"DOMAIN\": \"home.arpa\",\n  \"TZ\": \"UTC\",\n  \"UNSET\": \"\"\n}\n",
-    );
-    root.write(
-        "globals.local.json",
-        "{\n  \"TZ\": \"Europe/Berlin\",\n  \"DOMAIN\": \"\"\n}\n",
-    );
+    root.write("globals.json", "{\n  \"DOMAIN\": \"home.arpa\",\n  \"TZ\": \"UTC\",\n  \"UNSET\": \"\"\n}\n");
+    root.write("globals.local.json", "{\n  \"TZ\": \"Europe/Berlin\",\n  \"DOMAIN\": \"\"\n}\n");
     root.write(
         "local/config.json",
         "{\n  \"proxmox\": {\n    \"host\": \"127.0.0.1\",\n    \"port\": 8006,\n    \"user\": \"root@pam\",\n    \"password\": \"\",\n    \"node\": \"pve1\",\n    \"gateway\": \"10.0.3.1\",\n    \"mask\": \"24\",\n    \"bridge\": \"lxcbr0\"\n  },\n  \"login\": \"gitops\"\n}\n",
@@ -289,16 +221,8 @@ pub fn standard() -> Fixture {
     root.set_submodule_url("libs/broker", "git@git.example.com:homelab/broker.git");
     // Machine-local overrides are git-ignored in real monorepos; inside a submodule they are
     // untracked files.
-    write(
-        &root.dir,
-        "libs/broker/container.local.env",
-        "MEMORY=512 # more for retained messages\n",
-    );
-    write(
-        &root.dir,
-        "libs/broker/container.stage.env",
-        "IP='10.0.3.21/24'\nID=220\n",
-    );
+    write(&root.dir, "libs/broker/container.local.env", "MEMORY=512 # more for retained messages\n");
+    write(&root.dir, "libs/broker/container.stage.env", "IP='10.0.3.21/24'\nID=220\n");
     let root_id = root.commit("libs");
 
     Fixture {

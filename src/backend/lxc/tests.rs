@@ -67,7 +67,9 @@ fn desired_cgroup_v1_full_shape() {
     );
     assert_eq!(
         d.warnings,
-        vec!["DISK size 8 GiB not enforced: the lxc backend keeps the rootfs as a directory (storage `local-lvm` ignored)"]
+        vec![
+            "DISK size 8 GiB not enforced: the lxc backend keeps the rootfs as a directory (storage `local-lvm` ignored)"
+        ]
     );
     assert_eq!(d.static_address, None);
 }
@@ -134,7 +136,10 @@ fn mounts_become_entries_and_devices() {
     let opts = LxcOptions { share: "/srv/share".into(), ..LxcOptions::default() };
     let d = desired(&s, &h, &opts).unwrap();
     let k = keys(&d);
-    assert_eq!(k.iter().find(|(k, _)| k == "lxc.cgroup.devices.allow").unwrap(), &kv("lxc.cgroup.devices.allow", &["c 188:0 rwm"]));
+    assert_eq!(
+        k.iter().find(|(k, _)| k == "lxc.cgroup.devices.allow").unwrap(),
+        &kv("lxc.cgroup.devices.allow", &["c 188:0 rwm"])
+    );
     assert_eq!(
         k.iter().find(|(k, _)| k == "lxc.mount.entry").unwrap(),
         &kv(
@@ -148,11 +153,12 @@ fn mounts_become_entries_and_devices() {
             ]
         )
     );
-    assert_eq!(
-        d.host_dirs,
-        vec![PathBuf::from("/srv/share/share"), PathBuf::from("/var/lib/lxc/broker/volumes/mp3")]
+    assert_eq!(d.host_dirs, vec![PathBuf::from("/srv/share/share"), PathBuf::from("/var/lib/lxc/broker/volumes/mp3")]);
+    assert!(
+        d.warnings.iter().any(|w| w.starts_with("volume /var/lib/x (local-lvm:4) is a directory")),
+        "{:?}",
+        d.warnings
     );
-    assert!(d.warnings.iter().any(|w| w.starts_with("volume /var/lib/x (local-lvm:4) is a directory")), "{:?}", d.warnings);
 }
 
 #[test]
@@ -173,7 +179,10 @@ fn impossible_mounts_are_clear_errors_naming_the_file() {
     let mut h = host(Cgroup::V1 { swap: true });
     h.paths.insert("/dev/ttyNOPE".into(), HostPath::File);
     let e = desired(&s, &h, &LxcOptions::default()).unwrap_err();
-    assert_eq!(e.to_string(), "libs/broker/container.env (MOUNT): /dev/ttyNOPE is not a device node, so it cannot be passed through");
+    assert_eq!(
+        e.to_string(),
+        "libs/broker/container.env (MOUNT): /dev/ttyNOPE is not a device node, so it cannot be passed through"
+    );
 }
 
 #[test]
@@ -280,7 +289,8 @@ fn plan_base_or_vmid_change_needs_the_policy() {
     let h = host(Cgroup::V1 { swap: true });
     let d = desired(&s, &h, &LxcOptions::default()).unwrap();
     let mut live = live_from(&d, State::Running);
-    live.meta = Some(Meta { vmid: 101, name: "broker".into(), base: "pgo-base-bullseye".into(), release: "bullseye".into() });
+    live.meta =
+        Some(Meta { vmid: 101, name: "broker".into(), base: "pgo-base-bullseye".into(), release: "bullseye".into() });
     let reasons = vec!["base changed from pgo-base-bullseye (bullseye) to pgo-base-bookworm (bookworm)".to_string()];
     assert_eq!(
         plan_container(&s, &d, Some(&live), RecreatePolicy::Never),
@@ -300,7 +310,9 @@ fn plan_base_or_vmid_change_needs_the_policy() {
         plan_container(&s, &d, Some(&live), RecreatePolicy::WhenNeeded),
         plan_of(
             Action::Recreate {
-                reasons: vec!["container `broker` exists but was not made by proxmox-gitops (no proxmox-gitops.json)".into()]
+                reasons: vec![
+                    "container `broker` exists but was not made by proxmox-gitops (no proxmox-gitops.json)".into()
+                ]
             },
             true
         )

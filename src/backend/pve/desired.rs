@@ -153,7 +153,10 @@ pub fn parse_features(spec: &ContainerSpec) -> Result<BTreeMap<String, String>, 
             "1" | "yes" | "true" => true,
             "0" | "no" | "false" => false,
             _ => {
-                problems.add(Location::file(spec_file(spec)).with_key("FEATURES"), format!("`{item}`: expected NAME or NAME=1/0"));
+                problems.add(
+                    Location::file(spec_file(spec)).with_key("FEATURES"),
+                    format!("`{item}`: expected NAME or NAME=1/0"),
+                );
                 continue;
             }
         };
@@ -207,7 +210,10 @@ pub fn desired(spec: &ContainerSpec, d: &PveDefaults, arch: &str) -> Result<Desi
         match m {
             Mount::Share { .. } => share = true,
             Mount::Bind { host_path, container_path } => {
-                mounts.insert(format!("mp{}", mounts.len()), DesiredMount::Bind { host_path: host_path.clone(), mp: container_path.clone() });
+                mounts.insert(
+                    format!("mp{}", mounts.len()),
+                    DesiredMount::Bind { host_path: host_path.clone(), mp: container_path.clone() },
+                );
             }
             Mount::Volume { storage, size_gib, container_path } => {
                 mounts.insert(
@@ -304,10 +310,13 @@ pub fn create_params(d: &Desired, ssh_key: &str) -> Vec<(String, String)> {
     }
     let mut p: Vec<(String, String)> = p.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     for (k, m) in &d.mounts {
-        p.push((k.clone(), match m {
-            DesiredMount::Bind { host_path, mp } => format!("{host_path},mp={mp}"),
-            DesiredMount::Volume { storage, size_gib, mp } => format!("{storage}:{size_gib},mp={mp}"),
-        }));
+        p.push((
+            k.clone(),
+            match m {
+                DesiredMount::Bind { host_path, mp } => format!("{host_path},mp={mp}"),
+                DesiredMount::Volume { storage, size_gib, mp } => format!("{storage}:{size_gib},mp={mp}"),
+            },
+        ));
     }
     for (k, path) in &d.devices {
         p.push((k.clone(), path.clone()));
@@ -385,14 +394,23 @@ pub(crate) mod tests {
                 "dev0=/dev/ttyUSB0",
             ]
         );
-        assert_eq!(root_only_options(&d), vec!["dev0 (device passthrough /dev/ttyUSB0)", "features keyctl (only nesting is allowed to non-root users)"]);
+        assert_eq!(
+            root_only_options(&d),
+            vec![
+                "dev0 (device passthrough /dev/ttyUSB0)",
+                "features keyctl (only nesting is allowed to non-root users)"
+            ]
+        );
     }
 
     #[test]
     fn dhcp_share_and_errors() {
         let mut s = spec();
         s.ip = IpConfig::Dhcp;
-        s.mounts = vec![Mount::Share { name: "share".into() }, Mount::Bind { host_path: "/srv".into(), container_path: "/srv".into() }];
+        s.mounts = vec![
+            Mount::Share { name: "share".into() },
+            Mount::Bind { host_path: "/srv".into(), container_path: "/srv".into() },
+        ];
         let d = desired(&s, &defaults(), "arm64").unwrap();
         assert_eq!(props_string(&d.net0), "name=eth0,bridge=vmbr0,ip=dhcp");
         assert!(!d.unprivileged);
@@ -406,10 +424,13 @@ pub(crate) mod tests {
         s.env.insert("FEATURES".into(), "nestin".into());
         let e = desired(&s, &d0, "amd64").unwrap_err();
         let msgs: Vec<String> = e.iter().map(|p| p.to_string()).collect();
-        assert_eq!(msgs, vec![
-            "libs/broker/container.env (FEATURES): unknown feature `nestin`; expected one of nesting, keyctl, fuse, mknod, force_rw_sys",
-            "libs/broker/container.env (IP): `127.0.0.1` has no prefix length and PROXMOX_MASK is not set: write `127.0.0.1/24` or set PROXMOX_MASK",
-        ]);
+        assert_eq!(
+            msgs,
+            vec![
+                "libs/broker/container.env (FEATURES): unknown feature `nestin`; expected one of nesting, keyctl, fuse, mknod, force_rw_sys",
+                "libs/broker/container.env (IP): `127.0.0.1` has no prefix length and PROXMOX_MASK is not set: write `127.0.0.1/24` or set PROXMOX_MASK",
+            ]
+        );
         assert_eq!(arch_of_machine("x86_64"), "amd64");
         assert_eq!(arch_of_machine("fake"), "amd64");
         assert_eq!(arch_of_machine("aarch64"), "arm64");

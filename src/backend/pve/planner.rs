@@ -152,7 +152,9 @@ fn compare_volume(
     }
     let want = size_gib * GIB;
     match props.get("size").and_then(|s| parse_size(s)) {
-        Some(have) if have < want => resizes.push(Resize { disk: key.to_string(), from_gib: have / GIB, to_gib: size_gib }),
+        Some(have) if have < want => {
+            resizes.push(Resize { disk: key.to_string(), from_gib: have / GIB, to_gib: size_gib })
+        }
         Some(have) if have > want => recreate.push(format!(
             "{key} would shrink from {} to {size_gib} GiB (PVE cannot shrink a volume)",
             props.get("size").map(String::as_str).unwrap_or("?")
@@ -284,9 +286,8 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
     // net0: compare the properties we manage; keep the MAC address and anything else PVE added.
     let (_, mut net) = split_props(cfg.get("net0").map(String::as_str).unwrap_or(""));
     let want: BTreeMap<&str, &str> = d.net0.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let net_differs = ["name", "bridge", "ip", "gw"]
-        .iter()
-        .any(|k| net.get(*k).map(String::as_str) != want.get(k).copied());
+    let net_differs =
+        ["name", "bridge", "ip", "gw"].iter().any(|k| net.get(*k).map(String::as_str) != want.get(k).copied());
     if net_differs {
         for k in ["name", "bridge", "ip", "gw"] {
             match want.get(k) {
@@ -317,7 +318,11 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
                  set PROXMOX_PASSWORD for root@pam or change the features in the PVE UI",
                 features_string(&live_features),
                 features_string(&d.features),
-                if others.is_empty() { "feature flags of a privileged container".to_string() } else { others.join(",") }
+                if others.is_empty() {
+                    "feature flags of a privileged container".to_string()
+                } else {
+                    others.join(",")
+                }
             ));
         } else {
             let from = cfg.get("features").cloned();
@@ -390,7 +395,10 @@ mod tests {
         c.insert("onboot".into(), if d.onboot { "1" } else { "0" }.into());
         c.insert("description".into(), d.description.clone());
         c.insert("rootfs".into(), format!("{}:vm-{}-disk-0,size={}G", d.rootfs_storage, d.vmid, d.rootfs_gib));
-        c.insert("net0".into(), "name=eth0,bridge=vmbr0,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,ip=127.0.0.1/8,type=veth".into());
+        c.insert(
+            "net0".into(),
+            "name=eth0,bridge=vmbr0,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,ip=127.0.0.1/8,type=veth".into(),
+        );
         if d.unprivileged {
             c.insert("unprivileged".into(), "1".into());
         }
@@ -443,7 +451,11 @@ mod tests {
                     Change { key: "memory".into(), from: Some("512".into()), to: Some("1024".into()) },
                     Change { key: "swap".into(), from: None, to: Some("256".into()) },
                     Change { key: "onboot".into(), from: Some("0".into()), to: Some("1".into()) },
-                    Change { key: "description".into(), from: Some(format!("{}old\n", d.description)), to: Some(d.description.clone()) },
+                    Change {
+                        key: "description".into(),
+                        from: Some(format!("{}old\n", d.description)),
+                        to: Some(d.description.clone())
+                    },
                 ],
                 resizes: vec![],
                 reboot_needed: false,
@@ -456,10 +468,16 @@ mod tests {
     fn net0_change_keeps_mac() {
         let d = want();
         let mut ct = live_of(&d);
-        ct.config.insert("net0".into(), "name=eth0,bridge=vmbr1,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,ip=127.0.0.2/8,type=veth".into());
+        ct.config.insert(
+            "net0".into(),
+            "name=eth0,bridge=vmbr1,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,ip=127.0.0.2/8,type=veth".into(),
+        );
         let p = run(&d, ct, RecreatePolicy::Never, false);
         let Action::Update { changes, .. } = p.action else { panic!("{:?}", p.action) };
-        assert_eq!(changes[0].to.as_deref(), Some("name=eth0,bridge=vmbr0,ip=127.0.0.1/8,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,type=veth"));
+        assert_eq!(
+            changes[0].to.as_deref(),
+            Some("name=eth0,bridge=vmbr0,ip=127.0.0.1/8,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,type=veth")
+        );
     }
 
     #[test]
@@ -486,7 +504,10 @@ mod tests {
         ct.config.insert("rootfs".into(), "local-lvm:vm-101-disk-0,size=12G".into());
         ct.config.insert("mp0".into(), "local-lvm:vm-101-disk-1,mp=/data,size=4G".into());
         let reasons = vec!["rootfs would shrink from 12G to 10 GiB (PVE cannot shrink a volume)".to_string()];
-        assert_eq!(run(&d, ct.clone(), RecreatePolicy::Never, false).action, Action::Refused { reasons: reasons.clone() });
+        assert_eq!(
+            run(&d, ct.clone(), RecreatePolicy::Never, false).action,
+            Action::Refused { reasons: reasons.clone() }
+        );
         let p = run(&d, ct, RecreatePolicy::WhenNeeded, false);
         assert_eq!(p.action, Action::Recreate { reasons });
         assert!(p.start);
@@ -547,7 +568,10 @@ mod tests {
         ct.config.insert("mp0".into(), "/srv/a,mp=/a".into());
         ct.config.insert("mp1".into(), "local-lvm:vm-101-disk-1,mp=/other,size=4G".into());
         let p = run(&d, ct, RecreatePolicy::Never, true);
-        assert_eq!(p.action, Action::Refused { reasons: vec!["mp1 is mounted at `/other` on PVE, the spec wants `/data`".into()] });
+        assert_eq!(
+            p.action,
+            Action::Refused { reasons: vec!["mp1 is mounted at `/other` on PVE, the spec wants `/data`".into()] }
+        );
     }
 
     #[test]
@@ -595,7 +619,11 @@ mod tests {
         assert_eq!(
             p.action,
             Action::Update {
-                changes: vec![Change { key: "features".into(), from: Some("keyctl=1,nesting=1".into()), to: Some("nesting=1".into()) }],
+                changes: vec![Change {
+                    key: "features".into(),
+                    from: Some("keyctl=1,nesting=1".into()),
+                    to: Some("nesting=1".into())
+                }],
                 resizes: vec![],
                 reboot_needed: true,
             }
