@@ -93,29 +93,28 @@ pub fn client_config(mode: &TlsMode) -> Result<ClientConfig, PveError> {
             }
             builder.with_root_certificates(roots).with_no_client_auth()
         }
-        TlsMode::Fingerprint(fp) => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Pinned {
-                fingerprint: *fp,
-                algs: provider.signature_verification_algorithms,
-            }))
-            .with_no_client_auth(),
-        TlsMode::Insecure => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify { algs: provider.signature_verification_algorithms }))
-            .with_no_client_auth(),
+        TlsMode::Fingerprint(_) | TlsMode::Insecure => {
+            let pin = match mode {
+                TlsMode::Fingerprint(fp) => Some(*fp),
+                _ => None,
+            };
+            let verifier = EndEntityOnly { pin, algs: provider.signature_verification_algorithms };
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
+        }
     };
     Ok(config)
 }
 
-/// Accepts exactly one end-entity certificate, by SHA-256 digest.
+/// Checks only the end-entity certificate: with `pin`, it must have exactly that SHA-256 digest
+/// (`--pve-fingerprint`); without, any certificate is accepted (`--insecure`). Handshake
+/// signatures are always verified with the provider's algorithms.
 #[derive(Debug)]
-struct Pinned {
-    fingerprint: [u8; 32],
+struct EndEntityOnly {
+    pin: Option<[u8; 32]>,
     algs: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for Pinned {
+impl ServerCertVerifier for EndEntityOnly {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -124,57 +123,17 @@ impl ServerCertVerifier for Pinned {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(pin) = self.pin else { return Ok(ServerCertVerified::assertion()) };
         let got: [u8; 32] = Sha256::digest(end_entity.as_ref()).into();
-        if got == self.fingerprint {
+        if got == pin {
             Ok(ServerCertVerified::assertion())
         } else {
             Err(rustls::Error::General(format!(
                 "server certificate fingerprint {} does not match the pinned --pve-fingerprint {}",
                 colon_hex(&got),
-                colon_hex(&self.fingerprint)
+                colon_hex(&pin)
             )))
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algs.supported_schemes()
-    }
-}
-
-/// Accepts any certificate (`--insecure`).
-#[derive(Debug)]
-struct NoVerify {
-    algs: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
