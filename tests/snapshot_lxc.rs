@@ -20,6 +20,7 @@ use proxmox_gitops::snapshot::ct::{self, CtSnapshots};
 use proxmox_gitops::snapshot::data::{self, TakeRequest};
 use proxmox_gitops::snapshot::lxc::LxcSnapshots;
 use proxmox_gitops::snapshot::remote::{CommandExec, run_collect};
+use proxmox_gitops::snapshot::scripts;
 use proxmox_gitops::snapshot::store::Store;
 use proxmox_gitops::steps::snapshot::{Snapshot, Verification};
 use time::macros::datetime;
@@ -139,6 +140,56 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
             "staging left: {}",
             String::from_utf8_lossy(&out)
         );
+
+        // Pre-snapshot hooks (a separate store, so the retention below is unaffected): an
+        // executable hook runs before the manifest, so what it writes is in the archive;
+        // non-executable files and names run-parts would skip are not run.
+        let hooks_store = Store::new(&t.path().join("share-hooks"));
+        let install = format!(
+            "set -e; mkdir -p {dir}; cd {dir}
+             printf '#!/bin/sh\necho flushed-by-hook > /var/lib/appdata/flushed\necho hook says hi >&2\n' > 10-flush
+             chmod 755 10-flush
+             printf '#!/bin/sh\nexit 9\n' > 20-off; chmod 644 20-off
+             printf '#!/bin/sh\nexit 9\n' > 30-x.dpkg-old; chmod 755 30-x.dpkg-old",
+            dir = scripts::PRE_SNAPSHOT_DIR
+        );
+        let (_, st) = run_collect(&exec, &["bash", "-c", &install], b"").await.unwrap();
+        assert!(st.success(), "{}", st.describe());
+        let req = TakeRequest {
+            lib: "app".into(),
+            vmid: Some(4242),
+            paths: paths.clone(),
+            now: datetime!(2026-01-02 00:00:00 UTC),
+        };
+        let hooked = data::take(&exec, &hooks_store, &req).await.unwrap();
+        let flushed = hooked.manifest.entries.iter().find(|e| e.path == "var/lib/appdata/flushed");
+        assert_eq!(flushed.map(|e| e.size), Some("flushed-by-hook\n".len() as u64), "{:?}", hooked.manifest.entries);
+
+        // A failing hook fails the snapshot, names itself, and leaves no archive.
+        let fail = format!(
+            "printf '#!/bin/sh\necho cannot flush >&2\nexit 3\n' > {dir}/40-fail; chmod 755 {dir}/40-fail",
+            dir = scripts::PRE_SNAPSHOT_DIR
+        );
+        let (_, st) = run_collect(&exec, &["bash", "-c", &fail], b"").await.unwrap();
+        assert!(st.success(), "{}", st.describe());
+        let req = TakeRequest { now: datetime!(2026-01-03 00:00:00 UTC), ..req };
+        let e = data::take(&exec, &hooks_store, &req).await.unwrap_err().to_string();
+        assert!(e.contains("cannot flush"), "{e}");
+        assert!(
+            e.contains(&format!(
+                "pre-snapshot hook {}/40-fail failed with exit code 3; no snapshot taken",
+                scripts::PRE_SNAPSHOT_DIR
+            )),
+            "{e}"
+        );
+        assert_eq!(
+            snapshot::files(&hooks_store.lib_dir("app")),
+            vec!["app-20260102-000000.json".to_string(), "app-20260102-000000.tar.gz".to_string()],
+            "only the first hooked archive, no temporary file"
+        );
+        let cleanup = format!("rm -rf {} /var/lib/appdata/flushed", scripts::PRE_SNAPSHOT_DIR);
+        let (_, st) = run_collect(&exec, &["bash", "-c", &cleanup], b"").await.unwrap();
+        assert!(st.success(), "{}", st.describe());
     });
 
     // The CLI, with the transport chosen from a provision artifact of the lxc backend.

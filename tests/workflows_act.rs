@@ -449,7 +449,15 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     assert_eq!(stat_and_pid(&ct), before, "the broker's files or process changed on main");
     assert_broker_answers(&addr);
 
-    // a3. snapshot.yml on snapshot: a verified archive of the declared paths.
+    // a3. snapshot.yml on snapshot: a verified archive of the declared paths. A retained message
+    // lives only in mosquitto's memory until it writes its database (every 30 min by default):
+    // the lib's pre-snapshot hook has it written first, so the archive holds the message.
+    let retained = std::process::Command::new("mosquitto_pub")
+        .args(["-h", &addr, "-p", "1883", "-u", LOGIN, "-P", PASSWORD, "-t", "pgo/state", "-q", "1", "-r"])
+        .args(["-m", "retained-before-snapshot"])
+        .output()
+        .unwrap();
+    assert!(retained.status.success(), "{retained:?}");
     let r = run(repo.path(), "workflows/snapshot.yml", "refs/heads/snapshot", &lxc_args(&artifacts));
     let log = &r.log;
     assert_eq!(r.code, 0, "{log}");
@@ -465,6 +473,19 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     assert!(listing.lines().any(|l| l.trim_end_matches('/').ends_with("etc/mosquitto/passwd")), "{listing}");
     assert!(listing.lines().any(|l| l.trim_end_matches('/').ends_with("var/lib/mosquitto")), "{listing}");
     assert!(snap["entry_count"].as_u64().unwrap() >= 4, "{snap:#}");
+    let mut db = Vec::new();
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(archive).unwrap()));
+    for entry in tar.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry.path().unwrap().as_ref() == Path::new("var/lib/mosquitto/mosquitto.db") {
+            std::io::Read::read_to_end(&mut entry, &mut db).unwrap();
+        }
+    }
+    assert!(
+        db.windows(24).any(|w| w == b"retained-before-snapshot"),
+        "the archived mosquitto.db ({} bytes) lacks the retained message: the pre-snapshot hook did not run",
+        db.len()
+    );
 
     // c. a failing lib on main: the run fails and says which lib and step.
     let script = repo.path().join("libs/broker/configure.sh");

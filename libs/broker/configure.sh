@@ -71,6 +71,35 @@ case $rc in
   *) echo "cannot write $passwd" >&2; exit 1 ;;
 esac
 
+# Pre-snapshot hook (see docs/snapshot.md): mosquitto keeps retained messages and durable sessions
+# in memory and writes its persistence database only now and then, or on SIGUSR1. Before a
+# snapshot archives /var/lib/mosquitto, have it write the database and wait until the new file is
+# in place (mosquitto writes `mosquitto.db.new` and renames it).
+hook=/etc/proxmox-gitops/pre-snapshot.d/mosquitto
+want_hook='#!/bin/sh
+# Installed by libs/broker (proxmox-gitops): write the persistence database before a snapshot.
+set -eu
+db=/var/lib/mosquitto/mosquitto.db
+systemctl is-active --quiet mosquitto || exit 0
+state() { stat -c "%i %y" "$db" 2>/dev/null || echo none; }
+before=$(state)
+systemctl kill --kill-whom=main --signal=USR1 mosquitto
+i=0
+while [ "$(state)" = "$before" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt 100 ]; then echo "mosquitto did not write $db within 10 s of SIGUSR1" >&2; exit 1; fi
+  sleep 0.1
+done
+echo "mosquitto wrote $db"
+'
+if [ "$(cat "$hook" 2>/dev/null || true)" != "$(printf '%s' "$want_hook")" ]; then
+  mkdir -p "${hook%/*}"
+  printf '%s' "$want_hook" > "$hook.tmp"
+  chmod 0755 "$hook.tmp"
+  mv "$hook.tmp" "$hook"
+  echo "wrote $hook"
+fi
+
 systemctl enable --quiet mosquitto
 if [ "$restart" = yes ] || ! systemctl is-active --quiet mosquitto; then
   systemctl restart mosquitto

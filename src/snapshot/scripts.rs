@@ -20,11 +20,25 @@
 //! relative to `/`, with numeric owners, symlinks stored as links (never followed), no atime or
 //! ctime records.
 
+/// The directory of pre-snapshot hooks inside the container, a contract for libs: before the
+/// manifest of an archive is computed, [`PRODUCER`] runs every executable regular file directly in
+/// it whose name has only `A-Z a-z 0-9 _ -` (run-parts' rule, so `x.dpkg-old` or `x~` are skipped),
+/// in name order, as root, with no stdin and its output on stderr, each bounded by
+/// [`PRE_SNAPSHOT_TIMEOUT_SECS`]. A lib's configuration installs a hook to make its data
+/// consistent on disk (e.g. libs/broker has mosquitto write its persistence database). A failing
+/// hook fails the snapshot (exit 5) and no archive is kept.
+pub const PRE_SNAPSHOT_DIR: &str = "/etc/proxmox-gitops/pre-snapshot.d";
+
+/// How long one pre-snapshot hook may run, in seconds (see [`PRE_SNAPSHOT_DIR`]).
+pub const PRE_SNAPSHOT_TIMEOUT_SECS: u32 = 120;
+
 /// `bash -c PRODUCER pgo-snapshot MODE`; stdin: the absolute paths, each NUL-terminated.
 ///
-/// MODE `manifest`: print the manifest only. MODE `archive`: the manifest, then the tar stream.
-/// Exit codes: 0 ok, 3 bad path (not absolute, `..`), 4 a path does not exist, other: the
-/// failing tool's code (tar's 1 = a file changed while it was read).
+/// MODE `manifest`: print the manifest only. MODE `archive`: run the hooks in
+/// [`PRE_SNAPSHOT_DIR`], then print the manifest, then the tar stream.
+/// Exit codes: 0 ok, 3 bad path (not absolute, `..`), 4 a path does not exist, 5 a pre-snapshot
+/// hook failed or timed out, other: the failing tool's code (tar's 1 = a file changed while it
+/// was read).
 pub const PRODUCER: &str = r#"set -euo pipefail
 export LC_ALL=C
 umask 077
@@ -42,6 +56,20 @@ while IFS= read -r -d '' p; do
   rel+=("${p#/}")
 done
 if [[ ${#rel[@]} -eq 0 ]]; then echo "pgo-snapshot: no paths on stdin" >&2; exit 3; fi
+hooks=/etc/proxmox-gitops/pre-snapshot.d
+if [[ "$mode" == archive && -d "$hooks" ]]; then
+  for h in "$hooks"/*; do
+    name="${h##*/}"
+    [[ -f "$h" && -x "$h" && "$name" =~ ^[A-Za-z0-9_-]+$ ]] || continue
+    echo "pgo-snapshot: running pre-snapshot hook $h" >&2
+    rc=0
+    timeout --kill-after=5 120 "$h" </dev/null >&2 || rc=$?
+    if [[ $rc -ne 0 ]]; then
+      [[ $rc -eq 124 ]] && why="timed out after 120s" || why="failed with exit code $rc"
+      echo "pgo-snapshot: pre-snapshot hook $h $why; no snapshot taken" >&2; exit 5
+    fi
+  done
+fi
 work="$(mktemp -d /tmp/.pgo-snapshot.XXXXXX)"
 trap 'rm -rf -- "$work"' EXIT
 cd /
@@ -145,3 +173,15 @@ while IFS= read -r -d '' p; do
 done
 echo empty
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn producer_uses_the_documented_hook_directory_and_timeout() {
+        assert!(PRODUCER.contains(&format!("hooks={PRE_SNAPSHOT_DIR}\n")));
+        assert!(PRODUCER.contains(&format!("timeout --kill-after=5 {PRE_SNAPSHOT_TIMEOUT_SECS} ")));
+        assert!(PRODUCER.contains(&format!("timed out after {PRE_SNAPSHOT_TIMEOUT_SECS}s")));
+    }
+}
