@@ -12,6 +12,7 @@ use std::time::Duration;
 use deploy::{Fake, inventory, monorepo, write_files};
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
+use proxmox_gitops::inventory::Inventory;
 use proxmox_gitops::provision::BackendKind;
 use proxmox_gitops::steps::deploy::{
     BuiltinRunner, Deploy, DeployOptions, RunResult, StepRunner, deploy as run_deploy, inputs_digest,
@@ -439,4 +440,37 @@ fn the_inputs_digest_covers_spec_lib_tree_and_base_tree() {
     write_files(&root, &[("globals.json", "{}")]);
     assert_ne!(d("config"), c0);
     assert_eq!(d("beta"), b0);
+}
+
+#[test]
+fn the_inputs_digest_covers_globals_and_the_settings_that_shape_containers() {
+    let repo = monorepo(&["alpha", "beta"]);
+    let root = repo.path().canonicalize().unwrap();
+    let artifacts = root.join(".proxmox-gitops");
+    let digest = |inv: &Inventory| inputs_digest(&root, inv, inv.container("alpha").unwrap(), &artifacts).unwrap();
+    let inv = inventory(&root);
+    let a0 = digest(&inv);
+
+    // A global value reaches every lib's configuration: every container's digest changes, also
+    // through the git-ignored globals.local.json.
+    write_files(&root, &[("globals.local.json", "{\"DOMAIN\": \"lan.example\"}")]);
+    let with_global = inventory(&root);
+    assert_eq!(with_global.globals.get("DOMAIN").map(String::as_str), Some("lan.example"));
+    assert_ne!(digest(&with_global), a0);
+    std::fs::remove_file(root.join("globals.local.json")).unwrap();
+    assert_eq!(digest(&inventory(&root)), a0);
+
+    // What is built from: the ostemplate, the node, the bridge, the login libs receive.
+    let changed = |f: &dyn Fn(&mut Inventory)| {
+        let mut inv = inventory(&root);
+        f(&mut inv);
+        digest(&inv)
+    };
+    assert_ne!(changed(&|i| i.settings.template = Some("debian-13-standard_13.1-2".into())), a0);
+    assert_ne!(changed(&|i| i.settings.pve_node = Some("pve2".into())), a0);
+    assert_ne!(changed(&|i| i.settings.bridge = "vmbr1".into()), a0);
+    assert_ne!(changed(&|i| i.settings.gitea_login = Some("admin2".into())), a0);
+    // How the tool connects does not count.
+    assert_eq!(changed(&|i| i.settings.pve_port = 8443), a0);
+    assert_eq!(changed(&|i| i.settings.pve_user = Some("automation@pve".into())), a0);
 }

@@ -49,7 +49,7 @@ use crate::artifact::{self, Artifact, ArtifactDir};
 use crate::error::{Error, Location, Result};
 use crate::inventory::{ContainerSpec, Inventory};
 use crate::provision::{BackendKind, RecreatePolicy};
-use crate::settings::Settings;
+use crate::settings::{PublicSettings, Settings};
 use crate::steps::plan::{Step, select, steps_for_ref};
 
 // ------------------------------------------------------------------------------------------------
@@ -480,7 +480,13 @@ fn hash_tree(h: &mut Sha256, label: &str, dir: Option<&Path>, exclude: &[PathBuf
 /// 1. the [`ContainerSpec`] serialized as JSON (so every `container*.env` value counts);
 /// 2. the lib tree `<root>/<spec.dir>`: each file's `/`-separated relative path, git-style mode
 ///    (`100644`/`100755`/`120000`) and content (a symlink's target), sorted by path;
-/// 3. the base tree `<root>/<inv.base>` the same way (empty when there is none).
+/// 3. the base tree `<root>/<inv.base>` the same way (empty when there is none);
+/// 4. the resolved globals (`globals.json` overlaid by `globals.local.json`), which every lib's
+///    configuration sees;
+/// 5. the settings that shape what is built (see [`ShapingSettings`]): template, storage, node,
+///    host, network defaults, share, Gitea host and login. How the tool connects (port, user,
+///    auth kind) does not count, and secrets never do: after changing `PASSWORD` or a token,
+///    re-run with `--force`.
 ///
 /// `.git`, `*.local.*` and git-ignored files are left out, and so is `artifacts` (the artifacts
 /// directory, when it lies inside a tree; pass it canonical, like `root`). For the control plane
@@ -491,7 +497,7 @@ fn hash_tree(h: &mut Sha256, label: &str, dir: Option<&Path>, exclude: &[PathBuf
 /// [`Error::Failed`] when a file cannot be read.
 pub fn inputs_digest(root: &Path, inv: &Inventory, spec: &ContainerSpec, artifacts: &Path) -> Result<String> {
     let mut h = Sha256::new();
-    field(&mut h, b"proxmox-gitops inputs digest v1");
+    field(&mut h, b"proxmox-gitops inputs digest v2");
     let spec_json = serde_json::to_vec(spec).map_err(|e| Error::Failed(e.into()))?;
     field(&mut h, &spec_json);
     let lib_dir = root.join(&spec.dir);
@@ -512,7 +518,60 @@ pub fn inputs_digest(root: &Path, inv: &Inventory, spec: &ContainerSpec, artifac
         hash_tree(&mut h, "lib", Some(&lib_dir), &exclude)?;
     }
     hash_tree(&mut h, "base", base_dir.as_deref(), &[artifacts.to_path_buf()])?;
+    field(&mut h, b"globals");
+    field(&mut h, &serde_json::to_vec(&inv.globals).map_err(|e| Error::Failed(e.into()))?);
+    field(&mut h, b"settings");
+    let shaping = ShapingSettings::of(&inv.settings);
+    field(&mut h, &serde_json::to_vec(&shaping).map_err(|e| Error::Failed(e.into()))?);
     Ok(format!("sha256:{}", hex::encode(h.finalize())))
+}
+
+/// The part of [`PublicSettings`] that changes what `provision` builds or what `configure`
+/// hands a lib, hashed into [`inputs_digest`]. Connection details (port, user, token id, auth
+/// kind) are left out: reaching the same host another way builds the same containers.
+#[derive(Debug, Serialize)]
+pub struct ShapingSettings<'a> {
+    /// `PROXMOX_HOST`: another cluster means other containers.
+    pub pve_host: Option<&'a str>,
+    /// `PROXMOX_NODE`.
+    pub pve_node: Option<&'a str>,
+    /// `PROXMOX_GATEWAY`.
+    pub gateway: Option<&'a str>,
+    /// `PROXMOX_MASK` (prefix length).
+    pub mask: Option<u8>,
+    /// `PROXMOX_INTERFACE` (net0's name in the container).
+    pub interface: &'a str,
+    /// `PROXMOX_BRIDGE`.
+    pub bridge: &'a str,
+    /// `PROXMOX_STORAGE` (template storage).
+    pub storage: Option<&'a str>,
+    /// `PROXMOX_TEMPLATE` (the ostemplate).
+    pub template: Option<&'a str>,
+    /// `PROXMOX_SHARE` on the runner (keys, snapshots).
+    pub share: &'a Path,
+    /// `HOST` (Gitea), which libs receive.
+    pub gitea_host: Option<&'a str>,
+    /// `LOGIN`, which libs receive (e.g. the broker's user).
+    pub gitea_login: Option<&'a str>,
+}
+
+impl<'a> ShapingSettings<'a> {
+    /// Borrows the shaping fields of `s`.
+    pub fn of(s: &'a PublicSettings) -> Self {
+        Self {
+            pve_host: s.pve_host.as_deref(),
+            pve_node: s.pve_node.as_deref(),
+            gateway: s.gateway.as_deref(),
+            mask: s.mask,
+            interface: &s.interface,
+            bridge: &s.bridge,
+            storage: s.storage.as_deref(),
+            template: s.template.as_deref(),
+            share: &s.share,
+            gitea_host: s.gitea_host.as_deref(),
+            gitea_login: s.gitea_login.as_deref(),
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------------
