@@ -600,14 +600,14 @@ fn env_get_and_set() {
     let out = run(&["--repo", repo, "env", "set", "SHARE", "/mnt", "--gitea", &url], &env);
     assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "SHARE on org main: unchanged");
     // Repo scope; the environment wins without --remote (the seed's Env.get).
-    let out = run(&["env", "set", "IP", "10.0.3.5", "--repo", "main/a", "--gitea", &url], &env);
+    let out = run(&["env", "set", "IP", "10.0.3.5", "--gitea-repo", "main/a", "--gitea", &url], &env);
     assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "IP on repo main/a: created");
-    let out = run(&["env", "get", "IP", "--repo", "main/a", "--gitea", &url], &env);
+    let out = run(&["env", "get", "IP", "--gitea-repo", "main/a", "--gitea", &url], &env);
     assert_eq!(ok(&out), "10.0.3.5\n");
     let mut env2 = env.to_vec();
     env2.push(("IP", "from-env"));
-    assert_eq!(ok(&run(&["env", "get", "IP", "--repo", "main/a", "--gitea", &url], &env2)), "from-env\n");
-    let out = run(&["env", "get", "IP", "--repo", "main/a", "--org", "main", "--gitea", &url], &env);
+    assert_eq!(ok(&run(&["env", "get", "IP", "--gitea-repo", "main/a", "--gitea", &url], &env2)), "from-env\n");
+    let out = run(&["env", "get", "IP", "--gitea-repo", "main/a", "--org", "main", "--gitea", &url], &env);
     assert_eq!(out.status.code(), Some(2));
     // Missing, invalid.
     let out = run(&["--repo", repo, "env", "get", "NOPE", "--remote", "--gitea", &url], &env);
@@ -621,8 +621,8 @@ fn env_get_and_set() {
         String::from_utf8_lossy(&out.stderr)
             .contains("KEY: `GITHUB_X`: variable names must not start with GITEA_ or GITHUB_")
     );
-    let out = run(&["env", "set", "X", "1", "--repo", "a/b/c", "--gitea", &url], &env);
+    let out = run(&["env", "set", "X", "1", "--gitea-repo", "a/b/c", "--gitea", &url], &env);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--repo: expected OWNER/REPO or a directory, found `a/b/c`"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--gitea-repo: expected OWNER/REPO, found `a/b/c`"));
     d.assert_spec_conformant();
 }

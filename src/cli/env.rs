@@ -4,10 +4,9 @@
 //! `Env.get` prefers `ENV`), otherwise the variable of the organization (default `main`) or the
 //! repository. `set` creates the variable (`POST`) or, when it exists, updates it (`PUT`).
 //!
-//! `--repo OWNER/REPO` selects a repository variable. That flag is the global `--repo` (the
-//! monorepo checkout for every other subcommand): for `env`, a value of the form `owner/name`
-//! that is not an existing directory names the Gitea repository, and the settings are then
-//! read from the current directory.
+//! `--gitea-repo OWNER/REPO` selects a repository variable instead (it excludes `--org`). The
+//! settings (Gitea host, credentials) come from the monorepo at the global `--repo DIR`, as for
+//! every other subcommand.
 
 use std::io::Read;
 
@@ -29,10 +28,12 @@ pub struct EnvArgs {
 /// Where the variable lives.
 #[derive(Debug, Args, Clone)]
 pub struct ScopeArgs {
-    /// Organization variable of ORG [default: main]. (`--repo OWNER/REPO`, the global flag,
-    /// selects a repository variable instead.)
-    #[arg(long)]
+    /// Organization variable of ORG [default: main].
+    #[arg(long, conflicts_with = "gitea_repo")]
     pub org: Option<String>,
+    /// Repository variable of the Gitea repository OWNER/REPO instead of an organization's.
+    #[arg(long, value_name = "OWNER/REPO")]
+    pub gitea_repo: Option<String>,
     /// Gitea base URL [default: HOST from the settings].
     #[arg(long, value_name = "URL")]
     pub gitea: Option<String>,
@@ -62,30 +63,23 @@ pub enum EnvCommand {
     },
 }
 
-/// `Some((owner, repo))` when the global `--repo` value names a Gitea repository.
-fn gitea_repo(ctx: &Ctx) -> Option<(String, String)> {
-    let text = ctx.repo.to_str()?;
-    let (o, n) = text.split_once('/')?;
+/// The variable's scope: `--gitea-repo OWNER/REPO`, else `--org ORG` (default `main`).
+///
+/// # Errors
+/// [`Error::Input`] naming `--gitea-repo` when it is not `OWNER/REPO` (names of letters,
+/// digits, `-`, `_`, `.`, as Gitea accepts).
+fn scope(s: &ScopeArgs) -> Result<VariableScope> {
+    let Some(text) = &s.gitea_repo else {
+        return Ok(VariableScope::Org { org: s.org.clone().unwrap_or_else(|| "main".into()) });
+    };
     let name_ok = |x: &str| {
         !x.is_empty() && x != "." && x != ".." && x.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
     };
-    (name_ok(o) && name_ok(n) && !ctx.repo.is_dir()).then(|| (o.to_string(), n.to_string()))
-}
-
-fn scope(ctx: &Ctx, s: &ScopeArgs) -> Result<VariableScope> {
-    match (gitea_repo(ctx), &s.org) {
-        (Some(_), Some(_)) => Err(Error::Usage("--org and --repo OWNER/REPO exclude each other".into())),
-        (Some((owner, repo)), None) => Ok(VariableScope::Repo { owner, repo }),
-        (None, org) => {
-            let text = ctx.repo.to_string_lossy();
-            if text.contains('/') && !ctx.repo.is_dir() {
-                return Err(Error::input(
-                    Location::file("--repo"),
-                    format!("expected OWNER/REPO or a directory, found `{text}`"),
-                ));
-            }
-            Ok(VariableScope::Org { org: org.clone().unwrap_or_else(|| "main".into()) })
+    match text.split_once('/') {
+        Some((owner, repo)) if name_ok(owner) && name_ok(repo) => {
+            Ok(VariableScope::Repo { owner: owner.to_string(), repo: repo.to_string() })
         }
+        _ => Err(Error::input(Location::file("--gitea-repo"), format!("expected OWNER/REPO, found `{text}`"))),
     }
 }
 
@@ -94,18 +88,14 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
         EnvCommand::Get { key, scope, .. } | EnvCommand::Set { key, scope, .. } => (key.clone(), scope.clone()),
     };
     valid_variable_name(&key).map_err(|m| Error::input(Location::file("KEY"), m))?;
-    let target = scope(ctx, &sc)?;
+    let target = scope(&sc)?;
     if let EnvCommand::Get { remote: false, .. } = &args.command
         && let Some(v) = std::env::var(&key).ok().filter(|v| !v.is_empty())
     {
         println!("{v}");
         return Ok(());
     }
-    let settings = if gitea_repo(ctx).is_some() {
-        crate::settings::Settings::load(std::path::Path::new("."), &crate::settings::ProcessEnv)?
-    } else {
-        settings(ctx)?
-    };
+    let settings = settings(ctx)?;
     let client =
         Client::from_settings(&settings.gitea, sc.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_current_thread()
