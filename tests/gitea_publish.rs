@@ -602,13 +602,19 @@ fn env_get_and_set() {
     // Repo scope; the environment wins without --remote (the seed's Env.get).
     let out = run(&["env", "set", "IP", "10.0.3.5", "--gitea-repo", "main/a", "--gitea", &url], &env);
     assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "IP on repo main/a: created");
-    let out = run(&["env", "get", "IP", "--gitea-repo", "main/a", "--gitea", &url], &env);
+    let out = run(&["env", "get", "IP", "--repo", "main/a", "--gitea", &url], &env);
     assert_eq!(ok(&out), "10.0.3.5\n");
     let mut env2 = env.to_vec();
     env2.push(("IP", "from-env"));
     assert_eq!(ok(&run(&["env", "get", "IP", "--gitea-repo", "main/a", "--gitea", &url], &env2)), "from-env\n");
     let out = run(&["env", "get", "IP", "--gitea-repo", "main/a", "--org", "main", "--gitea", &url], &env);
     assert_eq!(out.status.code(), Some(2));
+    let out = run(&["env", "get", "IP", "--repo", "main/a", "--org", "main", "--gitea", &url], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--org and --repo OWNER/REPO exclude each other"));
+    // With the monorepo's directory and the repository both given.
+    let out = run(&["--repo", repo, "env", "get", "IP", "--remote", "--gitea-repo", "main/a", "--gitea", &url], &env);
+    assert_eq!(ok(&out), "10.0.3.5\n");
     // Missing, invalid.
     let out = run(&["--repo", repo, "env", "get", "NOPE", "--remote", "--gitea", &url], &env);
     assert_eq!(out.status.code(), Some(1));
@@ -624,5 +630,8 @@ fn env_get_and_set() {
     let out = run(&["env", "set", "X", "1", "--gitea-repo", "a/b/c", "--gitea", &url], &env);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--gitea-repo: expected OWNER/REPO, found `a/b/c`"));
+    let out = run(&["env", "set", "X", "1", "--repo", "a/b/c", "--gitea", &url], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--repo: expected OWNER/REPO, found `a/b/c`"));
     d.assert_spec_conformant();
 }

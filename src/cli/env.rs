@@ -4,9 +4,12 @@
 //! `Env.get` prefers `ENV`), otherwise the variable of the organization (default `main`) or the
 //! repository. `set` creates the variable (`POST`) or, when it exists, updates it (`PUT`).
 //!
-//! `--gitea-repo OWNER/REPO` selects a repository variable instead (it excludes `--org`). The
-//! settings (Gitea host, credentials) come from the monorepo at the global `--repo DIR`, as for
-//! every other subcommand.
+//! `--gitea-repo OWNER/REPO` selects a repository variable instead (it excludes `--org`); the
+//! settings (Gitea host, credentials) then still come from the monorepo at the global
+//! `--repo DIR`, as for every other subcommand. The short form the seed's users know,
+//! `env … --repo OWNER/REPO`, works too: the global `--repo` with a value of the form
+//! `owner/name` that is not an existing directory names the Gitea repository, and the settings
+//! are then read from the current directory.
 
 use std::io::Read;
 
@@ -63,15 +66,28 @@ pub enum EnvCommand {
     },
 }
 
-/// The variable's scope: `--gitea-repo OWNER/REPO`, else `--org ORG` (default `main`).
+/// `Some("owner/name")` when the global `--repo` value names a Gitea repository rather than a
+/// directory (the seed's `env … --repo OWNER/REPO`).
+fn repo_flag_as_gitea_repo(ctx: &Ctx) -> Option<String> {
+    let text = ctx.repo.to_str()?;
+    (text.contains('/') && !text.starts_with(['/', '.']) && !ctx.repo.is_dir()).then(|| text.to_string())
+}
+
+/// The variable's scope: `--gitea-repo OWNER/REPO` (or the global `--repo OWNER/REPO`), else
+/// `--org ORG` (default `main`).
 ///
 /// # Errors
-/// [`Error::Input`] naming `--gitea-repo` when it is not `OWNER/REPO` (names of letters,
-/// digits, `-`, `_`, `.`, as Gitea accepts).
-fn scope(s: &ScopeArgs) -> Result<VariableScope> {
-    let Some(text) = &s.gitea_repo else {
-        return Ok(VariableScope::Org { org: s.org.clone().unwrap_or_else(|| "main".into()) });
+/// [`Error::Input`] naming the flag when the repository is not `OWNER/REPO` (names of letters,
+/// digits, `-`, `_`, `.`, as Gitea accepts); [`Error::Usage`] when both it and `--org` are given.
+fn scope(ctx: &Ctx, s: &ScopeArgs) -> Result<VariableScope> {
+    let (flag, text) = match (&s.gitea_repo, repo_flag_as_gitea_repo(ctx)) {
+        (Some(t), _) => ("--gitea-repo", t.clone()),
+        (None, Some(t)) => ("--repo", t),
+        (None, None) => return Ok(VariableScope::Org { org: s.org.clone().unwrap_or_else(|| "main".into()) }),
     };
+    if s.org.is_some() {
+        return Err(Error::Usage(format!("--org and {flag} OWNER/REPO exclude each other")));
+    }
     let name_ok = |x: &str| {
         !x.is_empty() && x != "." && x != ".." && x.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
     };
@@ -79,7 +95,7 @@ fn scope(s: &ScopeArgs) -> Result<VariableScope> {
         Some((owner, repo)) if name_ok(owner) && name_ok(repo) => {
             Ok(VariableScope::Repo { owner: owner.to_string(), repo: repo.to_string() })
         }
-        _ => Err(Error::input(Location::file("--gitea-repo"), format!("expected OWNER/REPO, found `{text}`"))),
+        _ => Err(Error::input(Location::file(flag), format!("expected OWNER/REPO, found `{text}`"))),
     }
 }
 
@@ -88,14 +104,18 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
         EnvCommand::Get { key, scope, .. } | EnvCommand::Set { key, scope, .. } => (key.clone(), scope.clone()),
     };
     valid_variable_name(&key).map_err(|m| Error::input(Location::file("KEY"), m))?;
-    let target = scope(&sc)?;
+    let target = scope(ctx, &sc)?;
     if let EnvCommand::Get { remote: false, .. } = &args.command
         && let Some(v) = std::env::var(&key).ok().filter(|v| !v.is_empty())
     {
         println!("{v}");
         return Ok(());
     }
-    let settings = settings(ctx)?;
+    let settings = if sc.gitea_repo.is_none() && repo_flag_as_gitea_repo(ctx).is_some() {
+        crate::settings::Settings::load(std::path::Path::new("."), &crate::settings::ProcessEnv)?
+    } else {
+        settings(ctx)?
+    };
     let client =
         Client::from_settings(&settings.gitea, sc.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_current_thread()
