@@ -65,7 +65,11 @@ fn rewrite_every_url_form_recursively() {
         .iter()
         .map(|m| json!([m["path"], m["name"], m["repo"], m["old_url"], m["new_url"], m["converted"], m["parent"]]))
         .collect();
-    let mut want = vec![json!(["libs/plain", "libs/plain", "plain", null, new("plain"), true, null])];
+    let mut want = vec![
+        json!(["config/libraries", "config/libraries", "libraries", null, new("libraries"), true, null]),
+        json!(["libs/plain", "libs/plain", "plain", null, new("plain"), true, null]),
+        json!(["tasks/nightly", "tasks/nightly", "nightly", null, new("nightly"), true, null]),
+    ];
     for (path, url) in FIXTURE_URLS {
         let name = path.rsplit('/').next().unwrap();
         want.push(json!([path, path, name, url, new(name), false, null]));
@@ -115,6 +119,10 @@ fn rewrite_every_url_form_recursively() {
     let plain = workdir.join("libs/plain");
     assert_eq!(git(&plain, &["ls-tree", "--name-only", "HEAD"]), "container.env");
     assert_eq!(git(&plain, &["log", "--format=%s"]), "Import libs/plain from mono [skip ci]");
+    let task = workdir.join("tasks/nightly");
+    assert_eq!(git(&task, &["ls-tree", "--name-only", "HEAD"]), "run.sh");
+    assert_eq!(git(&task, &["log", "--format=%s"]), "Import tasks/nightly from mono [skip ci]");
+    assert_eq!(git(&workdir.join("config/libraries"), &["ls-tree", "--name-only", "HEAD"]), "common.sh");
     assert_eq!(remotes["monorepo"]["repo"], "mono");
     assert_eq!(remotes["monorepo"]["source_commit"].as_str().unwrap(), before_head);
     assert_eq!(remotes["monorepo"]["commit"].as_str().unwrap(), git(&workdir, &["rev-parse", "HEAD"]));
@@ -210,7 +218,9 @@ fn publish_from_scratch_again_and_after_a_change() {
     for (name, fork) in [
         ("g", false),
         ("f", false),
+        ("libraries", false),
         ("plain", true),
+        ("nightly", false),
         ("a", true),
         ("b", true),
         ("c", true),
@@ -228,7 +238,7 @@ fn publish_from_scratch_again_and_after_a_change() {
         r1["orgs"],
         json!([{"name": "main", "action": "created"}, {"name": "stage", "action": "created"}, {"name": "tasks", "action": "created"}])
     );
-    assert_eq!(r1["summary"], json!({"created": 3 + 10 + 30 + 7, "updated": 10, "unchanged": 7}));
+    assert_eq!(r1["summary"], json!({"created": 3 + 12 + 36 + 7, "updated": 12, "unchanged": 7}));
     let remotes = read_json(&fx.artifacts().join("remotes.json"));
     let mono_commit = remotes["monorepo"]["commit"].as_str().unwrap().to_string();
     for b in ["main", "release", "snapshot"] {
@@ -237,11 +247,14 @@ fn publish_from_scratch_again_and_after_a_change() {
     assert_eq!(d.branch("main", "mono", "rollback"), None);
     assert_eq!(d.branch("stage", "mono", "main").as_deref(), Some(mono_commit.as_str()), "the fork holds main");
     assert!(!d.bare("stage", "g").exists(), "nested non-lib repos are not forked");
+    assert!(!d.bare("stage", "nightly").exists(), "tasks are not forked");
     // A clone of the published monorepo resolves every submodule from the double.
     let clone = fx.root.path().join("clone");
     git(fx.root.path(), &["clone", "-q", "--recurse-submodules", &format!("{}/main/mono.git", d.url()), s(&clone)]);
     assert_eq!(std::fs::read_to_string(clone.join("libs/e/vendor/f/deep/g/README")).unwrap(), "g\n");
     assert_eq!(std::fs::read_to_string(clone.join("libs/plain/container.env")).unwrap(), "ID=150\nIP=dhcp\n");
+    assert!(std::fs::read_to_string(clone.join("tasks/nightly/run.sh")).unwrap().contains("echo nightly"));
+    assert_eq!(git(&clone, &["ls-tree", "HEAD", "--", "tasks/nightly"]).split_whitespace().nth(1), Some("commit"));
 
     // 2. Again: nothing changes, no write call is made.
     let calls_before = d.api_calls().len();
@@ -258,7 +271,7 @@ fn publish_from_scratch_again_and_after_a_change() {
             e["kind"] == "git" && e["method"] == "POST" && e["path"].as_str().unwrap().ends_with("/git-receive-pack")
         })
         .count();
-    assert_eq!(pushes, 10, "one push per repository, all in the first publish");
+    assert_eq!(pushes, 12, "one push per repository, all in the first publish");
 
     // 3. After a change in lib a: rollback holds the old head, a release PR opens.
     let old_a = d.branch("main", "a", "main").unwrap();

@@ -7,7 +7,9 @@
 //!
 //! 1. the monorepo's `HEAD` is fetched from the checkout and checked out as branch `main`;
 //! 2. every lib that is a plain directory (`libs/<name>/` as a tree, not a gitlink) becomes a
-//!    submodule: its own repository with one commit holding the directory's tree (the
+//!    submodule — and so do the base role `base/`, the shared helpers `config/libraries/` and each
+//!    task `tasks/<name>/` (repositories `base`, `libraries`, `<name>`), as the seed publishes
+//!    them: its own repository with one commit holding the directory's tree (the
 //!    "fresh commit" of the seed, made deterministic: tool identity, dated like the monorepo's
 //!    `HEAD`);
 //! 3. every submodule, recursively, is fetched from the **checked-out** submodule in the user's
@@ -408,9 +410,13 @@ fn process(ctx: &mut Ctx<'_>, dir: &Path, src: &Path, prefix: &Path, depth: usiz
     let gm_display = prefix.join(".gitmodules");
     let mut changed = false;
 
-    // 1. Plain-directory libs become submodules (monorepo only).
+    // 1. Plain directories of the monorepo that are repositories of their own on the control
+    //    plane become submodules: each lib, the base role, the shared libraries, each task.
     if depth == 0 {
-        let listing = ctx.git.run(dir, ["ls-tree", "HEAD", "--", "libs/"]).map_err(failed)?;
+        let listing = ctx
+            .git
+            .run(dir, ["ls-tree", "HEAD", "--", "libs/", "tasks/", "base", "config/libraries"])
+            .map_err(failed)?;
         for line in listing.lines() {
             let Some((meta, path)) = line.split_once('\t') else { continue };
             let mut parts = meta.split_whitespace();

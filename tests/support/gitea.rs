@@ -224,6 +224,11 @@ pub fn fixture() -> Fixture {
     std::fs::create_dir_all(mono.join("libs/plain")).unwrap();
     git(&mono, &["init", "-q"]);
     std::fs::write(mono.join("libs/plain/container.env"), "ID=150\nIP=dhcp\n").unwrap();
+    // The shared helpers and a task as plain directories: repositories of their own too.
+    std::fs::create_dir_all(mono.join("config/libraries")).unwrap();
+    std::fs::write(mono.join("config/libraries/common.sh"), "log() { echo \"$*\"; }\n").unwrap();
+    std::fs::create_dir_all(mono.join("tasks/nightly")).unwrap();
+    std::fs::write(mono.join("tasks/nightly/run.sh"), "#!/bin/sh\n# ! cron '0 3 * * *'\necho nightly\n").unwrap();
     std::fs::write(mono.join("README.md"), "monorepo\n").unwrap();
     git(&mono, &["add", "."]);
     git(&mono, &["commit", "-q", "-m", "monorepo"]);
