@@ -290,10 +290,14 @@ fn publish_from_scratch_again_and_after_a_change() {
     assert_eq!(
         changed,
         vec![
-            json!(["main/a", "unchanged", upd, "unchanged", {"number": 1, "action": "created"}]),
-            json!(["main/mono", "unchanged", upd, "unchanged", {"number": 1, "action": "created"}]),
+            json!(["main/a", "unchanged", upd, "updated", {"number": 1, "action": "created"}]),
+            json!(["main/mono", "unchanged", upd, "updated", {"number": 1, "action": "created"}]),
         ]
     );
+    // The stage forks followed main, though the rewritten monorepo's history is not a
+    // fast-forward (its tool commit is made anew on the new HEAD).
+    assert_eq!(d.branch("stage", "a", "main").as_deref(), Some(new_a.as_str()));
+    assert_eq!(d.branch("stage", "mono", "main"), d.branch("main", "mono", "main"));
     let pulls: Vec<Value> = d
         .exchanges()
         .into_iter()
@@ -303,22 +307,43 @@ fn publish_from_scratch_again_and_after_a_change() {
     let body = json!({"head": "main", "base": "release", "title": "Release Pull Request", "body": "Created automatically for deployment by proxmox-gitops publish."});
     assert_eq!(pulls, vec![json!(["/repos/main/a/pulls", 201, body]), json!(["/repos/main/mono/pulls", 201, body])]);
 
-    // 4. Another change while the PR is open: the PR is not opened twice; rollback moves.
+    // 4. Another change while the PR is open: the PR is not opened twice; rollback moves. The
+    //    stage fork of `a` got a commit of its own meanwhile: it is left alone, with a note.
     let a2 = d.branch("main", "a", "main").unwrap();
+    let stage_clone = fx.root.path().join("stage-a");
+    git(fx.root.path(), &["clone", "-q", d.bare("stage", "a").to_str().unwrap(), s(&stage_clone)]);
+    std::fs::write(stage_clone.join("STAGE"), "stage only\n").unwrap();
+    git(&stage_clone, &["add", "STAGE"]);
+    git(&stage_clone, &["commit", "-q", "-m", "stage only"]);
+    git(&stage_clone, &["push", "-q", "origin", "HEAD:main"]);
+    let stage_head = git(&stage_clone, &["rev-parse", "HEAD"]);
     fx.change_lib("libs/a", "v3");
     let r4 = publish(&fx, &d, &[]);
     let a = &r4["repos"].as_array().unwrap().iter().find(|r| r["full_name"] == "main/a").unwrap().clone();
     assert_eq!(a["pull"], json!({"number": 1, "action": "unchanged"}));
     assert_eq!(a["refs"][0], json!({"branch": "rollback", "old": old_a, "new": a2, "action": "updated"}));
+    assert_eq!(a["fork"]["action"], "unchanged");
+    assert_eq!(
+        a["fork"]["note"].as_str().unwrap(),
+        format!(
+            "main ({}) has commits of its own: not synced with {} (merge them upstream, or reset the fork's main, \
+             to have publish move it again)",
+            &stage_head[..10],
+            &d.branch("main", "a", "main").unwrap()[..10]
+        )
+    );
+    assert_eq!(d.branch("stage", "a", "main"), Some(stage_head), "the fork's own commit is kept");
     let creates = d
         .exchanges()
         .iter()
         .filter(|e| e["method"] == "POST" && e["template"] == "/repos/{owner}/{repo}/pulls")
         .count();
     assert_eq!(creates, 2);
-    // 5. Stable again.
+    // 5. Stable again (the diverged fork keeps its note).
     let r5 = publish(&fx, &d, &[]);
     assert_eq!((r5["summary"]["created"].clone(), r5["summary"]["updated"].clone()), (json!(0), json!(0)));
+    let a = &r5["repos"].as_array().unwrap().iter().find(|r| r["full_name"] == "main/a").unwrap().clone();
+    assert!(a["fork"]["note"].as_str().unwrap().contains("has commits of its own"), "{a:#}");
 
     d.assert_spec_conformant();
 }

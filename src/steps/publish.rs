@@ -16,7 +16,9 @@
 //!    * all ref updates of one repository go in one atomic push; refs already right are not
 //!      pushed. Tool commits (made by `rewrite`) end in `[skip ci]`.
 //! 3. **Forks**: every lib repository and the monorepo are forked into `stage` when that fork
-//!    does not exist yet (`createFork`).
+//!    does not exist yet (`createFork`); an existing fork whose `main` only trails upstream is
+//!    moved to the published commit (a lease-protected push, see `sync_fork`); a fork with
+//!    commits of its own is never overwritten, the report notes it instead.
 //! 4. **Release pull request** ("Release Pull Request", head `main`, base `release`) in every
 //!    lib repository and the monorepo whose `main` differs from `release`, unless one is open.
 //! 5. **Variables**: `globals.json` < `globals.local.json` → organization variables of `main`,
@@ -91,8 +93,11 @@ pub struct RefReport {
 pub struct ForkReport {
     /// `stage/<repo>`.
     pub full_name: String,
-    /// Created or unchanged.
+    /// Created, updated (an existing fork's `main` moved to the published commit) or unchanged.
     pub action: Action,
+    /// Why an existing fork was not synced (it has commits of its own), when it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The release pull request of a repository.
@@ -550,8 +555,18 @@ async fn publish_repo(
                 Created::Exists => Action::Unchanged,
             },
         };
+        // An existing fork follows `main` unless it has commits of its own (then a note).
+        let (action, note) = if action == Action::Unchanged {
+            let upstream_heads: Vec<String> = [old_main.clone(), head("rollback")].into_iter().flatten().collect();
+            sync_fork(client, git, dir, repo, commit, &upstream_heads)?
+        } else {
+            (action, None)
+        };
         tracing::info!("fork {fork_name}: {}", label(action));
-        fork = Some(ForkReport { full_name: fork_name, action });
+        if let Some(n) = &note {
+            tracing::warn!("fork {fork_name}: {n}");
+        }
+        fork = Some(ForkReport { full_name: fork_name, action, note });
 
         let release = refs.iter().find(|r| r.branch == "release").map(|r| r.new.clone()).unwrap_or_default();
         pull = Some(if release == commit {
@@ -580,6 +595,66 @@ async fn publish_repo(
         });
     }
     Ok(RepoReport { full_name, path, url, commit: commit.to_string(), action, settings, refs, fork, pull })
+}
+
+/// Brings `stage/<repo>`'s `main` to `commit` (what `main/<repo>` now holds) when the fork has
+/// no commits of its own, i.e. its `main` is one of the upstream heads it could have come from:
+/// an ancestor of `commit` or of one of `upstream_heads` (the previous `main` and `rollback`).
+/// `rewrite` re-creates its tool commits, so the published history is not always a
+/// fast-forward (and Gitea's `merge-upstream` would refuse or merge): the fork is moved with one
+/// `git push --force-with-lease` that only succeeds while its `main` is still the head checked
+/// here. A fork with commits of its own is left alone and gets a note.
+///
+/// Returns `Updated` when moved, `Unchanged` (with a note when it was not moved on purpose).
+///
+/// # Errors
+/// A failed git call (ls-remote, fetch, push) against the fork.
+fn sync_fork(
+    client: &Client,
+    git: &Git,
+    dir: &Path,
+    repo: &str,
+    commit: &str,
+    upstream_heads: &[String],
+) -> anyhow::Result<(Action, Option<String>)> {
+    let fork_url = client.clone_url(STAGE_ORG, repo);
+    let fork_main = git.ls_remote(dir, &fork_url, &["refs/heads/main"])?.into_iter().next().map(|(_, id)| id);
+    let lease = match fork_main.as_deref() {
+        Some(f) if f == commit => return Ok((Action::Unchanged, None)),
+        Some(f) => {
+            git.run(dir, ["fetch", "-q", "--no-tags", "--", &fork_url, "refs/heads/main"])?;
+            let mut candidates = vec![commit];
+            candidates.extend(upstream_heads.iter().map(String::as_str));
+            let mut tracked = false;
+            for head in candidates {
+                if git.check(dir, ["cat-file", "-e", &format!("{head}^{{commit}}")])?
+                    && git.check(dir, ["merge-base", "--is-ancestor", f, head])?
+                {
+                    tracked = true;
+                    break;
+                }
+            }
+            if !tracked {
+                let note = format!(
+                    "main ({}) has commits of its own: not synced with {} (merge them upstream, or reset the \
+                     fork's main, to have publish move it again)",
+                    short(f),
+                    short(commit)
+                );
+                return Ok((Action::Unchanged, Some(note)));
+            }
+            format!("--force-with-lease=refs/heads/main:{f}")
+        }
+        // An empty fork: nothing of its own to lose, but still only while it is empty.
+        None => "--force-with-lease=refs/heads/main:".to_string(),
+    };
+    git.run(dir, ["push", "-q", &lease, "--", &fork_url, &format!("{commit}:refs/heads/main")])?;
+    tracing::info!(
+        "fork {STAGE_ORG}/{repo}: main {} → {}",
+        fork_main.as_deref().map(short).unwrap_or("(none)"),
+        short(commit)
+    );
+    Ok((Action::Updated, None))
 }
 
 fn short(id: &str) -> &str {
