@@ -52,31 +52,9 @@ fi
 command -v cargo >/dev/null || die "cargo not found: install a Rust toolchain (https://rustup.rs), then run again"
 
 # 2. LXC's bridge with DHCP.
-# The bridge and its address outlive lxc-net's dnsmasq when that process is killed: then its stale
-# run state must go before lxc-net starts again, or containers never get an address.
-bridge_up() { ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet; }
-dhcp_up() {
-  local pid
-  for pid in $(pgrep -x dnsmasq || true); do
-    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qx -- '--interface=lxcbr0' && return 0
-  done
-  return 1
-}
-if ! bridge_up || ! dhcp_up; then
-  if bridge_up; then
-    say "lxcbr0 is up without its dnsmasq: restarting lxc-net"
-    rm -f /run/lxc/network_up /run/lxc/dnsmasq.pid
-  else
-    say "starting lxc-net (bridge lxcbr0)"
-  fi
-  if [ -d /run/systemd/system ]; then
-    systemctl restart lxc-net
-  else
-    /usr/libexec/lxc/lxc-net start
-  fi
-  bridge_up && dhcp_up \
-    || die "lxcbr0 has no DHCP after starting lxc-net: check USE_LXC_BRIDGE=\"true\" in /etc/default/lxc-net and that dnsmasq-base is installed"
-fi
+# shellcheck source=local/lxc-net.sh
+. "$repo/local/lxc-net.sh"
+ensure_lxc_net || exit 1
 
 # 3. The binary.
 say "building proxmox-gitops ($profile)"

