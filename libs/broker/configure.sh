@@ -5,8 +5,15 @@
 # writes the PBKDF2-SHA512 hash (mosquitto's `$7$` format) into the password file.
 set -euo pipefail
 
-: "${LOGIN:?LOGIN is not set (the control plane login)}"
-: "${PASSWORD:?PASSWORD is not set}"
+missing=()
+[ -n "${LOGIN:-}" ] || missing+=(LOGIN)
+[ -n "${PASSWORD:-}" ] || missing+=(PASSWORD)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "broker: ${missing[*]} not set: the broker's user and password are the control plane's login." >&2
+  echo "Set them in the runner's environment (export LOGIN=… PASSWORD=…; in Gitea Actions the LOGIN" >&2
+  echo "variable and PASSWORD secret) or as \"login\"/\"password\" in local/config.local.json." >&2
+  exit 2
+fi
 port="${BROKER_PORT:-1883}"
 conf=/etc/mosquitto/conf.d/proxmox-gitops.conf
 passwd=/etc/mosquitto/passwd
