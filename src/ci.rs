@@ -19,6 +19,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::Problem;
 
@@ -123,8 +124,15 @@ pub fn error_message(msg: &str) {
     }
 }
 
+/// Whether a [`Group`] is open in this process. Actions logs cannot nest groups (the first
+/// `::endgroup::` closes the outer one) and containers handled in parallel would interleave
+/// theirs, so only the outermost group is written.
+static GROUP_OPEN: AtomicBool = AtomicBool::new(false);
+
 /// A `::group::` … `::endgroup::` pair around a step's log (on stderr, with the log), closed on
-/// drop. Outside Actions it prints nothing.
+/// drop. Outside Actions it prints nothing; inside, only the outermost group of the process is
+/// written (a group started while another is open prints nothing: its lines stay in the outer
+/// group).
 pub struct Group {
     active: bool,
 }
@@ -132,7 +140,11 @@ pub struct Group {
 impl Group {
     /// Opens a group named `name`.
     pub fn start(name: &str) -> Self {
-        let active = in_actions();
+        Self::start_if(in_actions(), name)
+    }
+
+    fn start_if(in_actions: bool, name: &str) -> Self {
+        let active = in_actions && GROUP_OPEN.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok();
         if active {
             eprintln!("::group::{}", escape_data(name));
         }
@@ -144,6 +156,7 @@ impl Drop for Group {
     fn drop(&mut self) {
         if self.active {
             eprintln!("::endgroup::");
+            GROUP_OPEN.store(false, Ordering::SeqCst);
         }
     }
 }
@@ -185,6 +198,21 @@ pub fn write_outputs(path: &Path, outputs: &[(&str, String)]) -> std::io::Result
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_the_outermost_group_is_written() {
+        let outer = Group::start_if(true, "deploy");
+        assert!(outer.active);
+        let inner = Group::start_if(true, "provision alpha");
+        assert!(!inner.active, "a nested group must not be written");
+        drop(inner);
+        assert!(GROUP_OPEN.load(Ordering::SeqCst), "the outer group stays open after an inner one ends");
+        drop(outer);
+        assert!(!GROUP_OPEN.load(Ordering::SeqCst));
+        let outside = Group::start_if(false, "resolve");
+        assert!(!outside.active);
+        assert!(!GROUP_OPEN.load(Ordering::SeqCst));
+    }
     use super::*;
 
     #[test]
