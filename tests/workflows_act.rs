@@ -122,6 +122,48 @@ fn dispatch_runs_the_chosen_step_for_the_chosen_container() {
     assert_ne!(run.code, 0, "{log}");
 }
 
+/// The workflows hand the recreate policy, snapshot retention and TLS settings to the binary:
+/// values that it refuses show they arrived (nothing is contacted).
+#[test]
+fn recreate_keep_and_tls_variables_reach_the_binary() {
+    let repo = monorepo(&[]);
+    let run = act(
+        repo.path(),
+        "workflow_dispatch",
+        "workflows/pipeline.yml",
+        &serde_json::json!({"ref": "refs/heads/release", "inputs": {"step": "provision", "container": "beta"}}),
+        &args(&["--var", "PROXMOX_GITOPS_RECREATE=sometimes"]),
+    );
+    let log = &run.log;
+    assert!(run.job_has("pipeline", "provision", "invalid value 'sometimes' for '--recreate"), "{log}");
+    assert_ne!(run.code, 0, "{log}");
+
+    let run = act(
+        repo.path(),
+        "push",
+        "workflows/snapshot.yml",
+        &serde_json::json!({"ref": "refs/heads/snapshot"}),
+        &args(&["--var", "PROXMOX_GITOPS_KEEP=all"]),
+    );
+    let log = &run.log;
+    assert!(run.job_has("snapshot", "snapshot", "invalid value 'all' for '--keep"), "{log}");
+    assert_ne!(run.code, 0, "{log}");
+
+    // PROXMOX_FINGERPRINT from a variable: a malformed one is named; unset ones (PROXMOX_CA here)
+    // are not passed on as empty values.
+    let run = act(
+        repo.path(),
+        "workflow_dispatch",
+        "workflows/pipeline.yml",
+        &serde_json::json!({"ref": "refs/heads/release", "inputs": {"step": "provision", "container": "beta"}}),
+        &args(&["--var", "PROXMOX_HOST=127.0.0.1", "--var", "PROXMOX_PORT=9", "--var", "PROXMOX_FINGERPRINT=00:11"]),
+    );
+    let log = &run.log;
+    assert!(run.job_has("pipeline", "provision", "--pve-fingerprint: expected a SHA-256 fingerprint"), "{log}");
+    assert!(!log.contains("a value is required for '--pve-ca"), "{log}");
+    assert_ne!(run.code, 0, "{log}");
+}
+
 #[test]
 fn snapshot_workflow_snapshots_on_push_to_snapshot() {
     let repo = monorepo(&[]);
@@ -526,7 +568,7 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
             ("--var", format!("PROXMOX_TEMPLATE={}", fakepve::TEMPLATE)),
             ("--var", "PROXMOX_STORAGE=local".to_string()),
             ("--var", "PROXMOX_GATEWAY=10.0.3.1".to_string()),
-            ("--env", format!("PROXMOX_CA={}", pve.ca.display())),
+            ("--var", format!("PROXMOX_CA={}", pve.ca.display())),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v]),
