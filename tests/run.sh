@@ -22,7 +22,18 @@ if [ -f "$HOME/.cargo/env" ]; then
   . "$HOME/.cargo/env"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "error: cargo not found: install a Rust toolchain ≥ 1.85 (edition 2024), e.g. with rustup" >&2
+  # Debian's own cargo is older than edition 2024 needs: install rustup's stable toolchain.
+  echo "==> cargo not found: installing Rust with rustup (https://rustup.rs)" >&2
+  if curl --proto '=https' --tlsv1.2 -sSf --max-time 120 https://sh.rustup.rs -o /tmp/rustup-init.sh \
+     && sh /tmp/rustup-init.sh -y --profile minimal --default-toolchain stable >&2; then
+    # shellcheck disable=SC1091
+    . "$HOME/.cargo/env"
+  fi
+  rm -f /tmp/rustup-init.sh
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo not found and rustup could not install it: install a Rust toolchain ≥ 1.85" \
+       "(edition 2024), e.g. with rustup, then run again" >&2
   exit 1
 fi
 
