@@ -578,6 +578,25 @@ async fn locked_container_is_retried_until_the_lock_clears() {
     assert!(error.contains("CT is locked (snapshot)"), "{error}");
 }
 
+/// PVE's other lock wording, `can't lock file '…/pve-config-101.lock' - got timeout` (another
+/// writer holds the config lock), is waited out like `CT is locked`.
+#[tokio::test(flavor = "multi_thread")]
+async fn config_lock_timeout_is_retried() {
+    let env = Env::new().await;
+    env.pve.add_template();
+    let b = env.backend(Login::Root);
+    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    env.pve.exec("pve.fail('PUT', '/nodes/pve1/lxc/101/config', error='config_lock_timeout', times=2)");
+    let mut s = spec("broker", 101);
+    s.cores = 4;
+    env.pve.requests(true);
+    let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
+    assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
+    let puts = env.pve.writes(false).into_iter().filter(|(m, _, _)| m == "PUT").count();
+    assert_eq!(puts, 3, "two PUTs met the config lock, the third went through");
+    assert_eq!(env.pve.ct_config(101).unwrap()["cores"], 4);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn task_error_fails_with_the_log_tail() {
     let env = Env::new().await;
