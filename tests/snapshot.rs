@@ -271,7 +271,8 @@ async fn recreate_is_refused_when_the_snapshot_fails() {
 
     // Unreachable: refused.
     let good = spec("app", &paths);
-    let e = guard::before_destroy(&good, Err("SSH at 10.0.3.9:22 did not answer".into()), &store, false, now)
+    let down = guard::Unreachable::new("SSH at 10.0.3.9:22 did not answer", "start it and make SSH work");
+    let e = guard::before_destroy(&good, Err(down), &store, false, now)
         .await
         .unwrap_err();
     assert_eq!(
