@@ -22,8 +22,9 @@ pub struct SnapshotArgs {
     /// Restore the newest verified snapshot (by time) instead of taking one.
     #[arg(long)]
     restore: bool,
-    /// With --restore: the snapshot time to restore, YYYYMMDD-HHMMSS (UTC) or the snapshot id.
-    #[arg(long, requires = "restore")]
+    /// With --restore: the snapshot time to restore, YYYYMMDD-HHMMSS[-N] (UTC), or the snapshot
+    /// id <lib>-YYYYMMDD-HHMMSS[-N].
+    #[arg(long, requires = "restore", value_parser = parse_at)]
     at: Option<String>,
     /// Keep this many snapshots per lib (archives, and container snapshots named pgo-…); older
     /// ones are deleted.
@@ -50,6 +51,12 @@ pub struct SnapshotArgs {
     pve: super::provision::PveArgs,
 }
 
+/// Checks `--at` while the command line is parsed, so a malformed one is a usage error (exit 2)
+/// before anything runs ([`crate::snapshot::store::parse_at`]).
+fn parse_at(s: &str) -> std::result::Result<String, String> {
+    crate::snapshot::store::parse_at(s).map(|_| s.to_string()).map_err(|_| crate::snapshot::store::AT_EXPECTED.into())
+}
+
 /// `--transport`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum TransportArg {
@@ -67,6 +74,17 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     };
     if specs.is_empty() {
         return Err(Error::input(Location::file("--all"), "no container of this stage declares SNAPSHOT paths"));
+    }
+    // A snapshot id names its lib: it must be one of the selected containers.
+    if let Some(at) = &args.at
+        && let Ok(Some(lib)) = crate::snapshot::store::parse_at(at)
+        && !specs.iter().any(|s| s.name == lib)
+    {
+        return Err(Error::Usage(format!(
+            "--at `{at}` is a snapshot id of `{lib}`, which is not among the selected containers ({}); give a \
+             snapshot time YYYYMMDD-HHMMSS[-N] or an id of a selected container",
+            specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+        )));
     }
     let share = args.share.clone().unwrap_or_else(|| inv.settings.share.clone());
     let opts = SnapshotOptions {
