@@ -480,7 +480,11 @@ fn rule_cores_memory_swap_disk_boot() {
     one_problem(&[(APP, &app("DISK=local-lvm\n"))], "libs/app/container.env:3 (DISK)", "expected STORAGE:SIZE");
     one_problem(&[(APP, &app("DISK=local-lvm:0\n"))], "libs/app/container.env:3 (DISK)", "size in whole GiB");
     one_problem(&[(APP, &app("DISK=Local:8\n"))], "libs/app/container.env:3 (DISK)", "not a PVE storage id");
-    one_problem(&[(APP, &app("BOOT=maybe\n"))], "libs/app/container.env:3 (BOOT)", "expected yes/no/true/false/1/0");
+    one_problem(
+        &[(APP, &app("BOOT=maybe\n"))],
+        "libs/app/container.env:3 (BOOT)",
+        "expected yes/no, true/false, on/off or 1/0 (any case), found `maybe`",
+    );
 }
 
 #[test]
@@ -679,7 +683,7 @@ fn cli_reports_all_problems_and_writes_nothing() {
         vec![
             "::error file=container.env,line=2::ID: ID (the vmid) must be between 100 and 999999999, found 1",
             "::error file=libs/app/container.env,line=1::IP: expected an IPv4 address (optionally with /prefix) or `dhcp`, found `bogus`",
-            "::error file=libs/app/container.env,line=3::BOOT: expected yes/no/true/false/1/0, found `perhaps`",
+            "::error file=libs/app/container.env,line=3::BOOT: expected yes/no, true/false, on/off or 1/0 (any case), found `perhaps`",
         ]
     );
     assert!(!root.join(".proxmox-gitops").exists(), "nothing is written on bad input");
