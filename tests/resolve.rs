@@ -338,6 +338,40 @@ fn cli_plan_reads_an_inventory_artifact_and_refuses_other_kinds() {
 }
 
 #[test]
+fn cli_offline_plan_says_why_the_provision_column_is_empty() {
+    let f = fixture::standard();
+    let footer = |why: &str| {
+        format!(
+            "provision actions: not computed (offline plan: {why}; run `proxmox-gitops provision --all --dry-run` to \
+             compare with the live host)\n"
+        )
+    };
+    // --offline with PVE configured (the fixture's local/config.json): nothing is contacted.
+    let r = run(
+        &f.root,
+        &["plan", "--ref", "refs/heads/release", "--offline"],
+        &[("PROXMOX_TEMPLATE", "debian-13-standard_13.1-2")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.ends_with(&footer("--offline")), "{}", r.stdout);
+    let rows: Vec<&str> = r.stdout.lines().skip(1).take_while(|l| !l.is_empty()).collect();
+    assert_eq!(rows.len(), 4, "{}", r.stdout);
+    for row in rows {
+        assert!(row.ends_with("provision + configure  -"), "{row}");
+    }
+    // No PVE configured at all (no config files, the environment is cleared).
+    std::fs::remove_file(f.root.join("local/config.json")).unwrap();
+    std::fs::remove_file(f.root.join("local/config.local.json")).unwrap();
+    let r = run(&f.root, &["plan", "--ref", "refs/heads/release"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.ends_with(&footer("PROXMOX_HOST is not set")), "{}", r.stdout);
+    // A ref that does not provision has nothing to explain.
+    let r = run(&f.root, &["plan", "--ref", "refs/heads/main"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains("provision actions"), "{}", r.stdout);
+}
+
+#[test]
 fn cli_log_levels() {
     let f = fixture::standard();
     let quiet_default = run(&f.root, &["resolve"], &[]);
