@@ -581,9 +581,11 @@ fn rule_duplicates_name_both_files() {
 
 #[test]
 fn rule_dotenv_substitutions_and_quotes() {
-    one_problem(&[(APP, &app("NAME=$(hostname)\n"))], "libs/app/container.env:3", "`$(` would be evaluated by a shell");
-    one_problem(&[(APP, &app("NAME=\"`id -u`\"\n"))], "libs/app/container.env:3", "a backtick (`) would be evaluated");
-    one_problem(&[(APP, &app("NAME=${HOME}\n"))], "libs/app/container.env:3", "`${` would be evaluated");
+    let at = "libs/app/container.env:3";
+    one_problem(&[(APP, &app("NAME=$(hostname)\n"))], at, "`$(hostname)` would be evaluated by a shell");
+    one_problem(&[(APP, &app("NAME=\"`id -u`\"\n"))], at, "the backtick substitution `id -u` would be evaluated");
+    one_problem(&[(APP, &app("NAME=${HOME}\n"))], at, "`${HOME}` would be evaluated");
+    one_problem(&[(APP, &app("EXTRA=$HOME/x\n"))], at, "`$HOME` would be evaluated");
     one_problem(&[(APP, &app("NAME=\"unterminated\n"))], "libs/app/container.env:3", "unterminated double quote");
     one_problem(&[(APP, &app("NAME='unterminated\n"))], "libs/app/container.env:3", "unterminated single quote");
     one_problem(&[(APP, &app("NAME=\"a\"b\n"))], "libs/app/container.env:3", "unexpected text after the closing quote");
@@ -694,7 +696,7 @@ fn all_problems_are_reported_together() {
             "libs/app/container.env:1 (IP): expected a prefix length 1–32 after `/`, found `40`",
             "libs/app/container.env:3 (MOUNT): cannot read mount `bad:mount:x:y`: expected a share name (`share`), HOST_PATH:CONTAINER_PATH, STORAGE:SIZE:CONTAINER_PATH or a /dev/… device",
             "libs/b_ad (hostname): hostname `b_ad` (from the lib's directory name) is not a valid DNS label: use letters, digits and `-` (no `_`), at most 63 characters",
-            "libs/b_ad/container.env:2: `$(` would be evaluated by a shell; substitutions are not supported in env files (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)",
+            "libs/b_ad/container.env:2: `$(id)` would be evaluated by a shell; substitutions are not supported in env files (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)",
             "libs/dup/container.env:1 (IP): duplicate IP address 10.0.3.10: also used by `config` (container.env:1)",
             "libs/dup/container.env:2 (ID): duplicate vmid 100: also used by `config` (container.env:2)",
             "local/config.json:1 (proxmox.nod): unknown key `nod`; the `proxmox` section takes `host`, `port`, `user`, `password`, `token`, `secret`, `node`, `gateway`, `mask`, `interface`, `bridge`, `storage`, `template`, `share`",

@@ -127,12 +127,63 @@ fn parse_line(raw: &str) -> Result<Option<(String, String)>, String> {
     Ok(Some((key.to_string(), value)))
 }
 
+/// The message for a substitution a shell would evaluate; `found` is the whole reference as
+/// written (`$HOME`, `${HOME}`, `$(id)`, `` `id` ``, see [`reference_at`]).
 fn substitution_error(found: &str) -> String {
-    let what = if found == "`" { "a backtick (`)".to_string() } else { format!("`{found}`") };
+    let what = if found.starts_with('`') {
+        if found.len() > 1 && found.ends_with('`') {
+            format!("the backtick substitution {found}")
+        } else {
+            "a backtick (`)".to_string()
+        }
+    } else {
+        format!("`{found}`")
+    };
     format!(
         "{what} would be evaluated by a shell; substitutions are not supported in env files \
          (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)"
     )
+}
+
+/// Longest reference quoted in a message, in characters; longer ones end in `…`.
+const MAX_REFERENCE: usize = 60;
+
+/// The whole substitution starting at `chars[i]` (a `$` or a backtick) as written, for messages:
+/// `$NAME`, `$1` / `$@` (one special character), `${…}` up to its `}`, `$(…)` up to its matching
+/// `)`, `` `…` `` up to the next backtick; an unterminated one runs to the end of the value.
+fn reference_at(chars: &[char], i: usize) -> String {
+    let end = match (chars[i], chars.get(i + 1)) {
+        ('`', _) => chars[i + 1..].iter().position(|&c| c == '`').map_or(chars.len(), |p| i + 1 + p + 1),
+        ('$', Some('{')) => chars[i + 2..].iter().position(|&c| c == '}').map_or(chars.len(), |p| i + 2 + p + 1),
+        ('$', Some('(')) => {
+            let mut depth = 0usize;
+            let mut end = chars.len();
+            for (j, &c) in chars.iter().enumerate().skip(i + 1) {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = j + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            end
+        }
+        ('$', Some(c)) if c.is_ascii_alphabetic() || *c == '_' => {
+            i + 1 + chars[i + 1..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == '_').count()
+        }
+        _ => (i + 2).min(chars.len()),
+    };
+    let r: String = chars[i..end].iter().collect();
+    if r.chars().count() > MAX_REFERENCE {
+        format!("{}…", r.chars().take(MAX_REFERENCE).collect::<String>())
+    } else {
+        r
+    }
 }
 
 /// Checks what follows a closing quote: whitespace, then optionally a comment.
@@ -153,10 +204,8 @@ fn trailing(rest: &str) -> Result<(), String> {
 
 fn check_dollar(chars: &[char], i: usize) -> Result<(), String> {
     match chars.get(i + 1) {
-        Some('(') => Err(substitution_error("$(")),
-        Some('{') => Err(substitution_error("${")),
-        Some(c) if c.is_ascii_alphabetic() || *c == '_' || c.is_ascii_digit() || "@*#?$!-".contains(*c) => {
-            Err(substitution_error(&format!("${c}")))
+        Some(c) if "({@*#?$!-_".contains(*c) || c.is_ascii_alphanumeric() => {
+            Err(substitution_error(&reference_at(chars, i)))
         }
         _ => Ok(()),
     }
@@ -202,7 +251,7 @@ fn parse_value(v: &str) -> Result<String, String> {
                         trailing(&chars[i + 1..].iter().collect::<String>())?;
                         return Ok(out);
                     }
-                    '`' => return Err(substitution_error("`")),
+                    '`' => return Err(substitution_error(&reference_at(&chars, i))),
                     '$' => {
                         check_dollar(&chars, i)?;
                         out.push('$');
@@ -223,7 +272,7 @@ fn parse_value(v: &str) -> Result<String, String> {
                 let c = chars[i];
                 match c {
                     '#' if i == 0 || chars[i - 1].is_whitespace() => break,
-                    '`' => return Err(substitution_error("`")),
+                    '`' => return Err(substitution_error(&reference_at(&chars, i))),
                     '$' => {
                         check_dollar(&chars, i)?;
                         out.push('$');
@@ -299,6 +348,30 @@ mod tests {
         ] {
             assert!(parse_line(bad).is_err(), "{bad} should be refused");
         }
+    }
+
+    #[test]
+    fn substitutions_are_named_whole() {
+        let named = |line: &str| {
+            let e = parse_line(line).unwrap_err();
+            let tail = " would be evaluated by a shell; substitutions are not supported in env files (put a literal \
+                        `$` or backtick in single quotes, or escape it with `\\` in double quotes)";
+            e.strip_suffix(tail).unwrap_or_else(|| panic!("{line}: {e}")).to_string()
+        };
+        assert_eq!(named("EXTRA=$HOME/x"), "`$HOME`");
+        assert_eq!(named("EXTRA=\"a $HOME_DIR2.x\""), "`$HOME_DIR2`");
+        assert_eq!(named("EXTRA=${HOME}/x"), "`${HOME}`");
+        assert_eq!(named("EXTRA=\"${HOME:-/root}\""), "`${HOME:-/root}`");
+        assert_eq!(named("EXTRA=\"$(id -u)\""), "`$(id -u)`");
+        assert_eq!(named("EXTRA=\"$(cat $(ls))x\""), "`$(cat $(ls))`");
+        assert_eq!(named("EXTRA=$1"), "`$1`");
+        assert_eq!(named("EXTRA=$@"), "`$@`");
+        assert_eq!(named("EXTRA=`id`"), "the backtick substitution `id`");
+        assert_eq!(named("EXTRA=\"a `id -u` b\""), "the backtick substitution `id -u`");
+        assert_eq!(named("EXTRA=\"`open\""), "a backtick (`)");
+        assert_eq!(named("EXTRA=\"${open\""), "`${open\"`");
+        let long = format!("EXTRA=\"$({})\"", "x".repeat(100));
+        assert_eq!(named(&long), format!("`$({}…`", "x".repeat(58)));
     }
 
     #[test]
