@@ -372,6 +372,42 @@ fn cli_offline_plan_says_why_the_provision_column_is_empty() {
 }
 
 #[test]
+fn cli_warns_about_repeated_and_miscased_keys_with_file_and_line() {
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, APP, "IP=10.0.3.20/24\nID=120\nCORES=1\nmemory=2048\nCORES=2\n");
+    let dup = "libs/app/container.env:5 (CORES): `CORES` is set more than once in this file (also on line 3); the last \
+               one (line 5) wins";
+    let case = "libs/app/container.env:4 (memory): `memory` is not `MEMORY` (keys are case-sensitive): it is passed on \
+                as an extra key and `MEMORY` is not set by it; did you mean MEMORY?";
+    let r = run(&root, &["resolve", "--json"], &[("NO_COLOR", "1")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.contains("libs/app")).collect();
+    assert_eq!(warnings, vec![format!(" WARN {case}"), format!(" WARN {dup}")]);
+    // The values are still used: the last CORES, and `memory` as an extra key (MEMORY keeps its
+    // default).
+    let inv: Value = serde_json::from_str(&r.stdout).unwrap();
+    let app = inv["containers"].as_array().unwrap().iter().find(|c| c["name"] == "app").unwrap().clone();
+    assert_eq!(
+        (app["cores"].clone(), app["memory_mib"].clone(), app["extra"].clone()),
+        (json!(2), json!(512), json!({"memory": "2048"})),
+        "{app:#}"
+    );
+    // Under Actions: annotations on the lines as well.
+    let r = run(&root, &["resolve"], &[("NO_COLOR", "1"), ("GITHUB_ACTIONS", "true")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let commands: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("::warning")).collect();
+    assert_eq!(
+        commands,
+        vec![
+            "::warning file=libs/app/container.env,line=4::memory: `memory` is not `MEMORY` (keys are case-sensitive): \
+             it is passed on as an extra key and `MEMORY` is not set by it; did you mean MEMORY?",
+            "::warning file=libs/app/container.env,line=5::CORES: `CORES` is set more than once in this file (also on \
+             line 3); the last one (line 5) wins",
+        ]
+    );
+}
+
+#[test]
 fn cli_log_levels() {
     let f = fixture::standard();
     let quiet_default = run(&f.root, &["resolve"], &[]);

@@ -15,7 +15,8 @@
 //! * `$(…)`, backticks, `$VAR` and `${VAR}` outside single quotes are input errors (a literal `$`
 //!   goes in single quotes or as `\$` in double quotes);
 //! * keys match `[A-Za-z_][A-Za-z0-9_]*`; a key given twice in one file: the last one wins, as in
-//!   bash.
+//!   bash, with a warning naming both lines ([`lint`], which also warns about a known key written
+//!   in another case, e.g. `memory` for `MEMORY`).
 //!
 //! We keep our own parser (instead of e.g. `dotenvy`) because the contract is part of the product:
 //! every key carries its line number for error messages, and substitutions are rejected rather
@@ -24,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Location, Problems};
+use crate::error::{Location, Problem, Problems};
 
 /// One `KEY=value` assignment and where it was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +95,53 @@ pub fn layer<'a>(layers: impl IntoIterator<Item = &'a Entries>) -> BTreeMap<Stri
         }
     }
     map
+}
+
+/// Warnings about one file's entries that do not stop the run (the values are still used):
+///
+/// * a key set more than once: the last one wins (as in bash), and the warning sits on that
+///   line and names the earlier ones;
+/// * a key that is one of `known` in another case (`memory` for `MEMORY`): keys are
+///   case-sensitive, so it is not read as the known key but passed on as an extra one.
+///
+/// Each warning is a [`Problem`] at the file, line and key. Values are never quoted (an extra
+/// key may hold a secret).
+pub fn lint(entries: &[Entry], known: &[&str]) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let mut lines: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for e in entries {
+        lines.entry(e.key.as_str()).or_default().push(e.line);
+    }
+    for e in entries {
+        let seen = &lines[e.key.as_str()];
+        if seen.len() > 1 && seen.last() == Some(&e.line) {
+            let earlier: Vec<String> = seen[..seen.len() - 1].iter().map(usize::to_string).collect();
+            out.push(Problem::new(
+                Location::line(&e.file, e.line).with_key(&e.key),
+                format!(
+                    "`{}` is set more than once in this file (also on line{} {}); the last one (line {}) wins",
+                    e.key,
+                    if earlier.len() > 1 { "s" } else { "" },
+                    earlier.join(", "),
+                    e.line
+                ),
+            ));
+        }
+        if !known.contains(&e.key.as_str())
+            && let Some(k) = known.iter().find(|k| k.eq_ignore_ascii_case(&e.key))
+        {
+            out.push(Problem::new(
+                Location::line(&e.file, e.line).with_key(&e.key),
+                format!(
+                    "`{}` is not `{k}` (keys are case-sensitive): it is passed on as an extra key and `{k}` is \
+                     not set by it; did you mean {k}?",
+                    e.key
+                ),
+            ));
+        }
+    }
+    out.sort_by_key(|p| p.location.line);
+    out
 }
 
 fn is_key(s: &str) -> bool {
@@ -372,6 +420,28 @@ mod tests {
         assert_eq!(named("EXTRA=\"${open\""), "`${open\"`");
         let long = format!("EXTRA=\"$({})\"", "x".repeat(100));
         assert_eq!(named(&long), format!("`$({}…`", "x".repeat(58)));
+    }
+
+    #[test]
+    fn lint_warns_about_repeated_keys_and_wrong_case() {
+        let file = Path::new("libs/app/container.env");
+        let text = "ID=120\nCORES=1\nmemory=512\nCORES=2\nEXTRA=x\nCORES=0\nMemory=1\n";
+        let entries = parse(file, text).unwrap();
+        let got: Vec<String> = lint(&entries, &["ID", "CORES", "MEMORY"]).iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            got,
+            vec![
+                "libs/app/container.env:3 (memory): `memory` is not `MEMORY` (keys are case-sensitive): it is passed on \
+                 as an extra key and `MEMORY` is not set by it; did you mean MEMORY?",
+                "libs/app/container.env:6 (CORES): `CORES` is set more than once in this file (also on lines 2, 4); the \
+                 last one (line 6) wins",
+                "libs/app/container.env:7 (Memory): `Memory` is not `MEMORY` (keys are case-sensitive): it is passed on \
+                 as an extra key and `MEMORY` is not set by it; did you mean MEMORY?",
+            ]
+        );
+        // Last one wins all the same.
+        assert_eq!(layer([&entries])["CORES"].value, "0");
+        assert_eq!(lint(&parse(file, "ID=1\nCORES=2\nOTHER=x\n").unwrap(), &["ID", "CORES"]), vec![]);
     }
 
     #[test]
