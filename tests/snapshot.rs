@@ -458,6 +458,22 @@ fn cli_rejects_a_malformed_at_before_doing_anything() {
     assert!(!artifacts.join("snapshot").exists(), "nothing ran");
 }
 
+/// Neither --container nor --all: the usage error names both.
+#[test]
+fn cli_needs_container_or_all_and_says_so() {
+    let (code, stdout, stderr) = cli(&[std::ffi::OsStr::new("snapshot")]);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: the following required arguments were not provided:\n  <--container <CONTAINERS>|--all>\n"
+        ),
+        "{stderr}"
+    );
+    let (code, _, stderr) = cli(&["snapshot", "--all", "-c", "app"].map(std::ffi::OsStr::new));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("'--all' cannot be used with '--container <CONTAINERS>'"), "{stderr}");
+}
+
 /// Writes `provision/<name>.json` of a pve-backend container at `address:port`.
 fn write_pve_provision(artifacts: &Path, name: &str, address: &str, port: u16) {
     use proxmox_gitops::provision::{Action, BackendKind, ContainerPlan, Provision};

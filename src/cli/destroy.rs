@@ -28,7 +28,7 @@ pub struct DestroyArgs {
     #[arg(long)]
     inventory: Option<PathBuf>,
     #[command(flatten)]
-    pve: super::provision::PveArgs,
+    pve: super::provision::PveDestroyArgs,
 }
 
 pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {

@@ -29,8 +29,9 @@ pub struct PlanArgs {
     jobs: u16,
     #[command(flatten)]
     policy: super::provision::PolicyArgs,
+    /// PVE API trust (plan only reads: no task timeouts).
     #[command(flatten)]
-    pve: super::provision::PveArgs,
+    pve: super::provision::PveTlsArgs,
 }
 
 pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {

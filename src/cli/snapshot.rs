@@ -12,9 +12,10 @@ use crate::steps::snapshot::{self as step, SnapshotOptions};
 
 /// Arguments of `snapshot`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["containers", "all"])))]
 pub struct SnapshotArgs {
     /// Containers to snapshot (lib name or hostname); repeatable.
-    #[arg(long = "container", short = 'c', required_unless_present = "all", conflicts_with = "all")]
+    #[arg(long = "container", short = 'c')]
     containers: Vec<String>,
     /// Every container of the stage that declares SNAPSHOT paths.
     #[arg(long)]
@@ -48,7 +49,10 @@ pub struct SnapshotArgs {
     connect_budget: u64,
     /// PVE API trust (for container snapshots of `pve` containers; used when PROXMOX_HOST is set).
     #[command(flatten)]
-    pve: super::provision::PveArgs,
+    pve: super::provision::PveTlsArgs,
+    /// Seconds a PVE container-snapshot task (create, rollback, delete) may take.
+    #[arg(long, value_name = "SECS", default_value_t = 600, alias = "timeout-create")]
+    timeout_snapshot: u64,
 }
 
 /// Checks `--at` while the command line is parsed, so a malformed one is a usage error (exit 2)
@@ -97,7 +101,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let pve = match settings.pve.host {
         Some(_) => Some(step::PveCtAccess {
             client: std::sync::Arc::new(crate::steps::provision::pve_client(&settings, &args.pve.connect()?)?),
-            task_timeout: std::time::Duration::from_secs(args.pve.timeout_create),
+            task_timeout: std::time::Duration::from_secs(args.timeout_snapshot),
         }),
         None => None,
     };
