@@ -276,9 +276,7 @@ async fn recreate_is_refused_when_the_snapshot_fails() {
     // Unreachable: refused.
     let good = spec("app", &paths);
     let down = guard::Unreachable::new("SSH at 10.0.3.9:22 did not answer", "start it and make SSH work");
-    let e = guard::before_destroy(&good, Err(down), &store, false, now)
-        .await
-        .unwrap_err();
+    let e = guard::before_destroy(&good, Err(down), &store, false, now).await.unwrap_err();
     assert_eq!(
         e.to_string(),
         format!(

@@ -341,10 +341,7 @@ mod tests {
         let with = |extra: &[&str]| tls.iter().chain(extra).map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(timeouts("plan"), with(&[]));
         assert_eq!(timeouts("snapshot"), with(&["timeout-snapshot"]));
-        assert_eq!(
-            timeouts("destroy"),
-            with(&["timeout-shutdown", "timeout-stop", "timeout-destroy", "timeout-lock"])
-        );
+        assert_eq!(timeouts("destroy"), with(&["timeout-shutdown", "timeout-stop", "timeout-destroy", "timeout-lock"]));
         assert_eq!(timeouts("provision"), with(&all));
         assert_eq!(timeouts("deploy"), with(&all));
     }

@@ -390,7 +390,8 @@ pub async fn protect(
     let now = time::OffsetDateTime::now_utc();
     if spec.snapshot_paths.is_empty() || no_snapshot {
         // before_destroy decides without touching the container.
-        let protection = guard::before_destroy(spec, Err(Unreachable::new("not needed", "")), &store, no_snapshot, now).await?;
+        let protection =
+            guard::before_destroy(spec, Err(Unreachable::new("not needed", "")), &store, no_snapshot, now).await?;
         return Ok(Guarded { protection, record: None });
     }
     let started = std::time::Instant::now();
