@@ -12,6 +12,7 @@
 //!   print it;
 //! * [`Group`] — `::group::NAME` … `::endgroup::` around a step;
 //! * [`error_annotation`] — `::error file=F,line=L::MSG` for input problems;
+//! * [`warn_problem`] — `::warning file=F,line=L::MSG` (and a log line) for input warnings;
 //! * [`set_outputs`] — appends `key=value` (or a heredoc for multi-line values) to `$GITHUB_OUTPUT`.
 
 use std::collections::HashSet;
@@ -90,6 +91,17 @@ fn escape_property(s: &str) -> String {
 /// environment, a command-line option: see [`crate::error::Location::is_file`]) get no `file=`
 /// and carry their source in the message instead. Secrets are redacted from the message.
 pub fn error_command(problem: &Problem) -> String {
+    annotation_command("error", problem)
+}
+
+/// The `::warning …::` workflow command for a problem that does not stop the run (a repeated
+/// key in an env file …), with `file=`/`line=` like [`error_command`].
+pub fn warning_command(problem: &Problem) -> String {
+    annotation_command("warning", problem)
+}
+
+/// `::<kind> file=…,line=…::MSG` (see [`error_command`]).
+fn annotation_command(kind: &str, problem: &Problem) -> String {
     let loc = &problem.location;
     let mut props = Vec::new();
     let mut msg = String::new();
@@ -106,13 +118,43 @@ pub fn error_command(problem: &Problem) -> String {
     }
     msg.push_str(&problem.message);
     let props = if props.is_empty() { String::new() } else { format!(" {}", props.join(",")) };
-    format!("::error{props}::{}", escape_data(&redact(&msg)))
+    format!("::{kind}{props}::{}", escape_data(&redact(&msg)))
 }
 
 /// Prints [`error_command`] for an input problem on stderr when under Actions (no-op otherwise).
 pub fn error_annotation(problem: &Problem) {
     if in_actions() {
         eprintln!("{}", error_command(problem));
+    }
+}
+
+/// Re-roots a repository-relative problem file for Actions annotations: the runner resolves
+/// `file=` against `$GITHUB_WORKSPACE`, so when `repo` (`--repo`) is a directory below the
+/// workspace its relative path is put in front.
+pub fn workspace_relative(problem: &Problem, repo: &Path) -> Problem {
+    let mut p = problem.clone();
+    if !p.location.is_file() || p.location.file.is_absolute() {
+        return p;
+    }
+    let Some(ws) = std::env::var_os("GITHUB_WORKSPACE").and_then(|w| Path::new(&w).canonicalize().ok()) else {
+        return p;
+    };
+    if let Ok(repo) = repo.canonicalize()
+        && let Ok(rel) = repo.strip_prefix(&ws)
+        && !rel.as_os_str().is_empty()
+    {
+        p.location.file = rel.join(&p.location.file);
+    }
+    p
+}
+
+/// Reports a warning about the user's input in the repository at `repo`: a `WARN` log line
+/// naming the file and line, and under Actions also [`warning_command`] (an annotation on that
+/// line, see [`workspace_relative`]) on stderr.
+pub fn warn_problem(problem: &Problem, repo: &Path) {
+    tracing::warn!("{}", redact(&problem.to_string()));
+    if in_actions() {
+        eprintln!("{}", warning_command(&workspace_relative(problem, repo)));
     }
 }
 
@@ -251,6 +293,8 @@ mod tests {
         assert_eq!(error_command(&p), "::error::environment: PROXMOX_PORT: expected a TCP port");
         let p = Problem::new(Location::file("--stage"), "must be a DNS label");
         assert_eq!(error_command(&p), "::error::--stage: must be a DNS label");
+        let p = Problem::new(Location::line("libs/app/container.env", 5).with_key("CORES"), "set twice");
+        assert_eq!(warning_command(&p), "::warning file=libs/app/container.env,line=5::CORES: set twice");
     }
 
     #[test]

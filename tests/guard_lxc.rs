@@ -181,8 +181,9 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
     let p = provision(&b, &s, RecreatePolicy::Always, &apply, &dir).await;
     let expected = format!(
         "refusing to destroy {name} (vmid 9701): it declares data (/srv/data) but cannot be reached to snapshot it: \
-         LXC container `{name}` is stopped, not running; start it and make SSH work, or pass --no-snapshot to destroy \
-         without a snapshot"
+         LXC container `{name}` is stopped, not running; start it (`lxc-start {}-n {name}`), or pass --no-snapshot to \
+         destroy without a snapshot",
+        if lxc_path == Path::new("/var/lib/lxc") { String::new() } else { format!("-P {} ", lxc_path.display()) }
     );
     assert_eq!(p.outcome, Outcome::Failed { error: expected.clone() });
     assert_eq!((p.actions.clone(), p.protected_by.clone()), (vec![], None));
@@ -208,4 +209,56 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
     assert_eq!(archives(&share, &name), both);
     assert_eq!(d.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["snapshot", "stop", "destroy"]);
     assert!(!lxc_path.join(&name).join("config").exists(), "destroyed");
+}
+
+/// `destroy --backend lxc` of a stopped container that declares data: refused with the lxc
+/// backend's advice (`lxc-start`, no SSH), and the refusal is printed once (the table says
+/// FAILED, the final error carries the text; no separate ERROR log line). The container is only
+/// defined (a config and `proxmox-gitops.json` in a private LXC path), never started.
+#[test]
+fn destroy_cli_refuses_a_stopped_lxc_container_once_with_lxc_start_advice() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let lxc = t.path().join("lxc");
+    for (path, text) in [
+        ("repo/container.env", "ID=100\nIP=127.0.20.1/24\n"),
+        ("repo/base/tasks.yml", "- base\n"),
+        ("repo/libs/broker/container.env", "ID=9711\nIP=dhcp\nSNAPSHOT=/srv/data\n"),
+        ("repo/libs/broker/configure.sh", "echo hi\n"),
+        ("lxc/broker/config", "lxc.uts.name = broker\n"),
+        ("lxc/broker/proxmox-gitops.json", r#"{"vmid":9711,"name":"broker","base":"b","release":"bookworm"}"#),
+    ] {
+        let p = t.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .arg("--repo")
+        .arg(&repo)
+        .args(["destroy", "--backend", "lxc", "--container", "broker"])
+        .env("PGO_LXC_PATH", &lxc)
+        .env("PROXMOX_SHARE", t.path().join("share"))
+        .env("NO_COLOR", "1")
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITEA_ACTIONS")
+        .env_remove("PROXMOX_HOST")
+        .env_remove("PGO_ARTIFACTS")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stdout,
+        "NAME    VMID  CONTAINER  PROTECTED BY  RESULT\nbroker  9711  kept       -             FAILED\n"
+    );
+    let refusal = format!(
+        "refusing to destroy broker (vmid 9711): it declares data (/srv/data) but cannot be reached to snapshot it: \
+         LXC container `broker` is stopped, not running; start it (`lxc-start -P {} -n broker`), or pass \
+         --no-snapshot to destroy without a snapshot",
+        lxc.display()
+    );
+    assert!(stderr.ends_with(&format!("error: 1 of 1 container(s) failed:\nbroker: {refusal}\n")), "{stderr}");
+    assert_eq!(stderr.matches("refusing to destroy").count(), 1, "{stderr}");
+    assert!(!stderr.contains("make SSH work"), "{stderr}");
+    assert!(lxc.join("broker/config").is_file(), "nothing destroyed");
 }

@@ -924,7 +924,8 @@ async fn unreachable_with_data(env: &Env) -> (ContainerSpec, Backend, ApplyOptio
 fn assert_refusal(error: &str) {
     let head =
         "refusing to destroy broker (vmid 101): it declares data (/srv/data) but cannot be reached to snapshot it: ";
-    let tail = "start it and make SSH work, or pass --no-snapshot to destroy without a snapshot";
+    let tail = "start it (`pct start 101` on its node, or the PVE API) and make SSH work, or pass --no-snapshot to \
+                destroy without a snapshot";
     assert!(error.starts_with(head) && error.ends_with(tail), "{error}");
 }
 

@@ -338,6 +338,76 @@ fn cli_plan_reads_an_inventory_artifact_and_refuses_other_kinds() {
 }
 
 #[test]
+fn cli_offline_plan_says_why_the_provision_column_is_empty() {
+    let f = fixture::standard();
+    let footer = |why: &str| {
+        format!(
+            "provision actions: not computed (offline plan: {why}; run `proxmox-gitops provision --all --dry-run` to \
+             compare with the live host)\n"
+        )
+    };
+    // --offline with PVE configured (the fixture's local/config.json): nothing is contacted.
+    let r = run(
+        &f.root,
+        &["plan", "--ref", "refs/heads/release", "--offline"],
+        &[("PROXMOX_TEMPLATE", "debian-13-standard_13.1-2")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.ends_with(&footer("--offline")), "{}", r.stdout);
+    let rows: Vec<&str> = r.stdout.lines().skip(1).take_while(|l| !l.is_empty()).collect();
+    assert_eq!(rows.len(), 4, "{}", r.stdout);
+    for row in rows {
+        assert!(row.ends_with("provision + configure  -"), "{row}");
+    }
+    // No PVE configured at all (no config files, the environment is cleared).
+    std::fs::remove_file(f.root.join("local/config.json")).unwrap();
+    std::fs::remove_file(f.root.join("local/config.local.json")).unwrap();
+    let r = run(&f.root, &["plan", "--ref", "refs/heads/release"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.ends_with(&footer("PROXMOX_HOST is not set")), "{}", r.stdout);
+    // A ref that does not provision has nothing to explain.
+    let r = run(&f.root, &["plan", "--ref", "refs/heads/main"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains("provision actions"), "{}", r.stdout);
+}
+
+#[test]
+fn cli_warns_about_repeated_and_miscased_keys_with_file_and_line() {
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, APP, "IP=10.0.3.20/24\nID=120\nCORES=1\nmemory=2048\nCORES=2\n");
+    let dup = "libs/app/container.env:5 (CORES): `CORES` is set more than once in this file (also on line 3); the last \
+               one (line 5) wins";
+    let case = "libs/app/container.env:4 (memory): `memory` is not `MEMORY` (keys are case-sensitive): it is passed on \
+                as an extra key and `MEMORY` is not set by it; did you mean MEMORY?";
+    let r = run(&root, &["resolve", "--json"], &[("NO_COLOR", "1")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.contains("libs/app")).collect();
+    assert_eq!(warnings, vec![format!(" WARN {case}"), format!(" WARN {dup}")]);
+    // The values are still used: the last CORES, and `memory` as an extra key (MEMORY keeps its
+    // default).
+    let inv: Value = serde_json::from_str(&r.stdout).unwrap();
+    let app = inv["containers"].as_array().unwrap().iter().find(|c| c["name"] == "app").unwrap().clone();
+    assert_eq!(
+        (app["cores"].clone(), app["memory_mib"].clone(), app["extra"].clone()),
+        (json!(2), json!(512), json!({"memory": "2048"})),
+        "{app:#}"
+    );
+    // Under Actions: annotations on the lines as well.
+    let r = run(&root, &["resolve"], &[("NO_COLOR", "1"), ("GITHUB_ACTIONS", "true")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let commands: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("::warning")).collect();
+    assert_eq!(
+        commands,
+        vec![
+            "::warning file=libs/app/container.env,line=4::memory: `memory` is not `MEMORY` (keys are case-sensitive): \
+             it is passed on as an extra key and `MEMORY` is not set by it; did you mean MEMORY?",
+            "::warning file=libs/app/container.env,line=5::CORES: `CORES` is set more than once in this file (also on \
+             line 3); the last one (line 5) wins",
+        ]
+    );
+}
+
+#[test]
 fn cli_log_levels() {
     let f = fixture::standard();
     let quiet_default = run(&f.root, &["resolve"], &[]);
@@ -480,7 +550,11 @@ fn rule_cores_memory_swap_disk_boot() {
     one_problem(&[(APP, &app("DISK=local-lvm\n"))], "libs/app/container.env:3 (DISK)", "expected STORAGE:SIZE");
     one_problem(&[(APP, &app("DISK=local-lvm:0\n"))], "libs/app/container.env:3 (DISK)", "size in whole GiB");
     one_problem(&[(APP, &app("DISK=Local:8\n"))], "libs/app/container.env:3 (DISK)", "not a PVE storage id");
-    one_problem(&[(APP, &app("BOOT=maybe\n"))], "libs/app/container.env:3 (BOOT)", "expected yes/no/true/false/1/0");
+    one_problem(
+        &[(APP, &app("BOOT=maybe\n"))],
+        "libs/app/container.env:3 (BOOT)",
+        "expected yes/no, true/false, on/off or 1/0 (any case), found `maybe`",
+    );
 }
 
 #[test]
@@ -543,9 +617,11 @@ fn rule_duplicates_name_both_files() {
 
 #[test]
 fn rule_dotenv_substitutions_and_quotes() {
-    one_problem(&[(APP, &app("NAME=$(hostname)\n"))], "libs/app/container.env:3", "`$(` would be evaluated by a shell");
-    one_problem(&[(APP, &app("NAME=\"`id -u`\"\n"))], "libs/app/container.env:3", "a backtick (`) would be evaluated");
-    one_problem(&[(APP, &app("NAME=${HOME}\n"))], "libs/app/container.env:3", "`${` would be evaluated");
+    let at = "libs/app/container.env:3";
+    one_problem(&[(APP, &app("NAME=$(hostname)\n"))], at, "`$(hostname)` would be evaluated by a shell");
+    one_problem(&[(APP, &app("NAME=\"`id -u`\"\n"))], at, "the backtick substitution `id -u` would be evaluated");
+    one_problem(&[(APP, &app("NAME=${HOME}\n"))], at, "`${HOME}` would be evaluated");
+    one_problem(&[(APP, &app("EXTRA=$HOME/x\n"))], at, "`$HOME` would be evaluated");
     one_problem(&[(APP, &app("NAME=\"unterminated\n"))], "libs/app/container.env:3", "unterminated double quote");
     one_problem(&[(APP, &app("NAME='unterminated\n"))], "libs/app/container.env:3", "unterminated single quote");
     one_problem(&[(APP, &app("NAME=\"a\"b\n"))], "libs/app/container.env:3", "unexpected text after the closing quote");
@@ -656,7 +732,7 @@ fn all_problems_are_reported_together() {
             "libs/app/container.env:1 (IP): expected a prefix length 1–32 after `/`, found `40`",
             "libs/app/container.env:3 (MOUNT): cannot read mount `bad:mount:x:y`: expected a share name (`share`), HOST_PATH:CONTAINER_PATH, STORAGE:SIZE:CONTAINER_PATH or a /dev/… device",
             "libs/b_ad (hostname): hostname `b_ad` (from the lib's directory name) is not a valid DNS label: use letters, digits and `-` (no `_`), at most 63 characters",
-            "libs/b_ad/container.env:2: `$(` would be evaluated by a shell; substitutions are not supported in env files (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)",
+            "libs/b_ad/container.env:2: `$(id)` would be evaluated by a shell; substitutions are not supported in env files (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)",
             "libs/dup/container.env:1 (IP): duplicate IP address 10.0.3.10: also used by `config` (container.env:1)",
             "libs/dup/container.env:2 (ID): duplicate vmid 100: also used by `config` (container.env:2)",
             "local/config.json:1 (proxmox.nod): unknown key `nod`; the `proxmox` section takes `host`, `port`, `user`, `password`, `token`, `secret`, `node`, `gateway`, `mask`, `interface`, `bridge`, `storage`, `template`, `share`",
@@ -679,7 +755,7 @@ fn cli_reports_all_problems_and_writes_nothing() {
         vec![
             "::error file=container.env,line=2::ID: ID (the vmid) must be between 100 and 999999999, found 1",
             "::error file=libs/app/container.env,line=1::IP: expected an IPv4 address (optionally with /prefix) or `dhcp`, found `bogus`",
-            "::error file=libs/app/container.env,line=3::BOOT: expected yes/no/true/false/1/0, found `perhaps`",
+            "::error file=libs/app/container.env,line=3::BOOT: expected yes/no, true/false, on/off or 1/0 (any case), found `perhaps`",
         ]
     );
     assert!(!root.join(".proxmox-gitops").exists(), "nothing is written on bad input");

@@ -139,7 +139,11 @@ async fn newest_is_chosen_by_time_not_by_name() {
         "--at `20261130-170000`: no snapshot of app at that time; available: 20261130-160102, 20261130-160102-2"
     );
     let e = data::restore(&exec, &store, "app", Some("yesterday")).await.unwrap_err();
-    assert_eq!(e.to_string(), "--at `yesterday`: expected a snapshot time YYYYMMDD-HHMMSS (UTC), optionally with -N");
+    assert_eq!(
+        e.to_string(),
+        "--at `yesterday`: expected a snapshot time YYYYMMDD-HHMMSS (UTC), optionally with -N, or a snapshot id \
+         <lib>-YYYYMMDD-HHMMSS[-N]"
+    );
     let e = data::restore(&exec, &store, "other", None).await.unwrap_err();
     assert_eq!(e.to_string(), format!("no snapshot of other in {}", store.lib_dir("other").display()));
 }
@@ -271,9 +275,8 @@ async fn recreate_is_refused_when_the_snapshot_fails() {
 
     // Unreachable: refused.
     let good = spec("app", &paths);
-    let e = guard::before_destroy(&good, Err("SSH at 10.0.3.9:22 did not answer".into()), &store, false, now)
-        .await
-        .unwrap_err();
+    let down = guard::Unreachable::new("SSH at 10.0.3.9:22 did not answer", "start it and make SSH work");
+    let e = guard::before_destroy(&good, Err(down), &store, false, now).await.unwrap_err();
     assert_eq!(
         e.to_string(),
         format!(
@@ -415,6 +418,58 @@ fn cli_without_a_provision_artifact_fails_clearly_and_records_it() {
     let (code, _, stderr) = cli(&refs);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--all: no container of this stage declares SNAPSHOT paths"), "{stderr}");
+}
+
+/// A malformed `--at` is a usage error (exit 2) found before anything runs: no table row, no
+/// artifact, the message names `--at` and the expected form. An id of a container that is not
+/// selected is refused the same way.
+#[test]
+fn cli_rejects_a_malformed_at_before_doing_anything() {
+    let t = tempfile::tempdir().unwrap();
+    let artifacts = t.path().join("artifacts");
+    let share = t.path().join("share");
+    let inv = write_inventory(t.path(), &artifacts, &share, vec![spec("app", &["/srv/app".to_string()])]);
+    let run = |extra: &[&str]| {
+        let mut v = vec!["--artifacts", artifacts.to_str().unwrap(), "snapshot", "--inventory", inv.to_str().unwrap()];
+        v.extend_from_slice(extra);
+        let refs: Vec<&std::ffi::OsStr> = v.iter().map(std::ffi::OsStr::new).collect();
+        cli(&refs)
+    };
+    let (code, stdout, stderr) = run(&["--container", "app", "--restore", "--at", "2026"]);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: invalid value '2026' for '--at <AT>': expected a snapshot time YYYYMMDD-HHMMSS (UTC), optionally \
+             with -N, or a snapshot id <lib>-YYYYMMDD-HHMMSS[-N]\n"
+        ),
+        "{stderr}"
+    );
+    assert!(!artifacts.join("snapshot").exists(), "nothing ran");
+
+    let (code, stdout, stderr) = run(&["--container", "app", "--restore", "--at", "other-20261130-101010"]);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert_eq!(
+        stderr,
+        "error: --at `other-20261130-101010` is a snapshot id of `other`, which is not among the selected containers \
+         (app); give a snapshot time YYYYMMDD-HHMMSS[-N] or an id of a selected container\n"
+    );
+    assert!(!artifacts.join("snapshot").exists(), "nothing ran");
+}
+
+/// Neither --container nor --all: the usage error names both.
+#[test]
+fn cli_needs_container_or_all_and_says_so() {
+    let (code, stdout, stderr) = cli(&[std::ffi::OsStr::new("snapshot")]);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: the following required arguments were not provided:\n  <--container <CONTAINERS>|--all>\n"
+        ),
+        "{stderr}"
+    );
+    let (code, _, stderr) = cli(&["snapshot", "--all", "-c", "app"].map(std::ffi::OsStr::new));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("'--all' cannot be used with '--container <CONTAINERS>'"), "{stderr}");
 }
 
 /// Writes `provision/<name>.json` of a pve-backend container at `address:port`.

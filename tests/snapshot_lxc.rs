@@ -260,6 +260,9 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
         )]
     );
     assert_eq!(store.list("app").unwrap().len(), 1);
+    // The warning is logged once (not by both the step and the command).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("no container snapshot").count(), 1, "{stderr}");
     let human = String::from_utf8_lossy(&out.stdout);
     assert!(human.starts_with("NAME  OPERATION  SNAPSHOT"), "{human}");
 

@@ -14,9 +14,10 @@ use crate::steps::configure::{Configure, ConfigureOptions, Contract, configure};
 
 /// Arguments of `configure`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["containers", "all"])))]
 pub struct ConfigureArgs {
     /// Container to configure (lib name or hostname); repeatable.
-    #[arg(long = "container", short = 'c', required_unless_present = "all", conflicts_with = "all")]
+    #[arg(long = "container", short = 'c')]
     containers: Vec<String>,
     /// Configure every container of the inventory.
     #[arg(long)]

@@ -28,7 +28,7 @@ pub struct DestroyArgs {
     #[arg(long)]
     inventory: Option<PathBuf>,
     #[command(flatten)]
-    pve: super::provision::PveArgs,
+    pve: super::provision::PveDestroyArgs,
 }
 
 pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
@@ -58,9 +58,10 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
                         "kept".into()
                     },
                     d.protected_by.clone().unwrap_or_else(|| "-".into()),
+                    // The error itself is printed once, in the final error below.
                     match &d.outcome {
                         Outcome::Ok => "ok".into(),
-                        Outcome::Failed { error } => format!("FAILED: {}", error.lines().next().unwrap_or("")),
+                        Outcome::Failed { .. } => "FAILED".into(),
                     },
                 ]
             })

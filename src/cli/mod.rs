@@ -150,32 +150,12 @@ fn init_logging(global: &GlobalArgs) {
         .try_init();
 }
 
-/// Re-roots repository-relative problem files for Actions annotations: the runner resolves
-/// `file=` against `$GITHUB_WORKSPACE`, so when `--repo` is a directory below the workspace its
-/// relative path is put in front.
-fn annotation_problem(problem: &crate::error::Problem, repo: &Path) -> crate::error::Problem {
-    let mut p = problem.clone();
-    if !p.location.is_file() || p.location.file.is_absolute() {
-        return p;
-    }
-    let Some(ws) = std::env::var_os("GITHUB_WORKSPACE").and_then(|w| Path::new(&w).canonicalize().ok()) else {
-        return p;
-    };
-    if let Ok(repo) = repo.canonicalize()
-        && let Ok(rel) = repo.strip_prefix(&ws)
-        && !rel.as_os_str().is_empty()
-    {
-        p.location.file = rel.join(&p.location.file);
-    }
-    p
-}
-
 /// Reports an error on stderr (and as Actions annotations) and returns its exit code.
 fn report(err: &Error, repo: &Path) -> i32 {
     match err {
         Error::Input(problems) => {
             for p in problems.iter() {
-                crate::ci::error_annotation(&annotation_problem(p, repo));
+                crate::ci::error_annotation(&crate::ci::workspace_relative(p, repo));
             }
             eprint!("error: {}", crate::ci::redact(&problems.to_string()));
         }

@@ -29,8 +29,9 @@ pub struct PlanArgs {
     jobs: u16,
     #[command(flatten)]
     policy: super::provision::PolicyArgs,
+    /// PVE API trust (plan only reads: no task timeouts).
     #[command(flatten)]
-    pve: super::provision::PveArgs,
+    pve: super::provision::PveTlsArgs,
 }
 
 pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
@@ -38,7 +39,15 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
     let mut p = plan(&inv, &args.git_ref, &args.containers)?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
     let provisions = p.containers.iter().any(|c| c.steps.contains(&crate::steps::plan::Step::Provision));
-    if !args.offline && provisions && settings.pve.host.is_some() {
+    // Without PVE (or with --offline) nothing is contacted: the provision actions stay unknown,
+    // and the human output says so and why.
+    let offline = match (provisions, args.offline, settings.pve.host.is_some()) {
+        (false, _, _) => None,
+        (true, true, _) => Some("--offline"),
+        (true, false, false) => Some("PROXMOX_HOST is not set"),
+        (true, false, true) => None,
+    };
+    if offline.is_none() && provisions {
         // Live state: what provision would do to each container (reads only).
         let backend =
             crate::steps::provision::backend(crate::provision::BackendKind::Pve, &settings, &args.pve.connect()?)?;
@@ -65,27 +74,81 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
         ),
     ])
     .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
-    ctx.emit(&p, || {
-        let rows: Vec<Vec<String>> = p
-            .containers
-            .iter()
-            .map(|c| {
-                vec![
-                    c.name.clone(),
-                    c.hostname.clone(),
-                    c.vmid.to_string(),
-                    c.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + "),
-                    match (&c.provision, &c.provision_error) {
-                        (Some(cp), _) => crate::steps::provision::describe(cp),
-                        (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
-                        (None, None) => String::new(),
-                    },
-                ]
-            })
-            .collect();
-        let mut s = table(&["NAME", "HOSTNAME", "VMID", "STEPS", "PROVISION"], &rows);
-        s.push_str(&format!("\n{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
-        s
-    });
+    ctx.emit(&p, || human(&p, offline));
     Ok(())
+}
+
+/// The human summary of `p`. `offline` is why the provision actions were not computed (no PVE
+/// was contacted); the PROVISION column then shows `-` for provisioning containers and a footer
+/// line explains it.
+fn human(p: &crate::steps::plan::Plan, offline: Option<&str>) -> String {
+    let rows: Vec<Vec<String>> = p
+        .containers
+        .iter()
+        .map(|c| {
+            vec![
+                c.name.clone(),
+                c.hostname.clone(),
+                c.vmid.to_string(),
+                c.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + "),
+                match (&c.provision, &c.provision_error) {
+                    (Some(cp), _) => crate::steps::provision::describe(cp),
+                    (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
+                    (None, None) if c.steps.contains(&crate::steps::plan::Step::Provision) => "-".into(),
+                    (None, None) => String::new(),
+                },
+            ]
+        })
+        .collect();
+    let mut s = table(&["NAME", "HOSTNAME", "VMID", "STEPS", "PROVISION"], &rows);
+    s.push_str(&format!("\n{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
+    if let Some(why) = offline {
+        s.push_str(&format!(
+            "provision actions: not computed (offline plan: {why}; run `proxmox-gitops provision --all --dry-run` to \
+             compare with the live host)\n"
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::steps::plan::{ContainerPlan, Plan, Step};
+
+    fn plan(steps: Vec<Step>) -> Plan {
+        Plan {
+            git_ref: "refs/heads/release".into(),
+            stage: "main".into(),
+            containers: vec![ContainerPlan {
+                name: "broker".into(),
+                hostname: "broker".into(),
+                vmid: 101,
+                steps,
+                provision: None,
+                provision_error: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn offline_plan_says_why_provision_is_empty() {
+        assert_eq!(
+            human(&plan(vec![Step::Provision, Step::Configure]), Some("PROXMOX_HOST is not set")),
+            "NAME    HOSTNAME  VMID  STEPS                  PROVISION\n\
+             broker  broker    101   provision + configure  -\n\
+             \n\
+             1 container(s) for refs/heads/release (stage main)\n\
+             provision actions: not computed (offline plan: PROXMOX_HOST is not set; run `proxmox-gitops provision \
+             --all --dry-run` to compare with the live host)\n"
+        );
+        // A ref without provision has nothing to explain.
+        assert_eq!(
+            human(&plan(vec![Step::Configure]), None),
+            "NAME    HOSTNAME  VMID  STEPS      PROVISION\n\
+             broker  broker    101   configure\n\
+             \n\
+             1 container(s) for refs/heads/release (stage main)\n"
+        );
+    }
 }

@@ -12,9 +12,10 @@ use crate::pve::TlsMode;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::provision::{self as step, PveConnect};
 
-/// How to reach and trust the PVE API, and how long its operations may take.
+/// How to trust the PVE API's certificate: what every subcommand that talks to PVE takes
+/// (`plan` and `snapshot` only these; `provision`, `deploy` and `destroy` also task timeouts).
 #[derive(Debug, Args, Clone)]
-pub struct PveArgs {
+pub struct PveTlsArgs {
     /// Trust the PEM certificate(s) in FILE for the PVE API (the cluster CA
     /// /etc/pve/pve-root-ca.pem, or the node certificate).
     #[arg(long = "pve-ca", env = "PROXMOX_CA", value_name = "FILE")]
@@ -26,12 +27,44 @@ pub struct PveArgs {
     /// Do not verify the PVE certificate at all (insecure; prints a warning).
     #[arg(long, conflicts_with_all = ["pve_ca", "pve_fingerprint"])]
     pub insecure: bool,
-    /// Seconds a container create may take (slow storage needs minutes).
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
-    pub timeout_create: u64,
-    /// Seconds a start may take.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
-    pub timeout_start: u64,
+}
+
+impl PveTlsArgs {
+    /// The certificate verification mode.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for a malformed `--pve-fingerprint`.
+    pub fn tls(&self) -> Result<TlsMode> {
+        Ok(if self.insecure {
+            TlsMode::Insecure
+        } else if let Some(fp) = &self.pve_fingerprint {
+            TlsMode::Fingerprint(crate::pve::tls::parse_fingerprint(fp).map_err(|e| Error::Usage(e.to_string()))?)
+        } else if let Some(ca) = &self.pve_ca {
+            TlsMode::CaFile(ca.clone())
+        } else {
+            TlsMode::System
+        })
+    }
+
+    /// The connection options with the default task timeouts
+    /// ([`crate::backend::pve::Timeouts::default`]), for subcommands that start no
+    /// create/start/destroy tasks.
+    ///
+    /// # Errors
+    /// See [`PveTlsArgs::tls`].
+    pub fn connect(&self) -> Result<PveConnect> {
+        Ok(PveConnect {
+            tls: self.tls()?,
+            timeouts: crate::backend::pve::Timeouts::default(),
+            request_timeout: Duration::from_secs(60),
+        })
+    }
+}
+
+/// How long stopping and destroying a PVE container may take (`destroy`, and as part of
+/// [`PveArgs`] for `provision` and `deploy`, which recreate).
+#[derive(Debug, Args, Clone)]
+pub struct PveStopArgs {
     /// Seconds a clean shutdown may take before the container is stopped.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout_shutdown: u64,
@@ -41,41 +74,76 @@ pub struct PveArgs {
     /// Seconds a destroy may take.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub timeout_destroy: u64,
-    /// Seconds a template download may take.
-    #[arg(long, value_name = "SECS", default_value_t = 1800)]
-    pub timeout_download: u64,
     /// Seconds to keep retrying while a container is locked (backup, snapshot …).
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout_lock: u64,
 }
 
+impl PveStopArgs {
+    /// `timeouts` with these stop/destroy/lock timeouts.
+    fn apply(&self, timeouts: &mut crate::backend::pve::Timeouts) {
+        let s = Duration::from_secs;
+        timeouts.shutdown = s(self.timeout_shutdown);
+        timeouts.stop = s(self.timeout_stop);
+        timeouts.destroy = s(self.timeout_destroy);
+        timeouts.lock = s(self.timeout_lock);
+    }
+}
+
+/// The PVE options of `destroy`: TLS and the stop/destroy timeouts.
+#[derive(Debug, Args, Clone)]
+pub struct PveDestroyArgs {
+    #[command(flatten)]
+    pub tls: PveTlsArgs,
+    #[command(flatten)]
+    pub stop: PveStopArgs,
+}
+
+impl PveDestroyArgs {
+    /// The connection options (other task timeouts at their defaults).
+    ///
+    /// # Errors
+    /// See [`PveTlsArgs::tls`].
+    pub fn connect(&self) -> Result<PveConnect> {
+        let mut c = self.tls.connect()?;
+        self.stop.apply(&mut c.timeouts);
+        Ok(c)
+    }
+}
+
+/// How to reach and trust the PVE API, and how long each of its tasks may take (`provision`,
+/// `deploy`).
+#[derive(Debug, Args, Clone)]
+pub struct PveArgs {
+    #[command(flatten)]
+    pub tls: PveTlsArgs,
+    /// Seconds a container create may take (slow storage needs minutes).
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout_create: u64,
+    /// Seconds a start may take.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub timeout_start: u64,
+    #[command(flatten)]
+    pub stop: PveStopArgs,
+    /// Seconds a template download may take.
+    #[arg(long, value_name = "SECS", default_value_t = 1800)]
+    pub timeout_download: u64,
+}
+
 impl PveArgs {
     /// The connection options.
+    ///
+    /// # Errors
+    /// See [`PveTlsArgs::tls`].
     pub fn connect(&self) -> Result<PveConnect> {
-        let tls = if self.insecure {
-            TlsMode::Insecure
-        } else if let Some(fp) = &self.pve_fingerprint {
-            TlsMode::Fingerprint(crate::pve::tls::parse_fingerprint(fp).map_err(|e| Error::Usage(e.to_string()))?)
-        } else if let Some(ca) = &self.pve_ca {
-            TlsMode::CaFile(ca.clone())
-        } else {
-            TlsMode::System
-        };
+        let mut c = self.tls.connect()?;
         let s = Duration::from_secs;
-        Ok(PveConnect {
-            tls,
-            timeouts: crate::backend::pve::Timeouts {
-                create: s(self.timeout_create),
-                start: s(self.timeout_start),
-                shutdown: s(self.timeout_shutdown),
-                stop: s(self.timeout_stop),
-                destroy: s(self.timeout_destroy),
-                download: s(self.timeout_download),
-                resize: s(self.timeout_create.max(300)),
-                lock: s(self.timeout_lock),
-            },
-            request_timeout: s(60),
-        })
+        c.timeouts.create = s(self.timeout_create);
+        c.timeouts.start = s(self.timeout_start);
+        c.timeouts.download = s(self.timeout_download);
+        c.timeouts.resize = s(self.timeout_create.max(300));
+        self.stop.apply(&mut c.timeouts);
+        Ok(c)
     }
 }
 
@@ -240,4 +308,87 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
             )))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// The `--timeout-*` options each subcommand shows in its help.
+    fn timeouts(sub: &str) -> Vec<String> {
+        let cmd = super::super::Cli::command();
+        let sub = cmd.find_subcommand(sub).unwrap_or_else(|| panic!("{sub}"));
+        sub.get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long())
+            .filter(|l| l.starts_with("timeout-") || l.starts_with("pve-") || *l == "insecure")
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn each_subcommand_shows_only_the_pve_options_it_uses() {
+        let tls = ["pve-ca", "pve-fingerprint", "insecure"];
+        let all = [
+            "timeout-create",
+            "timeout-start",
+            "timeout-shutdown",
+            "timeout-stop",
+            "timeout-destroy",
+            "timeout-lock",
+            "timeout-download",
+        ];
+        let with = |extra: &[&str]| tls.iter().chain(extra).map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(timeouts("plan"), with(&[]));
+        assert_eq!(timeouts("snapshot"), with(&["timeout-snapshot"]));
+        assert_eq!(timeouts("destroy"), with(&["timeout-shutdown", "timeout-stop", "timeout-destroy", "timeout-lock"]));
+        assert_eq!(timeouts("provision"), with(&all));
+        assert_eq!(timeouts("deploy"), with(&all));
+    }
+
+    #[test]
+    fn timeouts_reach_the_connection() {
+        use clap::Parser;
+        use std::time::Duration;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            pve: super::PveArgs,
+        }
+        #[derive(Parser)]
+        struct D {
+            #[command(flatten)]
+            pve: super::PveDestroyArgs,
+        }
+        let s = Duration::from_secs;
+        let defaults = crate::backend::pve::Timeouts::default();
+        // resize follows --timeout-create (at least 300 s), as before the split.
+        let t = T::try_parse_from(["t"]).unwrap().pve.connect().unwrap().timeouts;
+        assert_eq!(t, crate::backend::pve::Timeouts { resize: s(600), ..defaults.clone() });
+        assert_eq!(D::try_parse_from(["d"]).unwrap().pve.connect().unwrap().timeouts, defaults.clone());
+        let d = D::try_parse_from(["d", "--timeout-stop", "7"]).unwrap().pve.connect().unwrap().timeouts;
+        assert_eq!(d, crate::backend::pve::Timeouts { stop: s(7), ..defaults });
+        let args = [
+            "t",
+            "--timeout-create",
+            "11",
+            "--timeout-start",
+            "12",
+            "--timeout-shutdown",
+            "13",
+            "--timeout-stop",
+            "14",
+            "--timeout-destroy",
+            "15",
+            "--timeout-lock",
+            "16",
+            "--timeout-download",
+            "17",
+        ];
+        let t = T::try_parse_from(args).unwrap().pve.connect().unwrap().timeouts;
+        assert_eq!(
+            (t.create, t.start, t.shutdown, t.stop, t.destroy, t.lock, t.download, t.resize),
+            (s(11), s(12), s(13), s(14), s(15), s(16), s(17), s(300))
+        );
+    }
 }

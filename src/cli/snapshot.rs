@@ -12,9 +12,10 @@ use crate::steps::snapshot::{self as step, SnapshotOptions};
 
 /// Arguments of `snapshot`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["containers", "all"])))]
 pub struct SnapshotArgs {
     /// Containers to snapshot (lib name or hostname); repeatable.
-    #[arg(long = "container", short = 'c', required_unless_present = "all", conflicts_with = "all")]
+    #[arg(long = "container", short = 'c')]
     containers: Vec<String>,
     /// Every container of the stage that declares SNAPSHOT paths.
     #[arg(long)]
@@ -22,8 +23,9 @@ pub struct SnapshotArgs {
     /// Restore the newest verified snapshot (by time) instead of taking one.
     #[arg(long)]
     restore: bool,
-    /// With --restore: the snapshot time to restore, YYYYMMDD-HHMMSS (UTC) or the snapshot id.
-    #[arg(long, requires = "restore")]
+    /// With --restore: the snapshot time to restore, YYYYMMDD-HHMMSS[-N] (UTC), or the snapshot
+    /// id <lib>-YYYYMMDD-HHMMSS[-N].
+    #[arg(long, requires = "restore", value_parser = parse_at)]
     at: Option<String>,
     /// Keep this many snapshots per lib (archives, and container snapshots named pgo-…); older
     /// ones are deleted.
@@ -47,7 +49,16 @@ pub struct SnapshotArgs {
     connect_budget: u64,
     /// PVE API trust (for container snapshots of `pve` containers; used when PROXMOX_HOST is set).
     #[command(flatten)]
-    pve: super::provision::PveArgs,
+    pve: super::provision::PveTlsArgs,
+    /// Seconds a PVE container-snapshot task (create, rollback, delete) may take.
+    #[arg(long, value_name = "SECS", default_value_t = 600, alias = "timeout-create")]
+    timeout_snapshot: u64,
+}
+
+/// Checks `--at` while the command line is parsed, so a malformed one is a usage error (exit 2)
+/// before anything runs ([`crate::snapshot::store::parse_at`]).
+fn parse_at(s: &str) -> std::result::Result<String, String> {
+    crate::snapshot::store::parse_at(s).map(|_| s.to_string()).map_err(|_| crate::snapshot::store::AT_EXPECTED.into())
 }
 
 /// `--transport`.
@@ -68,6 +79,17 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     if specs.is_empty() {
         return Err(Error::input(Location::file("--all"), "no container of this stage declares SNAPSHOT paths"));
     }
+    // A snapshot id names its lib: it must be one of the selected containers.
+    if let Some(at) = &args.at
+        && let Ok(Some(lib)) = crate::snapshot::store::parse_at(at)
+        && !specs.iter().any(|s| s.name == lib)
+    {
+        return Err(Error::Usage(format!(
+            "--at `{at}` is a snapshot id of `{lib}`, which is not among the selected containers ({}); give a \
+             snapshot time YYYYMMDD-HHMMSS[-N] or an id of a selected container",
+            specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+        )));
+    }
     let share = args.share.clone().unwrap_or_else(|| inv.settings.share.clone());
     let opts = SnapshotOptions {
         share: share.clone(),
@@ -79,7 +101,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let pve = match settings.pve.host {
         Some(_) => Some(step::PveCtAccess {
             client: std::sync::Arc::new(crate::steps::provision::pve_client(&settings, &args.pve.connect()?)?),
-            task_timeout: std::time::Duration::from_secs(args.pve.timeout_create),
+            task_timeout: std::time::Duration::from_secs(args.timeout_snapshot),
         }),
         None => None,
     };

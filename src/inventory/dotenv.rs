@@ -15,7 +15,8 @@
 //! * `$(…)`, backticks, `$VAR` and `${VAR}` outside single quotes are input errors (a literal `$`
 //!   goes in single quotes or as `\$` in double quotes);
 //! * keys match `[A-Za-z_][A-Za-z0-9_]*`; a key given twice in one file: the last one wins, as in
-//!   bash.
+//!   bash, with a warning naming both lines ([`lint`], which also warns about a known key written
+//!   in another case, e.g. `memory` for `MEMORY`).
 //!
 //! We keep our own parser (instead of e.g. `dotenvy`) because the contract is part of the product:
 //! every key carries its line number for error messages, and substitutions are rejected rather
@@ -24,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Location, Problems};
+use crate::error::{Location, Problem, Problems};
 
 /// One `KEY=value` assignment and where it was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +97,53 @@ pub fn layer<'a>(layers: impl IntoIterator<Item = &'a Entries>) -> BTreeMap<Stri
     map
 }
 
+/// Warnings about one file's entries that do not stop the run (the values are still used):
+///
+/// * a key set more than once: the last one wins (as in bash), and the warning sits on that
+///   line and names the earlier ones;
+/// * a key that is one of `known` in another case (`memory` for `MEMORY`): keys are
+///   case-sensitive, so it is not read as the known key but passed on as an extra one.
+///
+/// Each warning is a [`Problem`] at the file, line and key. Values are never quoted (an extra
+/// key may hold a secret).
+pub fn lint(entries: &[Entry], known: &[&str]) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let mut lines: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for e in entries {
+        lines.entry(e.key.as_str()).or_default().push(e.line);
+    }
+    for e in entries {
+        let seen = &lines[e.key.as_str()];
+        if seen.len() > 1 && seen.last() == Some(&e.line) {
+            let earlier: Vec<String> = seen[..seen.len() - 1].iter().map(usize::to_string).collect();
+            out.push(Problem::new(
+                Location::line(&e.file, e.line).with_key(&e.key),
+                format!(
+                    "`{}` is set more than once in this file (also on line{} {}); the last one (line {}) wins",
+                    e.key,
+                    if earlier.len() > 1 { "s" } else { "" },
+                    earlier.join(", "),
+                    e.line
+                ),
+            ));
+        }
+        if !known.contains(&e.key.as_str())
+            && let Some(k) = known.iter().find(|k| k.eq_ignore_ascii_case(&e.key))
+        {
+            out.push(Problem::new(
+                Location::line(&e.file, e.line).with_key(&e.key),
+                format!(
+                    "`{}` is not `{k}` (keys are case-sensitive): it is passed on as an extra key and `{k}` is \
+                     not set by it; did you mean {k}?",
+                    e.key
+                ),
+            ));
+        }
+    }
+    out.sort_by_key(|p| p.location.line);
+    out
+}
+
 fn is_key(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
@@ -127,12 +175,63 @@ fn parse_line(raw: &str) -> Result<Option<(String, String)>, String> {
     Ok(Some((key.to_string(), value)))
 }
 
+/// The message for a substitution a shell would evaluate; `found` is the whole reference as
+/// written (`$HOME`, `${HOME}`, `$(id)`, `` `id` ``, see [`reference_at`]).
 fn substitution_error(found: &str) -> String {
-    let what = if found == "`" { "a backtick (`)".to_string() } else { format!("`{found}`") };
+    let what = if found.starts_with('`') {
+        if found.len() > 1 && found.ends_with('`') {
+            format!("the backtick substitution {found}")
+        } else {
+            "a backtick (`)".to_string()
+        }
+    } else {
+        format!("`{found}`")
+    };
     format!(
         "{what} would be evaluated by a shell; substitutions are not supported in env files \
          (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)"
     )
+}
+
+/// Longest reference quoted in a message, in characters; longer ones end in `…`.
+const MAX_REFERENCE: usize = 60;
+
+/// The whole substitution starting at `chars[i]` (a `$` or a backtick) as written, for messages:
+/// `$NAME`, `$1` / `$@` (one special character), `${…}` up to its `}`, `$(…)` up to its matching
+/// `)`, `` `…` `` up to the next backtick; an unterminated one runs to the end of the value.
+fn reference_at(chars: &[char], i: usize) -> String {
+    let end = match (chars[i], chars.get(i + 1)) {
+        ('`', _) => chars[i + 1..].iter().position(|&c| c == '`').map_or(chars.len(), |p| i + 1 + p + 1),
+        ('$', Some('{')) => chars[i + 2..].iter().position(|&c| c == '}').map_or(chars.len(), |p| i + 2 + p + 1),
+        ('$', Some('(')) => {
+            let mut depth = 0usize;
+            let mut end = chars.len();
+            for (j, &c) in chars.iter().enumerate().skip(i + 1) {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = j + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            end
+        }
+        ('$', Some(c)) if c.is_ascii_alphabetic() || *c == '_' => {
+            i + 1 + chars[i + 1..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == '_').count()
+        }
+        _ => (i + 2).min(chars.len()),
+    };
+    let r: String = chars[i..end].iter().collect();
+    if r.chars().count() > MAX_REFERENCE {
+        format!("{}…", r.chars().take(MAX_REFERENCE).collect::<String>())
+    } else {
+        r
+    }
 }
 
 /// Checks what follows a closing quote: whitespace, then optionally a comment.
@@ -153,10 +252,8 @@ fn trailing(rest: &str) -> Result<(), String> {
 
 fn check_dollar(chars: &[char], i: usize) -> Result<(), String> {
     match chars.get(i + 1) {
-        Some('(') => Err(substitution_error("$(")),
-        Some('{') => Err(substitution_error("${")),
-        Some(c) if c.is_ascii_alphabetic() || *c == '_' || c.is_ascii_digit() || "@*#?$!-".contains(*c) => {
-            Err(substitution_error(&format!("${c}")))
+        Some(c) if "({@*#?$!-_".contains(*c) || c.is_ascii_alphanumeric() => {
+            Err(substitution_error(&reference_at(chars, i)))
         }
         _ => Ok(()),
     }
@@ -202,7 +299,7 @@ fn parse_value(v: &str) -> Result<String, String> {
                         trailing(&chars[i + 1..].iter().collect::<String>())?;
                         return Ok(out);
                     }
-                    '`' => return Err(substitution_error("`")),
+                    '`' => return Err(substitution_error(&reference_at(&chars, i))),
                     '$' => {
                         check_dollar(&chars, i)?;
                         out.push('$');
@@ -223,7 +320,7 @@ fn parse_value(v: &str) -> Result<String, String> {
                 let c = chars[i];
                 match c {
                     '#' if i == 0 || chars[i - 1].is_whitespace() => break,
-                    '`' => return Err(substitution_error("`")),
+                    '`' => return Err(substitution_error(&reference_at(&chars, i))),
                     '$' => {
                         check_dollar(&chars, i)?;
                         out.push('$');
@@ -299,6 +396,52 @@ mod tests {
         ] {
             assert!(parse_line(bad).is_err(), "{bad} should be refused");
         }
+    }
+
+    #[test]
+    fn substitutions_are_named_whole() {
+        let named = |line: &str| {
+            let e = parse_line(line).unwrap_err();
+            let tail = " would be evaluated by a shell; substitutions are not supported in env files (put a literal \
+                        `$` or backtick in single quotes, or escape it with `\\` in double quotes)";
+            e.strip_suffix(tail).unwrap_or_else(|| panic!("{line}: {e}")).to_string()
+        };
+        assert_eq!(named("EXTRA=$HOME/x"), "`$HOME`");
+        assert_eq!(named("EXTRA=\"a $HOME_DIR2.x\""), "`$HOME_DIR2`");
+        assert_eq!(named("EXTRA=${HOME}/x"), "`${HOME}`");
+        assert_eq!(named("EXTRA=\"${HOME:-/root}\""), "`${HOME:-/root}`");
+        assert_eq!(named("EXTRA=\"$(id -u)\""), "`$(id -u)`");
+        assert_eq!(named("EXTRA=\"$(cat $(ls))x\""), "`$(cat $(ls))`");
+        assert_eq!(named("EXTRA=$1"), "`$1`");
+        assert_eq!(named("EXTRA=$@"), "`$@`");
+        assert_eq!(named("EXTRA=`id`"), "the backtick substitution `id`");
+        assert_eq!(named("EXTRA=\"a `id -u` b\""), "the backtick substitution `id -u`");
+        assert_eq!(named("EXTRA=\"`open\""), "a backtick (`)");
+        assert_eq!(named("EXTRA=\"${open\""), "`${open\"`");
+        let long = format!("EXTRA=\"$({})\"", "x".repeat(100));
+        assert_eq!(named(&long), format!("`$({}…`", "x".repeat(58)));
+    }
+
+    #[test]
+    fn lint_warns_about_repeated_keys_and_wrong_case() {
+        let file = Path::new("libs/app/container.env");
+        let text = "ID=120\nCORES=1\nmemory=512\nCORES=2\nEXTRA=x\nCORES=0\nMemory=1\n";
+        let entries = parse(file, text).unwrap();
+        let got: Vec<String> = lint(&entries, &["ID", "CORES", "MEMORY"]).iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            got,
+            vec![
+                "libs/app/container.env:3 (memory): `memory` is not `MEMORY` (keys are case-sensitive): it is passed on \
+                 as an extra key and `MEMORY` is not set by it; did you mean MEMORY?",
+                "libs/app/container.env:6 (CORES): `CORES` is set more than once in this file (also on lines 2, 4); the \
+                 last one (line 6) wins",
+                "libs/app/container.env:7 (Memory): `Memory` is not `MEMORY` (keys are case-sensitive): it is passed on \
+                 as an extra key and `MEMORY` is not set by it; did you mean MEMORY?",
+            ]
+        );
+        // Last one wins all the same.
+        assert_eq!(layer([&entries])["CORES"].value, "0");
+        assert_eq!(lint(&parse(file, "ID=1\nCORES=2\nOTHER=x\n").unwrap(), &["ID", "CORES"]), vec![]);
     }
 
     #[test]

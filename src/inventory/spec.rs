@@ -10,7 +10,7 @@
 //! | `MEMORY` | MiB, integer ≥ 16 (PVE `memory` minimum) | 512 |
 //! | `SWAP` | MiB, integer ≥ 0 | 512 |
 //! | `DISK` | `STORAGE:SIZE`, size in GiB, integer ≥ 1 | `local-lvm:8` |
-//! | `BOOT` | yes/no/true/false/1/0 | yes |
+//! | `BOOT` | yes/no, true/false, on/off or 1/0 (any case) | yes |
 //! | `MOUNT` | comma list of `name`, `HOST:CT`, `STORAGE:SIZE:CT`, `/dev/…` | empty |
 //! | `NODE` | PVE node name | none |
 //! | `SNAPSHOT` | comma list of absolute container paths | empty |
@@ -135,12 +135,28 @@ fn parse_ip(s: &str) -> Result<IpConfig, String> {
     Ok(IpConfig::Static { address, prefix })
 }
 
+/// The values a boolean key (`BOOT`) accepts, as (true, false) pairs; case does not matter.
+pub const BOOL_VALUES: &[(&str, &str)] = &[("yes", "no"), ("true", "false"), ("on", "off"), ("1", "0")];
+
+/// What a boolean key expects, for messages: `yes/no, true/false, on/off or 1/0 (any case)`,
+/// built from [`BOOL_VALUES`] so it lists exactly what [`parse_bool`] accepts.
+fn bool_expected() -> String {
+    let pairs: Vec<String> = BOOL_VALUES.iter().map(|(t, f)| format!("{t}/{f}")).collect();
+    let (last, rest) = pairs.split_last().expect("non-empty");
+    format!("{} or {last} (any case)", rest.join(", "))
+}
+
 fn parse_bool(s: &str) -> Option<bool> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "yes" | "true" | "1" | "on" => Some(true),
-        "no" | "false" | "0" | "off" => Some(false),
-        _ => None,
-    }
+    let v = s.trim().to_ascii_lowercase();
+    BOOL_VALUES.iter().find_map(|(t, f)| {
+        if v == *t {
+            Some(true)
+        } else if v == *f {
+            Some(false)
+        } else {
+            None
+        }
+    })
 }
 
 fn is_abs_path(s: &str) -> bool {
@@ -247,7 +263,7 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
     };
     let onboot = match get("BOOT") {
         Some(e) => parse_bool(&e.value).or_else(|| {
-            problems.add(loc(e), format!("expected yes/no/true/false/1/0, found `{}`", e.value));
+            problems.add(loc(e), format!("expected {}, found `{}`", bool_expected(), e.value));
             None
         }),
         None => Some(true),
@@ -435,6 +451,19 @@ fn check_duplicates(items: &[(&str, Option<Located>, Option<Located>, Located)],
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn boot_message_lists_exactly_what_parses() {
+        assert_eq!(bool_expected(), "yes/no, true/false, on/off or 1/0 (any case)");
+        for (t, f) in BOOL_VALUES {
+            assert_eq!((parse_bool(t), parse_bool(f)), (Some(true), Some(false)), "{t}/{f}");
+            let (t, f) = (t.to_uppercase(), f.to_uppercase());
+            assert_eq!((parse_bool(&t), parse_bool(&f)), (Some(true), Some(false)), "{t}/{f}");
+        }
+        for bad in ["maybe", "y", "n", "2", ""] {
+            assert_eq!(parse_bool(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn mounts() {

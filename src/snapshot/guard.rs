@@ -47,7 +47,7 @@ pub enum Refused {
     /// The container declares data but cannot be reached to snapshot it.
     #[error(
         "refusing to destroy {name} (vmid {vmid}): it declares data ({paths}) but cannot be reached to \
-         snapshot it: {reason}; start it and make SSH work, or pass --no-snapshot to destroy without a snapshot"
+         snapshot it: {reason}; {remedy}, or pass --no-snapshot to destroy without a snapshot"
     )]
     Unreachable {
         /// Container.
@@ -58,6 +58,8 @@ pub enum Refused {
         paths: String,
         /// Why it is unreachable.
         reason: String,
+        /// What makes it reachable, for its backend (see [`Unreachable::remedy`]).
+        remedy: String,
     },
     /// The snapshot failed or could not be verified.
     #[error(
@@ -75,16 +77,36 @@ pub enum Refused {
     },
 }
 
+/// Why a container cannot be reached for its data snapshot, and what would make it reachable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreachable {
+    /// What failed, e.g. ``LXC container `broker` is stopped, not running``.
+    pub reason: String,
+    /// What the user can do about it, for the container's backend and transport, e.g.
+    /// ``start it (`lxc-start -n broker`)`` for the lxc backend (reached through `lxc-attach`),
+    /// ``start it (`pct start 101` on its node, or the PVE API) and make SSH work`` for PVE (reached
+    /// over SSH). Completed by ", or pass --no-snapshot …" in the refusal.
+    pub remedy: String,
+}
+
+impl Unreachable {
+    /// An unreachable container with its `reason` and `remedy`.
+    pub fn new(reason: impl Into<String>, remedy: impl Into<String>) -> Self {
+        Self { reason: reason.into(), remedy: remedy.into() }
+    }
+}
+
 /// Decides whether `spec`'s container may be destroyed, taking a verified data snapshot first.
 ///
-/// `exec` is the transport to the container, or `Err(reason)` when it cannot be reached.
+/// `exec` is the transport to the container, or [`Unreachable`] (why, and what to do) when it
+/// cannot be reached.
 ///
 /// # Errors
 /// [`Refused`] when the container declares data and the snapshot cannot be taken or verified
 /// and `no_snapshot` is false.
 pub async fn before_destroy(
     spec: &ContainerSpec,
-    exec: Result<&dyn RemoteExec, String>,
+    exec: Result<&dyn RemoteExec, Unreachable>,
     store: &Store,
     no_snapshot: bool,
     now: OffsetDateTime,
@@ -105,11 +127,12 @@ pub async fn before_destroy(
         }
         return Ok(Protection::Skipped);
     }
-    let exec = exec.map_err(|reason| Refused::Unreachable {
+    let exec = exec.map_err(|u| Refused::Unreachable {
         name: spec.name.clone(),
         vmid: spec.vmid,
         paths: spec.snapshot_paths.join(", "),
-        reason,
+        reason: u.reason,
+        remedy: u.remedy,
     })?;
     let req = TakeRequest { lib: spec.name.clone(), vmid: Some(spec.vmid), paths: spec.snapshot_paths.clone(), now };
     match data::take(exec, store, &req).await {

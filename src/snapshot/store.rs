@@ -68,6 +68,27 @@ impl std::fmt::Display for Stamp {
     }
 }
 
+/// What a valid `--at` looks like, for messages.
+pub const AT_EXPECTED: &str =
+    "expected a snapshot time YYYYMMDD-HHMMSS (UTC), optionally with -N, or a snapshot id <lib>-YYYYMMDD-HHMMSS[-N]";
+
+/// Checks the form of a `--at` value before anything runs: a snapshot time
+/// (`YYYYMMDD-HHMMSS` or `YYYYMMDD-HHMMSS-N`, see [`Stamp::parse`]) or a snapshot id
+/// `<lib>-<time>`. Returns the lib the id names (`None` for a bare time).
+///
+/// # Errors
+/// A message naming `--at` and [`AT_EXPECTED`] when it is neither.
+pub fn parse_at(at: &str) -> Result<Option<&str>, String> {
+    if Stamp::parse(at).is_some() {
+        return Ok(None);
+    }
+    at.match_indices('-')
+        .map(|(i, _)| i)
+        .find(|&i| i > 0 && Stamp::parse(&at[i + 1..]).is_some())
+        .map(|i| Some(&at[..i]))
+        .ok_or_else(|| format!("--at `{at}`: {AT_EXPECTED}"))
+}
+
 /// The manifest stored next to an archive (`<id>.json`, artifact kind `snapshot-manifest`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchiveManifest {
@@ -215,7 +236,7 @@ impl Store {
         let full_id = at.strip_prefix(&format!("{lib}-"));
         let bare = full_id.unwrap_or(at);
         let Some(want) = Stamp::parse(bare) else {
-            return Err(format!("--at `{at}`: expected a snapshot time YYYYMMDD-HHMMSS (UTC), optionally with -N"));
+            return Err(format!("--at `{at}`: {AT_EXPECTED}"));
         };
         let found = all
             .iter()
@@ -255,6 +276,24 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_is_a_time_or_an_id() {
+        assert_eq!(parse_at("20261130-101010"), Ok(None));
+        assert_eq!(parse_at("20261130-101010-2"), Ok(None));
+        assert_eq!(parse_at("broker-20261130-101010"), Ok(Some("broker")));
+        assert_eq!(parse_at("my-app-20261130-101010-3"), Ok(Some("my-app")));
+        for bad in ["2026", "", "-20261130-101010", "broker-2026", "20261130-1010", "broker-20261130-101010-1"] {
+            assert_eq!(
+                parse_at(bad),
+                Err(format!(
+                    "--at `{bad}`: expected a snapshot time YYYYMMDD-HHMMSS (UTC), optionally with -N, or a snapshot \
+                     id <lib>-YYYYMMDD-HHMMSS[-N]"
+                )),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn stamps_parse_format_and_order() {

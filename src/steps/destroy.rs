@@ -84,7 +84,7 @@ async fn exists(backend: &Backend, spec: &ContainerSpec) -> anyhow::Result<bool>
 }
 
 /// Destroys one container (see the module docs). Never returns an error: the outcome is in the
-/// artifact.
+/// artifact (and is not logged: the caller reports it).
 pub async fn destroy_one(
     backend: &Backend,
     spec: &ContainerSpec,
@@ -103,10 +103,10 @@ pub async fn destroy_one(
         actions: vec![],
         outcome: Outcome::Ok,
     };
+    // Not logged here: the caller reports failed outcomes once (the `destroy` command in its
+    // final error), like the other steps.
     let fail = |mut a: Destroy, e: String| {
-        let error = crate::ci::redact(&e);
-        tracing::error!("{}: {error}", a.name);
-        a.outcome = Outcome::Failed { error };
+        a.outcome = Outcome::Failed { error: crate::ci::redact(&e) };
         a
     };
     match exists(backend, spec).await {

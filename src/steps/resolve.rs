@@ -194,6 +194,10 @@ fn container(
         }
         match dotenv::parse_file(&abs, f) {
             Ok(e) => {
+                // Repeated keys and known keys in the wrong case: warned about, not refused.
+                for w in dotenv::lint(&e, spec::KNOWN_KEYS) {
+                    crate::ci::warn_problem(&w, root);
+                }
                 layers.push(e);
                 sources.push(f.clone());
             }

@@ -131,6 +131,8 @@ fn failed(mut a: Snapshot, e: impl std::fmt::Display) -> Snapshot {
 
 /// Takes a verified data snapshot of `spec` through `exec`, then (when `ct` is given) a container
 /// snapshot, then applies retention. Never returns an error: the outcome is in the artifact.
+/// Warnings (no SNAPSHOT paths, no container snapshot possible) are only recorded in
+/// `warnings`, not logged: the caller logs them once (the `snapshot` command, `deploy`).
 pub async fn snapshot(
     spec: &ContainerSpec,
     exec: &dyn RemoteExec,
@@ -176,9 +178,8 @@ pub async fn snapshot(
             Ok(r) => a.ct_snapshot = Some(r),
             // The data snapshot is what protects the data; a backend that cannot snapshot the
             // container (storage without snapshots, a running dir-backed LXC container) is
-            // reported, not fatal.
+            // reported, not fatal. Not logged here: the callers log the artifact's warnings.
             Err(e @ ct::CtSnapshotError::NotSupported { .. }) => {
-                tracing::warn!("no container snapshot: {e}");
                 a.warnings.push(format!("no container snapshot: {e}"));
             }
             Err(e) => return failed(a, e),
