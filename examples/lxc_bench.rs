@@ -52,6 +52,7 @@ fn spec(prefix: &str, short: &str, vmid: u32) -> ContainerSpec {
         onboot: false,
         node: None,
         snapshot_paths: vec![],
+        requires: vec![],
         engine: Engine::None,
         dir: format!("libs/{short}").into(),
         sources: vec![],

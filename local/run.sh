@@ -132,6 +132,15 @@ case "$mode" in
     ;;
 esac
 
+# What the libs' REQUIRES name (e.g. the broker's LOGIN and PASSWORD) must be set before any
+# container is created (exit 2 with what is missing and where to set it).
+for lib in "${libs[@]}"; do
+  if ! out=$(pgo configure --check --container "$lib" 2>&1); then
+    printf '%s\n' "$out" >&2
+    exit 2
+  fi
+done
+
 for lib in "${libs[@]}"; do
   say "provisioning $lib (lxc)"
   pgo provision --backend lxc --container "$lib"

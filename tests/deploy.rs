@@ -363,6 +363,59 @@ async fn the_builtin_runner_runs_the_real_provision_step_and_records_its_digest(
     assert_eq!(prov["plan"]["action"], "refused");
 }
 
+/// `REQUIRES` names what a lib's configuration needs: satisfied by the Gitea settings (LOGIN,
+/// PASSWORD), the globals or the container's env; on `release` a lib that lacks something is
+/// not provisioned at all (the message names what and where, not the backend's problem).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requires_is_checked_before_a_container_is_created() {
+    use proxmox_gitops::steps::configure::{Contract, missing_requirements, requirements_error};
+    let repo = monorepo(&["alpha"]);
+    let root = repo.path();
+    write_files(
+        root,
+        &[("libs/alpha/container.env", "ID=101\nIP=127.0.20.2/24\nREQUIRES=\"LOGIN, PASSWORD,API_KEY,IP\"\n")],
+    );
+    let inv = inventory(root);
+    let alpha = inv.container("alpha").unwrap();
+    assert_eq!(alpha.requires, vec!["LOGIN", "PASSWORD", "API_KEY", "IP"]);
+    let none = Contract::default();
+    assert_eq!(missing_requirements(&inv, alpha, &none), vec!["LOGIN", "PASSWORD", "API_KEY"]);
+    let contract = Contract {
+        host: None,
+        login: Some("admin".into()),
+        password: Some(secrecy::SecretString::from("pw".to_string())),
+    };
+    assert_eq!(missing_requirements(&inv, alpha, &contract), vec!["API_KEY"]);
+    assert_eq!(
+        requirements_error(alpha, &["PASSWORD".into(), "API_KEY".into()]),
+        "alpha needs PASSWORD and API_KEY (REQUIRES in libs/alpha/container.env), which are not set: set PASSWORD in \
+         the environment (Gitea Actions: the PASSWORD secret) or \"password\" in local/config.local.json; API_KEY in \
+         globals.json (or globals.local.json) or in libs/alpha/container.env"
+    );
+    // A global (or a key of the container's own env) satisfies a name.
+    write_files(root, &[("globals.json", "{\"API_KEY\": \"k-1\"}")]);
+    let inv = inventory(root);
+    assert_eq!(missing_requirements(&inv, inv.container("alpha").unwrap(), &contract), Vec::<String>::new());
+
+    // release: provision refuses before the backend is even built (it would fail on
+    // PROXMOX_HOST otherwise); config has no REQUIRES and meets the backend's error.
+    let runner = Arc::new(BuiltinRunner::new(proxmox_gitops::settings::Settings::default()));
+    let s = run_deploy(runner, inventory(root), &opts(root, "refs/heads/release")).await.unwrap();
+    assert_eq!(s.failed(), vec!["config", "alpha"]);
+    assert_eq!(
+        s.containers[1].error.as_deref().unwrap(),
+        "provision: alpha needs LOGIN and PASSWORD (REQUIRES in libs/alpha/container.env), which are not set: set \
+         LOGIN in the environment (Gitea Actions: the LOGIN variable) or \"login\" in local/config.local.json; PASSWORD \
+         in the environment (Gitea Actions: the PASSWORD secret) or \"password\" in local/config.local.json"
+    );
+    assert!(s.containers[0].error.as_deref().unwrap().contains("PROXMOX_HOST"));
+    let prov: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/provision/alpha.json")).unwrap())
+            .unwrap();
+    assert_eq!(prov["result"], "failed");
+    assert_eq!(prov["actions"], serde_json::json!([]));
+}
+
 /// On main the real configure step runs; without a provision artifact it fails saying so, and its
 /// artifact carries the inputs digest too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -196,3 +196,29 @@ fn deploy_provisions_on_pve_with_the_recreate_policy() {
     assert!(pve.ct_config(101).unwrap()["description"].as_str().unwrap().contains("13.2-1"));
     assert!(!text(&out.stderr).contains("secret") && !text(&out.stdout).contains("secret"));
 }
+
+/// `configure --check` is the preflight of local/run.sh: exit 2 naming the file, the key and
+/// where to set what is missing; 0 once it is set. Nothing is contacted.
+#[test]
+fn configure_check_names_what_requires_lacks() {
+    let repo = monorepo(&["alpha"]);
+    let root = repo.path();
+    std::fs::write(root.join("libs/alpha/container.env"), "ID=101\nIP=127.0.20.2/24\nREQUIRES=LOGIN\n").unwrap();
+    let art = root.join(".proxmox-gitops");
+    let art = art.to_str().unwrap();
+    let out = pgo(root, &["--artifacts", art, "configure", "--check", "--all"], &[("LOGIN", "")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(
+            "libs/alpha/container.env (REQUIRES): alpha needs LOGIN (REQUIRES in libs/alpha/container.env), which is \
+             not set: set LOGIN in the environment (Gitea Actions: the LOGIN variable) or \"login\" in \
+             local/config.local.json"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!root.join(".proxmox-gitops/configure").exists(), "--check writes no artifact");
+    let out = pgo(root, &["--artifacts", art, "configure", "--check", "-c", "alpha"], &[("LOGIN", "admin")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("requirements met (1 container(s) checked)"), "{}", text(&out.stderr));
+}

@@ -72,6 +72,7 @@ fn spec(name: &str) -> ContainerSpec {
         onboot: false,
         node: None,
         snapshot_paths: vec!["/srv/data".into()],
+        requires: vec![],
         engine: Engine::None,
         dir: "libs/app".into(),
         sources: vec!["libs/app/container.env".into()],

@@ -135,6 +135,7 @@ fn spec(name: &str, vmid: u32) -> ContainerSpec {
         onboot: true,
         node: None,
         snapshot_paths: vec![],
+        requires: vec![],
         engine: Engine::None,
         dir: format!("libs/{name}").into(),
         sources: vec![format!("libs/{name}/container.env").into()],

@@ -582,6 +582,11 @@ fn rule_node_snapshot_hostname() {
         "snapshot path `var/lib` must be absolute",
     );
     one_problem(
+        &[(APP, &app("REQUIRES=LOGIN,api-key\n"))],
+        "libs/app/container.env:3 (REQUIRES)",
+        "`api-key` is not a setting name: expected upper-case letters, digits and `_` (e.g. LOGIN)",
+    );
+    one_problem(
         &[("libs/my_app/container.env", "IP=10.0.3.30/24\nID=130\n")],
         "libs/my_app (hostname)",
         "hostname `my_app` (from the lib's directory name) is not a valid DNS label",

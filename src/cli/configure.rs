@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::provision::Outcome;
 use crate::settings::{ProcessEnv, Settings};
 use crate::ssh::ConnectOptions;
-use crate::steps::configure::{Configure, ConfigureOptions, Contract, configure};
+use crate::steps::configure::{Configure, ConfigureOptions, Contract, check_requirements, configure};
 
 /// Arguments of `configure`.
 #[derive(Debug, Args)]
@@ -37,6 +37,10 @@ pub struct ConfigureArgs {
     /// Seconds one engine run (base role, lib) may take.
     #[arg(long, default_value_t = 1800)]
     run_timeout: u64,
+    /// Only check that what each lib's `REQUIRES` names is set (no container is contacted);
+    /// exit 2 naming what is missing and where to set it.
+    #[arg(long)]
+    check: bool,
 }
 
 pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
@@ -47,11 +51,7 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
         containers: if args.all { Vec::new() } else { args.containers },
         jobs: args.jobs as usize,
         artifacts: ctx.artifacts.clone(),
-        contract: Contract {
-            host: settings.gitea.host.clone(),
-            login: settings.gitea.login.clone(),
-            password: settings.gitea.password.clone(),
-        },
+        contract: Contract::from_settings(&settings.gitea),
         connect: ConnectOptions {
             connect_timeout: Duration::from_secs(args.connect_timeout),
             total_timeout: Duration::from_secs(args.connect_budget),
@@ -60,6 +60,14 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
         run_timeout: Duration::from_secs(args.run_timeout),
         ..ConfigureOptions::default()
     };
+    if args.check {
+        check_requirements(&inv, &opts)?;
+        eprintln!(
+            "requirements met ({} container(s) checked)",
+            if opts.containers.is_empty() { inv.containers.len() } else { opts.containers.len() }
+        );
+        return Ok(());
+    }
     let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
     let results = rt.block_on(configure(&inv, &opts))?;
     for c in &results {

@@ -86,6 +86,11 @@ pub struct ContainerSpec {
     /// Absolute paths inside the container whose data survives recreation (`SNAPSHOT`,
     /// comma-separated).
     pub snapshot_paths: Vec<String>,
+    /// Names the lib's configuration needs non-empty (`REQUIRES`, comma-separated), e.g.
+    /// `LOGIN,PASSWORD`: checked against the configuration contract before anything is created
+    /// or configured (see `steps::configure::missing_requirements`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
     /// How the lib configures itself, from the files it has.
     pub engine: Engine,
     /// The lib's directory, relative to the monorepo root (`.` for the control plane).

@@ -14,6 +14,7 @@
 //! | `MOUNT` | comma list of `name`, `HOST:CT`, `STORAGE:SIZE:CT`, `/dev/…` | empty |
 //! | `NODE` | PVE node name | none |
 //! | `SNAPSHOT` | comma list of absolute container paths | empty |
+//! | `REQUIRES` | comma list of names the lib's configuration needs set (`LOGIN`, `PASSWORD`, …) | empty |
 //!
 //! Other keys are kept in `extra`. Every problem names the file and line the value came from (or
 //! the lib's `container.env` for a missing key).
@@ -27,7 +28,8 @@ use super::{ContainerSpec, Disk, Engine, IpConfig, Mount};
 use crate::error::{Location, Problems};
 
 /// Keys this tool interprets; everything else goes to `extra`.
-pub const KNOWN_KEYS: &[&str] = &["ID", "IP", "CORES", "MEMORY", "SWAP", "DISK", "BOOT", "MOUNT", "NODE", "SNAPSHOT"];
+pub const KNOWN_KEYS: &[&str] =
+    &["ID", "IP", "CORES", "MEMORY", "SWAP", "DISK", "BOOT", "MOUNT", "NODE", "SNAPSHOT", "REQUIRES"];
 
 /// What [`build`] needs to know about a container besides its env.
 #[derive(Debug, Clone)]
@@ -314,6 +316,23 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
             }
         }
     }
+    let mut requires = Vec::new();
+    if let Some(e) = get("REQUIRES") {
+        for name in e.value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let valid = name.bytes().next().is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
+                && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+            if valid {
+                if !requires.iter().any(|r| r == name) {
+                    requires.push(name.to_string());
+                }
+            } else {
+                problems.add(
+                    loc(e),
+                    format!("`{name}` is not a setting name: expected upper-case letters, digits and `_` (e.g. LOGIN)"),
+                );
+            }
+        }
+    }
 
     problems.into_result()?;
     let all: BTreeMap<String, String> = env.iter().map(|(k, e)| (k.clone(), e.value.clone())).collect();
@@ -332,6 +351,7 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
         onboot: onboot.expect("checked"),
         node,
         snapshot_paths,
+        requires,
         engine: Engine::detect(&input.abs_dir),
         dir: input.dir,
         sources: input.sources,

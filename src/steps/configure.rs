@@ -59,6 +59,68 @@ pub struct Contract {
     pub password: Option<SecretString>,
 }
 
+impl Contract {
+    /// The contract from the Gitea settings (`HOST`, `LOGIN`, `PASSWORD`).
+    pub fn from_settings(g: &crate::settings::GiteaSettings) -> Self {
+        Self { host: g.host.clone(), login: g.login.clone(), password: g.password.clone() }
+    }
+}
+
+/// The names of `spec.requires` (`REQUIRES` in the lib's `container.env`) that the configuration
+/// contract would hand the lib empty: a name is satisfied by a non-empty global, a non-empty key
+/// of the container's env, the settings behind `HOST`, `LOGIN`, `PASSWORD` (see [`Contract`];
+/// the inventory's public settings as fallback for `HOST` and `LOGIN`, as in the contract), or
+/// one of the values the tool always sets (`IP`, `ID`, `HOSTNAME`, `STAGE`). In the order given.
+pub fn missing_requirements(inv: &Inventory, spec: &ContainerSpec, contract: &Contract) -> Vec<String> {
+    let set = |v: Option<&str>| v.is_some_and(|v| !v.trim().is_empty());
+    spec.requires
+        .iter()
+        .filter(|name| {
+            let ok = match name.as_str() {
+                "IP" | "ID" | "HOSTNAME" | "STAGE" => true,
+                "HOST" => set(contract.host.as_deref()) || set(inv.settings.gitea_host.as_deref()),
+                "LOGIN" => set(contract.login.as_deref()) || set(inv.settings.gitea_login.as_deref()),
+                "PASSWORD" => contract.password.as_ref().is_some_and(|p| !p.expose_secret().trim().is_empty()),
+                other => {
+                    set(spec.env.get(other).map(String::as_str)) || set(inv.globals.get(other).map(String::as_str))
+                }
+            };
+            !ok
+        })
+        .cloned()
+        .collect()
+}
+
+/// The message for [`missing_requirements`]: which names, where they are required, and where
+/// each can be set, e.g. "broker needs LOGIN and PASSWORD (REQUIRES in libs/broker/container.env),
+/// which are not set: …".
+pub fn requirements_error(spec: &ContainerSpec, missing: &[String]) -> String {
+    let names = match missing {
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+        [] => String::new(),
+    };
+    let file = spec.dir.join("container.env");
+    let hints: Vec<String> = missing
+        .iter()
+        .map(|n| match n.as_str() {
+            "LOGIN" | "PASSWORD" | "HOST" => format!(
+                "{n} in the environment (Gitea Actions: the {n} {}) or \"{}\" in local/config.local.json",
+                if n == "PASSWORD" { "secret" } else { "variable" },
+                n.to_lowercase()
+            ),
+            _ => format!("{n} in globals.json (or globals.local.json) or in {}", file.display()),
+        })
+        .collect();
+    format!(
+        "{} needs {names} (REQUIRES in {}), which {} not set: set {}",
+        spec.name,
+        file.display(),
+        if missing.len() == 1 { "is" } else { "are" },
+        hints.join("; ")
+    )
+}
+
 /// Options of the configure step.
 #[derive(Debug, Clone)]
 pub struct ConfigureOptions {
@@ -164,6 +226,26 @@ impl Configure {
 }
 
 /// Selects the specs to configure; unknown names are input errors.
+/// Checks [`missing_requirements`] for the selected containers (`opts.containers`, empty =
+/// all) without contacting anything: the preflight of `configure --check`.
+///
+/// # Errors
+/// [`Error::Input`] with one problem per container that lacks something, located at its
+/// `container.env` key `REQUIRES`; unknown container names as for [`configure`].
+pub fn check_requirements(inv: &Inventory, opts: &ConfigureOptions) -> Result<()> {
+    let mut problems = crate::error::Problems::new();
+    for spec in select(inv, &opts.containers)? {
+        let missing = missing_requirements(inv, spec, &opts.contract);
+        if !missing.is_empty() {
+            problems.add(
+                Location::file(spec.dir.join("container.env")).with_key("REQUIRES"),
+                requirements_error(spec, &missing),
+            );
+        }
+    }
+    problems.into_result().map_err(Error::Input)
+}
+
 fn select<'a>(inv: &'a Inventory, names: &[String]) -> Result<Vec<&'a ContainerSpec>> {
     if names.is_empty() {
         return Ok(inv.containers.iter().collect());
@@ -307,6 +389,10 @@ async fn run_container(
     log: &mut Log,
     part: &mut Partial,
 ) -> anyhow::Result<()> {
+    let missing = missing_requirements(inv, spec, &opts.contract);
+    if !missing.is_empty() {
+        anyhow::bail!("{}", requirements_error(spec, &missing));
+    }
     let prov_path = opts.artifacts.provision(&spec.name);
     let prov: Provision =
         artifact::read(&prov_path).with_context(|| format!("{}: run `provision` first", spec.name))?;

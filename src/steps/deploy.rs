@@ -202,18 +202,27 @@ impl BuiltinRunner {
             no_snapshot: self.options.no_snapshot,
         };
         let _group = crate::ci::Group::start(&format!("provision {}", spec.name));
-        let mut prov = match self.backend(ctx.backend).await {
-            Ok(backend) => match backend.plan(spec, self.options.recreate).await {
-                Ok(plan) => {
-                    tracing::info!("{}: plan: {}", spec.name, crate::steps::provision::describe(&plan));
-                    backend.apply(spec, &plan, &opts, &ctx.artifacts).await
+        // Do not create a container that the ref's configure step could not configure.
+        let configures = crate::steps::plan::steps_for_ref(&ctx.git_ref).is_ok_and(|s| s.contains(&Step::Configure));
+        let contract = crate::steps::configure::Contract::from_settings(&self.settings.gitea);
+        let missing = crate::steps::configure::missing_requirements(&ctx.inventory, spec, &contract);
+        let mut prov = if configures && !missing.is_empty() {
+            let e = anyhow::anyhow!("{}", crate::steps::configure::requirements_error(spec, &missing));
+            crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e)
+        } else {
+            match self.backend(ctx.backend).await {
+                Ok(backend) => match backend.plan(spec, self.options.recreate).await {
+                    Ok(plan) => {
+                        tracing::info!("{}: plan: {}", spec.name, crate::steps::provision::describe(&plan));
+                        backend.apply(spec, &plan, &opts, &ctx.artifacts).await
+                    }
+                    Err(e) => crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e),
+                },
+                // A backend that cannot be built (missing PROXMOX_HOST …) fails every container.
+                Err(e) => {
+                    let e = anyhow::anyhow!("{}", render_error(&e));
+                    crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e)
                 }
-                Err(e) => crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e),
-            },
-            // A backend that cannot be built (missing PROXMOX_HOST …) fails every container.
-            Err(e) => {
-                let e = anyhow::anyhow!("{}", render_error(&e));
-                crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e)
             }
         };
         prov.inputs_digest = Some(ctx.digest.clone());
@@ -235,7 +244,7 @@ impl BuiltinRunner {
             containers: vec![spec.name.clone()],
             jobs: 1,
             artifacts: ctx.artifacts.clone(),
-            contract: Contract { host: g.host.clone(), login: g.login.clone(), password: g.password.clone() },
+            contract: Contract::from_settings(g),
             connect: self.options.connect.clone(),
             run_timeout: self.options.run_timeout,
             ..ConfigureOptions::default()

@@ -113,6 +113,7 @@ impl Fixture {
             onboot: false,
             node: None,
             snapshot_paths: vec![],
+            requires: vec![],
             engine: Engine::None,
             dir: format!("libs/{short}").into(),
             sources: vec![format!("libs/{short}/container.env").into()],

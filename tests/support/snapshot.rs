@@ -135,6 +135,7 @@ pub fn spec(name: &str, paths: &[String]) -> ContainerSpec {
         onboot: true,
         node: None,
         snapshot_paths: paths.to_vec(),
+        requires: vec![],
         engine: Engine::None,
         dir: PathBuf::from(format!("libs/{name}")),
         sources: vec![PathBuf::from(format!("libs/{name}/container.env"))],

@@ -18,6 +18,7 @@ fn spec() -> ContainerSpec {
         onboot: true,
         node: None,
         snapshot_paths: vec![],
+        requires: vec![],
         engine: Engine::None,
         dir: "libs/broker".into(),
         sources: vec!["libs/broker/container.env".into()],

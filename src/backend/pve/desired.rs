@@ -343,6 +343,7 @@ pub(crate) mod tests {
             onboot: true,
             node: None,
             snapshot_paths: vec![],
+            requires: vec![],
             engine: Engine::None,
             dir: "libs/broker".into(),
             sources: vec!["libs/broker/container.env".into()],
