@@ -203,6 +203,21 @@ impl Drop for Group {
     }
 }
 
+/// The outputs every per-container step writes (`configure`, `snapshot`, `destroy`, like
+/// `provision`): `succeeded` and `failed` (comma-separated container names) and `<step>_dir`
+/// (the directory holding the step's artifacts, e.g. `<artifacts>/configure`).
+///
+/// # Errors
+/// As for [`set_outputs`].
+pub fn set_step_outputs(step: &str, dir: &Path, results: &[(&str, bool)]) -> std::io::Result<()> {
+    let names = |ok: bool| results.iter().filter(|(_, o)| *o == ok).map(|(n, _)| *n).collect::<Vec<_>>().join(",");
+    set_outputs(&[
+        ("succeeded", names(true)),
+        ("failed", names(false)),
+        (&format!("{step}_dir"), dir.display().to_string()),
+    ])
+}
+
 /// Appends step outputs to the file named by `$GITHUB_OUTPUT`, when that variable is set.
 ///
 /// Single-line values are written as `key=value`; multi-line values (e.g. JSON) use the heredoc

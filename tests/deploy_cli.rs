@@ -222,3 +222,24 @@ fn configure_check_names_what_requires_lacks() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("requirements met (1 container(s) checked)"), "{}", text(&out.stderr));
 }
+
+/// `configure` run on its own (not through `deploy`) writes its outputs too: which containers
+/// succeeded or failed, and where its artifacts are.
+#[test]
+fn configure_alone_writes_its_outputs() {
+    let repo = monorepo(&["alpha"]);
+    let root = repo.path();
+    let art = root.join(".proxmox-gitops");
+    let outputs = root.join("outputs.txt");
+    let out = pgo(
+        root,
+        &["--artifacts", art.to_str().unwrap(), "configure", "-c", "alpha"],
+        &[("GITHUB_OUTPUT", outputs.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("run `provision` first"), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&outputs).unwrap(),
+        format!("succeeded=\nfailed=alpha\nconfigure_dir={}\n", art.join("configure").display())
+    );
+}

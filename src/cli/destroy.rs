@@ -68,6 +68,10 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
             .collect();
         print!("{}", table(&["NAME", "VMID", "CONTAINER", "PROTECTED BY", "RESULT"], &rows));
     }
+    let states: Vec<(&str, bool)> =
+        results.iter().map(|d| (d.name.as_str(), matches!(d.outcome, Outcome::Ok))).collect();
+    crate::ci::set_step_outputs("destroy", &ctx.artifacts.root().join("destroy"), &states)
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
     let failures: Vec<String> = results
         .iter()
         .filter_map(|d| match &d.outcome {

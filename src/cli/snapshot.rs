@@ -162,6 +162,10 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
             .collect();
         print!("{}", table(&["NAME", "OPERATION", "SNAPSHOT", "ENTRIES", "BYTES", "VERIFICATION", "RESULT"], &rows));
     }
+    let states: Vec<(&str, bool)> =
+        results.iter().map(|r| (r.name.as_str(), matches!(r.outcome, Outcome::Ok))).collect();
+    crate::ci::set_step_outputs("snapshot", &ctx.artifacts.root().join("snapshot"), &states)
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
     let failures: Vec<String> = results
         .iter()
         .filter_map(|r| match &r.outcome {
