@@ -292,4 +292,40 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
         let left: Vec<String> = snaps.list().await.unwrap().into_iter().map(|s| s.name).collect();
         assert_eq!(left, vec!["pgo-20260201-000000-2".to_string()]);
     });
+
+    // The CLI's --list and --rollback (the container is stopped now).
+    let cli = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .args(["--artifacts"])
+            .arg(&artifacts)
+            .args(["snapshot", "--container", "app", "--share"])
+            .arg(&share)
+            .args(extra)
+            .args(["--inventory"])
+            .arg(&inv_path)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["--list"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let kept = store.list("app").unwrap();
+    let lines: Vec<Vec<&str>> = stdout.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[0][..3], ["app", "data", kept[0].id.as_str()], "{stdout}");
+    assert_eq!(lines[1], ["app", "container", "pgo-20260201-000000-2", "-"], "{stdout}");
+    // The lib declares SNAPSHOT paths: a rollback takes a data snapshot first, which a stopped
+    // container refuses; nothing is rolled back.
+    let out = cli(&["--rollback", "pgo-20260201-000000-2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("app: no rollback: the data snapshot taken first failed"), "{stderr}");
+    assert!(stderr.contains("pass --no-snapshot"), "{stderr}");
+    let out = cli(&["--rollback", "pgo-nope", "--no-snapshot"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no snapshot named `pgo-nope`"));
+    let out = cli(&["--rollback", "pgo-20260201-000000-2", "--no-snapshot"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("app: rolled back to pgo-20260201-000000-2"), "{stderr}");
 }

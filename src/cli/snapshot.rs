@@ -27,6 +27,19 @@ pub struct SnapshotArgs {
     /// id <lib>-YYYYMMDD-HHMMSS[-N].
     #[arg(long, requires = "restore", value_parser = parse_at)]
     at: Option<String>,
+    /// List the lib's data archives and the container's snapshots instead (nothing is taken or
+    /// changed; no SSH).
+    #[arg(long, conflicts_with_all = ["restore", "keep", "rollback"])]
+    list: bool,
+    /// Roll ONE container back to its container snapshot NAME (PVE `…/snapshot/{NAME}/rollback`,
+    /// or `lxc-snapshot -r`): its current state is discarded, so when the lib declares SNAPSHOT
+    /// paths a verified data snapshot is taken first (refused if that fails, unless
+    /// --no-snapshot).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["restore", "keep", "all"])]
+    rollback: Option<String>,
+    /// With --rollback: do not take a data snapshot first.
+    #[arg(long, requires = "rollback")]
+    no_snapshot: bool,
     /// Keep this many snapshots per lib (archives, and container snapshots named pgo-…); older
     /// ones are deleted.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "restore")]
@@ -118,6 +131,18 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         pve,
     };
     let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
+    if args.list {
+        return list(ctx, &specs, &share, &connect, &rt);
+    }
+    if let Some(name) = &args.rollback {
+        let [spec] = specs.as_slice() else {
+            return Err(Error::Usage(format!(
+                "--rollback takes exactly one --container (given: {})",
+                specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        };
+        return rollback(ctx, spec, name, args.no_snapshot, &opts, &connect, &rt);
+    }
     let mut results = Vec::new();
     for spec in specs {
         let result = match rt.block_on(step::connect(spec, &ctx.artifacts, &share, &connect)) {
@@ -174,4 +199,102 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         })
         .collect();
     if failures.is_empty() { Ok(()) } else { Err(Error::Failed(anyhow::anyhow!("{}", failures.join("\n")))) }
+}
+
+/// `--list`: per container, the data archives in the share (id, time, entries, bytes) and the
+/// container snapshots (name, description), from the store and the backend only.
+fn list(
+    ctx: &Ctx,
+    specs: &[&crate::inventory::ContainerSpec],
+    share: &std::path::Path,
+    connect: &step::ConnectOptions,
+    rt: &tokio::runtime::Runtime,
+) -> Result<()> {
+    let store = crate::snapshot::store::Store::new(share);
+    let mut rows = Vec::new();
+    let mut json = Vec::new();
+    for spec in specs {
+        let archives = store
+            .list(&spec.name)
+            .map_err(|e| Error::Failed(anyhow::anyhow!("{}: cannot list its snapshots: {e}", spec.name)))?;
+        for a in &archives {
+            let bytes = std::fs::metadata(&a.archive).map(|m| m.len()).unwrap_or(0);
+            rows.push(vec![spec.name.clone(), "data".into(), a.id.clone(), bytes.to_string()]);
+            json.push(serde_json::json!({"container": spec.name, "kind": "data", "id": a.id,
+                "archive": a.archive, "manifest": a.manifest, "bytes": bytes}));
+        }
+        let cts = step::read_provision(spec, &ctx.artifacts)
+            .ok()
+            .and_then(|prov| step::ct_snapshots(&prov, connect.pve.as_ref()));
+        match cts {
+            Some(ct) => {
+                let listed =
+                    rt.block_on(ct.list()).map_err(|e| Error::Failed(anyhow::anyhow!("{}: {e}", spec.name)))?;
+                for c in listed {
+                    rows.push(vec![spec.name.clone(), "container".into(), c.name.clone(), "-".into()]);
+                    json.push(serde_json::json!({"container": spec.name, "kind": "container", "id": c.name,
+                        "description": c.description, "snaptime": c.snaptime}));
+                }
+            }
+            None => tracing::info!(
+                "{}: container snapshots not listed (no provision artifact, or a pve container without PROXMOX_HOST)",
+                spec.name
+            ),
+        }
+    }
+    if ctx.json {
+        println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
+    } else {
+        print!("{}", table(&["NAME", "KIND", "SNAPSHOT", "BYTES"], &rows));
+    }
+    Ok(())
+}
+
+/// `--rollback NAME` for one container: a verified data snapshot first when the lib declares
+/// SNAPSHOT paths (unless `no_snapshot`), then the container snapshot rollback.
+fn rollback(
+    ctx: &Ctx,
+    spec: &crate::inventory::ContainerSpec,
+    name: &str,
+    no_snapshot: bool,
+    opts: &SnapshotOptions,
+    connect: &step::ConnectOptions,
+    rt: &tokio::runtime::Runtime,
+) -> Result<()> {
+    let prov = step::read_provision(spec, &ctx.artifacts).map_err(|e| Error::Failed(anyhow::anyhow!("{e}")))?;
+    let Some(ct) = step::ct_snapshots(&prov, connect.pve.as_ref()) else {
+        return Err(Error::Failed(anyhow::anyhow!(
+            "{}: container snapshots of this pve container need the PVE API: set PROXMOX_HOST",
+            spec.name
+        )));
+    };
+    if !spec.snapshot_paths.is_empty() && !no_snapshot {
+        let taken = rt.block_on(async {
+            match step::connect(spec, &ctx.artifacts, &opts.share, connect).await {
+                Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), None, opts).await,
+                Err(reason) => {
+                    let mut a = step::Snapshot::new(spec, step::Operation::Snapshot);
+                    a.outcome = Outcome::Failed { error: reason };
+                    a
+                }
+            }
+        });
+        artifact::write(&ctx.artifacts.snapshot(&spec.name), &taken).map_err(|e| Error::Failed(e.into()))?;
+        if let Outcome::Failed { error } = &taken.outcome {
+            return Err(Error::Failed(anyhow::anyhow!(
+                "{}: no rollback: the data snapshot taken first failed ({error}); pass --no-snapshot to roll back \
+                 without it",
+                spec.name
+            )));
+        }
+        eprintln!("{}: data snapshot {} taken first", spec.name, taken.snapshot_id.as_deref().unwrap_or("-"));
+    }
+    let upid = rt
+        .block_on(crate::snapshot::ct::rollback(ct.as_ref(), name))
+        .map_err(|e| Error::Failed(anyhow::anyhow!("{}: {e}", spec.name)))?;
+    match upid {
+        Some(u) => eprintln!("{}: rolled back to {name} (task {u})", spec.name),
+        None => eprintln!("{}: rolled back to {name}", spec.name),
+    }
+    Ok(())
 }
