@@ -8,12 +8,11 @@
 //! Prints a Markdown table of wall times. Everything it creates is named `pgobench-<pid>-…` and
 //! removed at the end, also on failure.
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
-use proxmox_gitops::inventory::{ContainerSpec, Disk, Engine, IpConfig};
+use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
 use proxmox_gitops::provision::{ApplyOptions, Outcome, Provision, RecreatePolicy};
 
 struct Cleanup {
@@ -40,25 +39,13 @@ impl Drop for Cleanup {
 fn spec(prefix: &str, short: &str, vmid: u32) -> ContainerSpec {
     let name = format!("{prefix}{short}");
     ContainerSpec {
-        name: name.clone(),
-        hostname: name,
-        vmid,
-        ip: IpConfig::Dhcp,
-        cores: 1,
         memory_mib: 256,
         swap_mib: 0,
         rootfs: Disk { storage: "local".into(), size_gib: 4 },
-        mounts: vec![],
         onboot: false,
-        node: None,
-        snapshot_paths: vec![],
-        requires: vec![],
-        engine: Engine::None,
         dir: format!("libs/{short}").into(),
         sources: vec![],
-        submodule: None,
-        env: BTreeMap::new(),
-        extra: BTreeMap::new(),
+        ..ContainerSpec::new(&name, vmid, IpConfig::Dhcp)
     }
 }
 

@@ -12,14 +12,13 @@
 #[path = "support/lxc.rs"]
 mod lxc;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
 use proxmox_gitops::backend::lxc::{BASE_READY_FILE, LxcBackend, LxcOptions};
-use proxmox_gitops::inventory::{ContainerSpec, Disk, Engine, IpConfig};
+use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
 use proxmox_gitops::provision::{Action, ApplyOptions, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::snapshot::remote::CommandExec;
 use proxmox_gitops::steps::destroy::{self, DestroyOptions};
@@ -60,25 +59,14 @@ impl Drop for Cleanup {
 
 fn spec(name: &str) -> ContainerSpec {
     ContainerSpec {
-        name: name.into(),
-        hostname: name.into(),
-        vmid: 9701,
-        ip: IpConfig::Dhcp,
-        cores: 1,
         memory_mib: 256,
         swap_mib: 0,
         rootfs: Disk { storage: "local".into(), size_gib: 4 },
-        mounts: vec![],
         onboot: false,
-        node: None,
         snapshot_paths: vec!["/srv/data".into()],
-        requires: vec![],
-        engine: Engine::None,
         dir: "libs/app".into(),
         sources: vec!["libs/app/container.env".into()],
-        submodule: None,
-        env: BTreeMap::new(),
-        extra: BTreeMap::new(),
+        ..ContainerSpec::new(name, 9701, IpConfig::Dhcp)
     }
 }
 

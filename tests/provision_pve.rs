@@ -13,7 +13,7 @@ use fakepve::{FakePve, TEMPLATE, TEMPLATE_FILE};
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::backend::pve::Timeouts;
-use proxmox_gitops::inventory::{ContainerSpec, Disk, Engine, IpConfig, Mount};
+use proxmox_gitops::inventory::{ContainerSpec, IpConfig, Mount};
 use proxmox_gitops::provision::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
 use proxmox_gitops::pve::TlsMode;
 use proxmox_gitops::settings::{PveSettings, Settings};
@@ -123,25 +123,10 @@ impl Env {
 
 fn spec(name: &str, vmid: u32) -> ContainerSpec {
     ContainerSpec {
-        name: name.into(),
-        hostname: name.into(),
-        vmid,
-        ip: IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: Some(8) },
         cores: 2,
         memory_mib: 1024,
         swap_mib: 256,
-        rootfs: Disk { storage: "local-lvm".into(), size_gib: 8 },
-        mounts: vec![],
-        onboot: true,
-        node: None,
-        snapshot_paths: vec![],
-        requires: vec![],
-        engine: Engine::None,
-        dir: format!("libs/{name}").into(),
-        sources: vec![format!("libs/{name}/container.env").into()],
-        submodule: None,
-        env: BTreeMap::new(),
-        extra: BTreeMap::new(),
+        ..ContainerSpec::new(name, vmid, IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: Some(8) })
     }
 }
 

@@ -6,7 +6,6 @@
 #[path = "support/fakepve.rs"]
 mod fakepve;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use fakepve::{FakePve, TEMPLATE};
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::backend::pve::Timeouts;
-use proxmox_gitops::inventory::{ContainerSpec, Disk, Engine, IpConfig};
+use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
 use proxmox_gitops::provision::{ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::pve::{PveClient, TlsMode};
 use proxmox_gitops::settings::{PveSettings, Settings};
@@ -35,25 +34,10 @@ struct Env {
 
 fn spec(name: &str, vmid: u32) -> ContainerSpec {
     ContainerSpec {
-        name: name.into(),
-        hostname: name.into(),
-        vmid,
-        ip: IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: Some(8) },
-        cores: 1,
-        memory_mib: 512,
         swap_mib: 0,
         rootfs: Disk { storage: "local-lvm".into(), size_gib: 4 },
-        mounts: vec![],
         onboot: false,
-        node: None,
-        snapshot_paths: vec![],
-        requires: vec![],
-        engine: Engine::None,
-        dir: format!("libs/{name}").into(),
-        sources: vec![format!("libs/{name}/container.env").into()],
-        submodule: None,
-        env: BTreeMap::new(),
-        extra: BTreeMap::new(),
+        ..ContainerSpec::new(name, vmid, IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: Some(8) })
     }
 }
 

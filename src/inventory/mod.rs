@@ -106,6 +106,37 @@ pub struct ContainerSpec {
     pub extra: BTreeMap<String, String>,
 }
 
+impl ContainerSpec {
+    /// A spec for lib `name` (directory `libs/<name>`, hostname `name`, one env file
+    /// `libs/<name>/container.env`) with `vmid` and `ip` and every other key at its
+    /// `container.env` default (see [`spec`]: 1 core, 512 MiB memory and swap, `local-lvm:8`,
+    /// start at boot, no mounts, no snapshot paths, no engine). For code that builds specs
+    /// without env files (tests, benchmarks); override fields with struct update syntax.
+    pub fn new(name: &str, vmid: u32, ip: IpConfig) -> Self {
+        Self {
+            name: name.to_string(),
+            hostname: name.to_string(),
+            vmid,
+            ip,
+            cores: spec::DEFAULT_CORES,
+            memory_mib: spec::DEFAULT_MEMORY_MIB,
+            swap_mib: spec::DEFAULT_SWAP_MIB,
+            rootfs: Disk { storage: spec::DEFAULT_DISK_STORAGE.into(), size_gib: spec::DEFAULT_DISK_GIB },
+            mounts: Vec::new(),
+            onboot: true,
+            node: None,
+            snapshot_paths: Vec::new(),
+            requires: Vec::new(),
+            engine: Engine::None,
+            dir: PathBuf::from(format!("libs/{name}")),
+            sources: vec![PathBuf::from(format!("libs/{name}/container.env"))],
+            submodule: None,
+            env: BTreeMap::new(),
+            extra: BTreeMap::new(),
+        }
+    }
+}
+
 /// The `net0` address of a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "lowercase")]

@@ -27,6 +27,17 @@ use super::dotenv::Entry;
 use super::{ContainerSpec, Disk, Engine, IpConfig, Mount};
 use crate::error::{Location, Problems};
 
+/// `CORES` when the env files do not set it.
+pub const DEFAULT_CORES: u32 = 1;
+/// `MEMORY` in MiB when the env files do not set it.
+pub const DEFAULT_MEMORY_MIB: u64 = 512;
+/// `SWAP` in MiB when the env files do not set it.
+pub const DEFAULT_SWAP_MIB: u64 = 512;
+/// `DISK` storage when the env files do not set it (`local-lvm:8`).
+pub const DEFAULT_DISK_STORAGE: &str = "local-lvm";
+/// `DISK` size in GiB when the env files do not set it.
+pub const DEFAULT_DISK_GIB: u64 = 8;
+
 /// Keys this tool interprets; everything else goes to `extra`.
 pub const KNOWN_KEYS: &[&str] =
     &["ID", "IP", "CORES", "MEMORY", "SWAP", "DISK", "BOOT", "MOUNT", "NODE", "SNAPSHOT", "REQUIRES"];
@@ -250,9 +261,11 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
             None
         }
     };
-    let cores = get("CORES").map_or(Some(1), |e| parse_int(e, 1, 8192, "CORES", &mut problems));
-    let memory = get("MEMORY").map_or(Some(512), |e| parse_int(e, 16, u32::MAX as u64, "MEMORY (MiB)", &mut problems));
-    let swap = get("SWAP").map_or(Some(512), |e| parse_int(e, 0, u32::MAX as u64, "SWAP (MiB)", &mut problems));
+    let cores = get("CORES").map_or(Some(DEFAULT_CORES as u64), |e| parse_int(e, 1, 8192, "CORES", &mut problems));
+    let memory = get("MEMORY")
+        .map_or(Some(DEFAULT_MEMORY_MIB), |e| parse_int(e, 16, u32::MAX as u64, "MEMORY (MiB)", &mut problems));
+    let swap =
+        get("SWAP").map_or(Some(DEFAULT_SWAP_MIB), |e| parse_int(e, 0, u32::MAX as u64, "SWAP (MiB)", &mut problems));
     let rootfs = match get("DISK") {
         Some(e) => match parse_disk(e.value.trim()) {
             Ok(d) => Some(d),
@@ -261,7 +274,7 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
                 None
             }
         },
-        None => Some(Disk { storage: "local-lvm".into(), size_gib: 8 }),
+        None => Some(Disk { storage: DEFAULT_DISK_STORAGE.into(), size_gib: DEFAULT_DISK_GIB }),
     };
     let onboot = match get("BOOT") {
         Some(e) => parse_bool(&e.value).or_else(|| {

@@ -12,13 +12,12 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
-use proxmox_gitops::inventory::{ContainerSpec, Disk, Engine, IpConfig};
+use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
 use proxmox_gitops::provision::{ApplyOptions, Provision, RecreatePolicy};
 
 /// Prefix of every container this test process creates.
@@ -101,25 +100,13 @@ impl Fixture {
     pub fn spec(&self, short: &str, vmid: u32) -> ContainerSpec {
         let name = format!("{}{short}", self.prefix);
         ContainerSpec {
-            name: name.clone(),
-            hostname: name.clone(),
-            vmid,
-            ip: IpConfig::Dhcp,
-            cores: 1,
             memory_mib: 256,
             swap_mib: 0,
             rootfs: Disk { storage: "local".into(), size_gib: 4 },
-            mounts: vec![],
             onboot: false,
-            node: None,
-            snapshot_paths: vec![],
-            requires: vec![],
-            engine: Engine::None,
             dir: format!("libs/{short}").into(),
             sources: vec![format!("libs/{short}/container.env").into()],
-            submodule: None,
-            env: BTreeMap::new(),
-            extra: BTreeMap::new(),
+            ..ContainerSpec::new(&name, vmid, IpConfig::Dhcp)
         }
     }
 

@@ -2,12 +2,11 @@
 //! not the container scripts), a container spec, and transports that misbehave.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use proxmox_gitops::inventory::{ContainerSpec, Disk, Engine, IpConfig};
+use proxmox_gitops::inventory::{ContainerSpec, IpConfig};
 use proxmox_gitops::snapshot::manifest::{Entry, Kind};
 use proxmox_gitops::snapshot::remote::{BoxFuture, CommandExec, ExecStatus, RemoteExec};
 use sha2::{Digest, Sha256};
@@ -122,27 +121,7 @@ fn walk_one(p: &Path, out: &mut Vec<Entry>) {
 
 /// A container spec for lib `name` declaring `paths`.
 pub fn spec(name: &str, paths: &[String]) -> ContainerSpec {
-    ContainerSpec {
-        name: name.into(),
-        hostname: name.into(),
-        vmid: 4242,
-        ip: IpConfig::Dhcp,
-        cores: 1,
-        memory_mib: 512,
-        swap_mib: 512,
-        rootfs: Disk { storage: "local-lvm".into(), size_gib: 8 },
-        mounts: Vec::new(),
-        onboot: true,
-        node: None,
-        snapshot_paths: paths.to_vec(),
-        requires: vec![],
-        engine: Engine::None,
-        dir: PathBuf::from(format!("libs/{name}")),
-        sources: vec![PathBuf::from(format!("libs/{name}/container.env"))],
-        submodule: None,
-        env: BTreeMap::new(),
-        extra: BTreeMap::new(),
-    }
+    ContainerSpec { snapshot_paths: paths.to_vec(), ..ContainerSpec::new(name, 4242, IpConfig::Dhcp) }
 }
 
 /// Names of the files in `dir` (sorted), empty when it does not exist.

@@ -1,31 +1,10 @@
 //! Unit tests of the pure parts of the lxc backend: desired config and planning.
 
 use super::*;
-use crate::inventory::{Disk, Engine};
 use pretty_assertions::assert_eq;
 
 fn spec() -> ContainerSpec {
-    ContainerSpec {
-        name: "broker".into(),
-        hostname: "broker".into(),
-        vmid: 101,
-        ip: IpConfig::Dhcp,
-        cores: 2,
-        memory_mib: 512,
-        swap_mib: 256,
-        rootfs: Disk { storage: "local-lvm".into(), size_gib: 8 },
-        mounts: vec![],
-        onboot: true,
-        node: None,
-        snapshot_paths: vec![],
-        requires: vec![],
-        engine: Engine::None,
-        dir: "libs/broker".into(),
-        sources: vec!["libs/broker/container.env".into()],
-        submodule: None,
-        env: BTreeMap::new(),
-        extra: BTreeMap::new(),
-    }
+    ContainerSpec { cores: 2, swap_mib: 256, ..ContainerSpec::new("broker", 101, IpConfig::Dhcp) }
 }
 
 fn host(cgroup: Cgroup) -> HostFacts {

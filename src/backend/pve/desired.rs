@@ -327,29 +327,14 @@ pub fn create_params(d: &Desired, ssh_key: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::inventory::{Disk, Engine};
 
     pub fn spec() -> ContainerSpec {
         ContainerSpec {
-            name: "broker".into(),
-            hostname: "broker".into(),
-            vmid: 101,
             ip: IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: None },
             cores: 2,
             memory_mib: 1024,
             swap_mib: 256,
-            rootfs: Disk { storage: "local-lvm".into(), size_gib: 8 },
-            mounts: vec![],
-            onboot: true,
-            node: None,
-            snapshot_paths: vec![],
-            requires: vec![],
-            engine: Engine::None,
-            dir: "libs/broker".into(),
-            sources: vec!["libs/broker/container.env".into()],
-            submodule: None,
-            env: BTreeMap::new(),
-            extra: BTreeMap::new(),
+            ..ContainerSpec::new("broker", 101, IpConfig::Dhcp)
         }
     }
 
