@@ -197,16 +197,23 @@ fn create_actions(vmid: u32, ssh_port: u16, user: &str) -> Value {
     ])
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn create_from_nothing_with_ticket_auth() {
+/// fakepve with the template, recording requests from the start; `broker` (vmid 101) created
+/// from nothing with `login`, and its artifact checked whole (its tasks owned by `user`).
+async fn created_broker(login: Login, user: &str) -> (Env, Backend, Vec<Provision>) {
     let env = Env::with_template().await;
     env.pve.requests(true);
-    let b = env.backend(Login::Root);
+    let b = env.backend(login);
     let out = env.provision_one(&b, spec("broker", 101)).await;
     assert_eq!(
         normalised(&out[0]),
-        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam"))
+        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, user))
     );
+    (env, b, out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_from_nothing_with_ticket_auth() {
+    let (env, _b, out) = created_broker(Login::Root, "root@pam").await;
     // The artifact on disk is the same document.
     let on_disk: Provision = artifact::read(&env.artifacts.path().join("provision/broker.json")).unwrap();
     assert_eq!(on_disk, out[0]);
@@ -399,14 +406,7 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
 
 #[tokio::test(flavor = "multi_thread")]
 async fn api_token_auth_creates_without_ticket_or_csrf() {
-    let env = Env::with_template().await;
-    env.pve.requests(true);
-    let b = env.backend(Login::Token);
-    let out = env.provision_one(&b, spec("broker", 101)).await;
-    assert_eq!(
-        normalised(&out[0]),
-        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam!ci"))
-    );
+    let (env, b, _out) = created_broker(Login::Token, "root@pam!ci").await;
     assert!(env.pve.requests(false).iter().all(|(_, p, _)| p != "/access/ticket"));
     assert_eq!(client(&b).login_count(), 0);
 }
