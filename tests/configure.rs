@@ -2,8 +2,7 @@
 //! tests/support/configure.rs). Run with `cargo test --test configure`; needs root, lxc,
 //! debootstrap, ansible and mosquitto-clients, and Debian's mirror from inside the containers.
 
-#[path = "support/configure.rs"]
-mod configure_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -11,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use configure_support as sup;
 use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::inventory::{Engine, Inventory};
 use proxmox_gitops::provision::Outcome;
@@ -19,6 +17,7 @@ use proxmox_gitops::ssh::ConnectOptions;
 use proxmox_gitops::steps::configure::{Configure, ConfigureOptions, Contract, EngineRun, configure};
 use proxmox_gitops::steps::resolve::{ResolveOptions, resolve};
 use secrecy::SecretString;
+use support::configure as sup;
 
 const LOGIN: &str = "pgo-admin";
 
@@ -33,10 +32,10 @@ type LibFixture<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
 
 fn monorepo(dir: &Path, libs: &[LibFixture], copy_from_source: &[&str]) -> PathBuf {
     let root = dir.to_path_buf();
-    sup::copy_dir(&sup::source_root().join("base"), &root.join("base"));
+    support::fs::copy_dir(&support::fs::source_root().join("base"), &root.join("base"));
     std::fs::write(root.join("globals.json"), r#"{"DOMAIN": "lan.test", "SHARE_HOST": ""}"#).unwrap();
     for name in copy_from_source {
-        sup::copy_dir(&sup::source_root().join("libs").join(name), &root.join("libs").join(name));
+        support::fs::copy_dir(&support::fs::source_root().join("libs").join(name), &root.join("libs").join(name));
     }
     for (name, env, files) in libs {
         let d = root.join("libs").join(name);
@@ -182,12 +181,12 @@ fn broker_and_proxy_end_to_end() {
     );
     // Shipped lib files (container.env replaced above with test values).
     for lib in ["broker", "proxy"] {
-        for e in std::fs::read_dir(sup::source_root().join("libs").join(lib)).unwrap() {
+        for e in std::fs::read_dir(support::fs::source_root().join("libs").join(lib)).unwrap() {
             let e = e.unwrap();
             if e.file_name() != "container.env" {
                 let to = root.join("libs").join(lib).join(e.file_name());
                 if e.path().is_dir() {
-                    sup::copy_dir(&e.path(), &to);
+                    support::fs::copy_dir(&e.path(), &to);
                 } else {
                     std::fs::copy(e.path(), &to).unwrap();
                 }

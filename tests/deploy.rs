@@ -1,15 +1,13 @@
 //! `deploy` orchestration with fake step runners: ordering, failure isolation, resume,
 //! parallelism bound, explicit steps, blocking, and the deploy.json artifact.
 
-#[path = "support/deploy.rs"]
-mod deploy;
+mod support;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use deploy::{Fake, inventory, monorepo, write_files};
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
 use proxmox_gitops::inventory::Inventory;
@@ -18,6 +16,8 @@ use proxmox_gitops::steps::deploy::{
     BuiltinRunner, Deploy, DeployOptions, RunResult, StepRunner, deploy as run_deploy, inputs_digest,
 };
 use proxmox_gitops::steps::plan::Step;
+use support::deploy::{Fake, inventory, monorepo};
+use support::fs::write_files;
 
 fn opts(root: &Path, git_ref: &str) -> DeployOptions {
     DeployOptions {

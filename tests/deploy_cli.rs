@@ -1,14 +1,13 @@
 //! The `deploy` and `artifacts` subcommands through the binary: exit codes, messages,
 //! $GITHUB_OUTPUT, and the artifact bundle round trip.
 
-#[path = "support/deploy.rs"]
-mod deploy;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use deploy::monorepo;
 use pretty_assertions::assert_eq;
+use support::deploy::monorepo;
 
 fn pgo(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"));
@@ -113,8 +112,7 @@ fn artifacts_travel_in_a_bundle() {
     );
 }
 
-#[path = "support/fakepve.rs"]
-mod fakepve;
+use support::fakepve;
 
 /// `deploy` provisions through the real pve backend (fakepve on loopback) with the recreate
 /// policy of its options: a change of template needs a recreate, which is refused by default and

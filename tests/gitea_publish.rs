@@ -2,14 +2,14 @@
 //!
 //! Run: `cargo test --test gitea_publish` (needs python3 with `jsonschema`, and git).
 
-#[path = "support/gitea.rs"]
-mod gitea;
+mod support;
 
 use std::path::Path;
 
-use gitea::{Creds, Double, FIXTURE_URLS, fixture, git, ok, run};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use support::git::git;
+use support::gitea::{self, Creds, Double, FIXTURE_URLS, fixture, ok, run};
 
 fn read_json(p: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()

@@ -9,8 +9,7 @@
 //! test ends, also when it fails. It is reached only through `lxc-attach` (no network traffic
 //! beyond lxcbr0's DHCP).
 
-#[path = "support/lxc.rs"]
-mod lxc;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,12 +17,13 @@ use std::process::Command;
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
 use proxmox_gitops::backend::lxc::{BASE_READY_FILE, LxcBackend, LxcOptions};
-use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
+use proxmox_gitops::inventory::ContainerSpec;
 use proxmox_gitops::provision::{Action, ApplyOptions, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::snapshot::remote::CommandExec;
 use proxmox_gitops::steps::destroy::{self, DestroyOptions};
 use proxmox_gitops::steps::provision::{self as step, Backend};
 use proxmox_gitops::steps::snapshot::{self as snap, SnapshotOptions};
+use support::lxc;
 
 fn lxc_path() -> PathBuf {
     let out = Command::new("lxc-config").arg("lxc.lxcpath").output().expect("lxc-config (is lxc installed?)");
@@ -58,16 +58,7 @@ impl Drop for Cleanup {
 }
 
 fn spec(name: &str) -> ContainerSpec {
-    ContainerSpec {
-        memory_mib: 256,
-        swap_mib: 0,
-        rootfs: Disk { storage: "local".into(), size_gib: 4 },
-        onboot: false,
-        snapshot_paths: vec!["/srv/data".into()],
-        dir: "libs/app".into(),
-        sources: vec!["libs/app/container.env".into()],
-        ..ContainerSpec::new(name, 9701, IpConfig::Dhcp)
-    }
+    support::spec::spec(name, 9701).small_lxc().snapshot_paths(&["/srv/data"]).lib("app").build()
 }
 
 fn attach(lxc_path: &Path, name: &str, script: &str) -> (bool, String) {

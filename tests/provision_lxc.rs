@@ -5,8 +5,7 @@
 //! every test, and removed after the last one: `cargo test --test provision_lxc [FILTER]`.
 //! If LXC cannot run here, every test FAILS saying so.
 
-#[path = "support/lxc.rs"]
-mod lxc;
+mod support;
 
 use std::sync::{LazyLock, OnceLock};
 use std::time::Instant;
@@ -18,7 +17,7 @@ use proxmox_gitops::inventory::{ContainerSpec, Mount};
 use proxmox_gitops::provision::{Action, Outcome, Provision, RecreatePolicy};
 use serde_json::{Value, json};
 
-use lxc::Fixture;
+use support::lxc::{self, Fixture};
 
 static RT: LazyLock<tokio::runtime::Runtime> =
     LazyLock::new(|| tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime"));

@@ -2,24 +2,23 @@
 //! its own certificate. The SSH wait targets a banner-writing listener on 127.0.0.1; container
 //! addresses are 127.0.0.1 — nothing else is ever contacted.
 
-#[path = "support/fakepve.rs"]
-mod fakepve;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fakepve::{FakePve, TEMPLATE, TEMPLATE_FILE};
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::inventory::{ContainerSpec, IpConfig, Mount};
 use proxmox_gitops::provision::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
 use proxmox_gitops::pve::TlsMode;
-use proxmox_gitops::settings::{PveSettings, Settings};
+use proxmox_gitops::settings::Settings;
 use proxmox_gitops::steps::provision::{self as step, Backend, PveConnect};
 use secrecy::SecretString;
 use serde_json::{Value, json};
+use support::fakepve::{FakePve, TEMPLATE, TEMPLATE_FILE};
 use tokio::io::AsyncWriteExt;
 
 /// A TCP listener on 127.0.0.1 that greets like sshd.
@@ -57,40 +56,19 @@ impl Env {
     }
 
     fn settings(&self, login: Login) -> Settings {
-        let (password, token, secret) = match login {
-            Login::Root => (Some(SecretString::from("secret")), None, None),
-            Login::Token => {
-                self.pve.exec("pve.apitokens['root@pam!ci'] = '0b8e5a72-5e0c-4d4b-9a3a-2f4f1d8c9e11'");
-                (None, Some("ci".to_string()), Some(SecretString::from("0b8e5a72-5e0c-4d4b-9a3a-2f4f1d8c9e11")))
-            }
-        };
-        Settings {
-            pve: PveSettings {
-                host: Some("127.0.0.1".into()),
-                port: self.pve.port,
-                user: Some("root@pam".into()),
-                password,
-                token,
-                secret,
-                node: None,
-                gateway: Some("127.0.0.254".into()),
-                mask: Some(8),
-                interface: "eth0".into(),
-                bridge: "vmbr0".into(),
-                storage: Some("local:vztmpl".into()),
-                template: Some(TEMPLATE.into()),
-            },
-            gitea: Default::default(),
-            share: self.share.path().to_path_buf(),
+        let mut settings = self.pve.settings(self.share.path());
+        settings.pve.gateway = Some("127.0.0.254".into());
+        if let Login::Token = login {
+            self.pve.exec("pve.apitokens['root@pam!ci'] = '0b8e5a72-5e0c-4d4b-9a3a-2f4f1d8c9e11'");
+            settings.pve.password = None;
+            settings.pve.token = Some("ci".to_string());
+            settings.pve.secret = Some(SecretString::from("0b8e5a72-5e0c-4d4b-9a3a-2f4f1d8c9e11"));
         }
+        settings
     }
 
     fn connect(&self) -> PveConnect {
-        PveConnect {
-            tls: TlsMode::CaFile(self.pve.ca.clone()),
-            timeouts: Timeouts { lock: Duration::from_secs(10), ..Timeouts::default() },
-            request_timeout: Duration::from_secs(20),
-        }
+        self.pve.connect(Timeouts { lock: Duration::from_secs(10), ..Timeouts::default() })
     }
 
     fn backend(&self, login: Login) -> Backend {
@@ -108,6 +86,18 @@ impl Env {
         }
     }
 
+    /// [`Env::new`] with the template on storage `local`.
+    async fn with_template() -> Env {
+        let env = Env::new().await;
+        env.pve.add_template();
+        env
+    }
+
+    /// Provisions `s` alone: recreate policy never, one job.
+    async fn provision_one(&self, backend: &Backend, s: ContainerSpec) -> Vec<Provision> {
+        self.provision(backend, vec![s], RecreatePolicy::Never, 1).await
+    }
+
     async fn provision(
         &self,
         backend: &Backend,
@@ -121,13 +111,17 @@ impl Env {
     }
 }
 
+/// fakepve with the template, a backend logged in as root@pam, and `broker` (vmid 101) created
+/// and started.
+async fn with_broker() -> (Env, Backend) {
+    let env = Env::with_template().await;
+    let b = env.backend(Login::Root);
+    env.provision_one(&b, spec("broker", 101)).await;
+    (env, b)
+}
+
 fn spec(name: &str, vmid: u32) -> ContainerSpec {
-    ContainerSpec {
-        cores: 2,
-        memory_mib: 1024,
-        swap_mib: 256,
-        ..ContainerSpec::new(name, vmid, IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: Some(8) })
-    }
+    support::spec::spec(name, vmid).loopback().resources(2, 1024, 256).build()
 }
 
 fn client(b: &Backend) -> &Arc<proxmox_gitops::pve::PveClient> {
@@ -203,17 +197,23 @@ fn create_actions(vmid: u32, ssh_port: u16, user: &str) -> Value {
     ])
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn create_from_nothing_with_ticket_auth() {
-    let env = Env::new().await;
-    env.pve.add_template();
+/// fakepve with the template, recording requests from the start; `broker` (vmid 101) created
+/// from nothing with `login`, and its artifact checked whole (its tasks owned by `user`).
+async fn created_broker(login: Login, user: &str) -> (Env, Backend, Vec<Provision>) {
+    let env = Env::with_template().await;
     env.pve.requests(true);
-    let b = env.backend(Login::Root);
-    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let b = env.backend(login);
+    let out = env.provision_one(&b, spec("broker", 101)).await;
     assert_eq!(
         normalised(&out[0]),
-        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam"))
+        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, user))
     );
+    (env, b, out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_from_nothing_with_ticket_auth() {
+    let (env, _b, out) = created_broker(Login::Root, "root@pam").await;
     // The artifact on disk is the same document.
     let on_disk: Provision = artifact::read(&env.artifacts.path().join("provision/broker.json")).unwrap();
     assert_eq!(on_disk, out[0]);
@@ -284,12 +284,9 @@ async fn missing_template_is_downloaded_once_for_concurrent_creates() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rerun_changes_nothing_and_writes_nothing() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    let b = env.backend(Login::Root);
-    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let (env, b) = with_broker().await;
     env.pve.requests(true);
-    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, spec("broker", 101)).await;
     let p = &out[0];
     assert_eq!(p.plan.action, Action::Nothing);
     assert!(!p.plan.start);
@@ -311,14 +308,11 @@ async fn rerun_changes_nothing_and_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn memory_change_is_applied_in_place_with_the_digest() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    let b = env.backend(Login::Root);
-    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let (env, b) = with_broker().await;
     env.pve.requests(true);
     let mut s = spec("broker", 101);
     s.memory_mib = 2048;
-    let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, s).await;
     let p = &out[0];
     assert_eq!(
         p.plan.action,
@@ -344,14 +338,11 @@ async fn memory_change_is_applied_in_place_with_the_digest() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn disk_grow_is_a_resize_not_a_rootfs_put() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    let b = env.backend(Login::Root);
-    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let (env, b) = with_broker().await;
     env.pve.requests(true);
     let mut s = spec("broker", 101);
     s.rootfs.size_gib = 12;
-    let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, s).await;
     let p = &out[0];
     assert_eq!(
         p.plan.action,
@@ -374,16 +365,13 @@ async fn disk_grow_is_a_resize_not_a_rootfs_put() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    let b = env.backend(Login::Root);
-    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let (env, _b) = with_broker().await;
     // The next release uses another template.
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
     let b2 = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
     env.pve.requests(true);
-    let out = env.provision(&b2, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b2, spec("broker", 101)).await;
     let p = &out[0];
     let reason = format!(
         "ostemplate changes from local:vztmpl/{TEMPLATE_FILE} to local:vztmpl/debian-13-standard_13.2-1_amd64.tar.zst"
@@ -418,23 +406,14 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
 
 #[tokio::test(flavor = "multi_thread")]
 async fn api_token_auth_creates_without_ticket_or_csrf() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    env.pve.requests(true);
-    let b = env.backend(Login::Token);
-    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
-    assert_eq!(
-        normalised(&out[0]),
-        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam!ci"))
-    );
+    let (env, b, _out) = created_broker(Login::Token, "root@pam!ci").await;
     assert!(env.pve.requests(false).iter().all(|(_, p, _)| p != "/access/ticket"));
     assert_eq!(client(&b).login_count(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_csrf_token_logs_in_again_once() {
-    let env = Env::new().await;
-    env.pve.add_template();
+    let env = Env::with_template().await;
     let b = env.backend(Login::Root);
     // Log in (a read), then make PVE refuse the session's CSRF token on writes.
     let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
@@ -459,8 +438,7 @@ async fn refused_csrf_token_logs_in_again_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
-    let env = Env::new().await;
-    env.pve.add_template();
+    let env = Env::with_template().await;
     let mut connect = env.connect();
     connect.tls = TlsMode::System;
     let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
@@ -490,7 +468,7 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
     env.pve.requests(true);
     let mut s = spec("nas", 120);
     s.mounts = vec![Mount::Bind { host_path: "/srv/media".into(), container_path: "/media".into() }];
-    let out = env.provision(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, s.clone()).await;
     // apply() refuses too, before any request, even when handed a plan.
     let plan = proxmox_gitops::provision::ContainerPlan {
         name: "nas".into(),
@@ -515,12 +493,11 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pve_validation_errors_are_surfaced_with_fields() {
-    let env = Env::new().await;
-    env.pve.add_template();
+    let env = Env::with_template().await;
     let mut settings = env.settings(Login::Root);
     settings.pve.gateway = Some("not-an-ip".into());
     let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
-    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, spec("broker", 101)).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
     assert!(
         error.starts_with(
@@ -535,10 +512,7 @@ async fn pve_validation_errors_are_surfaced_with_fields() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn locked_container_is_retried_until_the_lock_clears() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    let b = env.backend(Login::Root);
-    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let (env, b) = with_broker().await;
     // A backup holds the lock for a moment.
     env.pve.exec(
         "pve.snapshot_lock(101, 'backup')\nasync def later():\n    await asyncio.sleep(0.8)\n    pve.unlock(101)\nasyncio.ensure_future(later())",
@@ -546,7 +520,7 @@ async fn locked_container_is_retried_until_the_lock_clears() {
     let mut s = spec("broker", 101);
     s.cores = 4;
     env.pve.requests(true);
-    let out = env.provision(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, s.clone()).await;
     assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
     assert!(out[0].warnings.iter().any(|w| w.contains("locked (backup)")), "{:?}", out[0].warnings);
     let puts = env.pve.writes(false).into_iter().filter(|(m, _, _)| m == "PUT").count();
@@ -559,7 +533,7 @@ async fn locked_container_is_retried_until_the_lock_clears() {
     connect.timeouts.lock = Duration::from_secs(1);
     let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     s.cores = 3;
-    let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, s).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
     assert!(error.contains("CT is locked (snapshot)"), "{error}");
 }
@@ -568,15 +542,12 @@ async fn locked_container_is_retried_until_the_lock_clears() {
 /// writer holds the config lock), is waited out like `CT is locked`.
 #[tokio::test(flavor = "multi_thread")]
 async fn config_lock_timeout_is_retried() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    let b = env.backend(Login::Root);
-    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let (env, b) = with_broker().await;
     env.pve.exec("pve.fail('PUT', '/nodes/pve1/lxc/101/config', error='config_lock_timeout', times=2)");
     let mut s = spec("broker", 101);
     s.cores = 4;
     env.pve.requests(true);
-    let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, s).await;
     assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
     let puts = env.pve.writes(false).into_iter().filter(|(m, _, _)| m == "PUT").count();
     assert_eq!(puts, 3, "two PUTs met the config lock, the third went through");
@@ -585,12 +556,9 @@ async fn config_lock_timeout_is_retried() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn task_error_fails_with_the_log_tail() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    let b = env.backend(Login::Root);
-    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let (env, b) = with_broker().await;
     env.pve.exec("ct = pve.ct(101)\nct.status = 'stopped'\nct.pid = None\nct.start_error = \"startup for container '101' failed\"");
-    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, spec("broker", 101)).await;
     let p = &out[0];
     assert_eq!(p.plan.action, Action::Nothing);
     assert!(p.plan.start);
@@ -603,8 +571,7 @@ async fn task_error_fails_with_the_log_tail() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn expired_ticket_mid_run_is_renewed_once() {
-    let env = Env::new().await;
-    env.pve.add_template();
+    let env = Env::with_template().await;
     let b = env.backend(Login::Root);
     let specs = vec![spec("a", 301), spec("b", 302)];
     let planned = step::plan_all(&b, specs, RecreatePolicy::Never, 2).await;
@@ -617,8 +584,7 @@ async fn expired_ticket_mid_run_is_renewed_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_percent_dropped_connections_still_converge() {
-    let env = Env::new().await;
-    env.pve.add_template();
+    let env = Env::with_template().await;
     env.pve.exec("pve.flaky_network(drop_rate=0.2, seed=7)");
     let b = env.backend(Login::Root);
     let specs: Vec<ContainerSpec> = (0..6).map(|i| spec(&format!("ct{i}"), 400 + i)).collect();
@@ -638,8 +604,7 @@ async fn twenty_percent_dropped_connections_still_converge() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ten_containers_in_parallel_share_one_session() {
-    let env = Env::new().await;
-    env.pve.add_template();
+    let env = Env::with_template().await;
     let b = env.backend(Login::Root);
     let specs: Vec<ContainerSpec> = (0..10).map(|i| spec(&format!("app{i}"), 500 + i)).collect();
     let out = env.provision(&b, specs, RecreatePolicy::Never, 10).await;
@@ -665,10 +630,7 @@ async fn ten_containers_in_parallel_share_one_session() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn plan_shows_the_live_action_without_changing_anything() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    let b = env.backend(Login::Root);
-    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let (env, b) = with_broker().await;
     let mut big = spec("broker", 101);
     big.memory_mib = 4096;
     let inv = proxmox_gitops::inventory::Inventory {
@@ -786,10 +748,7 @@ fn cli_plan_then_provision_then_converged() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn already_running_is_success_and_destroy_is_idempotent() {
-    let env = Env::new().await;
-    env.pve.add_template();
-    let b = env.backend(Login::Root);
-    env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let (env, b) = with_broker().await;
     // Stopped when planned, started by someone else before the apply.
     env.pve.exec("ct = pve.ct(101)\nct.status = 'stopped'\nct.pid = None");
     let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
@@ -815,8 +774,7 @@ async fn already_running_is_success_and_destroy_is_idempotent() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dhcp_address_wait_is_bounded() {
-    let env = Env::new().await;
-    env.pve.add_template();
+    let env = Env::with_template().await;
     let b = env.backend(Login::Root);
     let mut s = spec("dyn", 130);
     s.ip = IpConfig::Dhcp;
@@ -834,8 +792,7 @@ async fn dhcp_address_wait_is_bounded() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lost_create_answer_then_already_exists_means_created() {
-    let env = Env::new().await;
-    env.pve.add_template();
+    let env = Env::with_template().await;
     // PVE creates the container, but its answer comes only after the client gave up on it.
     env.pve.exec(
         "orig = pve.task\nstate = {'n': 0}\n\
@@ -846,7 +803,7 @@ async fn lost_create_answer_then_already_exists_means_created() {
     let mut connect = env.connect();
     connect.request_timeout = Duration::from_secs(1);
     let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
-    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, spec("broker", 101)).await;
     assert_eq!(
         normalised(&out[0]),
         expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam"))
@@ -859,8 +816,7 @@ async fn lost_create_answer_then_already_exists_means_created() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn task_warnings_are_success_and_surfaced() {
-    let env = Env::new().await;
-    env.pve.add_template();
+    let env = Env::with_template().await;
     env.pve.exec(
         "orig = pve.task\n\
          async def warn(node, ttype, tid, user, body, **kw):\n    upid = await orig(node, ttype, tid, user, body, **kw)\n    \
@@ -869,7 +825,7 @@ async fn task_warnings_are_success_and_surfaced() {
          pve.task = warn",
     );
     let b = env.backend(Login::Root);
-    let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
+    let out = env.provision_one(&b, spec("broker", 101)).await;
     let p = &out[0];
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     assert_eq!(p.actions[1].action, "start");
@@ -1038,7 +994,7 @@ async fn destroy_step_refuses_without_snapshot_and_destroys_with_no_snapshot() {
     assert_eq!((out[0].existed, out[0].destroyed, &out[0].outcome), (false, false, &Outcome::Ok));
 
     // A lib without data is destroyed without a snapshot, and the artifact says why.
-    env.provision(&b, vec![spec("plain", 102)], RecreatePolicy::Never, 1).await;
+    env.provision_one(&b, spec("plain", 102)).await;
     let opts = DestroyOptions { no_snapshot: false, ..opts };
     let out = destroy::destroy_all(&b, &[spec("plain", 102)], &opts, &dir).await.unwrap();
     assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);

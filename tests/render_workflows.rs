@@ -1,17 +1,17 @@
 //! `render-workflows`: the per-lib pipeline rendered from the handlebars template, parsed back as
 //! YAML and checked for structure, escaping and errors.
 
-#[path = "support/deploy.rs"]
-mod deploy;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
 
-use deploy::{inventory, monorepo, write_files};
 use pretty_assertions::assert_eq;
 use proxmox_gitops::steps::render_workflows::{
     BUILTIN_TEMPLATE, LibPipelineVars, RenderOptions, Rendered, render, render_workflows,
 };
+use support::deploy::{inventory, monorepo};
+use support::fs::write_files;
 
 /// YAML (one document) → JSON, for whole-structure assertions.
 fn yaml_to_json(text: &str) -> serde_json::Value {

@@ -2,8 +2,7 @@
 //!
 //! Run with `cargo test --test resolve`.
 
-#[path = "support/fixture.rs"]
-mod fixture;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +12,7 @@ use pretty_assertions::assert_eq;
 use proxmox_gitops::error::Problems;
 use proxmox_gitops::steps::resolve::{ResolveOptions, resolve};
 use serde_json::{Value, json};
+use support::fixture;
 
 const BIN: &str = env!("CARGO_BIN_EXE_proxmox-gitops");
 
@@ -191,9 +191,9 @@ fn submodule_head_differing_from_gitlink_is_recorded() {
     let f = fixture::standard();
     let broker = f.root.join("libs/broker");
     fixture::write(&broker, "NOTES", "local work\n");
-    fixture::git(&broker, &["add", "NOTES"]);
-    fixture::git(&broker, &["commit", "-q", "-m", "local"]);
-    let new_head = fixture::git(&broker, &["rev-parse", "HEAD"]);
+    support::git::git(&broker, &["add", "NOTES"]);
+    support::git::git(&broker, &["commit", "-q", "-m", "local"]);
+    let new_head = support::git::git(&broker, &["rev-parse", "HEAD"]);
     let inv = resolve_at(&f.root, "main").unwrap();
     let sm = &inv.submodules[0];
     assert_eq!(sm.commit.as_deref(), Some(f.ids.broker.as_str()));
@@ -698,7 +698,7 @@ fn rule_cron_line() {
 fn rule_lib_without_env_and_unchecked_submodule() {
     one_problem(&[("libs/empty/README", "x\n")], "libs/empty/container.env", "lib `empty` has no container.env");
     let f = fixture::standard();
-    fixture::git(&f.root, &["submodule", "deinit", "-q", "-f", "libs/broker"]);
+    support::git::git(&f.root, &["submodule", "deinit", "-q", "-f", "libs/broker"]);
     let p = resolve_at(&f.root, "main").unwrap_err();
     assert_eq!(
         p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),

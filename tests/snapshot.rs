@@ -2,19 +2,19 @@
 //! on this host (as root) against temp dirs, the runner side writes and verifies real archives.
 //! Run: `cargo test --test snapshot` (as root: it chowns a file to uid 4242).
 
-#[path = "support/snapshot.rs"]
-mod snapshot;
+mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use pretty_assertions::assert_eq;
+use proxmox_gitops::inventory::ContainerSpec;
 use proxmox_gitops::provision::Outcome;
 use proxmox_gitops::snapshot::data::{self, DataError, TakeRequest};
 use proxmox_gitops::snapshot::guard::{self, Protection};
 use proxmox_gitops::snapshot::remote::CommandExec;
 use proxmox_gitops::snapshot::store::{ArchiveManifest, Store};
 use proxmox_gitops::steps::snapshot::{self as step, Operation, SnapshotOptions, Verification};
-use snapshot::*;
+use support::snapshot::*;
 use time::macros::datetime;
 
 fn req(lib: &str, paths: &[String], now: time::OffsetDateTime) -> TakeRequest {
@@ -25,16 +25,43 @@ fn staging_left(dir: &Path) -> Vec<String> {
     files(dir).into_iter().filter(|f| f.starts_with(".pgo-restore")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn snapshot_is_verified_and_restores_an_identical_tree() {
+/// The time the tests take their first snapshot at.
+const NOW: time::OffsetDateTime = datetime!(2026-11-30 16:01:02 UTC);
+
+/// Snapshots with the local executor in a temp dir: the test data under `data/` (with the big
+/// file when asked), the store in `share/`.
+struct Local {
+    t: tempfile::TempDir,
+    data_root: PathBuf,
+    paths: Vec<String>,
+    store: Store,
+    exec: CommandExec,
+}
+
+fn local(with_big: bool) -> Local {
     let t = tempfile::tempdir().unwrap();
     let data_root = t.path().join("data");
-    let paths = make_data(&data_root, true);
+    let paths = make_data(&data_root, with_big);
     let store = Store::new(&t.path().join("share"));
-    let before = walk(&paths);
-    let exec = CommandExec::local();
+    Local { t, data_root, paths, store, exec: CommandExec::local() }
+}
 
-    let taken = data::take(&exec, &store, &req("app", &paths, datetime!(2026-11-30 16:01:02 UTC))).await.unwrap();
+/// A temp dir with an artifacts directory, a share and an inventory artifact of `specs`, for
+/// running the binary's `snapshot`: (dir, artifacts, share, inventory).
+fn cli_fixture(specs: Vec<ContainerSpec>) -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let artifacts = t.path().join("artifacts");
+    let share = t.path().join("share");
+    let inv = write_inventory(t.path(), &artifacts, &share, specs);
+    (t, artifacts, share, inv)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_is_verified_and_restores_an_identical_tree() {
+    let Local { t, data_root, paths, store, exec } = local(true);
+    let before = walk(&paths);
+
+    let taken = data::take(&exec, &store, &req("app", &paths, NOW)).await.unwrap();
     // The container's manifest equals an independent walk of the data.
     assert_eq!(taken.manifest.entries, before);
     assert_eq!(taken.manifest.id, "app-20261130-160102");
@@ -68,12 +95,8 @@ async fn snapshot_is_verified_and_restores_an_identical_tree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_byte_fails_restore_and_restores_nothing() {
-    let t = tempfile::tempdir().unwrap();
-    let data_root = t.path().join("data");
-    let paths = make_data(&data_root, false);
-    let store = Store::new(&t.path().join("share"));
-    let exec = CommandExec::local();
-    let taken = data::take(&exec, &store, &req("app", &paths, datetime!(2026-11-30 16:01:02 UTC))).await.unwrap();
+    let Local { t, data_root, paths, store, exec } = local(false);
+    let taken = data::take(&exec, &store, &req("app", &paths, NOW)).await.unwrap();
     let mut bytes = std::fs::read(&taken.archive).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
@@ -103,12 +126,8 @@ async fn a_corrupted_byte_fails_restore_and_restores_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn newest_is_chosen_by_time_not_by_name() {
-    let t = tempfile::tempdir().unwrap();
-    let data_root = t.path().join("data");
-    let paths = make_data(&data_root, false);
-    let store = Store::new(&t.path().join("share"));
-    let exec = CommandExec::local();
-    let now = datetime!(2026-11-30 16:01:02 UTC);
+    let Local { t: _t, data_root, paths, store, exec } = local(false);
+    let now = NOW;
     let v1 = walk(&paths);
     let first = data::take(&exec, &store, &req("app", &paths, now)).await.unwrap();
     std::fs::write(data_root.join("app/top.txt"), "second version\n").unwrap();
@@ -150,12 +169,8 @@ async fn newest_is_chosen_by_time_not_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_prunes_older_archives_of_that_lib_only_and_the_artifact_says_so() {
-    let t = tempfile::tempdir().unwrap();
-    let data_root = t.path().join("data");
-    let paths = make_data(&data_root, false);
+    let Local { t, paths, store, exec, .. } = local(false);
     let share = t.path().join("share");
-    let store = Store::new(&share);
-    let exec = CommandExec::local();
     let other_paths = vec![paths[1].clone()];
     data::take(&exec, &store, &req("other", &other_paths, datetime!(2020-01-01 00:00:00 UTC))).await.unwrap();
     for now in [datetime!(2026-01-01 00:00:00 UTC), datetime!(2026-02-01 00:00:00 UTC)] {
@@ -201,13 +216,10 @@ async fn retention_prunes_older_archives_of_that_lib_only_and_the_artifact_says_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mismatch_in_transit_fails_and_leaves_no_archive() {
-    let t = tempfile::tempdir().unwrap();
-    let data_root = t.path().join("data");
-    let paths = make_data(&data_root, true);
-    let store = Store::new(&t.path().join("share"));
+    let Local { t: _t, paths, store, .. } = local(true);
     // The tar stream is ~50 MiB, almost all of it big.bin: byte 25 000 000 is in its content.
     let exec = FlipByte { inner: CommandExec::local(), offset: 25_000_000 };
-    let e = data::take(&exec, &store, &req("app", &paths, datetime!(2026-11-30 16:01:02 UTC))).await.unwrap_err();
+    let e = data::take(&exec, &store, &req("app", &paths, NOW)).await.unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, DataError::Mismatch { .. }), "{msg}");
     assert!(
@@ -226,9 +238,7 @@ async fn missing_and_bad_paths_fail_clearly() {
     let store = Store::new(&t.path().join("share"));
     let exec = CommandExec::local();
     let missing = t.path().join("nope").to_string_lossy().into_owned();
-    let e = data::take(&exec, &store, &req("app", std::slice::from_ref(&missing), datetime!(2026-11-30 16:01:02 UTC)))
-        .await
-        .unwrap_err();
+    let e = data::take(&exec, &store, &req("app", std::slice::from_ref(&missing), NOW)).await.unwrap_err();
     assert_eq!(
         e.to_string(),
         format!(
@@ -253,12 +263,8 @@ async fn missing_and_bad_paths_fail_clearly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recreate_is_refused_when_the_snapshot_fails() {
-    let t = tempfile::tempdir().unwrap();
-    let data_root = t.path().join("data");
-    let paths = make_data(&data_root, false);
-    let store = Store::new(&t.path().join("share"));
-    let exec = CommandExec::local();
-    let now = datetime!(2026-11-30 16:01:02 UTC);
+    let Local { t, paths, store, exec, .. } = local(false);
+    let now = NOW;
 
     // The snapshot fails (a declared path is missing): refused.
     let broken = spec("app", &[paths[0].clone(), t.path().join("gone").to_string_lossy().into_owned()]);
@@ -307,11 +313,8 @@ async fn recreate_is_refused_when_the_snapshot_fails() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configure_restores_only_when_the_data_paths_are_empty() {
-    let t = tempfile::tempdir().unwrap();
-    let data_root = t.path().join("data");
-    let paths = make_data(&data_root, false);
-    let exec = CommandExec::local();
-    let opts = SnapshotOptions { share: t.path().join("share"), keep: None, now: datetime!(2026-11-30 16:01:02 UTC) };
+    let Local { t, data_root, paths, exec, .. } = local(false);
+    let opts = SnapshotOptions { share: t.path().join("share"), keep: None, now: NOW };
     let spec = spec("app", &paths);
     // No snapshot yet: nothing to do.
     assert_eq!(step::restore_if_empty(&spec, &exec, &opts).await, None);
@@ -333,11 +336,8 @@ async fn configure_restores_only_when_the_data_paths_are_empty() {
 
 #[test]
 fn cli_without_a_provision_artifact_fails_clearly_and_records_it() {
-    let t = tempfile::tempdir().unwrap();
-    let artifacts = t.path().join("artifacts");
-    let share = t.path().join("share");
     let paths = vec!["/srv/app".to_string()];
-    let inv = write_inventory(t.path(), &artifacts, &share, vec![spec("app", &paths), spec("plain", &[])]);
+    let (t, artifacts, share, inv) = cli_fixture(vec![spec("app", &paths), spec("plain", &[])]);
     let os = |s: &str| std::ffi::OsString::from(s);
     let base = [
         os("--artifacts"),
@@ -425,10 +425,7 @@ fn cli_without_a_provision_artifact_fails_clearly_and_records_it() {
 /// selected is refused the same way.
 #[test]
 fn cli_rejects_a_malformed_at_before_doing_anything() {
-    let t = tempfile::tempdir().unwrap();
-    let artifacts = t.path().join("artifacts");
-    let share = t.path().join("share");
-    let inv = write_inventory(t.path(), &artifacts, &share, vec![spec("app", &["/srv/app".to_string()])]);
+    let (_t, artifacts, _share, inv) = cli_fixture(vec![spec("app", &["/srv/app".to_string()])]);
     let run = |extra: &[&str]| {
         let mut v = vec!["--artifacts", artifacts.to_str().unwrap(), "snapshot", "--inventory", inv.to_str().unwrap()];
         v.extend_from_slice(extra);
@@ -529,7 +526,7 @@ async fn restore_onto_a_mount_point_replaces_its_contents() {
     let store = Store::new(&t.path().join("share"));
     let exec = CommandExec::local();
     let before = walk(&paths);
-    data::take(&exec, &store, &req("app", &paths, datetime!(2026-11-30 16:01:02 UTC))).await.unwrap();
+    data::take(&exec, &store, &req("app", &paths, NOW)).await.unwrap();
     // Replace the contents of the mount point and its root's mode.
     for e in std::fs::read_dir(&app).unwrap() {
         let p = e.unwrap().path();

@@ -6,8 +6,7 @@
 //! container is reached with `lxc-attach` only (no network traffic).
 //! Run: `cargo test --test snapshot_lxc`.
 
-#[path = "support/snapshot.rs"]
-mod snapshot;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
@@ -23,6 +22,7 @@ use proxmox_gitops::snapshot::remote::{CommandExec, run_collect};
 use proxmox_gitops::snapshot::scripts;
 use proxmox_gitops::snapshot::store::Store;
 use proxmox_gitops::steps::snapshot::{Snapshot, Verification};
+use support::snapshot;
 use time::macros::datetime;
 
 const BASE: &str = "pgotest-snap-base";

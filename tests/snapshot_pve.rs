@@ -3,27 +3,24 @@
 //! `pgo-` names only, and the error cases (name already used, locked CT, storage that cannot
 //! snapshot). Nothing but 127.0.0.1 is contacted.
 
-#[path = "support/fakepve.rs"]
-mod fakepve;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use fakepve::{FakePve, TEMPLATE};
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::backend::pve::Timeouts;
-use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
+use proxmox_gitops::inventory::ContainerSpec;
 use proxmox_gitops::provision::{ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
-use proxmox_gitops::pve::{PveClient, TlsMode};
-use proxmox_gitops::settings::{PveSettings, Settings};
+use proxmox_gitops::pve::PveClient;
 use proxmox_gitops::snapshot::ct::{self, CtSnapshotError, CtSnapshots};
 use proxmox_gitops::snapshot::pve::PveSnapshots;
 use proxmox_gitops::snapshot::remote::CommandExec;
-use proxmox_gitops::steps::provision::{self as prov, Backend, PveConnect};
+use proxmox_gitops::steps::provision::{self as prov, Backend};
 use proxmox_gitops::steps::snapshot::{self as step, PveCtAccess, SnapshotOptions};
-use secrecy::SecretString;
 use serde_json::{Value, json};
+use support::fakepve::FakePve;
 
 struct Env {
     pve: FakePve,
@@ -33,12 +30,7 @@ struct Env {
 }
 
 fn spec(name: &str, vmid: u32) -> ContainerSpec {
-    ContainerSpec {
-        swap_mib: 0,
-        rootfs: Disk { storage: "local-lvm".into(), size_gib: 4 },
-        onboot: false,
-        ..ContainerSpec::new(name, vmid, IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: Some(8) })
-    }
+    support::spec::spec(name, vmid).loopback().no_swap().rootfs("local-lvm", 4).no_onboot().build()
 }
 
 impl Env {
@@ -49,30 +41,8 @@ impl Env {
         pve.add_template();
         let share = tempfile::tempdir().unwrap();
         let artifacts = tempfile::tempdir().unwrap();
-        let settings = Settings {
-            pve: PveSettings {
-                host: Some("127.0.0.1".into()),
-                port: pve.port,
-                user: Some("root@pam".into()),
-                password: Some(SecretString::from("secret")),
-                token: None,
-                secret: None,
-                node: None,
-                gateway: None,
-                mask: Some(8),
-                interface: "eth0".into(),
-                bridge: "vmbr0".into(),
-                storage: Some("local:vztmpl".into()),
-                template: Some(TEMPLATE.into()),
-            },
-            gitea: Default::default(),
-            share: share.path().to_path_buf(),
-        };
-        let connect = PveConnect {
-            tls: TlsMode::CaFile(pve.ca.clone()),
-            timeouts: Timeouts::default(),
-            request_timeout: Duration::from_secs(20),
-        };
+        let settings = pve.settings(share.path());
+        let connect = pve.connect(Timeouts::default());
         let backend = prov::backend(BackendKind::Pve, &settings, &connect).unwrap();
         let opts = ApplyOptions { share: share.path().to_path_buf(), wait_ssh: false, ..ApplyOptions::default() };
         let planned = prov::plan_all(&backend, vec![spec("app", 101)], RecreatePolicy::Never, 1).await;

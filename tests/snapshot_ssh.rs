@@ -7,14 +7,12 @@
 //! mirror for the base role's packages).
 //! Run: `cargo test --test snapshot_ssh` (root, lxc, debootstrap, ansible).
 
-#[path = "support/configure.rs"]
-mod configure_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use configure_support as sup;
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::inventory::Inventory;
@@ -25,6 +23,7 @@ use proxmox_gitops::steps::configure::{Configure, ConfigureOptions, Contract, co
 use proxmox_gitops::steps::resolve::{ResolveOptions, resolve};
 use proxmox_gitops::steps::snapshot::{self as step, Operation, Snapshot, SnapshotOptions, Transport, Verification};
 use secrecy::SecretString;
+use support::configure as sup;
 
 const KIND: &str = "ssh";
 const BASE: &str = "pgotest-ssh-base";
@@ -51,7 +50,7 @@ printf 'listen=1\n' > /etc/keeper.conf
 const CONFIGURE_SH: &str = "set -eu\necho \"KEEPER_COUNTER=$(cat /srv/keeper/state/counter)\" >> \"$PGO_OUTPUT\"\n";
 
 fn monorepo(dir: &Path) -> std::path::PathBuf {
-    sup::copy_dir(&sup::source_root().join("base"), &dir.join("base"));
+    support::fs::copy_dir(&support::fs::source_root().join("base"), &dir.join("base"));
     std::fs::write(dir.join("globals.json"), r#"{"SHARE_HOST": ""}"#).unwrap();
     let lib = dir.join("libs/keeper");
     std::fs::create_dir_all(&lib).unwrap();

@@ -11,17 +11,16 @@
 //! the same container as the spec's address. It needs root, LXC with lxcbr0, Debian's mirror (the
 //! container installs mosquitto) and `mosquitto-clients` on the host.
 
-#[path = "support/workflows.rs"]
-mod workflows;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 
-#[path = "support/fakepve.rs"]
-mod fakepve;
+use support::{fakepve, workflows};
 
 use std::path::Path;
 
-use workflows::{act, act_with, commit_all, monorepo, monorepo_with, write_files};
+use support::fs::write_files;
+use workflows::{act, act_with, commit_all, monorepo, monorepo_with};
 
 /// Backend `pve` without `PROXMOX_HOST`: nothing is ever contacted (the default backend without a
 /// PVE host would be `lxc`, i.e. real containers on this host).
@@ -312,9 +311,9 @@ const PASSWORD: &str = "mqtt-pw-7c1e94";
 fn broker_repo(extra_env: &str, ip: Option<&str>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let src = workflows::source_root();
-    workflows::copy_dir(&src.join("base"), &root.join("base"));
-    workflows::copy_dir(&src.join("libs/broker"), &root.join("libs/broker"));
+    let src = support::fs::source_root();
+    support::fs::copy_dir(&src.join("base"), &root.join("base"));
+    support::fs::copy_dir(&src.join("libs/broker"), &root.join("libs/broker"));
     let env_path = root.join("libs/broker/container.env");
     let mut env = std::fs::read_to_string(&env_path).unwrap();
     if let Some(ip) = ip {
@@ -334,7 +333,7 @@ fn broker_repo(extra_env: &str, ip: Option<&str>) -> tempfile::TempDir {
     for f in ["pipeline.yml", "snapshot.yml"] {
         std::fs::copy(src.join("workflows").join(f), root.join("workflows").join(f)).unwrap();
     }
-    workflows::git(root, &["init", "-q"]);
+    support::git::git(root, &["init", "-q"]);
     commit_all(root, "fixture");
     dir
 }

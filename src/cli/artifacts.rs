@@ -35,8 +35,7 @@ pub fn run(ctx: &Ctx, args: ArtifactsArgs) -> Result<()> {
         ArtifactsCommand::Pack { output } => {
             let text = crate::bundle::pack(ctx.artifacts.root()).map_err(|e| Error::Failed(e.into()))?;
             match output {
-                Some(key) => crate::ci::set_outputs(&[(key.as_str(), text)])
-                    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?,
+                Some(key) => super::run::outputs(&[(key.as_str(), text)])?,
                 None => println!("{text}"),
             }
             Ok(())

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::run::{Threads, block_on, step_outputs};
 use super::{Ctx, table};
 use crate::error::{Error, Result};
 use crate::provision::Outcome;
@@ -68,8 +69,7 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
-    let results = rt.block_on(configure(&inv, &opts))?;
+    let results = block_on(Threads::Default, configure(&inv, &opts))??;
     for c in &results {
         if let Outcome::Failed { error } = &c.outcome {
             crate::ci::error_message(&format!("{}: {error}", c.name));
@@ -77,8 +77,7 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
     }
     let failed: Vec<&Configure> = results.iter().filter(|c| !c.ok()).collect();
     let states: Vec<(&str, bool)> = results.iter().map(|c| (c.name.as_str(), c.ok())).collect();
-    crate::ci::set_step_outputs("configure", &ctx.artifacts.root().join("configure"), &states)
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    step_outputs("configure", &ctx.artifacts.root().join("configure"), &states)?;
     if ctx.json {
         let mut out = String::from("[\n");
         let docs: Vec<String> = results.iter().map(|c| crate::artifact::to_string(c).trim_end().to_string()).collect();

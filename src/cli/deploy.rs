@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::provision::{PolicyArgs, PveArgs};
+use super::args::{PolicyArgs, PveArgs, SshWaitArgs};
+use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table};
 use crate::error::{Error, Result};
 use crate::provision::BackendKind;
@@ -15,6 +16,10 @@ use crate::steps::plan::Step;
 /// Arguments of `deploy`.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("which").required(true).args(["containers", "all"])))]
+// The shared SSH-wait options, worded for deploy's steps.
+#[command(mut_arg("no_wait_ssh", |a| a.help("Do not wait for SSH after a start (provision)")))]
+#[command(mut_arg("ssh_port", |a| a.help("SSH port to wait for and connect to")))]
+#[command(mut_arg("ssh_timeout", |a| a.help("Seconds provision waits for SSH (and a DHCP address) after a start")))]
 pub struct DeployArgs {
     /// The ref being deployed: refs/heads/release (provision + configure), refs/heads/main
     /// (configure) or refs/heads/snapshot (snapshot).
@@ -46,15 +51,8 @@ pub struct DeployArgs {
     run_id: Option<String>,
     #[command(flatten)]
     policy: PolicyArgs,
-    /// Do not wait for SSH after a start (provision).
-    #[arg(long)]
-    no_wait_ssh: bool,
-    /// SSH port to wait for and connect to.
-    #[arg(long, default_value_t = 22)]
-    ssh_port: u16,
-    /// Seconds provision waits for SSH (and a DHCP address) after a start.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
-    ssh_timeout: u64,
+    #[command(flatten)]
+    ssh: SshWaitArgs,
     /// Seconds all SSH connect attempts of configure may take together.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     connect_budget: u64,
@@ -98,9 +96,9 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     let runner_opts = RunnerOptions {
         pve: args.pve.connect()?,
         recreate: args.policy.policy(),
-        wait_ssh: !args.no_wait_ssh,
-        ssh_port: args.ssh_port,
-        ssh_timeout: secs(args.ssh_timeout),
+        wait_ssh: args.ssh.wait(),
+        ssh_port: args.ssh.ssh_port,
+        ssh_timeout: args.ssh.timeout(),
         connect: crate::ssh::ConnectOptions {
             connect_timeout: secs(10),
             total_timeout: secs(args.connect_budget),
@@ -121,18 +119,13 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         backend,
         run_id: args.run_id.filter(|r| !r.is_empty()),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(opts.jobs.clamp(1, 8))
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot start the async runtime: {e}")))?;
     let runner = BuiltinRunner::with_options(settings, runner_opts);
-    let summary = rt.block_on(deploy(Arc::new(runner), inv, &opts))?;
+    let summary = block_on(Threads::Workers(opts.jobs.clamp(1, 8)), deploy(Arc::new(runner), inv, &opts))??;
     let path = ctx.artifacts.deploy();
     let names = |f: &dyn Fn(&crate::steps::deploy::ContainerRecord) -> bool| {
         summary.containers.iter().filter(|c| f(c)).map(|c| c.name.as_str()).collect::<Vec<_>>().join(",")
     };
-    crate::ci::set_outputs(&[
+    outputs(&[
         ("artifact", path.display().to_string()),
         ("result", if summary.result == RunResult::Ok { "ok" } else { "failed" }.to_string()),
         ("steps", summary.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")),
@@ -140,8 +133,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         ("succeeded", names(&|c| c.result == RunResult::Ok)),
         ("failed", names(&|c| c.result == RunResult::Failed)),
         ("skipped", names(&|c| !c.skipped_steps.is_empty())),
-    ])
-    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    ])?;
     ctx.emit(&summary, || {
         let rows: Vec<Vec<String>> = summary
             .containers

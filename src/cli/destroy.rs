@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::run::{Threads, block_on, step_outputs};
 use super::{Ctx, table};
 use crate::error::{Error, Result};
 use crate::provision::{BackendKind, Outcome};
@@ -28,7 +29,7 @@ pub struct DestroyArgs {
     #[arg(long)]
     inventory: Option<PathBuf>,
     #[command(flatten)]
-    pve: super::provision::PveDestroyArgs,
+    pve: super::args::PveDestroyArgs,
 }
 
 pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
@@ -38,8 +39,7 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     let kind = args.backend.unwrap_or_else(|| prov::default_backend(&settings));
     let backend = prov::backend(kind, &settings, &args.pve.connect()?)?;
     let opts = DestroyOptions { share: settings.share.clone(), no_snapshot: args.no_snapshot };
-    let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
-    let results = rt.block_on(step::destroy_all(&backend, &specs, &opts, &ctx.artifacts))?;
+    let results = block_on(Threads::Default, step::destroy_all(&backend, &specs, &opts, &ctx.artifacts))??;
     if ctx.json {
         let all: Vec<serde_json::Value> = results.iter().map(crate::artifact::to_value).collect();
         println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
@@ -70,8 +70,7 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     }
     let states: Vec<(&str, bool)> =
         results.iter().map(|d| (d.name.as_str(), matches!(d.outcome, Outcome::Ok))).collect();
-    crate::ci::set_step_outputs("destroy", &ctx.artifacts.root().join("destroy"), &states)
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    step_outputs("destroy", &ctx.artifacts.root().join("destroy"), &states)?;
     let failures: Vec<String> = results
         .iter()
         .filter_map(|d| match &d.outcome {

@@ -118,10 +118,7 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
     };
     let client =
         Client::from_settings(&settings.gitea, sc.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot start the async runtime: {e}")))?;
+    let rt = super::run::runtime(super::run::Threads::Current)?;
     match args.command {
         EnvCommand::Get { .. } => {
             let v = rt.block_on(client.get_variable(&target, &key)).map_err(|e| Error::Failed(e.into()))?;

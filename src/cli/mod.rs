@@ -4,6 +4,7 @@
 //! (see [`crate::steps`]). Exit codes: 0 success, 1 operational failure, 2 invalid input or
 //! usage (see [`crate::error`]).
 
+pub(crate) mod args;
 mod artifacts;
 mod configure;
 mod deploy;
@@ -15,6 +16,7 @@ mod publish;
 mod render_workflows;
 mod resolve;
 mod rewrite;
+pub(crate) mod run;
 mod snapshot;
 
 use std::io::Write;

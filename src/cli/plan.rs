@@ -28,10 +28,10 @@ pub struct PlanArgs {
     #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     jobs: u16,
     #[command(flatten)]
-    policy: super::provision::PolicyArgs,
+    policy: super::args::PolicyArgs,
     /// PVE API trust (plan only reads: no task timeouts).
     #[command(flatten)]
-    pve: super::provision::PveTlsArgs,
+    pve: super::args::PveTlsArgs,
 }
 
 pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
@@ -51,19 +51,14 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
         // Live state: what provision would do to each container (reads only).
         let backend =
             crate::steps::provision::backend(crate::provision::BackendKind::Pve, &settings, &args.pve.connect()?)?;
-        let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
-        rt.block_on(crate::steps::plan::with_live_state(
-            &mut p,
-            &inv,
-            &backend,
-            args.policy.policy(),
-            usize::from(args.jobs),
-        ));
+        let live =
+            crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.policy(), usize::from(args.jobs));
+        super::run::block_on(super::run::Threads::Default, live)?;
     }
     let path = ctx.artifacts.plan();
     artifact::write(&path, &p).map_err(|e| Error::Failed(e.into()))?;
     let names: Vec<&str> = p.containers.iter().map(|c| c.name.as_str()).collect();
-    crate::ci::set_outputs(&[
+    super::run::outputs(&[
         ("artifact", path.display().to_string()),
         ("plan", path.display().to_string()),
         ("containers", names.join(",")),
@@ -72,8 +67,7 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
             "steps",
             crate::steps::plan::steps_for_ref(&p.git_ref)?.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
         ),
-    ])
-    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    ])?;
     ctx.emit(&p, || human(&p, offline));
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::rewrite::{TargetArgs, do_rewrite, settings};
+use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table};
 use crate::artifact;
 use crate::error::{Error, Result};
@@ -33,15 +34,10 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
     let client =
         Client::from_settings(&settings.gitea, Some(&remotes.gitea)).map_err(|e| Error::Usage(e.to_string()))?;
     let opts = PublishOptions { repo: ctx.repo.clone(), artifacts: ctx.artifacts.clone() };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot start the async runtime: {e}")))?;
-    let report = rt.block_on(publish(&client, &remotes, &opts))?;
+    let report = block_on(Threads::Current, publish(&client, &remotes, &opts))??;
     let path = ctx.artifacts.root().join("publish.json");
     artifact::write(&path, &report).map_err(|e| Error::Failed(e.into()))?;
-    crate::ci::set_outputs(&[("publish", path.display().to_string())])
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    outputs(&[("publish", path.display().to_string())])?;
     ctx.emit(&report, || {
         let word = |a: crate::steps::publish::Action| format!("{a:?}").to_lowercase();
         let rows: Vec<Vec<String>> = report

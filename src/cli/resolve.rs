@@ -18,15 +18,14 @@ pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
     let path = ctx.artifacts.inventory();
     artifact::write(&path, &inv).map_err(|e| Error::Failed(e.into()))?;
     let names: Vec<&str> = inv.containers.iter().map(|c| c.name.as_str()).collect();
-    crate::ci::set_outputs(&[
+    super::run::outputs(&[
         ("artifact", path.display().to_string()),
         ("inventory", path.display().to_string()),
         ("stage", inv.stage.clone()),
         ("containers", names.join(",")),
         // For `strategy.matrix` (`fromJSON(needs.resolve.outputs.containers_json)`).
         ("containers_json", serde_json::to_string(&names).expect("strings serialize")),
-    ])
-    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    ])?;
     ctx.emit(&inv, || {
         let rows: Vec<Vec<String>> = inv
             .containers

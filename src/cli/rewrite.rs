@@ -64,11 +64,10 @@ pub fn run(ctx: &Ctx, args: RewriteArgs) -> Result<()> {
     let _group = crate::ci::Group::start("rewrite");
     let settings = settings(ctx)?;
     let remotes = do_rewrite(ctx, &args.target, &settings)?;
-    crate::ci::set_outputs(&[
+    super::run::outputs(&[
         ("remotes", ctx.artifacts.remotes().display().to_string()),
         ("workdir", remotes.workdir.display().to_string()),
-    ])
-    .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    ])?;
     ctx.emit(&remotes, || {
         let rows: Vec<Vec<String>> = remotes
             .modules

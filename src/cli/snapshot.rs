@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::run::{Threads, runtime, step_outputs};
 use super::{Ctx, table};
 use crate::artifact;
 use crate::error::{Error, Location, Result};
@@ -60,12 +61,8 @@ pub struct SnapshotArgs {
     /// Seconds all SSH connect attempts may take together.
     #[arg(long, default_value_t = 60)]
     connect_budget: u64,
-    /// PVE API trust (for container snapshots of `pve` containers; used when PROXMOX_HOST is set).
     #[command(flatten)]
-    pve: super::provision::PveTlsArgs,
-    /// Seconds a PVE container-snapshot task (create, rollback, delete) may take.
-    #[arg(long, value_name = "SECS", default_value_t = 600, alias = "timeout-create")]
-    timeout_snapshot: u64,
+    pve: super::args::PveSnapshotArgs,
 }
 
 /// Checks `--at` while the command line is parsed, so a malformed one is a usage error (exit 2)
@@ -113,8 +110,8 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
     let pve = match settings.pve.host {
         Some(_) => Some(step::PveCtAccess {
-            client: std::sync::Arc::new(crate::steps::provision::pve_client(&settings, &args.pve.connect()?)?),
-            task_timeout: std::time::Duration::from_secs(args.timeout_snapshot),
+            client: std::sync::Arc::new(crate::steps::provision::pve_client(&settings, &args.pve.tls.connect()?)?),
+            task_timeout: args.pve.task_timeout(),
         }),
         None => None,
     };
@@ -130,7 +127,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         },
         pve,
     };
-    let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
+    let rt = runtime(Threads::Default)?;
     if args.list {
         return list(ctx, &specs, &share, &connect, &rt);
     }
@@ -189,8 +186,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     }
     let states: Vec<(&str, bool)> =
         results.iter().map(|r| (r.name.as_str(), matches!(r.outcome, Outcome::Ok))).collect();
-    crate::ci::set_step_outputs("snapshot", &ctx.artifacts.root().join("snapshot"), &states)
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
+    step_outputs("snapshot", &ctx.artifacts.root().join("snapshot"), &states)?;
     let failures: Vec<String> = results
         .iter()
         .filter_map(|r| match &r.outcome {

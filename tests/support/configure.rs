@@ -118,25 +118,6 @@ fn remove_with_prefix(lxc_path: &Path, prefix: &str) {
     }
 }
 
-/// Copies `src` to `dst` recursively.
-pub fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), &to).unwrap();
-        }
-    }
-}
-
-/// The crate's own directory (the shipped `base/` and `libs/`).
-pub fn source_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// Writes `provision/<name>.json` for a lib that shares an already provisioned container (same
 /// vmid and key) or names an address that nobody serves.
 pub fn write_provision(artifacts: &Path, name: &str, vmid: u32, address: &str, port: u16, created: bool) {

@@ -12,14 +12,7 @@ use proxmox_gitops::inventory::{ContainerSpec, Inventory};
 use proxmox_gitops::steps::deploy::{StepContext, StepResult, StepRunner, StepSuccess, step_artifact};
 use proxmox_gitops::steps::plan::Step;
 
-/// Writes `files` (relative path → content) under `root`.
-pub fn write_files(root: &Path, files: &[(&str, &str)]) {
-    for (rel, text) in files {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-}
+use super::fs::write_files;
 
 /// A monorepo with a control plane (`config`, vmid 100) and libs `names` (vmids 101…), each
 /// with a loopback address, plus a `base/` tree.

@@ -9,10 +9,16 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
+use std::time::Duration;
 
+use proxmox_gitops::backend::pve::Timeouts;
+use proxmox_gitops::pve::TlsMode;
+use proxmox_gitops::settings::{PveSettings, Settings};
+use proxmox_gitops::steps::provision::PveConnect;
+use secrecy::SecretString;
 use serde_json::Value;
 
 /// The template every test uses (`PROXMOX_TEMPLATE`).
@@ -58,6 +64,36 @@ impl FakePve {
         let port = hello["port"].as_u64().expect("port") as u16;
         let ca = PathBuf::from(hello["ca"].as_str().expect("ca"));
         FakePve { child, io: Mutex::new(Io { stdin, stdout }), port, ca, dir }
+    }
+
+    /// Settings for this server: root@pam / secret (ticket login), node discovered, no gateway,
+    /// mask 8 on `eth0` at `vmbr0`, the [`TEMPLATE`] on `local:vztmpl`, and `share`.
+    pub fn settings(&self, share: &Path) -> Settings {
+        Settings {
+            pve: PveSettings {
+                host: Some("127.0.0.1".into()),
+                port: self.port,
+                user: Some("root@pam".into()),
+                password: Some(SecretString::from("secret")),
+                token: None,
+                secret: None,
+                node: None,
+                gateway: None,
+                mask: Some(8),
+                interface: "eth0".into(),
+                bridge: "vmbr0".into(),
+                storage: Some("local:vztmpl".into()),
+                template: Some(TEMPLATE.into()),
+            },
+            gitea: Default::default(),
+            share: share.to_path_buf(),
+        }
+    }
+
+    /// Connection options that trust this server's certificate, with `timeouts` for its tasks
+    /// and 20 s per request.
+    pub fn connect(&self, timeouts: Timeouts) -> PveConnect {
+        PveConnect { tls: TlsMode::CaFile(self.ca.clone()), timeouts, request_timeout: Duration::from_secs(20) }
     }
 
     /// Runs Python `code` inside the server (as an async function body with `pve` in scope;

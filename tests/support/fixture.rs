@@ -1,46 +1,14 @@
 //! Fixture monorepos for the `resolve` tests, built in temp dirs with the real `git` CLI.
 //!
-//! Git runs with a private `HOME`, no system config, fixed identities and dates, and
-//! `protocol.file.allow=always` (local paths as submodule URLs). Nothing touches the network: every
+//! Git runs through [`super::git`] (isolated from global and system config, fixed identities and
+//! dates, `protocol.file.allow=always` for local paths as submodule URLs). Nothing touches the network: every
 //! URL is a local path, or an scp-form URL that is only written into `.gitmodules`, never fetched.
 
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-/// Runs `git args…` in `dir` with the fixture environment; panics with git's stderr on failure.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = git_output(dir, args);
-    assert!(out.status.success(), "git {args:?} in {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("git prints UTF-8").trim().to_string()
-}
-
-/// Like [`git`], returning the whole output (for callers that time or inspect it).
-pub fn git_output(dir: &Path, args: &[&str]) -> Output {
-    let home = std::env::temp_dir().join("pgo-fixture-home");
-    std::fs::create_dir_all(&home).unwrap();
-    Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("HOME", &home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_COUNT", "2")
-        .env("GIT_CONFIG_KEY_0", "protocol.file.allow")
-        .env("GIT_CONFIG_VALUE_0", "always")
-        .env("GIT_CONFIG_KEY_1", "init.defaultBranch")
-        .env("GIT_CONFIG_VALUE_1", "main")
-        .env("GIT_AUTHOR_NAME", "Fixture")
-        .env("GIT_AUTHOR_EMAIL", "fixture@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Fixture")
-        .env("GIT_COMMITTER_EMAIL", "fixture@example.invalid")
-        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .output()
-        .expect("git runs")
-}
+use super::git::git;
 
 /// A repository being built: a working tree with `git init` done.
 pub struct Repo {

@@ -125,12 +125,10 @@ impl Double {
 
     /// `refs/heads/<branch>` of `owner/name` on the double.
     pub fn branch(&self, owner: &str, name: &str, branch: &str) -> Option<String> {
-        let out = Command::new("git")
-            .arg("--git-dir")
-            .arg(self.bare(owner, name))
-            .args(["rev-parse", "--verify", "-q", &format!("refs/heads/{branch}")])
-            .output()
-            .unwrap();
+        let out = super::git::git_output(
+            &self.bare(owner, name),
+            &["rev-parse", "--verify", "-q", &format!("refs/heads/{branch}")],
+        );
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 }
@@ -142,25 +140,7 @@ impl Drop for Double {
     }
 }
 
-/// Runs git in `dir` with a fixed identity and local file transport allowed; panics on failure.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "Fixture")
-        .env("GIT_AUTHOR_EMAIL", "fixture@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Fixture")
-        .env("GIT_COMMITTER_EMAIL", "fixture@example.invalid")
-        .env("GIT_AUTHOR_DATE", "@1760000000 +0000")
-        .env("GIT_COMMITTER_DATE", "@1760000000 +0000")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use super::git::git;
 
 /// An upstream repository `name` under `root/upstream` with one file.
 pub fn upstream(root: &Path, name: &str) -> PathBuf {

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
-use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
+use proxmox_gitops::inventory::ContainerSpec;
 use proxmox_gitops::provision::{ApplyOptions, Provision, RecreatePolicy};
 
 /// Prefix of every container this test process creates.
@@ -99,15 +99,7 @@ impl Fixture {
     /// A spec for a container called `<prefix><short>` with vmid `vmid` (DHCP, 1 core, 256 MiB).
     pub fn spec(&self, short: &str, vmid: u32) -> ContainerSpec {
         let name = format!("{}{short}", self.prefix);
-        ContainerSpec {
-            memory_mib: 256,
-            swap_mib: 0,
-            rootfs: Disk { storage: "local".into(), size_gib: 4 },
-            onboot: false,
-            dir: format!("libs/{short}").into(),
-            sources: vec![format!("libs/{short}/container.env").into()],
-            ..ContainerSpec::new(&name, vmid, IpConfig::Dhcp)
-        }
+        super::spec::spec(&name, vmid).small_lxc().lib(short).build()
     }
 
     /// A guard that removes the container of `spec` when dropped.

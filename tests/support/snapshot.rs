@@ -6,7 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use proxmox_gitops::inventory::{ContainerSpec, IpConfig};
+use proxmox_gitops::inventory::ContainerSpec;
 use proxmox_gitops::snapshot::manifest::{Entry, Kind};
 use proxmox_gitops::snapshot::remote::{BoxFuture, CommandExec, ExecStatus, RemoteExec};
 use sha2::{Digest, Sha256};
@@ -121,7 +121,7 @@ fn walk_one(p: &Path, out: &mut Vec<Entry>) {
 
 /// A container spec for lib `name` declaring `paths`.
 pub fn spec(name: &str, paths: &[String]) -> ContainerSpec {
-    ContainerSpec { snapshot_paths: paths.to_vec(), ..ContainerSpec::new(name, 4242, IpConfig::Dhcp) }
+    super::spec::spec(name, 4242).snapshot_paths(paths).build()
 }
 
 /// Names of the files in `dir` (sorted), empty when it does not exist.

@@ -7,33 +7,11 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-/// This repository's root.
-pub fn source_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Writes `files` (relative path → content) under `root`.
-pub fn write_files(root: &Path, files: &[(&str, &str)]) {
-    for (rel, text) in files {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-}
-
-/// Runs `git ARGS` in `dir` (test identity, default branch main); panics on failure.
-pub fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(["-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
+use super::fs::{copy_dir, source_root, write_files};
+use super::git::git;
 
 /// A monorepo (git repository, one commit) with the control plane `config` and the libs
 /// `alpha` and `beta` (loopback addresses, never contacted), `base/`, plus this repository's
@@ -76,19 +54,6 @@ pub fn monorepo_with(extra: &[(&str, &str)], with_sources: bool) -> tempfile::Te
     git(root, &["add", "-A"]);
     git(root, &["commit", "-q", "-m", "fixture"]);
     dir
-}
-
-/// Copies the directory tree `from` to `to`.
-pub fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// Commits everything in `repo`.

@@ -1,0 +1,275 @@
+//! The argument groups several subcommands share: how to reach and trust the PVE API and how
+//! long its tasks may take, the recreate policy, and waiting for SSH after a start.
+//!
+//! Each group is a clap `#[derive(Args)]` struct that a subcommand flattens where its options
+//! belong, so an option is declared (name, env var, default, help) in exactly one place. A
+//! subcommand shows only the PVE options it uses: `plan` the TLS ones ([`PveTlsArgs`]),
+//! `snapshot` those and the snapshot task timeout ([`PveSnapshotArgs`]), `destroy` those and the
+//! stop/destroy timeouts ([`PveDestroyArgs`]), `provision` and `deploy` all of them
+//! ([`PveArgs`]). Each group turns itself into the step's typed options (`connect()`,
+//! `policy()`, …): the steps never see clap.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::backend::pve::Timeouts;
+use crate::error::{Error, Result};
+use crate::provision::RecreatePolicy;
+use crate::pve::TlsMode;
+use crate::steps::provision::PveConnect;
+
+/// How to trust the PVE API's certificate: what every subcommand that talks to PVE takes
+/// (`plan` only these; `snapshot`, `destroy`, `provision` and `deploy` also task timeouts).
+#[derive(Debug, Args, Clone)]
+pub struct PveTlsArgs {
+    /// Trust the PEM certificate(s) in FILE for the PVE API (the cluster CA
+    /// /etc/pve/pve-root-ca.pem, or the node certificate).
+    #[arg(long = "pve-ca", env = "PROXMOX_CA", value_name = "FILE")]
+    pub pve_ca: Option<PathBuf>,
+    /// Accept exactly the PVE certificate with this SHA-256 fingerprint (AA:BB:… as the PVE UI
+    /// shows it).
+    #[arg(long = "pve-fingerprint", env = "PROXMOX_FINGERPRINT", value_name = "SHA256", conflicts_with = "pve_ca")]
+    pub pve_fingerprint: Option<String>,
+    /// Do not verify the PVE certificate at all (insecure; prints a warning).
+    #[arg(long, conflicts_with_all = ["pve_ca", "pve_fingerprint"])]
+    pub insecure: bool,
+}
+
+impl PveTlsArgs {
+    /// The certificate verification mode.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for a malformed `--pve-fingerprint`.
+    pub fn tls(&self) -> Result<TlsMode> {
+        Ok(if self.insecure {
+            TlsMode::Insecure
+        } else if let Some(fp) = &self.pve_fingerprint {
+            TlsMode::Fingerprint(crate::pve::tls::parse_fingerprint(fp).map_err(|e| Error::Usage(e.to_string()))?)
+        } else if let Some(ca) = &self.pve_ca {
+            TlsMode::CaFile(ca.clone())
+        } else {
+            TlsMode::System
+        })
+    }
+
+    /// The connection options with the default task timeouts ([`Timeouts::default`]), for
+    /// subcommands that start no create/start/destroy tasks.
+    ///
+    /// # Errors
+    /// See [`PveTlsArgs::tls`].
+    pub fn connect(&self) -> Result<PveConnect> {
+        Ok(PveConnect { tls: self.tls()?, timeouts: Timeouts::default(), request_timeout: Duration::from_secs(60) })
+    }
+}
+
+/// The PVE options of `snapshot`: TLS, and how long a container-snapshot task may take.
+#[derive(Debug, Args, Clone)]
+pub struct PveSnapshotArgs {
+    /// PVE API trust (for container snapshots of `pve` containers; used when PROXMOX_HOST is set).
+    #[command(flatten)]
+    pub tls: PveTlsArgs,
+    /// Seconds a PVE container-snapshot task (create, rollback, delete) may take.
+    #[arg(long, value_name = "SECS", default_value_t = 600, alias = "timeout-create")]
+    pub timeout_snapshot: u64,
+}
+
+impl PveSnapshotArgs {
+    /// How long one container-snapshot task (create, rollback, delete) may take.
+    pub fn task_timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_snapshot)
+    }
+}
+
+/// How long stopping and destroying a PVE container may take (`destroy`, and as part of
+/// [`PveArgs`] for `provision` and `deploy`, which recreate).
+#[derive(Debug, Args, Clone)]
+pub struct PveStopArgs {
+    /// Seconds a clean shutdown may take before the container is stopped.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub timeout_shutdown: u64,
+    /// Seconds a stop may take.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub timeout_stop: u64,
+    /// Seconds a destroy may take.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub timeout_destroy: u64,
+    /// Seconds to keep retrying while a container is locked (backup, snapshot …).
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub timeout_lock: u64,
+}
+
+impl PveStopArgs {
+    /// Sets the stop/destroy/lock timeouts of `timeouts` to these.
+    fn apply(&self, timeouts: &mut Timeouts) {
+        let s = Duration::from_secs;
+        timeouts.shutdown = s(self.timeout_shutdown);
+        timeouts.stop = s(self.timeout_stop);
+        timeouts.destroy = s(self.timeout_destroy);
+        timeouts.lock = s(self.timeout_lock);
+    }
+}
+
+/// The PVE options of `destroy`: TLS and the stop/destroy timeouts.
+#[derive(Debug, Args, Clone)]
+pub struct PveDestroyArgs {
+    /// PVE API trust.
+    #[command(flatten)]
+    pub tls: PveTlsArgs,
+    /// Stop and destroy task timeouts.
+    #[command(flatten)]
+    pub stop: PveStopArgs,
+}
+
+impl PveDestroyArgs {
+    /// The connection options (other task timeouts at their defaults).
+    ///
+    /// # Errors
+    /// See [`PveTlsArgs::tls`].
+    pub fn connect(&self) -> Result<PveConnect> {
+        let mut c = self.tls.connect()?;
+        self.stop.apply(&mut c.timeouts);
+        Ok(c)
+    }
+}
+
+/// How to reach and trust the PVE API, and how long each of its tasks may take (`provision`,
+/// `deploy`).
+#[derive(Debug, Args, Clone)]
+pub struct PveArgs {
+    /// PVE API trust.
+    #[command(flatten)]
+    pub tls: PveTlsArgs,
+    /// Seconds a container create may take (slow storage needs minutes).
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout_create: u64,
+    /// Seconds a start may take.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub timeout_start: u64,
+    /// Stop and destroy task timeouts (a recreate destroys).
+    #[command(flatten)]
+    pub stop: PveStopArgs,
+    /// Seconds a template download may take.
+    #[arg(long, value_name = "SECS", default_value_t = 1800)]
+    pub timeout_download: u64,
+}
+
+impl PveArgs {
+    /// The connection options; the resize timeout follows `--timeout-create` (at least 300 s).
+    ///
+    /// # Errors
+    /// See [`PveTlsArgs::tls`].
+    pub fn connect(&self) -> Result<PveConnect> {
+        let mut c = self.tls.connect()?;
+        let s = Duration::from_secs;
+        c.timeouts.create = s(self.timeout_create);
+        c.timeouts.start = s(self.timeout_start);
+        c.timeouts.download = s(self.timeout_download);
+        c.timeouts.resize = s(self.timeout_create.max(300));
+        self.stop.apply(&mut c.timeouts);
+        Ok(c)
+    }
+}
+
+/// When existing containers may be destroyed and created again (`plan`, `provision`, `deploy`).
+#[derive(Debug, Args, Clone)]
+pub struct PolicyArgs {
+    /// Allow destroying and recreating a container whose change cannot be applied in place
+    /// (same as --recreate when-needed). Its data is lost unless snapshotted.
+    #[arg(long)]
+    pub allow_recreate: bool,
+    /// Recreate policy: never (default), when-needed, always (the seed's behaviour on release).
+    #[arg(long, value_enum, conflicts_with = "allow_recreate")]
+    pub recreate: Option<RecreatePolicy>,
+}
+
+impl PolicyArgs {
+    /// The policy: `--recreate`, else `when-needed` with `--allow-recreate`, else `never`.
+    pub fn policy(&self) -> RecreatePolicy {
+        match (self.recreate, self.allow_recreate) {
+            (Some(p), _) => p,
+            (None, true) => RecreatePolicy::WhenNeeded,
+            (None, false) => RecreatePolicy::Never,
+        }
+    }
+}
+
+/// Whether and how long to wait for SSH after a container starts (`provision`, `deploy`).
+///
+/// The help texts are `provision`'s; `deploy` words them for its steps with `mut_arg`.
+#[derive(Debug, Args, Clone)]
+pub struct SshWaitArgs {
+    /// Do not wait for SSH after starting.
+    #[arg(long)]
+    pub no_wait_ssh: bool,
+    /// SSH port to wait for.
+    #[arg(long, default_value_t = 22)]
+    pub ssh_port: u16,
+    /// Seconds to wait for SSH (and a DHCP address) after start.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub ssh_timeout: u64,
+}
+
+impl SshWaitArgs {
+    /// Whether to wait for SSH after a start (not `--no-wait-ssh`).
+    pub fn wait(&self) -> bool {
+        !self.no_wait_ssh
+    }
+
+    /// How long to wait for SSH (and a DHCP address) after a start.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.ssh_timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    #[test]
+    fn timeouts_reach_the_connection() {
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            pve: super::PveArgs,
+        }
+        #[derive(Parser)]
+        struct D {
+            #[command(flatten)]
+            pve: super::PveDestroyArgs,
+        }
+        let s = Duration::from_secs;
+        let defaults = crate::backend::pve::Timeouts::default();
+        // resize follows --timeout-create (at least 300 s), as before the split.
+        let t = T::try_parse_from(["t"]).unwrap().pve.connect().unwrap().timeouts;
+        assert_eq!(t, crate::backend::pve::Timeouts { resize: s(600), ..defaults.clone() });
+        assert_eq!(D::try_parse_from(["d"]).unwrap().pve.connect().unwrap().timeouts, defaults.clone());
+        let d = D::try_parse_from(["d", "--timeout-stop", "7"]).unwrap().pve.connect().unwrap().timeouts;
+        assert_eq!(d, crate::backend::pve::Timeouts { stop: s(7), ..defaults });
+        let args = [
+            "t",
+            "--timeout-create",
+            "11",
+            "--timeout-start",
+            "12",
+            "--timeout-shutdown",
+            "13",
+            "--timeout-stop",
+            "14",
+            "--timeout-destroy",
+            "15",
+            "--timeout-lock",
+            "16",
+            "--timeout-download",
+            "17",
+        ];
+        let t = T::try_parse_from(args).unwrap().pve.connect().unwrap().timeouts;
+        assert_eq!(
+            (t.create, t.start, t.shutdown, t.stop, t.destroy, t.lock, t.download, t.resize),
+            (s(11), s(12), s(13), s(14), s(15), s(16), s(17), s(300))
+        );
+    }
+}

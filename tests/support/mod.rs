@@ -1,0 +1,24 @@
+//! The one support tree of the integration tests: every `tests/*.rs` binary declares
+//! `mod support;` and uses what it needs from here.
+//!
+//! Shared by all: [`git`] (the one `git` runner, isolated from the host's global and system
+//! configuration), [`fs`] (copying and writing fixture trees) and [`spec`] (the one
+//! [`ContainerSpec`](proxmox_gitops::inventory::ContainerSpec) builder). Per area: [`fakepve`]
+//! (fakepve on loopback), [`gitea`] (the Gitea double), [`fixture`] (`resolve`'s monorepos),
+//! [`deploy`] (fake step runners), [`configure`], [`lxc`], [`snapshot`] and [`workflows`] (real
+//! LXC containers, data snapshots, act runs).
+//!
+//! Each binary uses a part of the tree, so unused items are allowed here.
+#![allow(dead_code)]
+
+pub mod configure;
+pub mod deploy;
+pub mod fakepve;
+pub mod fixture;
+pub mod fs;
+pub mod git;
+pub mod gitea;
+pub mod lxc;
+pub mod snapshot;
+pub mod spec;
+pub mod workflows;
