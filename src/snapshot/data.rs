@@ -25,10 +25,10 @@ use time::OffsetDateTime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::manifest::{self, Entry, ManifestError};
-use super::remote::{ExecStatus, RemoteExec, run_collect};
 use super::scripts;
 use super::store::{ArchiveManifest, Store, Stored};
 use crate::artifact;
+use crate::exec::{ExecStatus, RemoteExec, run_collect};
 
 /// Why a data snapshot or restore failed.
 #[derive(Debug, thiserror::Error)]
