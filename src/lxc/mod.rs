@@ -475,6 +475,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn attach_passes_the_lxc_path_and_clears_the_environment() {
+        let client = LxcClient { path: PathBuf::from("/srv/lxc") };
+        let args: Vec<String> =
+            client.attach_args("app", &["bash", "-c", "x"]).iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args,
+            ["-P", "/srv/lxc", "-n", "app", "--clear-env", "--set-var", ATTACH_PATH, "--", "bash", "-c", "x"]
+        );
+    }
+
+    #[test]
+    fn an_explicit_path_is_taken_as_it_is() {
+        assert_eq!(resolve_path(Some(PathBuf::from("/srv/lxc"))).unwrap(), PathBuf::from("/srv/lxc"));
+    }
+
+    #[test]
     fn not_root_says_what_to_do() {
         assert_eq!(
             LxcError::NotRoot { uid: 1000 }.to_string(),
