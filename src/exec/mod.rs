@@ -163,9 +163,9 @@ pub enum ReachError {
         /// The key file looked for (`<share>/.keys/<vmid>`).
         key: PathBuf,
     },
-    /// SSH failed (unreachable, key refused, host key changed, local I/O).
+    /// SSH failed (unreachable, key refused, host key changed, local I/O); boxed, it is large.
     #[error(transparent)]
-    Ssh(#[from] crate::ssh::SshError),
+    Ssh(Box<crate::ssh::SshError>),
     /// LXC cannot be used on this host (not root, tools missing, LXC path unusable).
     #[error("{name}: {source}")]
     Lxc {
@@ -175,4 +175,10 @@ pub enum ReachError {
         #[source]
         source: crate::lxc::LxcError,
     },
+}
+
+impl From<crate::ssh::SshError> for ReachError {
+    fn from(e: crate::ssh::SshError) -> Self {
+        ReachError::Ssh(Box::new(e))
+    }
 }
