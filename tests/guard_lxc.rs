@@ -17,9 +17,10 @@ use std::process::Command;
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
 use proxmox_gitops::backend::lxc::{BASE_READY_FILE, LxcBackend, LxcOptions};
+use proxmox_gitops::exec::LxcAttach;
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::lxc::LxcClient;
 use proxmox_gitops::provision::{Action, ApplyOptions, Outcome, Provision, RecreatePolicy};
-use proxmox_gitops::snapshot::remote::CommandExec;
 use proxmox_gitops::steps::destroy::{self, DestroyOptions};
 use proxmox_gitops::steps::provision::{self as step, Backend};
 use proxmox_gitops::steps::snapshot::{self as snap, SnapshotOptions};
@@ -147,7 +148,8 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
     // The new container is fresh; the snapshot restores the data.
     assert_eq!(attach(&lxc_path, &name, "test -e /srv/data").0, false);
     let sopts = SnapshotOptions { share: share.clone(), keep: None, now: time::OffsetDateTime::now_utc() };
-    let r = snap::restore(&s, &CommandExec::lxc_attach(&name), &sopts, None).await;
+    let client = LxcClient::open(Some(lxc_path.clone())).expect("LXC client");
+    let r = snap::restore(&s, &LxcAttach::new(client, &name), &sopts, None).await;
     assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
     assert_eq!(r.snapshot_id.as_deref(), Some(id.as_str()));
     assert_eq!(

@@ -8,17 +8,18 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact;
+use proxmox_gitops::exec::{LxcAttach, run_collect};
+use proxmox_gitops::lxc::LxcClient;
 use proxmox_gitops::provision::{Action, BackendKind, ContainerPlan, Outcome, Provision};
 use proxmox_gitops::snapshot::ct::{self, CtSnapshots};
 use proxmox_gitops::snapshot::data::{self, TakeRequest};
 use proxmox_gitops::snapshot::lxc::LxcSnapshots;
-use proxmox_gitops::snapshot::remote::{CommandExec, run_collect};
 use proxmox_gitops::snapshot::scripts;
 use proxmox_gitops::snapshot::store::Store;
 use proxmox_gitops::steps::snapshot::{Snapshot, Verification};
@@ -105,7 +106,8 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
     let ct = Clone::new();
     ct.start();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let exec = CommandExec::lxc_attach(&ct.name);
+    let client = LxcClient::open(Some(PathBuf::from("/var/lib/lxc"))).expect("LXC must work on this machine");
+    let exec = LxcAttach::new(client.clone(), &ct.name);
     let t = tempfile::tempdir().unwrap();
     let share = t.path().join("share");
     let store = Store::new(&share);
@@ -268,7 +270,7 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
 
     // lxc-snapshot through the CtSnapshots trait (the container must be stopped).
     ct.stop();
-    let snaps = LxcSnapshots::new(&ct.name, Path::new("/var/lib/lxc"));
+    let snaps = LxcSnapshots::new(client, &ct.name);
     rt.block_on(async {
         let now = datetime!(2026-02-01 00:00:00 UTC);
         let a = ct::take(&snaps, now, "first").await.unwrap();
@@ -328,4 +330,159 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("app: rolled back to pgo-20260201-000000-2"), "{stderr}");
+}
+
+/// A full copy of the base in another LXC path (not LXC's default), stopped and destroyed (with
+/// its snapshots) on drop; the LXC path goes with its temporary directory.
+struct ElsewhereClone {
+    lxc_path: tempfile::TempDir,
+    name: String,
+}
+
+impl ElsewhereClone {
+    fn new() -> Self {
+        let lxc_path = tempfile::Builder::new().prefix("pgotest-lxcpath-").tempdir_in("/var/tmp").unwrap();
+        let name = format!("pgotest-lxcp-{}-ct", std::process::id());
+        let out = Command::new("lxc-copy")
+            .args(["-P", "/var/lib/lxc", "-n", BASE, "-p"])
+            .arg(lxc_path.path())
+            .args(["-N", &name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "lxc-copy: {}", String::from_utf8_lossy(&out.stderr));
+        ElsewhereClone { lxc_path, name }
+    }
+
+    fn path(&self) -> &Path {
+        self.lxc_path.path()
+    }
+
+    fn tool(&self, tool: &str, args: &[&str]) -> std::process::Output {
+        Command::new(tool).arg("-P").arg(self.path()).args(["-n", &self.name]).args(args).output().unwrap()
+    }
+}
+
+impl Drop for ElsewhereClone {
+    fn drop(&mut self) {
+        let _ = self.tool("lxc-stop", &["-k"]);
+        let _ = self.tool("lxc-destroy", &["-s"]);
+    }
+}
+
+/// Issue 11: with `PGO_LXC_PATH` naming another LXC path than `/var/lib/lxc`, the `snapshot`
+/// command finds the container there — `lxc-attach` for the data snapshot and its restore,
+/// `lxc-snapshot` for the container snapshot and its rollback — instead of looking in LXC's
+/// default path (where no such container exists).
+#[test]
+fn snapshot_and_restore_under_a_non_default_lxc_path() {
+    ensure_base();
+    let ct = ElsewhereClone::new();
+    assert!(!Path::new("/var/lib/lxc").join(&ct.name).exists(), "the container lives only in {}", ct.path().display());
+    let out = ct.tool("lxc-start", &[]);
+    assert!(out.status.success(), "lxc-start: {}", String::from_utf8_lossy(&out.stderr));
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let client = LxcClient::open(Some(ct.path().to_path_buf())).expect("LXC must work on this machine");
+    let exec = LxcAttach::new(client, &ct.name);
+    let start = Instant::now();
+    let mut delay = Duration::from_millis(100);
+    while !rt.block_on(run_collect(&exec, &["true"], b"")).is_ok_and(|(_, st)| st.success()) {
+        assert!(start.elapsed() < Duration::from_secs(60), "{} did not become attachable", ct.name);
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+    let populate = "set -e; mkdir -p /srv/app/sub; echo kept > /srv/app/sub/file; chmod 640 /srv/app/sub/file";
+    let (_, st) = rt.block_on(run_collect(&exec, &["bash", "-c", populate], b"")).unwrap();
+    assert!(st.success(), "{}", st.describe());
+
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("share");
+    let artifacts = t.path().join("artifacts");
+    let paths = vec!["/srv/app".to_string()];
+    let inv_path = snapshot::write_inventory(t.path(), &artifacts, &share, vec![snapshot::spec("app", &paths)]);
+    let prov = Provision {
+        backend: BackendKind::Lxc,
+        name: "app".into(),
+        node: None,
+        vmid: 4242,
+        hostname: ct.name.clone(),
+        address: None,
+        ssh_port: 22,
+        plan: ContainerPlan {
+            name: "app".into(),
+            vmid: 4242,
+            hostname: ct.name.clone(),
+            action: Action::Nothing,
+            start: false,
+        },
+        actions: vec![],
+        warnings: vec![],
+        status: Some("running".into()),
+        created: false,
+        protected_by: None,
+        inputs_digest: None,
+        outcome: Outcome::Ok,
+    };
+    artifact::write(&artifacts.join("provision/app.json"), &prov).unwrap();
+    let cli = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .env("PGO_LXC_PATH", ct.path())
+            .arg("--artifacts")
+            .arg(&artifacts)
+            .args(["snapshot", "--container", "app", "--share"])
+            .arg(&share)
+            .args(["--inventory"])
+            .arg(&inv_path)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    // 1. A data snapshot through lxc-attach in the configured LXC path.
+    let (code, stdout, stderr) = cli(&[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let taken: Snapshot = artifact::read(&artifacts.join("snapshot/app.json")).unwrap();
+    assert_eq!((taken.verification, taken.outcome), (Verification::Verified, Outcome::Ok));
+
+    // 2. Lose the data, restore it through the same path.
+    let (_, st) = rt.block_on(run_collect(&exec, &["bash", "-c", "rm -rf /srv/app"], b"")).unwrap();
+    assert!(st.success());
+    let (code, stdout, stderr) = cli(&["--restore"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let restored: Snapshot = artifact::read(&artifacts.join("snapshot/app.json")).unwrap();
+    assert_eq!(restored.snapshot_id, taken.snapshot_id);
+    assert_eq!(restored.verification, Verification::Verified);
+    let (out, st) = rt
+        .block_on(run_collect(&exec, &["bash", "-c", "cat /srv/app/sub/file; stat -c %a /srv/app/sub/file"], b""))
+        .unwrap();
+    assert!(st.success(), "{}", st.describe());
+    assert_eq!(String::from_utf8_lossy(&out), "kept\n640\n");
+
+    // 3. A container snapshot (lxc-snapshot needs the container stopped; a lib without SNAPSHOT
+    //    paths takes only that), listed and rolled back in the configured LXC path.
+    let out = ct.tool("lxc-stop", &["-k"]);
+    assert!(out.status.success(), "lxc-stop: {}", String::from_utf8_lossy(&out.stderr));
+    snapshot::write_inventory(t.path(), &artifacts, &share, vec![snapshot::spec("app", &[])]);
+    let (code, stdout, stderr) = cli(&[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let a: Snapshot = artifact::read(&artifacts.join("snapshot/app.json")).unwrap();
+    let record = a.ct_snapshot.clone().unwrap_or_else(|| panic!("a container snapshot: {a:#?}"));
+    assert!(
+        ct.path().join(&ct.name).join("snaps/snap0/comment").is_file(),
+        "lxc-snapshot wrote into {}",
+        ct.path().display()
+    );
+    let (code, stdout, stderr) = cli(&["--list"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["app", "container", &record.name, "-"]),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = cli(&["--rollback", &record.name]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains(&format!("app: rolled back to {}", record.name)), "{stderr}");
 }

@@ -206,9 +206,9 @@ async fn snapshot_step_takes_and_prunes_pve_snapshots_from_the_provision_artifac
     // The step's container snapshots come from the provision artifact (backend pve, node pve1).
     let p: Provision = artifact::read(&ArtifactDir::new(env.artifacts.path()).provision("app")).unwrap();
     let access = PveCtAccess { client: env.client.clone(), task_timeout: Duration::from_secs(30) };
-    let cts = step::ct_snapshots(&p, Some(&access)).expect("pve container snapshots");
+    let cts = step::ct_snapshots(&p, Some(&access)).unwrap().expect("pve container snapshots");
     assert_eq!(cts.target(), "CT 101 on pve1");
-    assert!(step::ct_snapshots(&p, None).is_none(), "no API access, no PVE snapshots");
+    assert!(step::ct_snapshots(&p, None).unwrap().is_none(), "no API access, no PVE snapshots");
 
     env.snaps().create("before-upgrade", "mine").await.unwrap();
     env.snaps().create("pgo-20250101-000000", "old").await.unwrap();

@@ -153,7 +153,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
             Err(reason) => {
                 let op = if args.restore { step::Operation::Restore } else { step::Operation::Snapshot };
                 let mut a = step::Snapshot::new(spec, op);
-                a.outcome = Outcome::Failed { error: reason };
+                a.outcome = Outcome::Failed { error: reason.to_string() };
                 a
             }
         };
@@ -221,7 +221,7 @@ fn list(
         }
         let cts = step::read_provision(spec, &ctx.artifacts)
             .ok()
-            .and_then(|prov| step::ct_snapshots(&prov, connect.pve.as_ref()));
+            .and_then(|prov| step::ct_snapshots(&prov, connect.pve.as_ref()).ok().flatten());
         match cts {
             Some(ct) => {
                 let listed =
@@ -258,7 +258,7 @@ fn rollback(
     rt: &tokio::runtime::Runtime,
 ) -> Result<()> {
     let prov = step::read_provision(spec, &ctx.artifacts).map_err(|e| Error::Failed(anyhow::anyhow!("{e}")))?;
-    let Some(ct) = step::ct_snapshots(&prov, connect.pve.as_ref()) else {
+    let Some(ct) = step::ct_snapshots(&prov, connect.pve.as_ref()).map_err(|e| Error::Failed(e.into()))? else {
         return Err(Error::Failed(anyhow::anyhow!(
             "{}: container snapshots of this pve container need the PVE API: set PROXMOX_HOST",
             spec.name
@@ -270,7 +270,7 @@ fn rollback(
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), None, opts).await,
                 Err(reason) => {
                     let mut a = step::Snapshot::new(spec, step::Operation::Snapshot);
-                    a.outcome = Outcome::Failed { error: reason };
+                    a.outcome = Outcome::Failed { error: reason.to_string() };
                     a
                 }
             }

@@ -1,5 +1,6 @@
 //! Client for the host's LXC tools (`lxc-create`, `lxc-copy`, `lxc-start`, `lxc-info`,
-//! `lxc-attach`, `lxc-cgroup`, `lxc-stop`, `lxc-destroy`, `lxc-ls`, `lxc-config`).
+//! `lxc-attach`, `lxc-cgroup`, `lxc-stop`, `lxc-destroy`, `lxc-ls`, `lxc-config`,
+//! `lxc-snapshot`): the only door of the crate to LXC.
 //!
 //! Why the command-line tools and not liblxc: the only Rust bindings (`lxc-sys`) are unmaintained
 //! raw FFI, while the tools are what every LXC user already has and debugs with. Every call runs
@@ -7,27 +8,53 @@
 //! with `-P <lxcpath>` so a configurable LXC path is honoured, bounded by a timeout; a failure
 //! carries the command line and the tool's stderr.
 //!
+//! One place for the three things every caller used to get slightly differently: the LXC path
+//! ([`resolve_path`]: `$PGO_LXC_PATH`, else `lxc-config lxc.lxcpath`), the timeouts, and the
+//! environment a command inside a container sees (`lxc-attach --clear-env` with only `PATH`
+//! set). The backend, the snapshot code ([`crate::snapshot::lxc`]) and the executors of
+//! [`crate::exec`] all receive an [`LxcClient`]; nothing outside this module spawns an `lxc-*`
+//! process.
+//!
 //! This module knows LXC, not the pipeline: it never decides whether a container should be
 //! recreated (that is [`crate::backend::lxc`]).
+//!
+//! * [`process`] — spawning a tool (collected or streamed output, timeouts);
+//! * [`snapshot`] — `lxc-snapshot` and the `snaps/` directory it keeps;
+//! * [`bridge`] — the host bridge (`lxcbr0`) and `lxc-net`;
+//! * [`config`] — the container config file.
 
+pub mod bridge;
 pub mod config;
+pub mod process;
+pub mod snapshot;
 
 use std::ffi::OsString;
 use std::net::Ipv4Addr;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite};
 
+pub use bridge::{
+    LXC_NET_RUN_DIR, bridge_ipv4, bridge_ipv4_or_planned, dnsmasq_serves, ensure_bridge, lxc_net_bridge,
+    lxc_net_settings,
+};
 pub use config::LxcConfig;
+pub use process::{Streamed, effective_uid, require_tool, run, run_streaming, which};
+pub use snapshot::LxcSnapshot;
+
+use process::{os, tail};
 
 /// Environment variable naming the LXC path (the CLI's `--lxc-path` sets the same).
 pub const LXC_PATH_ENV: &str = "PGO_LXC_PATH";
 
 /// Default bound for a quick tool call (`lxc-info`, `lxc-attach` of a short command, …).
 pub const QUICK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The `PATH` a command run with [`LxcClient::attach`] or [`LxcClient::attach_streaming`] sees
+/// (its only environment variable: the host's environment is cleared).
+pub const ATTACH_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Errors from the LXC tools.
 #[derive(Debug, thiserror::Error)]
@@ -128,103 +155,6 @@ impl State {
     }
 }
 
-/// The Debian/Ubuntu package that ships `tool`.
-fn package_of(tool: &str) -> &'static str {
-    match tool {
-        "debootstrap" => "debootstrap",
-        "ip" => "iproute2",
-        _ => "lxc",
-    }
-}
-
-/// Finds `tool` in `PATH` (and the sbin directories, which a non-login root shell may miss).
-pub fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
-
-/// Fails unless `tool` is installed, naming the package to install.
-///
-/// # Errors
-/// [`LxcError::ToolMissing`].
-pub fn require_tool(tool: &str) -> Result<PathBuf> {
-    which(tool).ok_or_else(|| LxcError::ToolMissing { tool: tool.to_string(), package: package_of(tool) })
-}
-
-/// The effective uid of this process (owner of `/proc/self`).
-pub fn effective_uid() -> u32 {
-    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
-}
-
-fn command_line(tool: &str, args: &[OsString]) -> String {
-    let mut s = tool.to_string();
-    for a in args {
-        s.push(' ');
-        s.push_str(&a.to_string_lossy());
-    }
-    s
-}
-
-fn tail(text: &[u8], lines: usize) -> String {
-    let text = String::from_utf8_lossy(text);
-    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Runs `tool args…` (separate argv entries), feeding `stdin` when given, bounded by `timeout`.
-/// Returns the output on exit status 0.
-///
-/// # Errors
-/// [`LxcError::ToolMissing`], [`LxcError::Spawn`], [`LxcError::Timeout`] (the child is killed),
-/// [`LxcError::Command`] with the last lines of stderr.
-pub async fn run(
-    tool: &str,
-    args: &[OsString],
-    stdin: Option<&[u8]>,
-    timeout: Duration,
-) -> Result<std::process::Output> {
-    let exe = require_tool(tool)?;
-    let command = command_line(tool, args);
-    let mut cmd = tokio::process::Command::new(exe);
-    cmd.args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    tracing::debug!("run: {command}");
-    let mut child = cmd.spawn().map_err(|source| LxcError::Spawn { command: command.clone(), source })?;
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin is piped");
-        let input = input.to_vec();
-        tokio::spawn(async move {
-            let _ = pipe.write_all(&input).await;
-            let _ = pipe.shutdown().await;
-        });
-    }
-    let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(r) => r.map_err(|source| LxcError::Spawn { command: command.clone(), source })?,
-        Err(_) => return Err(LxcError::Timeout { command, secs: timeout.as_secs_f64() }),
-    };
-    if !out.status.success() {
-        let mut stderr = tail(&out.stderr, 8);
-        if stderr.is_empty() {
-            stderr = tail(&out.stdout, 8);
-        }
-        if stderr.is_empty() {
-            stderr = "no output".into();
-        }
-        return Err(LxcError::Command { command, status: out.status.to_string(), stderr });
-    }
-    Ok(out)
-}
-
-fn os(args: &[&str]) -> Vec<OsString> {
-    args.iter().map(OsString::from).collect()
-}
-
 /// A handle on one LXC path (`/var/lib/lxc` unless configured otherwise).
 #[derive(Debug, Clone)]
 pub struct LxcClient {
@@ -243,12 +173,36 @@ pub const TOOLS: &[&str] = &[
     "lxc-destroy",
     "lxc-ls",
     "lxc-config",
+    "lxc-snapshot",
 ];
+
+/// The LXC path to use: `path` when given, else `$PGO_LXC_PATH` (when set and not empty), else
+/// what `lxc-config lxc.lxcpath` prints (normally `/var/lib/lxc`). The one resolution every
+/// user of LXC shares (the backend, snapshots, `lxc-attach`), so they all look in one place.
+///
+/// # Errors
+/// [`LxcError::ToolMissing`] or a failing `lxc-config` (only consulted when neither `path` nor
+/// the variable is set).
+pub fn resolve_path(path: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(p) = path.or_else(|| std::env::var_os(LXC_PATH_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)) {
+        return Ok(p);
+    }
+    let command = "lxc-config lxc.lxcpath".to_string();
+    let out = std::process::Command::new(require_tool("lxc-config")?)
+        .arg("lxc.lxcpath")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| LxcError::Spawn { command: command.clone(), source })?;
+    if !out.status.success() {
+        return Err(LxcError::Command { command, status: out.status.to_string(), stderr: tail(&out.stderr, 8) });
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
 
 impl LxcClient {
     /// Checks that this process is root and the LXC tools are installed, then opens the LXC
-    /// path: `path` when given, else `$PGO_LXC_PATH`, else `lxc-config lxc.lxcpath` (normally
-    /// `/var/lib/lxc`). The directory is created when missing. Same as [`LxcClient::open`], off
+    /// path ([`resolve_path`]: `path` when given, else `$PGO_LXC_PATH`, else `lxc-config
+    /// lxc.lxcpath`, normally `/var/lib/lxc`). The directory is created when missing. Same as [`LxcClient::open`], off
     /// the async executor.
     ///
     /// # Errors
@@ -275,25 +229,7 @@ impl LxcClient {
         for t in TOOLS {
             require_tool(t)?;
         }
-        let path = match path.or_else(|| std::env::var_os(LXC_PATH_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)) {
-            Some(p) => p,
-            None => {
-                let command = "lxc-config lxc.lxcpath".to_string();
-                let out = std::process::Command::new(require_tool("lxc-config")?)
-                    .arg("lxc.lxcpath")
-                    .stdin(Stdio::null())
-                    .output()
-                    .map_err(|source| LxcError::Spawn { command: command.clone(), source })?;
-                if !out.status.success() {
-                    return Err(LxcError::Command {
-                        command,
-                        status: out.status.to_string(),
-                        stderr: tail(&out.stderr, 8),
-                    });
-                }
-                PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-            }
-        };
+        let path = resolve_path(path)?;
         std::fs::create_dir_all(&path).map_err(|source| LxcError::Io { path: path.clone(), source })?;
         Ok(LxcClient { path })
     }
@@ -318,7 +254,7 @@ impl LxcClient {
         self.config_path(name).is_file()
     }
 
-    fn args(&self, tool_args: &[&str]) -> Vec<OsString> {
+    pub(crate) fn args(&self, tool_args: &[&str]) -> Vec<OsString> {
         let mut v = vec![OsString::from("-P"), self.path.clone().into_os_string()];
         v.extend(os(tool_args));
         v
@@ -431,8 +367,8 @@ impl LxcClient {
         Ok(())
     }
 
-    /// Runs `argv` inside the running container as root (`lxc-attach --clear-env -- ARGV`),
-    /// feeding `stdin`, and returns its output.
+    /// Runs `argv` inside the running container as root (`lxc-attach --clear-env --set-var
+    /// PATH=… -- ARGV`, see [`ATTACH_PATH`]), feeding `stdin`, and returns its output.
     ///
     /// # Errors
     /// A failing command (with its stderr), a timeout.
@@ -444,16 +380,35 @@ impl LxcClient {
         timeout: Duration,
     ) -> Result<std::process::Output> {
         self.must_exist(name)?;
-        let mut a = vec![
-            "-n",
-            name,
-            "--clear-env",
-            "--set-var",
-            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "--",
-        ];
+        run("lxc-attach", &self.attach_args(name, argv), stdin, timeout).await
+    }
+
+    /// Runs `argv` inside the running container as root like [`LxcClient::attach`], with
+    /// **streamed** standard input and output (see [`run_streaming`]): for commands whose data
+    /// does not fit in memory (a tar of the container's data). The last `keep` bytes of stderr
+    /// are kept; a non-zero exit is not an error.
+    ///
+    /// # Errors
+    /// [`LxcError::NotFound`], [`LxcError::Spawn`] (also a failing local reader or writer),
+    /// [`LxcError::Timeout`].
+    pub async fn attach_streaming(
+        &self,
+        name: &str,
+        argv: &[&str],
+        stdin: &mut (dyn AsyncRead + Send + Unpin),
+        stdout: &mut (dyn AsyncWrite + Send + Unpin),
+        keep: usize,
+        timeout: Duration,
+    ) -> Result<Streamed> {
+        self.must_exist(name)?;
+        run_streaming("lxc-attach", &self.attach_args(name, argv), stdin, stdout, keep, timeout).await
+    }
+
+    /// `-P <lxcpath> -n NAME --clear-env --set-var PATH=… -- ARGV…`.
+    fn attach_args(&self, name: &str, argv: &[&str]) -> Vec<OsString> {
+        let mut a = vec!["-n", name, "--clear-env", "--set-var", ATTACH_PATH, "--"];
         a.extend(argv);
-        run("lxc-attach", &self.args(&a), stdin, timeout).await
+        self.args(&a)
     }
 
     /// Sets a cgroup value of the running container (`lxc-cgroup -n NAME KEY VALUE`), e.g.
@@ -489,7 +444,7 @@ impl LxcClient {
         write_atomic(&path, config.render().as_bytes(), 0o640)
     }
 
-    fn must_exist(&self, name: &str) -> Result<()> {
+    pub(crate) fn must_exist(&self, name: &str) -> Result<()> {
         if self.exists(name) {
             Ok(())
         } else {
@@ -515,237 +470,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     Ok(())
 }
 
-/// The IPv4 address and prefix length of `bridge` (`ip -j -4 addr show dev BRIDGE`), `None`
-/// when the bridge does not exist or has no IPv4 address.
-///
-/// # Errors
-/// `ip` missing or printing unexpected output.
-pub async fn bridge_ipv4(bridge: &str) -> Result<Option<(Ipv4Addr, u8)>> {
-    let args = os(&["-j", "-4", "addr", "show", "dev", bridge]);
-    let out = match run("ip", &args, None, QUICK_TIMEOUT).await {
-        Ok(o) => o,
-        // `ip` fails with "Device … does not exist".
-        Err(LxcError::Command { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-    let found = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|link| link["addr_info"].as_array().cloned().unwrap_or_default())
-        .find_map(|a| {
-            let ip: Ipv4Addr = a["local"].as_str()?.parse().ok()?;
-            let prefix = u8::try_from(a["prefixlen"].as_u64()?).ok()?;
-            Some((ip, prefix))
-        });
-    Ok(found)
-}
-
-/// The address `lxc-net` gives its bridge, from its settings file (`/etc/default/lxc-net`:
-/// `LXC_ADDR`, `LXC_NETMASK`), with lxc-net's own defaults 10.0.3.1/24. Used to plan without
-/// bringing the bridge up.
-pub fn lxc_net_settings(text: Option<&str>) -> (Ipv4Addr, u8) {
-    let mut addr = Ipv4Addr::new(10, 0, 3, 1);
-    let mut prefix = 24u8;
-    for line in text.unwrap_or("").lines() {
-        let Some((k, v)) = line.trim().split_once('=') else { continue };
-        let v = v.trim().trim_matches('"').trim_matches('\'');
-        match k.trim() {
-            "LXC_ADDR" => addr = v.parse().unwrap_or(addr),
-            "LXC_NETMASK" => {
-                if let Ok(m) = v.parse::<Ipv4Addr>() {
-                    prefix = u32::from(m).count_ones() as u8;
-                }
-            }
-            _ => {}
-        }
-    }
-    (addr, prefix)
-}
-
-/// The bridge's address if it is up, else the one `lxc-net` will give it (see
-/// [`lxc_net_settings`]). Changes nothing on the host.
-///
-/// # Errors
-/// `ip` missing.
-pub async fn bridge_ipv4_or_planned(bridge: &str) -> Result<(Ipv4Addr, u8)> {
-    if let Some(found) = bridge_ipv4(bridge).await? {
-        return Ok(found);
-    }
-    Ok(lxc_net_settings(std::fs::read_to_string("/etc/default/lxc-net").ok().as_deref()))
-}
-
-/// Where `lxc-net` keeps its run state (`varrun` in `/usr/libexec/lxc/lxc-net`): the marker
-/// `network_up` and dnsmasq's `dnsmasq.pid`.
-pub const LXC_NET_RUN_DIR: &str = "/run/lxc";
-
-/// The bridge `lxc-net` manages, from its settings file (`/etc/default/lxc-net`: `LXC_BRIDGE`),
-/// with lxc-net's default `lxcbr0`.
-pub fn lxc_net_bridge(text: Option<&str>) -> String {
-    text.unwrap_or("")
-        .lines()
-        .filter_map(|l| l.trim().split_once('='))
-        .filter(|(k, _)| k.trim() == "LXC_BRIDGE")
-        .map(|(_, v)| v.trim().trim_matches('"').trim_matches('\'').to_string())
-        .filter(|v| !v.is_empty())
-        .last()
-        .unwrap_or_else(|| "lxcbr0".to_string())
-}
-
-/// Whether a dnsmasq serving `bridge` runs: a process whose `comm` is `dnsmasq` and whose
-/// command line has `--interface=<bridge>` (how `lxc-net` starts it). Reads only `proc_root`
-/// (`/proc` on a host; a directory of the same shape in tests).
-pub fn dnsmasq_serves(proc_root: &Path, bridge: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(proc_root) else { return false };
-    let wanted = format!("--interface={bridge}");
-    entries.flatten().any(|e| {
-        let is_pid = e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
-        is_pid
-            && std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == "dnsmasq")
-            && std::fs::read(e.path().join("cmdline"))
-                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == wanted.as_bytes()))
-    })
-}
-
-/// Forgets `lxc-net`'s run state in `run_dir` when its dnsmasq is gone (the bridge and its address
-/// outlive the process, e.g. when the session that started it was killed): without this,
-/// `lxc-net start` answers "already running" and the stale `dnsmasq.pid` would make its `stop`
-/// `kill -9` whatever process now has that pid.
-fn forget_stale_lxc_net_state(run_dir: &Path) {
-    for f in ["network_up", "dnsmasq.pid"] {
-        let p = run_dir.join(f);
-        match std::fs::remove_file(&p) {
-            Ok(()) => tracing::debug!("removed stale {}", p.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!("could not remove stale {}: {e}", p.display()),
-        }
-    }
-}
-
-/// Makes sure LXC's bridge is up with DHCP and returns its address. When `bridge` has no IPv4
-/// address — or it is lxc-net's bridge (see [`lxc_net_bridge`]) and no dnsmasq serves it (see
-/// [`dnsmasq_serves`]), so containers would never get an address — starts `lxc-net`
-/// (`systemctl restart lxc-net` on a systemd host, else `/usr/libexec/lxc/lxc-net start`, which
-/// creates `lxcbr0` with dnsmasq for DHCP) and looks again. A bridge that lxc-net does not
-/// manage is taken as it is.
-///
-/// # Errors
-/// [`LxcError::Bridge`] when the bridge is still missing or still has no DHCP server, saying
-/// what to configure.
-pub async fn ensure_bridge(bridge: &str) -> Result<(Ipv4Addr, u8)> {
-    let managed = lxc_net_bridge(std::fs::read_to_string("/etc/default/lxc-net").ok().as_deref()) == bridge;
-    let proc_root = Path::new("/proc");
-    if let Some(found) = bridge_ipv4(bridge).await? {
-        if !managed || dnsmasq_serves(proc_root, bridge) {
-            return Ok(found);
-        }
-        tracing::warn!(
-            "{bridge} is up but lxc-net's dnsmasq does not run (no DHCP for containers): restarting lxc-net"
-        );
-        forget_stale_lxc_net_state(Path::new(LXC_NET_RUN_DIR));
-    }
-    let mut tried = Vec::new();
-    if Path::new("/run/systemd/system").is_dir() && which("systemctl").is_some() {
-        let r = run("systemctl", &os(&["restart", "lxc-net"]), None, QUICK_TIMEOUT).await;
-        tried.push(format!("systemctl restart lxc-net: {}", r.err().map_or("ok".to_string(), |e| e.to_string())));
-    } else {
-        for script in ["/usr/libexec/lxc/lxc-net", "/usr/lib/x86_64-linux-gnu/lxc/lxc-net", "/usr/lib/lxc/lxc-net"] {
-            if Path::new(script).is_file() {
-                let r = run(script, &os(&["start"]), None, QUICK_TIMEOUT).await;
-                tried.push(format!("{script} start: {}", r.err().map_or("ok".to_string(), |e| e.to_string())));
-                break;
-            }
-        }
-    }
-    if let Some(found) = bridge_ipv4(bridge).await? {
-        if !managed || dnsmasq_serves(proc_root, bridge) {
-            return Ok(found);
-        }
-        tried.push("dnsmasq still does not serve it".to_string());
-    }
-    let hint = if tried.is_empty() {
-        "lxc-net was not found; install `lxc` and set USE_LXC_BRIDGE=\"true\" in /etc/default/lxc-net".to_string()
-    } else {
-        format!(
-            "tried {}; check USE_LXC_BRIDGE=\"true\" in /etc/default/lxc-net and that dnsmasq-base is installed",
-            tried.join("; ")
-        )
-    };
-    Err(LxcError::Bridge { bridge: bridge.to_string(), hint })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn missing_tool_names_the_package() {
-        let e = require_tool("lxc-definitely-not-installed").unwrap_err();
+    fn attach_passes_the_lxc_path_and_clears_the_environment() {
+        let client = LxcClient { path: PathBuf::from("/srv/lxc") };
+        let args: Vec<String> =
+            client.attach_args("app", &["bash", "-c", "x"]).iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(
-            e.to_string(),
-            "`lxc-definitely-not-installed` is not installed (not found in PATH): install it with `apt-get install lxc`"
+            args,
+            ["-P", "/srv/lxc", "-n", "app", "--clear-env", "--set-var", ATTACH_PATH, "--", "bash", "-c", "x"]
         );
-        let e = require_tool("debootstrap-not-here").unwrap_err();
-        assert!(e.to_string().ends_with("`apt-get install lxc`"), "{e}");
-        assert_eq!(package_of("debootstrap"), "debootstrap");
-        assert_eq!(package_of("ip"), "iproute2");
     }
 
     #[test]
-    fn lxc_net_bridge_and_default() {
-        assert_eq!(lxc_net_bridge(None), "lxcbr0");
-        assert_eq!(lxc_net_bridge(Some("USE_LXC_BRIDGE=\"true\"\nLXC_BRIDGE=\"br-lab\"\n")), "br-lab");
-        assert_eq!(lxc_net_bridge(Some("LXC_BRIDGE=\n")), "lxcbr0");
-    }
-
-    /// A fake /proc: pid directories with `comm` and a NUL-separated `cmdline`.
-    fn fake_proc(procs: &[(&str, &str, &[&str])]) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("self")).unwrap();
-        for (pid, comm, args) in procs {
-            let p = dir.path().join(pid);
-            std::fs::create_dir(&p).unwrap();
-            std::fs::write(p.join("comm"), format!("{comm}\n")).unwrap();
-            std::fs::write(p.join("cmdline"), args.join("\0") + "\0").unwrap();
-        }
-        dir
-    }
-
-    #[test]
-    fn dnsmasq_serving_the_bridge_is_found_by_its_interface_argument() {
-        let lxc_dnsmasq: &[&str] =
-            &["dnsmasq", "--conf-file=/dev/null", "--interface=lxcbr0", "--listen-address", "10.0.3.1"];
-        let running = fake_proc(&[("1", "systemd", &["/sbin/init"]), ("18671", "dnsmasq", lxc_dnsmasq)]);
-        assert!(dnsmasq_serves(running.path(), "lxcbr0"));
-        assert!(!dnsmasq_serves(running.path(), "lxcbr1"), "another bridge's dnsmasq does not count");
-        // The pid file's process is gone and its pid reused by something else.
-        let dead = fake_proc(&[
-            ("18671", "bash", &["bash", "--interface=lxcbr0"]),
-            ("20", "dnsmasq", &["dnsmasq", "--interface=virbr0"]),
-        ]);
-        assert!(!dnsmasq_serves(dead.path(), "lxcbr0"));
-        assert!(!dnsmasq_serves(Path::new("/nonexistent-proc"), "lxcbr0"));
-    }
-
-    #[test]
-    fn stale_lxc_net_state_is_forgotten() {
-        let run = tempfile::tempdir().unwrap();
-        std::fs::write(run.path().join("network_up"), "").unwrap();
-        std::fs::write(run.path().join("dnsmasq.pid"), "18671\n").unwrap();
-        std::fs::write(run.path().join("lock"), "").unwrap();
-        forget_stale_lxc_net_state(run.path());
-        assert!(!run.path().join("network_up").exists());
-        assert!(!run.path().join("dnsmasq.pid").exists());
-        assert!(run.path().join("lock").exists(), "only lxc-net's state files go");
-        forget_stale_lxc_net_state(run.path()); // nothing left: no error
-    }
-
-    #[test]
-    fn lxc_net_settings_and_defaults() {
-        assert_eq!(lxc_net_settings(None), (Ipv4Addr::new(10, 0, 3, 1), 24));
-        let text = "USE_LXC_BRIDGE=\"true\"\nLXC_ADDR=\"10.1.0.1\"\nLXC_NETMASK='255.255.0.0'\n# LXC_ADDR=1.2.3.4\n";
-        assert_eq!(lxc_net_settings(Some(text)), (Ipv4Addr::new(10, 1, 0, 1), 16));
+    fn an_explicit_path_is_taken_as_it_is() {
+        assert_eq!(resolve_path(Some(PathBuf::from("/srv/lxc"))).unwrap(), PathBuf::from("/srv/lxc"));
     }
 
     #[test]
@@ -754,20 +496,5 @@ mod tests {
             LxcError::NotRoot { uid: 1000 }.to_string(),
             "the lxc backend needs root (this process runs as uid 1000): run it as root, e.g. with sudo"
         );
-    }
-
-    #[tokio::test]
-    async fn run_reports_status_stderr_and_timeouts() {
-        let out = run("sh", &os(&["-c", "cat; echo done"]), Some(b"in "), QUICK_TIMEOUT).await.unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "in done\n");
-        let e = run("sh", &os(&["-c", "echo first >&2; echo 'it broke' >&2; exit 3"]), None, QUICK_TIMEOUT)
-            .await
-            .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "`sh -c echo first >&2; echo 'it broke' >&2; exit 3` failed (exit status: 3): first\nit broke"
-        );
-        let e = run("sleep", &os(&["5"]), None, Duration::from_millis(100)).await.unwrap_err();
-        assert_eq!(e.to_string(), "`sleep 5` did not finish within 0.1s");
     }
 }

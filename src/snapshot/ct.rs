@@ -14,8 +14,8 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::remote::BoxFuture;
 use super::store::Stamp;
+use crate::exec::BoxFuture;
 
 /// Prefix of every container snapshot this tool creates; retention only touches these.
 pub const PREFIX: &str = "pgo-";

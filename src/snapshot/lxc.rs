@@ -1,29 +1,28 @@
-//! [`CtSnapshots`] for the local LXC backend, over the `lxc-snapshot` tool (argv only).
+//! [`CtSnapshots`] for the local LXC backend, over [`LxcClient`]'s `lxc-snapshot` operations (so
+//! the LXC path is the client's: `$PGO_LXC_PATH` or `lxc-config lxc.lxcpath`, never a
+//! hard-coded `/var/lib/lxc`).
 //!
-//! `lxc-snapshot` names snapshots itself (`snap0`, `snap1` …) and keeps them in
-//! `<lxcpath>/<container>/snaps/snapN/` with a `ts` file (`YYYY:MM:DD HH:MM:SS`, local time of
-//! the host) and the optional `comment` file given with `-c`. This module writes our name
-//! (`pgo-…`) as the comment's first line and the description after it, and maps names back by
-//! reading that directory; snapshots without a comment are listed under their `snapN` name (and
-//! so never pruned). `ts` is read as UTC (the runner's clock is UTC in CI). Creating a snapshot
-//! of a directory-backed container needs it stopped (`lxc-snapshot` has no `--allowrunning`):
-//! a running container gives [`CtSnapshotError::NotSupported`]. Rollback
-//! (`lxc-snapshot -r snapN`) replaces the container's rootfs and also needs it stopped.
-
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+//! `lxc-snapshot` names snapshots itself (`snap0`, `snap1` …; see [`crate::lxc::snapshot`]).
+//! This module writes our name (`pgo-…`) as the comment's first line and the description after
+//! it, and maps names back by reading the snapshots the client lists; snapshots without a
+//! comment are listed under their `snapN` name (and so never pruned). `ts` is read as UTC (the
+//! runner's clock is UTC in CI). Creating a snapshot of a directory-backed container needs it
+//! stopped (`lxc-snapshot` has no `--allowrunning`): a running container gives
+//! [`CtSnapshotError::NotSupported`]. Rollback (`lxc-snapshot -r snapN`) replaces the
+//! container's rootfs and also needs it stopped.
 
 use super::ct::{CtSnapshotError, CtSnapshotInfo, CtSnapshots};
-use super::remote::BoxFuture;
+use crate::exec::BoxFuture;
+use crate::lxc::{LxcClient, State};
 
-/// Snapshots of the local LXC container `name` under `lxcpath` (`/var/lib/lxc` by default).
+/// Snapshots of the local LXC container `name` under the client's LXC path.
 #[derive(Debug, Clone)]
 pub struct LxcSnapshots {
+    client: LxcClient,
     name: String,
-    lxcpath: PathBuf,
 }
 
-/// A snapshot directory and what it says.
+/// A snapshot as `lxc-snapshot` names it and as we name it.
 struct SnapDir {
     /// `snapN`.
     lxc_name: String,
@@ -31,42 +30,26 @@ struct SnapDir {
 }
 
 impl LxcSnapshots {
-    /// Container `name` under `lxcpath`.
-    pub fn new(name: &str, lxcpath: &Path) -> Self {
-        Self { name: name.into(), lxcpath: lxcpath.into() }
+    /// Container `name` (its LXC name: the hostname) under `client`'s LXC path.
+    pub fn new(client: LxcClient, name: &str) -> Self {
+        Self { client, name: name.into() }
     }
 
     fn scan(&self) -> Result<Vec<SnapDir>, CtSnapshotError> {
-        let dir = self.lxcpath.join(&self.name).join("snaps");
-        let rd = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(self.failed(format!("cannot read {}: {e}", dir.display()))),
-        };
-        let mut out = Vec::new();
-        for ent in rd.flatten() {
-            let Some(lxc_name) = ent.file_name().to_str().map(str::to_string) else {
-                continue;
-            };
-            if !lxc_name.starts_with("snap") || !ent.path().is_dir() {
-                continue;
-            }
-            let comment = std::fs::read_to_string(ent.path().join("comment")).unwrap_or_default();
-            let mut lines = comment.lines();
-            let name = lines.next().map(str::trim).filter(|l| !l.is_empty()).unwrap_or(&lxc_name).to_string();
-            let description = lines.collect::<Vec<_>>().join("\n");
-            let snaptime = std::fs::read_to_string(ent.path().join("ts")).ok().and_then(|t| {
-                let fmt = time::macros::format_description!("[year]:[month]:[day] [hour]:[minute]:[second]");
-                time::PrimitiveDateTime::parse(t.trim(), fmt).ok().map(|d| d.assume_utc().unix_timestamp())
-            });
-            out.push(SnapDir { lxc_name, info: CtSnapshotInfo { name, description, snaptime } });
-        }
-        out.sort_by(|a, b| a.lxc_name.cmp(&b.lxc_name));
-        Ok(out)
+        let listed = self.client.list_snapshots(&self.name).map_err(|e| self.failed(e))?;
+        Ok(listed
+            .into_iter()
+            .map(|s| {
+                let mut lines = s.comment.lines();
+                let name = lines.next().map(str::trim).filter(|l| !l.is_empty()).unwrap_or(&s.lxc_name).to_string();
+                let description = lines.collect::<Vec<_>>().join("\n");
+                SnapDir { info: CtSnapshotInfo { name, description, snaptime: s.time }, lxc_name: s.lxc_name }
+            })
+            .collect())
     }
 
-    fn failed(&self, message: String) -> CtSnapshotError {
-        CtSnapshotError::Failed { target: self.target(), message }
+    fn failed(&self, message: impl std::fmt::Display) -> CtSnapshotError {
+        CtSnapshotError::Failed { target: self.target(), message: message.to_string() }
     }
 
     fn lxc_name_of(&self, name: &str) -> Result<String, CtSnapshotError> {
@@ -75,44 +58,6 @@ impl LxcSnapshots {
             .find(|s| s.info.name == name)
             .map(|s| s.lxc_name)
             .ok_or_else(|| CtSnapshotError::NotFound { target: self.target(), name: name.into() })
-    }
-
-    /// True when `lxc-info -s` reports the container RUNNING.
-    async fn running(&self) -> Result<bool, CtSnapshotError> {
-        let out = tokio::process::Command::new("lxc-info")
-            .arg("-n")
-            .arg(&self.name)
-            .arg("-P")
-            .arg(&self.lxcpath)
-            .arg("-s")
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .map_err(|e| self.failed(format!("cannot run lxc-info: {e}")))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            return Err(self.failed(format!("lxc-info -s failed: {}", err.trim())));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).contains("RUNNING"))
-    }
-
-    async fn lxc_snapshot(&self, args: &[&str]) -> Result<(), CtSnapshotError> {
-        let out = tokio::process::Command::new("lxc-snapshot")
-            .arg("-n")
-            .arg(&self.name)
-            .arg("-P")
-            .arg(&self.lxcpath)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .map_err(|e| self.failed(format!("cannot run lxc-snapshot: {e}")))?;
-        if out.status.success() {
-            return Ok(());
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        let msg = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("").to_string();
-        Err(self.failed(format!("lxc-snapshot {} failed ({}): {msg}", args.join(" "), out.status)))
     }
 }
 
@@ -130,7 +75,7 @@ impl CtSnapshots for LxcSnapshots {
             if self.scan()?.iter().any(|s| s.info.name == name) {
                 return Err(CtSnapshotError::NameInUse { target: self.target(), name: name.into() });
             }
-            if self.running().await? {
+            if self.client.state(&self.name).await.map_err(|e| self.failed(e))? == State::Running {
                 return Err(CtSnapshotError::NotSupported {
                     target: self.target(),
                     detail: "the container is running, and lxc-snapshot copies a directory-backed rootfs \
@@ -140,11 +85,8 @@ impl CtSnapshots for LxcSnapshots {
             }
             let mut comment = tempfile::NamedTempFile::new().map_err(|e| self.failed(format!("temp file: {e}")))?;
             use std::io::Write;
-            writeln!(comment, "{name}")
-                .and_then(|_| writeln!(comment, "{description}"))
-                .map_err(|e| self.failed(e.to_string()))?;
-            let path = comment.path().to_string_lossy().into_owned();
-            self.lxc_snapshot(&["-c", &path]).await?;
+            writeln!(comment, "{name}").and_then(|_| writeln!(comment, "{description}")).map_err(|e| self.failed(e))?;
+            self.client.snapshot_create(&self.name, comment.path()).await.map_err(|e| self.failed(e))?;
             Ok(None)
         })
     }
@@ -156,7 +98,7 @@ impl CtSnapshots for LxcSnapshots {
     fn rollback<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             let snap = self.lxc_name_of(name)?;
-            self.lxc_snapshot(&["-r", &snap]).await?;
+            self.client.snapshot_restore(&self.name, &snap).await.map_err(|e| self.failed(e))?;
             Ok(None)
         })
     }
@@ -164,7 +106,7 @@ impl CtSnapshots for LxcSnapshots {
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             let snap = self.lxc_name_of(name)?;
-            self.lxc_snapshot(&["-d", &snap]).await?;
+            self.client.snapshot_destroy(&self.name, &snap).await.map_err(|e| self.failed(e))?;
             Ok(None)
         })
     }

@@ -2,26 +2,34 @@
 //! snapshots (PVE `…/lxc/{vmid}/snapshot`, `lxc-snapshot`), retention, and the rule that nothing
 //! is destroyed without a snapshot.
 //!
-//! * [`scripts`] — the fixed shell scripts run as root in the container;
-//! * [`remote`] — the transport seam ([`RemoteExec`]) and a local implementation;
+//! * [`scripts`] — the fixed shell scripts run as root in the container (through a
+//!   [`crate::exec::RemoteExec`]: SSH, `lxc-attach` or this host);
+//! * [`access`] — the way into a container: its [`crate::exec`] transport and container
+//!   snapshots, from its provision artifact;
+//! * [`record`] — the `snapshot/<name>.json` artifact, [`record::restore`] and
+//!   [`record::restore_if_empty`] (shared by the `snapshot` and `configure` steps);
+//! * [`remote`] — the former paths of [`crate::exec`]'s items (re-exports);
 //! * [`manifest`] — per-entry manifests, digest, comparison;
 //! * [`store`] — `<share>/snapshots/<lib>/<lib>-YYYYMMDD-HHMMSS.tar.gz` + `.json`, ordering by
 //!   parsed time, retention;
 //! * [`data`] — take / verify / restore;
 //! * [`ct`] — container snapshots behind [`ct::CtSnapshots`]: names `pgo-YYYYMMDD-HHMMSS`,
 //!   retention of our own snapshots only, error classification;
-//! * [`lxc`] — [`ct::CtSnapshots`] over the `lxc-snapshot` tool;
+//! * [`lxc`] — [`ct::CtSnapshots`] over [`crate::lxc::LxcClient`]'s `lxc-snapshot`;
 //! * [`pve`] — [`ct::CtSnapshots`] over the PVE API (`…/lxc/{vmid}/snapshot`);
 //! * [`guard`] — the safety rule before a destroy or recreate.
 
+pub mod access;
 pub mod ct;
 pub mod data;
 pub mod guard;
 pub mod lxc;
 pub mod manifest;
 pub mod pve;
+pub mod record;
 pub mod remote;
 pub mod scripts;
 pub mod store;
 
-pub use remote::{CommandExec, ExecStatus, RemoteExec, SshExec, SshTransport};
+pub use crate::exec::{ExecStatus, LocalExec, RemoteExec, SshExec, SshTransport};
+pub use remote::CommandExec;

@@ -24,7 +24,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::ct::{CtSnapshotError, CtSnapshotInfo, CtSnapshots, classify};
-use super::remote::BoxFuture;
+use crate::exec::BoxFuture;
 use crate::pve::{PveClient, PveError, Replay};
 
 /// Default bound of one snapshot task (create, rollback, delete): 600 s.

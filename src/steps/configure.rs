@@ -39,11 +39,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
 use crate::error::{Error, Location, Problems, Result};
+use crate::exec::{SSH_EXEC_TIMEOUT, SshExec};
 use crate::inventory::{ContainerSpec, Engine, Inventory, Mount};
 use crate::provision::{Outcome, Provision};
-use crate::snapshot::remote::{SSH_EXEC_TIMEOUT, SshExec};
-use crate::ssh::{Bundle, ConnectOptions, Connection, Target};
-use crate::steps::snapshot::{Snapshot, SnapshotOptions};
+use crate::snapshot::record::{Snapshot, SnapshotOptions};
+use crate::ssh::{ConnectOptions, Connection, TarUpload, Target};
 
 /// Lines of log kept in the artifact when a container fails.
 pub const LOG_TAIL_LINES: usize = 40;
@@ -544,7 +544,7 @@ async fn run_engines(
     let result = async {
         let output = format!("{tmp}/output");
         let vars = contract(inv, spec, opts, address, &output);
-        let mut bundle = Bundle::new();
+        let mut bundle = TarUpload::new();
         bundle.file("env", env_file(&vars).as_bytes(), 0o600)?;
         bundle.file("output", b"", 0o600)?;
         let lib_dir = inv.root.join(&spec.dir);
@@ -663,7 +663,7 @@ async fn run_engines(
 /// The seed's behaviour, after the base role and before the lib's configuration: when the lib
 /// declares `SNAPSHOT` paths, all of them are missing or empty on the container, and a snapshot
 /// exists in `<share>/snapshots/<lib>/`, the newest (by time) is verified and restored as root
-/// over this connection ([`crate::steps::snapshot::restore_if_empty`]). The restore's
+/// over this connection ([`crate::snapshot::record::restore_if_empty`]). The restore's
 /// `snapshot/<name>.json` artifact is written and embedded in the configure artifact. A failed
 /// restore fails the container: its lib is not configured on top of empty data.
 async fn restore_data(
@@ -679,7 +679,7 @@ async fn restore_data(
     }
     let exec = SshExec::new(conn, opts.run_timeout.max(SSH_EXEC_TIMEOUT));
     let sopts = SnapshotOptions { share: inv.settings.share.clone(), keep: None, now: time::OffsetDateTime::now_utc() };
-    let Some(r) = crate::steps::snapshot::restore_if_empty(spec, &exec, &sopts).await else {
+    let Some(r) = crate::snapshot::record::restore_if_empty(spec, &exec, &sopts).await else {
         log.push(&spec.name, "data: paths not empty or no snapshot; nothing restored");
         return Ok(());
     };

@@ -300,7 +300,7 @@ impl BuiltinRunner {
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await,
                 Err(reason) => {
                     let mut a = step::Snapshot::new(spec, Operation::Snapshot);
-                    a.outcome = crate::provision::Outcome::Failed { error: reason };
+                    a.outcome = crate::provision::Outcome::Failed { error: reason.to_string() };
                     a
                 }
             }

@@ -27,6 +27,7 @@ use crate::artifact::{self, ArtifactDir};
 use crate::backend::lxc::{LxcBackend, LxcOptions};
 use crate::backend::pve::{PveBackend, PveBackendOptions, Timeouts, desired::PveDefaults};
 use crate::error::{Error, Location, Problems, Result};
+use crate::exec::{LxcAttach, RemoteExec};
 use crate::inventory::{ContainerSpec, Inventory};
 use crate::provision::{
     Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
@@ -34,7 +35,6 @@ use crate::provision::{
 use crate::pve::{Auth, ClientOptions, PveClient, TlsMode};
 use crate::settings::Settings;
 use crate::snapshot::guard::{self, Protection, Refused, Unreachable};
-use crate::snapshot::remote::{CommandExec, RemoteExec};
 use crate::snapshot::store::Store;
 
 /// A provisioning backend. The provision step dispatches over the variants; each implements
@@ -307,7 +307,7 @@ pub struct Guarded {
 /// The transport to `spec`'s live container for the guard's data snapshot, or why there is
 /// none and what to do about it: the lxc backend attaches to the running container on this host
 /// (`lxc-attach`), so the remedy is `lxc-start`; PVE containers are reached the way the
-/// `snapshot` step reaches them ([`crate::steps::snapshot::connect`], over SSH from the
+/// `snapshot` step reaches them ([`crate::exec::reach`], over SSH from the
 /// container's last `provision` artifact), so the remedy is starting the CT and making SSH work.
 async fn reach(
     backend: &Backend,
@@ -319,7 +319,7 @@ async fn reach(
         Backend::Lxc(b) => {
             let name = spec.hostname.as_str();
             match b.client().state(name).await {
-                Ok(crate::lxc::State::Running) => Ok(Box::new(CommandExec::lxc_attach(name))),
+                Ok(crate::lxc::State::Running) => Ok(Box::new(LxcAttach::new(b.client().clone(), name))),
                 Ok(state) => Err(Unreachable::new(
                     format!("LXC container `{name}` is {}, not running", state.as_str()),
                     lxc_remedy(b.client().path(), name, state),
@@ -338,13 +338,12 @@ async fn reach(
             );
             // The last provision run may have failed (e.g. this recreate was refused before):
             // the container still exists at the address it recorded.
-            let prov = crate::steps::snapshot::read_provision(spec, artifacts)
-                .map_err(|reason| Unreachable::new(reason, remedy.clone()))?;
-            let opts = crate::steps::snapshot::ConnectOptions::default();
-            crate::steps::snapshot::connect_to(spec, &prov, artifacts, share, &opts)
+            let prov = crate::exec::read_provision(spec, artifacts)
+                .map_err(|reason| Unreachable::new(reason.to_string(), remedy.clone()))?;
+            let opts = crate::exec::ReachOptions::default();
+            crate::exec::reach(spec, &prov, artifacts, share, &opts, None)
                 .await
-                .map(|c| c.exec)
-                .map_err(|reason| Unreachable::new(reason, remedy))
+                .map_err(|reason| Unreachable::new(reason.to_string(), remedy))
         }
     }
 }

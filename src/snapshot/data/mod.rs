@@ -18,17 +18,22 @@ use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use flate2::Compression;
-use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
-use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
+
+mod io;
+mod restore;
+
+pub use restore::{restore, verify};
+
+use io::{BlockingRead, CountWrite, read_archive, read_framed};
 
 use super::manifest::{self, Entry, ManifestError};
-use super::remote::{ExecStatus, RemoteExec, run_collect};
 use super::scripts;
 use super::store::{ArchiveManifest, Store, Stored};
 use crate::artifact;
+use crate::exec::{ExecStatus, RemoteExec, run_collect};
 
 /// Why a data snapshot or restore failed.
 #[derive(Debug, thiserror::Error)]
@@ -195,141 +200,11 @@ fn nul_list(paths: &[String]) -> Vec<u8> {
     v
 }
 
-/// The parsed manifest framing (see [`scripts`]).
-struct Framed {
-    entries: Vec<Entry>,
-    extra: Vec<u8>,
-}
-
-/// Reads `PGO-MANIFEST/1 m s e\n` + the three blocks from `r`.
-fn read_framed<R: Read>(r: &mut R) -> Result<Framed, ManifestError> {
-    let bad = |m: String| ManifestError::Malformed(m);
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    loop {
-        let n = r.read(&mut b).map_err(ManifestError::Archive)?;
-        if n == 0 {
-            return Err(bad(format!(
-                "output ended before the manifest header (got {:?})",
-                String::from_utf8_lossy(&line)
-            )));
-        }
-        if b[0] == b'\n' {
-            break;
-        }
-        line.push(b[0]);
-        if line.len() > 200 {
-            return Err(bad("no manifest header".into()));
-        }
-    }
-    let text = String::from_utf8_lossy(&line).into_owned();
-    let mut parts = text.split(' ');
-    if parts.next() != Some("PGO-MANIFEST/1") {
-        return Err(bad(format!("unexpected header `{text}`")));
-    }
-    let mut lens = [0usize; 3];
-    for l in lens.iter_mut() {
-        *l = parts.next().and_then(|p| p.parse().ok()).ok_or_else(|| bad(format!("bad header `{text}`")))?;
-    }
-    let mut read_n = |n: usize| -> Result<Vec<u8>, ManifestError> {
-        let mut v = vec![0u8; n];
-        r.read_exact(&mut v).map_err(|e| bad(format!("manifest block shorter than announced: {e}")))?;
-        Ok(v)
-    };
-    let meta = read_n(lens[0])?;
-    let sums = read_n(lens[1])?;
-    let extra = read_n(lens[2])?;
-    Ok(Framed { entries: manifest::parse_container(&meta, &sums)?, extra })
-}
-
-/// A blocking `Read` over an async reader (used inside `spawn_blocking`).
-struct BlockingRead<R> {
-    inner: R,
-    handle: tokio::runtime::Handle,
-}
-
-impl<R: tokio::io::AsyncRead + Unpin> Read for BlockingRead<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.handle.block_on(self.inner.read(buf))
-    }
-}
-
-/// A blocking `Write` over an async writer (used inside `spawn_blocking`).
-struct BlockingWrite<W> {
-    inner: W,
-    handle: tokio::runtime::Handle,
-}
-
-impl<W: tokio::io::AsyncWrite + Unpin> Write for BlockingWrite<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.handle.block_on(self.inner.write(buf))
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.handle.block_on(self.inner.flush())
-    }
-}
-
-/// Counts and hashes the bytes read through it.
-struct HashRead<R> {
-    inner: R,
-    hasher: Sha256,
-    bytes: u64,
-}
-
-impl<R: Read> Read for HashRead<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-}
-
-/// Counts the bytes written through it.
-struct CountWrite<W> {
-    inner: W,
-    bytes: u64,
-}
-
-impl<W: Write> Write for CountWrite<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.bytes += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-/// Result of reading an archive file back.
-struct ArchiveCheck {
-    entries: Vec<Entry>,
-    sha256: String,
-    bytes: u64,
-    tar_bytes: u64,
-}
-
-/// Reads a `.tar.gz` completely: its file SHA-256 and size, and the per-entry manifest.
-fn read_archive(path: &Path) -> Result<ArchiveCheck, ManifestError> {
-    let f = std::fs::File::open(path).map_err(ManifestError::Archive)?;
-    let mut hashed = HashRead { inner: std::io::BufReader::with_capacity(1 << 20, f), hasher: Sha256::new(), bytes: 0 };
-    let (entries, tar_bytes) = {
-        let mut counted = HashRead { inner: GzDecoder::new(&mut hashed), hasher: Sha256::new(), bytes: 0 };
-        let entries = manifest::from_tar(&mut counted)?;
-        std::io::copy(&mut counted, &mut std::io::sink()).map_err(ManifestError::Archive)?;
-        (entries, counted.bytes)
-    };
-    // Trailing bytes after the gzip member are part of the file's hash too.
-    std::io::copy(&mut hashed, &mut std::io::sink()).map_err(ManifestError::Archive)?;
-    Ok(ArchiveCheck { entries, sha256: hex::encode(hashed.hasher.finalize()), bytes: hashed.bytes, tar_bytes })
-}
-
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
     move |source| DataError::Io { path: path.to_path_buf(), source }
 }
 
-fn remote_failed(exec: &dyn RemoteExec, what: &'static str, status: &ExecStatus) -> DataError {
+pub(super) fn remote_failed(exec: &dyn RemoteExec, what: &'static str, status: &ExecStatus) -> DataError {
     DataError::Remote { target: exec.target(), what, status: status.describe() }
 }
 
@@ -452,108 +327,6 @@ pub async fn take(exec: &dyn RemoteExec, store: &Store, req: &TakeRequest) -> Re
     Ok(Taken { archive: archive_path, manifest_path, manifest })
 }
 
-/// Reads a stored snapshot's manifest and verifies the archive against it (file SHA-256, size,
-/// every entry).
-///
-/// # Errors
-/// [`DataError::Corrupt`] naming the archive and the first differences; nothing is modified.
-pub async fn verify(stored: &Stored) -> Result<ArchiveManifest, DataError> {
-    let manifest: ArchiveManifest = artifact::read(&stored.manifest).map_err(|e| DataError::Corrupt {
-        path: stored.archive.clone(),
-        detail: format!("its manifest is unreadable: {e}"),
-    })?;
-    let path = stored.archive.clone();
-    let check = tokio::task::spawn_blocking(move || read_archive(&path))
-        .await
-        .map_err(|e| DataError::Io { path: stored.archive.clone(), source: std::io::Error::other(e) })?;
-    let corrupt = |detail: String| DataError::Corrupt { path: stored.archive.clone(), detail };
-    let check = check.map_err(|e| corrupt(e.to_string()))?;
-    if check.sha256 != manifest.archive_sha256 || check.bytes != manifest.archive_bytes {
-        return Err(corrupt(format!(
-            "sha256 {} ({} bytes) ≠ recorded {} ({} bytes)",
-            check.sha256, check.bytes, manifest.archive_sha256, manifest.archive_bytes
-        )));
-    }
-    let diffs = manifest::diff(&manifest.entries, &check.entries, 20);
-    if !diffs.is_empty() {
-        return Err(corrupt(format!("entries differ from the manifest: {}", diffs.join("; "))));
-    }
-    if manifest::digest(&manifest.entries) != manifest.digest {
-        return Err(corrupt("the manifest's digest does not match its entries".into()));
-    }
-    Ok(manifest)
-}
-
-fn under<'a>(entries: &'a [Entry], path: &str) -> Vec<Entry> {
-    let rel = path.trim_start_matches('/');
-    let prefix = format!("{rel}/");
-    entries.iter().filter(|e: &&'a Entry| e.path == rel || e.path.starts_with(&prefix)).cloned().collect()
-}
-
-/// Streams the decompressed tar of `archive` into a stage command for `path`; returns the
-/// staging directory and the staged tree's manifest.
-async fn stage_one(exec: &dyn RemoteExec, archive: &Path, path: &str) -> Result<(String, Vec<Entry>), DataError> {
-    let (tx, mut rx) = tokio::io::duplex(1 << 20);
-    let handle = tokio::runtime::Handle::current();
-    let src = archive.to_path_buf();
-    let producer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-        let f = std::fs::File::open(&src)?;
-        let mut gz = GzDecoder::new(std::io::BufReader::with_capacity(1 << 20, f));
-        let mut out = BlockingWrite { inner: tx, handle };
-        std::io::copy(&mut gz, &mut out)?;
-        out.flush()?;
-        out.handle.block_on(out.inner.shutdown())
-    });
-    let mut head = path.as_bytes().to_vec();
-    head.push(0);
-    let mut stdin = AsyncReadExt::chain(&head[..], &mut rx);
-    let mut out = Vec::new();
-    let argv = ["bash", "-c", scripts::STAGE, "pgo-restore", "stage"];
-    let ran = exec.run(&argv, &mut stdin, &mut out).await;
-    drop(stdin);
-    drop(rx);
-    let produced = producer.await;
-    let status =
-        ran.map_err(|source| DataError::Transport { target: exec.target(), what: "restore (stage)", source })?;
-    if !status.success() {
-        return Err(remote_failed(exec, "restore (stage)", &status));
-    }
-    if let Ok(Err(e)) | Err(e) = produced.map_err(std::io::Error::other) {
-        return Err(DataError::Io { path: archive.to_path_buf(), source: e });
-    }
-    let framed = read_framed(&mut &out[..]).map_err(|source| DataError::Manifest { target: exec.target(), source })?;
-    let stage = String::from_utf8(framed.extra).map_err(|_| DataError::Manifest {
-        target: exec.target(),
-        source: ManifestError::Malformed("staging directory is not UTF-8".into()),
-    })?;
-    Ok((stage, framed.entries))
-}
-
-async fn finish_stages(
-    exec: &dyn RemoteExec,
-    mode: &'static str,
-    staged: &[(String, String)],
-) -> Result<(), DataError> {
-    if staged.is_empty() {
-        return Ok(());
-    }
-    let mut stdin = Vec::new();
-    for (stage, path) in staged {
-        stdin.extend_from_slice(stage.as_bytes());
-        stdin.push(0);
-        stdin.extend_from_slice(path.as_bytes());
-        stdin.push(0);
-    }
-    let what = if mode == "commit" { "restore (commit)" } else { "restore (abort)" };
-    let (_, status) = run_collect(exec, &["bash", "-c", scripts::COMMIT, "pgo-restore", mode], &stdin)
-        .await
-        .map_err(|source| DataError::Transport { target: exec.target(), what, source })?;
-    if !status.success() {
-        return Err(remote_failed(exec, what, &status));
-    }
-    Ok(())
-}
-
 /// Computes the manifest of `paths` on the container (no archive).
 ///
 /// # Errors
@@ -567,45 +340,6 @@ pub async fn live_manifest(exec: &dyn RemoteExec, paths: &[String]) -> Result<Ve
         return Err(remote_failed(exec, "manifest", &status));
     }
     Ok(read_framed(&mut &out[..]).map_err(|source| DataError::Manifest { target: exec.target(), source })?.entries)
-}
-
-/// Restores the newest snapshot of `lib` (by parsed stamp), or the one at `at`, onto the
-/// container (see the module docs). The paths restored are the archive's own.
-///
-/// # Errors
-/// [`DataError::Input`] when there is no such snapshot; [`DataError::Corrupt`] when the archive
-/// fails verification (nothing restored); [`DataError::RestoreMismatch`] with `stage: "staged"`
-/// when a staged tree differs (staging removed, nothing swapped in) or `"restored"` when the live
-/// tree differs afterwards; remote and transport errors.
-pub async fn restore(exec: &dyn RemoteExec, store: &Store, lib: &str, at: Option<&str>) -> Result<Restored, DataError> {
-    let stored = store.pick(lib, at).map_err(DataError::Input)?;
-    let manifest = verify(&stored).await?;
-    let mut staged: Vec<(String, String)> = Vec::new();
-    for path in &manifest.paths {
-        let result = stage_one(exec, &stored.archive, path).await;
-        let failure = match result {
-            Ok((stage, entries)) => {
-                staged.push((stage, path.clone()));
-                let diffs = manifest::diff(&under(&manifest.entries, path), &entries, 20);
-                if diffs.is_empty() {
-                    continue;
-                }
-                DataError::RestoreMismatch { lib: lib.into(), id: stored.id.clone(), stage: "staged", diffs }
-            }
-            Err(e) => e,
-        };
-        if let Err(e) = finish_stages(exec, "abort", &staged).await {
-            tracing::warn!("could not remove staging directories: {e}");
-        }
-        return Err(failure);
-    }
-    finish_stages(exec, "commit", &staged).await?;
-    let live = live_manifest(exec, &manifest.paths).await?;
-    let diffs = manifest::diff(&manifest.entries, &live, 20);
-    if !diffs.is_empty() {
-        return Err(DataError::RestoreMismatch { lib: lib.into(), id: stored.id.clone(), stage: "restored", diffs });
-    }
-    Ok(Restored { stored, manifest })
 }
 
 /// True when every path is missing on the container or an empty directory (nothing to lose by

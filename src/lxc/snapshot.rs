@@ -1,0 +1,136 @@
+//! Container snapshots with `lxc-snapshot`, and reading the `snaps/` directory it keeps.
+//!
+//! `lxc-snapshot` names snapshots itself (`snap0`, `snap1` …) and keeps them in
+//! `<lxcpath>/<container>/snaps/snapN/` with a `ts` file (`YYYY:MM:DD HH:MM:SS`, local time of
+//! the host) and the optional `comment` file given with `-c`. This file only runs the tool and
+//! reads those files back; what the comment means (our `pgo-…` names) is
+//! [`crate::snapshot::lxc`]'s business.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{LxcClient, LxcError, Result, run};
+
+/// Bound of one `lxc-snapshot` call (a directory-backed rootfs is copied: minutes for a large
+/// container), 1 hour.
+pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// One snapshot directory `<lxcpath>/<name>/snaps/snapN/` as `lxc-snapshot` left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LxcSnapshot {
+    /// `lxc-snapshot`'s own name, `snapN`.
+    pub lxc_name: String,
+    /// The `comment` file's text (empty when there is none).
+    pub comment: String,
+    /// The `ts` file read as UTC, in Unix seconds; `None` when missing or unparsable.
+    pub time: Option<i64>,
+}
+
+impl LxcClient {
+    /// `<lxcpath>/<name>/snaps`, where `lxc-snapshot` keeps the container's snapshots.
+    pub fn snapshots_dir(&self, name: &str) -> PathBuf {
+        self.container_dir(name).join("snaps")
+    }
+
+    /// The container's snapshots, sorted by their `snapN` name; empty when it has none.
+    ///
+    /// # Errors
+    /// [`LxcError::Io`] when the `snaps` directory exists but cannot be read.
+    pub fn list_snapshots(&self, name: &str) -> Result<Vec<LxcSnapshot>> {
+        read_snapshots(&self.snapshots_dir(name))
+    }
+
+    /// Snapshots the stopped container (`lxc-snapshot -c COMMENT_FILE`); `lxc-snapshot` picks the
+    /// `snapN` name. A directory-backed container must be stopped (the tool has no
+    /// `--allowrunning`).
+    ///
+    /// # Errors
+    /// [`LxcError::NotFound`], a failing `lxc-snapshot` (with its stderr), a timeout
+    /// ([`SNAPSHOT_TIMEOUT`]).
+    pub async fn snapshot_create(&self, name: &str, comment_file: &Path) -> Result<()> {
+        let comment = comment_file.to_string_lossy();
+        self.lxc_snapshot(name, &["-c", &comment]).await
+    }
+
+    /// Rolls the stopped container back to `snap` (`lxc-snapshot -r snapN`): its rootfs is
+    /// replaced.
+    ///
+    /// # Errors
+    /// As for [`LxcClient::snapshot_create`].
+    pub async fn snapshot_restore(&self, name: &str, snap: &str) -> Result<()> {
+        self.lxc_snapshot(name, &["-r", snap]).await
+    }
+
+    /// Deletes the snapshot `snap` (`lxc-snapshot -d snapN`).
+    ///
+    /// # Errors
+    /// As for [`LxcClient::snapshot_create`].
+    pub async fn snapshot_destroy(&self, name: &str, snap: &str) -> Result<()> {
+        self.lxc_snapshot(name, &["-d", snap]).await
+    }
+
+    async fn lxc_snapshot(&self, name: &str, args: &[&str]) -> Result<()> {
+        self.must_exist(name)?;
+        let mut a = vec!["-n", name];
+        a.extend_from_slice(args);
+        run("lxc-snapshot", &self.args(&a), None, SNAPSHOT_TIMEOUT).await?;
+        Ok(())
+    }
+}
+
+/// Reads the `snapN` directories of `dir` (see [`LxcSnapshot`]).
+fn read_snapshots(dir: &Path) -> Result<Vec<LxcSnapshot>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(LxcError::Io { path: dir.to_path_buf(), source }),
+    };
+    let mut out = Vec::new();
+    for ent in rd.flatten() {
+        let Some(lxc_name) = ent.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if !lxc_name.starts_with("snap") || !ent.path().is_dir() {
+            continue;
+        }
+        let comment = std::fs::read_to_string(ent.path().join("comment")).unwrap_or_default();
+        let time = std::fs::read_to_string(ent.path().join("ts")).ok().and_then(|t| parse_ts(&t));
+        out.push(LxcSnapshot { lxc_name, comment, time });
+    }
+    out.sort_by(|a, b| a.lxc_name.cmp(&b.lxc_name));
+    Ok(out)
+}
+
+/// `YYYY:MM:DD HH:MM:SS` read as UTC, in Unix seconds.
+fn parse_ts(text: &str) -> Option<i64> {
+    let fmt = time::macros::format_description!("[year]:[month]:[day] [hour]:[minute]:[second]");
+    time::PrimitiveDateTime::parse(text.trim(), fmt).ok().map(|d| d.assume_utc().unix_timestamp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_directories_are_read_in_name_order() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_snapshots(&dir.path().join("missing")).unwrap(), vec![]);
+        for (n, comment, ts) in [("snap1", None, "2026:01:02 03:04:05\n"), ("snap0", Some("pgo-x\ndesc\n"), "bad")] {
+            let p = dir.path().join(n);
+            std::fs::create_dir(&p).unwrap();
+            std::fs::write(p.join("ts"), ts).unwrap();
+            if let Some(c) = comment {
+                std::fs::write(p.join("comment"), c).unwrap();
+            }
+        }
+        std::fs::write(dir.path().join("snapfile"), "").unwrap();
+        std::fs::create_dir(dir.path().join("other")).unwrap();
+        assert_eq!(
+            read_snapshots(dir.path()).unwrap(),
+            vec![
+                LxcSnapshot { lxc_name: "snap0".into(), comment: "pgo-x\ndesc\n".into(), time: None },
+                LxcSnapshot { lxc_name: "snap1".into(), comment: String::new(), time: Some(1_767_323_045) },
+            ]
+        );
+    }
+}
