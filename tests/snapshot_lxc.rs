@@ -32,7 +32,12 @@ fn sh(args: &[&str]) -> std::process::Output {
     Command::new(args[0]).args(&args[1..]).output().unwrap()
 }
 
+/// Bootstraps the base once per machine. The tests of this binary run in parallel threads: the
+/// lock keeps two of them from running `lxc-create` for the same name at once (the second would
+/// fail with "container already exists").
 fn ensure_base() {
+    static BOOTSTRAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = BOOTSTRAP.lock().unwrap_or_else(|e| e.into_inner());
     if Path::new("/var/lib/lxc").join(BASE).join("config").exists() {
         return;
     }
