@@ -22,7 +22,6 @@ pub mod keys;
 pub mod lxc;
 pub mod net;
 pub mod progress;
-pub mod provision;
 pub mod pve;
 pub mod settings;
 pub mod snapshot;

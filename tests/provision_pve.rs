@@ -12,9 +12,9 @@ use std::time::Duration;
 use fakepve::{FakePve, TEMPLATE, TEMPLATE_FILE};
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
+use proxmox_gitops::backend::model::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::inventory::{ContainerSpec, IpConfig, Mount};
-use proxmox_gitops::provision::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
 use proxmox_gitops::pve::TlsMode;
 use proxmox_gitops::settings::{PveSettings, Settings};
 use proxmox_gitops::steps::provision::{self as step, Backend, PveConnect};
@@ -94,7 +94,7 @@ impl Env {
     }
 
     fn backend(&self, login: Login) -> Backend {
-        step::backend(proxmox_gitops::provision::BackendKind::Pve, &self.settings(login), &self.connect()).unwrap()
+        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &self.settings(login), &self.connect()).unwrap()
     }
 
     fn apply_opts(&self) -> ApplyOptions {
@@ -381,7 +381,7 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
     // The next release uses another template.
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
-    let b2 = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b2 = step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     env.pve.requests(true);
     let out = env.provision(&b2, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
     let p = &out[0];
@@ -463,7 +463,8 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
     env.pve.add_template();
     let mut connect = env.connect();
     connect.tls = TlsMode::System;
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let e = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err();
     let msg = format!("{e:#}");
     assert!(msg.contains("POST /access/ticket") && msg.to_lowercase().contains("certificate"), "{msg}");
@@ -475,10 +476,12 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
     let der = CertificateDer::from_pem_file(&env.pve.ca).unwrap();
     let fp: [u8; 32] = sha2::Sha256::digest(der.as_ref()).into();
     connect.tls = TlsMode::Fingerprint(fp);
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     assert_eq!(b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap().action, Action::Create);
     connect.tls = TlsMode::Fingerprint([7; 32]);
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let msg = format!("{:#}", b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err());
     assert!(msg.contains("does not match the pinned --pve-fingerprint"), "{msg}");
 }
@@ -492,7 +495,7 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
     s.mounts = vec![Mount::Bind { host_path: "/srv/media".into(), container_path: "/media".into() }];
     let out = env.provision(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
     // apply() refuses too, before any request, even when handed a plan.
-    let plan = proxmox_gitops::provision::ContainerPlan {
+    let plan = proxmox_gitops::backend::model::ContainerPlan {
         name: "nas".into(),
         vmid: 120,
         hostname: "nas".into(),
@@ -519,7 +522,7 @@ async fn pve_validation_errors_are_surfaced_with_fields() {
     env.pve.add_template();
     let mut settings = env.settings(Login::Root);
     settings.pve.gateway = Some("not-an-ip".into());
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b = step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
     assert!(
@@ -557,7 +560,8 @@ async fn locked_container_is_retried_until_the_lock_clears() {
     env.pve.exec("pve.snapshot_lock(101, 'snapshot')");
     let mut connect = env.connect();
     connect.timeouts.lock = Duration::from_secs(1);
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     s.cores = 3;
     let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
@@ -845,7 +849,8 @@ async fn lost_create_answer_then_already_exists_means_created() {
     );
     let mut connect = env.connect();
     connect.request_timeout = Duration::from_secs(1);
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
     assert_eq!(
         normalised(&out[0]),
@@ -902,7 +907,7 @@ async fn unreachable_with_data(env: &Env) -> (ContainerSpec, Backend, ApplyOptio
     assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
-    let b2 = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b2 = step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     env.pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
     (s, b2, opts)
 }

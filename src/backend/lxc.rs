@@ -47,11 +47,11 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
-use crate::inventory::{ContainerSpec, IpConfig, Mount};
-use crate::lxc::{self, LxcClient, LxcConfig, State};
-use crate::provision::{
+use crate::backend::model::{
     Action, ActionRecord, ApplyOptions, BackendKind, Change, ContainerPlan, Outcome, Provision, RecreatePolicy,
 };
+use crate::inventory::{ContainerSpec, IpConfig, Mount};
+use crate::lxc::{self, LxcClient, LxcConfig, State};
 
 /// Name of the metadata file in a container's directory.
 pub const META_FILE: &str = "proxmox-gitops.json";

@@ -10,4 +10,5 @@
 //! * `destroy(&self, spec) -> anyhow::Result<Vec<ActionRecord>>`.
 
 pub mod lxc;
+pub mod model;
 pub mod pve;

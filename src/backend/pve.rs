@@ -34,10 +34,10 @@ use tokio::sync::OnceCell;
 
 use self::desired::{Desired, PveDefaults, TEMPLATE_BASE_URL, create_params, desired, template_file, template_volid};
 use self::planner::{Live, LiveCt};
-use crate::inventory::{ContainerSpec, IpConfig};
-use crate::provision::{
+use crate::backend::model::{
     Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
 };
+use crate::inventory::{ContainerSpec, IpConfig};
 use crate::pve::{PveClient, PveError, Replay, TaskOutcome};
 
 /// Per-operation timeouts (how long a task may run before the step gives up on it).
@@ -569,14 +569,14 @@ impl PveBackend {
         &self,
         node: &str,
         spec: &ContainerSpec,
-        changes: &[crate::provision::Change],
+        changes: &[crate::backend::model::Change],
         rec: &mut Rec,
     ) -> anyhow::Result<()> {
         let vmid = spec.vmid;
         let path = format!("/nodes/{node}/lxc/{vmid}/config");
         let started = Instant::now();
         let mut digest = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&vmid).and_then(|c| c.digest.clone());
-        let mut todo: Vec<crate::provision::Change> = changes.to_vec();
+        let mut todo: Vec<crate::backend::model::Change> = changes.to_vec();
         let mut attempts = 0;
         loop {
             attempts += 1;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{Ctx, table};
+use crate::backend::model::Outcome;
 use crate::error::{Error, Result};
-use crate::provision::Outcome;
 use crate::settings::{ProcessEnv, Settings};
 use crate::ssh::ConnectOptions;
 use crate::steps::configure::{Configure, ConfigureOptions, Contract, check_requirements, configure};

@@ -7,8 +7,8 @@ use clap::Args;
 
 use super::provision::{PolicyArgs, PveArgs};
 use super::{Ctx, table};
+use crate::backend::model::BackendKind;
 use crate::error::{Error, Result};
-use crate::provision::BackendKind;
 use crate::steps::deploy::{BuiltinRunner, DeployOptions, RunResult, RunnerOptions, StepState, deploy};
 use crate::steps::plan::Step;
 

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{Ctx, table};
+use crate::backend::model::{BackendKind, Outcome};
 use crate::error::{Error, Result};
-use crate::provision::{BackendKind, Outcome};
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::destroy::{self as step, DestroyOptions};
 use crate::steps::provision as prov;

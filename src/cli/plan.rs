@@ -50,7 +50,7 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
     if offline.is_none() && provisions {
         // Live state: what provision would do to each container (reads only).
         let backend =
-            crate::steps::provision::backend(crate::provision::BackendKind::Pve, &settings, &args.pve.connect()?)?;
+            crate::steps::provision::backend(crate::backend::model::BackendKind::Pve, &settings, &args.pve.connect()?)?;
         let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
         rt.block_on(crate::steps::plan::with_live_state(
             &mut p,

@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{Ctx, table};
+use crate::backend::model::{ApplyOptions, BackendKind, Outcome, RecreatePolicy};
 use crate::error::{Error, Result};
-use crate::provision::{ApplyOptions, BackendKind, Outcome, RecreatePolicy};
 use crate::pve::TlsMode;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::provision::{self as step, PveConnect};
@@ -254,7 +254,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         let results = step::apply_all(&backend, planned, &opts, jobs, &ctx.artifacts).await?;
         let failed: Vec<&str> =
             results.iter().filter(|p| matches!(p.outcome, Outcome::Failed { .. })).map(|p| p.name.as_str()).collect();
-        let names = |f: &dyn Fn(&crate::provision::Provision) -> bool| {
+        let names = |f: &dyn Fn(&crate::backend::model::Provision) -> bool| {
             results.iter().filter(|p| f(p)).map(|p| p.name.as_str()).collect::<Vec<_>>().join(",")
         };
         crate::ci::set_outputs(&[

@@ -6,8 +6,8 @@ use clap::Args;
 
 use super::{Ctx, table};
 use crate::artifact;
+use crate::backend::model::Outcome;
 use crate::error::{Error, Location, Result};
-use crate::provision::Outcome;
 use crate::steps::snapshot::{self as step, SnapshotOptions};
 
 /// Arguments of `snapshot`.

@@ -38,9 +38,9 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::backend::model::{Outcome, Provision};
 use crate::error::{Error, Location, Problems, Result};
 use crate::inventory::{ContainerSpec, Engine, Inventory, Mount};
-use crate::provision::{Outcome, Provision};
 use crate::snapshot::remote::{SSH_EXEC_TIMEOUT, SshExec};
 use crate::ssh::{Bundle, ConnectOptions, Connection, Target};
 use crate::steps::snapshot::{Snapshot, SnapshotOptions};

@@ -46,9 +46,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::backend::model::{BackendKind, RecreatePolicy};
 use crate::error::{Error, Location, Result};
 use crate::inventory::{ContainerSpec, Inventory};
-use crate::provision::{BackendKind, RecreatePolicy};
 use crate::settings::{PublicSettings, Settings};
 use crate::steps::plan::{Step, select, steps_for_ref};
 
@@ -87,7 +87,7 @@ pub type StepResult = std::result::Result<StepSuccess, Error>;
 ///
 /// Contract: the step writes its artifact at the path [`step_artifact`] names, with
 /// `inputs_digest` = `ctx.digest` and a `result` of `ok` or `failed` (as
-/// [`crate::provision::Provision`] does). It must not panic; a panic is recorded as a failure of
+/// [`crate::backend::model::Provision`] does). It must not panic; a panic is recorded as a failure of
 /// that container only.
 pub trait StepRunner: Send + Sync + 'static {
     /// Runs `step` for `spec`.
@@ -191,7 +191,7 @@ impl BuiltinRunner {
     }
 
     async fn provision(&self, spec: &ContainerSpec, ctx: &StepContext) -> StepResult {
-        use crate::provision::{ApplyOptions, Outcome};
+        use crate::backend::model::{ApplyOptions, Outcome};
         let path = ctx.artifacts.provision(&spec.name);
         let opts = ApplyOptions {
             share: self.settings.share.clone(),
@@ -256,8 +256,8 @@ impl BuiltinRunner {
             return Err(Error::Failed(anyhow::anyhow!("configure returned no result for {}", spec.name)));
         };
         match c.outcome {
-            crate::provision::Outcome::Ok => Ok(StepSuccess { artifact: Some(path) }),
-            crate::provision::Outcome::Failed { error } => {
+            crate::backend::model::Outcome::Ok => Ok(StepSuccess { artifact: Some(path) }),
+            crate::backend::model::Outcome::Failed { error } => {
                 // The last lines of the engine's output (the error itself is reported by deploy).
                 for l in c.log_tail.iter().filter(|l| !l.starts_with("error: ")) {
                     tracing::error!("{}: {l}", spec.name);
@@ -280,7 +280,7 @@ impl BuiltinRunner {
             a
         } else {
             let pve = match ctx.backend {
-                crate::provision::BackendKind::Pve if self.settings.pve.host.is_some() => {
+                crate::backend::model::BackendKind::Pve if self.settings.pve.host.is_some() => {
                     match crate::steps::provision::pve_client(&self.settings, &self.options.pve) {
                         Ok(client) => Some(step::PveCtAccess {
                             client: std::sync::Arc::new(client),
@@ -300,7 +300,7 @@ impl BuiltinRunner {
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await,
                 Err(reason) => {
                     let mut a = step::Snapshot::new(spec, Operation::Snapshot);
-                    a.outcome = crate::provision::Outcome::Failed { error: reason };
+                    a.outcome = crate::backend::model::Outcome::Failed { error: reason };
                     a
                 }
             }
@@ -313,7 +313,7 @@ impl BuiltinRunner {
             .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
         force_digest(&path, &ctx.digest);
         match result.outcome {
-            crate::provision::Outcome::Ok => {
+            crate::backend::model::Outcome::Ok => {
                 if let Some(id) = &result.snapshot_id {
                     tracing::info!(
                         "{}: snapshot {id} verified ({} entries, {} bytes)",
@@ -324,7 +324,7 @@ impl BuiltinRunner {
                 }
                 Ok(StepSuccess { artifact: Some(path) })
             }
-            crate::provision::Outcome::Failed { error } => Err(Error::Failed(anyhow::anyhow!("{error}"))),
+            crate::backend::model::Outcome::Failed { error } => Err(Error::Failed(anyhow::anyhow!("{error}"))),
         }
     }
 }

@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::backend::model::{ActionRecord, BackendKind, Outcome, Provision};
 use crate::error::{Error, Result};
 use crate::inventory::ContainerSpec;
-use crate::provision::{ActionRecord, BackendKind, Outcome, Provision};
 use crate::steps::provision::{Backend, protect};
 
 /// The `destroy/<name>.json` artifact.

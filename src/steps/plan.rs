@@ -74,7 +74,7 @@ pub struct ContainerPlan {
     /// The live provision plan (create / update / resize / recreate / nothing …), when a
     /// backend was reachable and the ref provisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provision: Option<crate::provision::ContainerPlan>,
+    pub provision: Option<crate::backend::model::ContainerPlan>,
     /// Why the live provision plan could not be made (API unreachable, root-only option …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provision_error: Option<String>,
@@ -154,7 +154,7 @@ pub async fn with_live_state(
     plan: &mut Plan,
     inv: &Inventory,
     backend: &crate::steps::provision::Backend,
-    policy: crate::provision::RecreatePolicy,
+    policy: crate::backend::model::RecreatePolicy,
     jobs: usize,
 ) {
     let specs: Vec<crate::inventory::ContainerSpec> = plan

@@ -25,12 +25,12 @@ use futures_util::StreamExt;
 
 use crate::artifact::{self, ArtifactDir};
 use crate::backend::lxc::{LxcBackend, LxcOptions};
+use crate::backend::model::{
+    Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
+};
 use crate::backend::pve::{PveBackend, PveBackendOptions, Timeouts, desired::PveDefaults};
 use crate::error::{Error, Location, Problems, Result};
 use crate::inventory::{ContainerSpec, Inventory};
-use crate::provision::{
-    Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
-};
 use crate::pve::{Auth, ClientOptions, PveClient, TlsMode};
 use crate::settings::Settings;
 use crate::snapshot::guard::{self, Protection, Refused, Unreachable};

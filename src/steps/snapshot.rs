@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::backend::model::{BackendKind, Outcome, Provision};
 use crate::inventory::ContainerSpec;
-use crate::provision::{BackendKind, Outcome, Provision};
 use crate::snapshot::ct::{self, CtSnapshotRecord, CtSnapshots};
 use crate::snapshot::data::{self, TakeRequest};
 use crate::snapshot::lxc::LxcSnapshots;

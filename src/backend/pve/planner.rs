@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::desired::{Desired, DesiredMount, OSTEMPLATE_MARKER, features_string, props_string};
-use crate::provision::{Action, Change, RecreatePolicy, Resize};
+use crate::backend::model::{Action, Change, RecreatePolicy, Resize};
 
 /// A live container as read from PVE.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
