@@ -7,6 +7,7 @@ use clap::Args;
 use super::{Ctx, table};
 use crate::backend::model::{BackendKind, Outcome};
 use crate::error::{Error, Result};
+use crate::inventory::NotFound;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::destroy::{self as step, DestroyOptions};
 use crate::steps::provision as prov;
@@ -33,7 +34,7 @@ pub struct DestroyArgs {
 
 pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let specs = prov::select(&inv, &args.containers, false)?;
+    let specs: Vec<_> = inv.select(&args.containers, false, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
     let kind = args.backend.unwrap_or_else(|| prov::default_backend(&settings));
     let backend = prov::backend(kind, &settings, &args.pve.connect()?)?;

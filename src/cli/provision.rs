@@ -8,6 +8,7 @@ use clap::Args;
 use super::{Ctx, table};
 use crate::backend::model::{ApplyOptions, BackendKind, Outcome, RecreatePolicy};
 use crate::error::{Error, Result};
+use crate::inventory::NotFound;
 use crate::pve::TlsMode;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::provision::{self as step, PveConnect};
@@ -226,7 +227,7 @@ pub(crate) fn plan_rows(planned: &[step::Planned]) -> Vec<Vec<String>> {
 
 pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let specs = step::select(&inv, &args.containers, args.all)?;
+    let specs: Vec<_> = inv.select(&args.containers, args.all, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
     let kind = args.backend.unwrap_or_else(|| step::default_backend(&settings));
     let backend = step::backend(kind, &settings, &args.pve.connect()?)?;

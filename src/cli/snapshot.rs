@@ -87,7 +87,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let specs: Vec<_> = if args.all {
         inv.containers.iter().filter(|c| !c.snapshot_paths.is_empty()).collect()
     } else {
-        crate::steps::plan::select(&inv, &args.containers)?
+        inv.select(&args.containers, true, crate::inventory::NotFound::InStage)?
     };
     if specs.is_empty() {
         return Err(Error::input(Location::file("--all"), "no container of this stage declares SNAPSHOT paths"));

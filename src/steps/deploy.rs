@@ -48,9 +48,9 @@ use sha2::{Digest, Sha256};
 use crate::artifact::{self, Artifact, ArtifactDir};
 use crate::backend::model::{BackendKind, RecreatePolicy};
 use crate::error::{Error, Location, Result};
-use crate::inventory::{ContainerSpec, Inventory};
+use crate::inventory::{ContainerSpec, Inventory, NotFound};
 use crate::settings::{PublicSettings, Settings};
-use crate::steps::plan::{Step, select, steps_for_ref};
+use crate::steps::plan::{Step, steps_for_ref};
 
 // ------------------------------------------------------------------------------------------------
 // The step seam
@@ -838,7 +838,8 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
     if opts.jobs == 0 {
         return Err(Error::input(Location::file("--jobs"), "expected at least 1 container at a time, found 0"));
     }
-    let selected: Vec<ContainerSpec> = select(&inventory, &opts.containers)?.into_iter().cloned().collect();
+    let selected: Vec<ContainerSpec> =
+        inventory.select(&opts.containers, true, NotFound::InStage)?.into_iter().cloned().collect();
 
     let mut inventory = inventory;
     let root = opts

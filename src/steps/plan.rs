@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
 use crate::error::{Error, Location, Result};
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, NotFound};
 
 /// A pipeline step a deploy may run for a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -97,44 +97,14 @@ impl Artifact for Plan {
     const SCHEMA_VERSION: (u32, u32) = (1, 0);
 }
 
-/// Selects containers by name (lib name or hostname); an empty selection means all.
-///
-/// # Errors
-/// [`Error::Input`] naming each unknown container and listing the known ones.
-pub fn select<'a>(inv: &'a Inventory, names: &[String]) -> Result<Vec<&'a crate::inventory::ContainerSpec>> {
-    if names.is_empty() {
-        return Ok(inv.containers.iter().collect());
-    }
-    let mut out = Vec::new();
-    let mut problems = crate::error::Problems::new();
-    for n in names {
-        match inv.container(n) {
-            Some(c) => {
-                if !out.iter().any(|o: &&crate::inventory::ContainerSpec| o.name == c.name) {
-                    out.push(c)
-                }
-            }
-            None => problems.add(
-                Location::file("--container").with_key(n),
-                format!(
-                    "no container `{n}` in stage `{}`; known: {}",
-                    inv.stage,
-                    inv.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            ),
-        }
-    }
-    problems.into_result()?;
-    Ok(out)
-}
-
 /// Plans `git_ref` for the selected containers (all when `names` is empty).
 ///
 /// # Errors
-/// See [`steps_for_ref`] and [`select`].
+/// See [`steps_for_ref`] and [`Inventory::select`].
 pub fn plan(inv: &Inventory, git_ref: &str, names: &[String]) -> Result<Plan> {
     let steps = steps_for_ref(git_ref)?;
-    let containers = select(inv, names)?
+    let containers = inv
+        .select(names, true, NotFound::InStage)?
         .into_iter()
         .map(|c| ContainerPlan {
             name: c.name.clone(),

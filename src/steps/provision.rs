@@ -30,7 +30,7 @@ use crate::backend::model::{
 };
 use crate::backend::pve::{PveBackend, PveBackendOptions, Timeouts, desired::PveDefaults};
 use crate::error::{Error, Location, Problems, Result};
-use crate::inventory::{ContainerSpec, Inventory};
+use crate::inventory::ContainerSpec;
 use crate::pve::{Auth, ClientOptions, PveClient, TlsMode};
 use crate::settings::Settings;
 use crate::snapshot::guard::{self, Protection, Refused, Unreachable};
@@ -473,17 +473,6 @@ pub fn describe(plan: &ContainerPlan) -> String {
         Action::Recreate { reasons } => format!("RECREATE: {}", reasons.join("; ")),
         Action::Refused { reasons } => format!("refused (needs --allow-recreate): {}", reasons.join("; ")),
     }
-}
-
-/// Selects the containers of the stage by name; `all` selects every one.
-///
-/// # Errors
-/// [`Error::Input`] for unknown names, [`Error::Usage`] when neither names nor `all` are given.
-pub fn select(inv: &Inventory, names: &[String], all: bool) -> Result<Vec<ContainerSpec>> {
-    if names.is_empty() && !all {
-        return Err(Error::Usage("give --container NAME (repeatable) or --all".into()));
-    }
-    Ok(crate::steps::plan::select(inv, names)?.into_iter().cloned().collect())
 }
 
 #[cfg(test)]
