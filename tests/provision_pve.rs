@@ -14,10 +14,11 @@ use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::backend::model::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
 use proxmox_gitops::backend::pve::Timeouts;
+use proxmox_gitops::backend::{self, Backend, PveConnect};
 use proxmox_gitops::inventory::{ContainerSpec, IpConfig, Mount};
 use proxmox_gitops::pve::TlsMode;
 use proxmox_gitops::settings::{PveSettings, Settings};
-use proxmox_gitops::steps::provision::{self as step, Backend, PveConnect};
+use proxmox_gitops::steps::provision as step;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -94,7 +95,7 @@ impl Env {
     }
 
     fn backend(&self, login: Login) -> Backend {
-        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &self.settings(login), &self.connect()).unwrap()
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &self.settings(login), &self.connect()).unwrap()
     }
 
     fn apply_opts(&self) -> ApplyOptions {
@@ -115,7 +116,7 @@ impl Env {
         policy: RecreatePolicy,
         jobs: usize,
     ) -> Vec<Provision> {
-        let planned = step::plan_all(backend, specs, policy, jobs).await;
+        let planned = backend::plan_all(backend, specs, policy, jobs).await;
         let dir = ArtifactDir::new(self.artifacts.path());
         step::apply_all(backend, planned, &self.apply_opts(), jobs, &dir).await.unwrap()
     }
@@ -381,7 +382,7 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
     // The next release uses another template.
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
-    let b2 = step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b2 = backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     env.pve.requests(true);
     let out = env.provision(&b2, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
     let p = &out[0];
@@ -464,7 +465,7 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
     let mut connect = env.connect();
     connect.tls = TlsMode::System;
     let b =
-        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let e = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err();
     let msg = format!("{e:#}");
     assert!(msg.contains("POST /access/ticket") && msg.to_lowercase().contains("certificate"), "{msg}");
@@ -477,11 +478,11 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
     let fp: [u8; 32] = sha2::Sha256::digest(der.as_ref()).into();
     connect.tls = TlsMode::Fingerprint(fp);
     let b =
-        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     assert_eq!(b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap().action, Action::Create);
     connect.tls = TlsMode::Fingerprint([7; 32]);
     let b =
-        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let msg = format!("{:#}", b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err());
     assert!(msg.contains("does not match the pinned --pve-fingerprint"), "{msg}");
 }
@@ -522,7 +523,7 @@ async fn pve_validation_errors_are_surfaced_with_fields() {
     env.pve.add_template();
     let mut settings = env.settings(Login::Root);
     settings.pve.gateway = Some("not-an-ip".into());
-    let b = step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b = backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
     assert!(
@@ -561,7 +562,7 @@ async fn locked_container_is_retried_until_the_lock_clears() {
     let mut connect = env.connect();
     connect.timeouts.lock = Duration::from_secs(1);
     let b =
-        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     s.cores = 3;
     let out = env.provision(&b, vec![s], RecreatePolicy::Never, 1).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
@@ -611,7 +612,7 @@ async fn expired_ticket_mid_run_is_renewed_once() {
     env.pve.add_template();
     let b = env.backend(Login::Root);
     let specs = vec![spec("a", 301), spec("b", 302)];
-    let planned = step::plan_all(&b, specs, RecreatePolicy::Never, 2).await;
+    let planned = backend::plan_all(&b, specs, RecreatePolicy::Never, 2).await;
     env.pve.exec("pve.revoke_tickets()");
     let out =
         step::apply_all(&b, planned, &env.apply_opts(), 2, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
@@ -824,7 +825,7 @@ async fn dhcp_address_wait_is_bounded() {
     let b = env.backend(Login::Root);
     let mut s = spec("dyn", 130);
     s.ip = IpConfig::Dhcp;
-    let planned = step::plan_all(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let planned = backend::plan_all(&b, vec![s], RecreatePolicy::Never, 1).await;
     let mut opts = env.apply_opts();
     opts.ssh_timeout = Duration::from_millis(600);
     let out = step::apply_all(&b, planned, &opts, 1, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
@@ -850,7 +851,7 @@ async fn lost_create_answer_then_already_exists_means_created() {
     let mut connect = env.connect();
     connect.request_timeout = Duration::from_secs(1);
     let b =
-        step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let out = env.provision(&b, vec![spec("broker", 101)], RecreatePolicy::Never, 1).await;
     assert_eq!(
         normalised(&out[0]),
@@ -902,12 +903,12 @@ async fn unreachable_with_data(env: &Env) -> (ContainerSpec, Backend, ApplyOptio
     opts.wait_ssh = false;
     opts.ssh_port = closed_port();
     let dir = ArtifactDir::new(env.artifacts.path());
-    let planned = step::plan_all(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
+    let planned = backend::plan_all(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
     let out = step::apply_all(&b, planned, &opts, 1, &dir).await.unwrap();
     assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
-    let b2 = step::backend(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b2 = backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     env.pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
     (s, b2, opts)
 }
@@ -926,7 +927,7 @@ async fn recreate_is_refused_when_the_data_snapshot_cannot_be_taken() {
     let (s, b2, opts) = unreachable_with_data(&env).await;
     env.pve.requests(true);
     let dir = ArtifactDir::new(env.artifacts.path());
-    let planned = step::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
+    let planned = backend::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
     let out = step::apply_all(&b2, planned, &opts, 1, &dir).await.unwrap();
     let p = &out[0];
     let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
@@ -961,7 +962,7 @@ async fn recreate_with_no_snapshot_goes_ahead_and_the_artifact_says_so() {
     let (s, b2, mut opts) = unreachable_with_data(&env).await;
     opts.no_snapshot = true;
     let dir = ArtifactDir::new(env.artifacts.path());
-    let planned = step::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
+    let planned = backend::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
     let out = step::apply_all(&b2, planned, &opts, 1, &dir).await.unwrap();
     let p = &out[0];
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");

@@ -14,13 +14,14 @@ use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::backend::model::{ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::backend::pve::Timeouts;
+use proxmox_gitops::backend::{self, Backend, PveConnect};
 use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
 use proxmox_gitops::pve::{PveClient, TlsMode};
 use proxmox_gitops::settings::{PveSettings, Settings};
 use proxmox_gitops::snapshot::ct::{self, CtSnapshotError, CtSnapshots};
 use proxmox_gitops::snapshot::pve::PveSnapshots;
 use proxmox_gitops::snapshot::remote::CommandExec;
-use proxmox_gitops::steps::provision::{self as prov, Backend, PveConnect};
+use proxmox_gitops::steps::provision as prov;
 use proxmox_gitops::steps::snapshot::{self as step, PveCtAccess, SnapshotOptions};
 use secrecy::SecretString;
 use serde_json::{Value, json};
@@ -73,9 +74,9 @@ impl Env {
             timeouts: Timeouts::default(),
             request_timeout: Duration::from_secs(20),
         };
-        let backend = prov::backend(BackendKind::Pve, &settings, &connect).unwrap();
+        let backend = backend::open(BackendKind::Pve, &settings, &connect).unwrap();
         let opts = ApplyOptions { share: share.path().to_path_buf(), wait_ssh: false, ..ApplyOptions::default() };
-        let planned = prov::plan_all(&backend, vec![spec("app", 101)], RecreatePolicy::Never, 1).await;
+        let planned = backend::plan_all(&backend, vec![spec("app", 101)], RecreatePolicy::Never, 1).await;
         let out = prov::apply_all(&backend, planned, &opts, 1, &ArtifactDir::new(artifacts.path())).await.unwrap();
         assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
         let Backend::Pve(b) = backend else { unreachable!() };

@@ -93,7 +93,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     let _group = crate::ci::Group::start("deploy");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
-    let backend = args.backend.unwrap_or_else(|| crate::steps::provision::default_backend(&settings));
+    let backend = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
     let secs = std::time::Duration::from_secs;
     let runner_opts = RunnerOptions {
         pve: args.pve.connect()?,

@@ -10,7 +10,6 @@ use crate::error::{Error, Result};
 use crate::inventory::NotFound;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::destroy::{self as step, DestroyOptions};
-use crate::steps::provision as prov;
 
 /// Arguments of `destroy`.
 #[derive(Debug, Args)]
@@ -36,8 +35,8 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let specs: Vec<_> = inv.select(&args.containers, false, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
-    let kind = args.backend.unwrap_or_else(|| prov::default_backend(&settings));
-    let backend = prov::backend(kind, &settings, &args.pve.connect()?)?;
+    let kind = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
+    let backend = crate::backend::open(kind, &settings, &args.pve.connect()?)?;
     let opts = DestroyOptions { share: settings.share.clone(), no_snapshot: args.no_snapshot };
     let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
     let results = rt.block_on(step::destroy_all(&backend, &specs, &opts, &ctx.artifacts))?;

@@ -7,6 +7,7 @@
 mod artifacts;
 mod configure;
 mod deploy;
+pub mod describe;
 mod destroy;
 mod env;
 mod plan;

@@ -7,11 +7,12 @@ use clap::Args;
 
 use super::{Ctx, table};
 use crate::backend::model::{ApplyOptions, BackendKind, Outcome, RecreatePolicy};
+use crate::backend::{self, PveConnect};
 use crate::error::{Error, Result};
 use crate::inventory::NotFound;
 use crate::pve::TlsMode;
 use crate::settings::{ProcessEnv, Settings};
-use crate::steps::provision::{self as step, PveConnect};
+use crate::steps::provision as step;
 
 /// How to trust the PVE API's certificate: what every subcommand that talks to PVE takes
 /// (`plan` and `snapshot` only these; `provision`, `deploy` and `destroy` also task timeouts).
@@ -212,12 +213,12 @@ pub struct ProvisionArgs {
 }
 
 /// Rows of the plan table.
-pub(crate) fn plan_rows(planned: &[step::Planned]) -> Vec<Vec<String>> {
+pub(crate) fn plan_rows(planned: &[backend::Planned]) -> Vec<Vec<String>> {
     planned
         .iter()
         .map(|p| {
             let (what, start) = match &p.plan {
-                Ok(cp) => (step::describe(cp), if cp.start { "yes" } else { "no" }.to_string()),
+                Ok(cp) => (super::describe::describe(cp), if cp.start { "yes" } else { "no" }.to_string()),
                 Err(e) => (format!("cannot plan: {}", crate::ci::redact(&format!("{e:#}"))), "-".into()),
             };
             vec![p.spec.name.clone(), p.spec.hostname.clone(), p.spec.vmid.to_string(), what, start]
@@ -229,8 +230,8 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let specs: Vec<_> = inv.select(&args.containers, args.all, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
-    let kind = args.backend.unwrap_or_else(|| step::default_backend(&settings));
-    let backend = step::backend(kind, &settings, &args.pve.connect()?)?;
+    let kind = args.backend.unwrap_or_else(|| backend::default_backend(&settings));
+    let backend = backend::open(kind, &settings, &args.pve.connect()?)?;
     let jobs = usize::from(args.jobs);
     let policy = args.policy.policy();
     let opts = ApplyOptions {
@@ -243,7 +244,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     };
     let rt = tokio::runtime::Runtime::new().map_err(|e| Error::Failed(e.into()))?;
     rt.block_on(async {
-        let planned = step::plan_all(&backend, specs, policy, jobs).await;
+        let planned = backend::plan_all(&backend, specs, policy, jobs).await;
         if !ctx.json {
             let mut s = table(&["NAME", "HOSTNAME", "VMID", "PLAN", "START"], &plan_rows(&planned));
             s.push_str(&format!("\nplan for {} container(s) on {kind} (recreate policy {policy:?})\n", planned.len()));

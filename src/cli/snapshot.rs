@@ -113,7 +113,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
     let pve = match settings.pve.host {
         Some(_) => Some(step::PveCtAccess {
-            client: std::sync::Arc::new(crate::steps::provision::pve_client(&settings, &args.pve.connect()?)?),
+            client: std::sync::Arc::new(crate::backend::pve_client(&settings, &args.pve.connect()?)?),
             task_timeout: std::time::Duration::from_secs(args.timeout_snapshot),
         }),
         None => None,

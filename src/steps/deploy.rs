@@ -99,7 +99,7 @@ pub trait StepRunner: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct RunnerOptions {
     /// PVE TLS and timeouts (backend `pve`).
-    pub pve: crate::steps::provision::PveConnect,
+    pub pve: crate::backend::PveConnect,
     /// When an existing container may be destroyed and created again (provision).
     pub recreate: RecreatePolicy,
     /// Wait until SSH answers after a start (provision).
@@ -121,7 +121,7 @@ pub struct RunnerOptions {
 impl Default for RunnerOptions {
     fn default() -> Self {
         Self {
-            pve: crate::steps::provision::PveConnect::default(),
+            pve: crate::backend::PveConnect::default(),
             recreate: RecreatePolicy::Never,
             wait_ssh: true,
             ssh_port: 22,
@@ -152,7 +152,7 @@ pub struct BuiltinRunner {
     pub settings: Arc<Settings>,
     /// Step options.
     pub options: RunnerOptions,
-    backend: tokio::sync::OnceCell<crate::steps::provision::Backend>,
+    backend: tokio::sync::OnceCell<crate::backend::Backend>,
 }
 
 impl std::fmt::Debug for BuiltinRunner {
@@ -176,10 +176,10 @@ impl BuiltinRunner {
         Self { settings: Arc::new(settings), options, backend: tokio::sync::OnceCell::new() }
     }
 
-    async fn backend(&self, kind: BackendKind) -> Result<&crate::steps::provision::Backend> {
+    async fn backend(&self, kind: BackendKind) -> Result<&crate::backend::Backend> {
         let b = self
             .backend
-            .get_or_try_init(|| async { crate::steps::provision::backend(kind, &self.settings, &self.options.pve) })
+            .get_or_try_init(|| async { crate::backend::open(kind, &self.settings, &self.options.pve) })
             .await?;
         if b.kind() != kind {
             return Err(Error::Failed(anyhow::anyhow!(
@@ -208,20 +208,20 @@ impl BuiltinRunner {
         let missing = crate::steps::configure::missing_requirements(&ctx.inventory, spec, &contract);
         let mut prov = if configures && !missing.is_empty() {
             let e = anyhow::anyhow!("{}", crate::steps::configure::requirements_error(spec, &missing));
-            crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e)
+            crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e)
         } else {
             match self.backend(ctx.backend).await {
                 Ok(backend) => match backend.plan(spec, self.options.recreate).await {
                     Ok(plan) => {
-                        tracing::info!("{}: plan: {}", spec.name, crate::steps::provision::describe(&plan));
+                        tracing::info!("{}: plan: {}", spec.name, crate::cli::describe::describe(&plan));
                         backend.apply(spec, &plan, &opts, &ctx.artifacts).await
                     }
-                    Err(e) => crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e),
+                    Err(e) => crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e),
                 },
                 // A backend that cannot be built (missing PROXMOX_HOST …) fails every container.
                 Err(e) => {
                     let e = anyhow::anyhow!("{}", render_error(&e));
-                    crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e)
+                    crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e)
                 }
             }
         };
@@ -281,7 +281,7 @@ impl BuiltinRunner {
         } else {
             let pve = match ctx.backend {
                 crate::backend::model::BackendKind::Pve if self.settings.pve.host.is_some() => {
-                    match crate::steps::provision::pve_client(&self.settings, &self.options.pve) {
+                    match crate::backend::pve_client(&self.settings, &self.options.pve) {
                         Ok(client) => Some(step::PveCtAccess {
                             client: std::sync::Arc::new(client),
                             task_timeout: self.options.pve.timeouts.create,

@@ -9,11 +9,14 @@
 //! | `refs/heads/snapshot` | snapshot |
 //!
 //! Any other ref is an input error. With live state (a backend), `provision` steps are refined
-//! into create / update in place / resize / recreate / nothing by the provision planner.
+//! into create / update in place / resize / recreate / nothing by the backend's planner
+//! ([`crate::backend::plan_all`]).
 
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
+use crate::backend::model::RecreatePolicy;
+use crate::backend::{Backend, plan_all};
 use crate::error::{Error, Location, Result};
 use crate::inventory::{Inventory, NotFound};
 
@@ -60,9 +63,10 @@ pub fn steps_for_ref(git_ref: &str) -> Result<Vec<Step>> {
     }
 }
 
-/// One container's planned steps.
+/// One container's entry in `plan.json`: the steps a deploy of the ref runs for it and, with
+/// live state, what provisioning would do ([`crate::backend::model::ContainerPlan`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContainerPlan {
+pub struct PlannedContainer {
     /// Container name.
     pub name: String,
     /// Hostname.
@@ -89,7 +93,7 @@ pub struct Plan {
     /// Stage.
     pub stage: String,
     /// One entry per selected container, in inventory order.
-    pub containers: Vec<ContainerPlan>,
+    pub containers: Vec<PlannedContainer>,
 }
 
 impl Artifact for Plan {
@@ -106,7 +110,7 @@ pub fn plan(inv: &Inventory, git_ref: &str, names: &[String]) -> Result<Plan> {
     let containers = inv
         .select(names, true, NotFound::InStage)?
         .into_iter()
-        .map(|c| ContainerPlan {
+        .map(|c| PlannedContainer {
             name: c.name.clone(),
             hostname: c.hostname.clone(),
             vmid: c.vmid,
@@ -120,20 +124,14 @@ pub fn plan(inv: &Inventory, git_ref: &str, names: &[String]) -> Result<Plan> {
 
 /// Adds each container's live provision plan to `plan` (only when its steps include
 /// provision), planning at most `jobs` containers at a time. Reads only; nothing changes.
-pub async fn with_live_state(
-    plan: &mut Plan,
-    inv: &Inventory,
-    backend: &crate::steps::provision::Backend,
-    policy: crate::backend::model::RecreatePolicy,
-    jobs: usize,
-) {
+pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend, policy: RecreatePolicy, jobs: usize) {
     let specs: Vec<crate::inventory::ContainerSpec> = plan
         .containers
         .iter()
         .filter(|c| c.steps.contains(&Step::Provision))
         .filter_map(|c| inv.container(&c.name).cloned())
         .collect();
-    let planned = crate::steps::provision::plan_all(backend, specs, policy, jobs).await;
+    let planned = plan_all(backend, specs, policy, jobs).await;
     for p in planned {
         if let Some(c) = plan.containers.iter_mut().find(|c| c.name == p.spec.name) {
             match p.plan {
