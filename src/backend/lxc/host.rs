@@ -70,7 +70,7 @@ pub enum HostPath {
     Missing,
 }
 
-/// Facts about the host that [`desired`] needs; gathered by [`HostFacts::gather`], given by
+/// Facts about the host that [`super::desired()`] needs; gathered by [`HostFacts::gather`], given by
 /// hand in tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostFacts {

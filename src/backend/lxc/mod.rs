@@ -19,9 +19,9 @@
 //!   the kinds of the mounts' host paths), gathered once per plan;
 //! * [`desired`](mod@desired) — [`ContainerSpec`] → the managed LXC config keys (pure);
 //! * [`planner`] — desired + live → [`ContainerPlan`] (pure);
-//! * [`executor`] — [`LxcBackend::apply`] and [`LxcBackend::destroy`]: run a plan with the LXC
+//! * `executor` — [`LxcBackend::apply`] and [`LxcBackend::destroy`]: run a plan with the LXC
 //!   client;
-//! * [`base`] — the cached base container every container is cloned from.
+//! * `base` — the cached base container every container is cloned from.
 //!
 //! All LXC tools are run through [`LxcClient`] (LXC path, timeouts, cleared environment).
 //!

@@ -99,7 +99,7 @@ fn num(v: Option<&String>) -> Option<u64> {
     v.and_then(|s| s.trim().parse::<u64>().ok())
 }
 
-/// The ostemplate recorded in a description by [`super::desired`], if any.
+/// The ostemplate recorded in a description by [`super::desired::desired()`], if any.
 pub fn recorded_ostemplate(description: &str) -> Option<&str> {
     description.lines().find_map(|l| l.trim().strip_prefix(OSTEMPLATE_MARKER)).map(str::trim)
 }
