@@ -12,8 +12,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
+use proxmox_gitops::backend::model::{ApplyOptions, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
-use proxmox_gitops::provision::{ApplyOptions, Outcome, Provision, RecreatePolicy};
 
 struct Cleanup {
     lxc_path: std::path::PathBuf,

@@ -4,7 +4,10 @@
 //!
 //! * `cli` — argument parsing, one file per subcommand, exit codes, human output;
 //! * [`steps`] — the pipeline steps (resolve, plan, provision, configure, snapshot, …) as
-//!   library functions over typed artifacts;
+//!   library functions over typed artifacts; a step never imports another step (only `deploy`
+//!   composes them);
+//! * [`backend`] — provisioning backends (PVE, LXC) behind one enum, each a pure planner over
+//!   desired state plus a thin executor, and the provision model ([`backend::model`]);
 //! * data and client modules — [`inventory`], [`artifact`], [`settings`], [`git`], [`ci`],
 //!   [`progress`], and one client module per external system.
 
@@ -24,7 +27,6 @@ pub mod lxc;
 pub mod net;
 pub mod pipe;
 pub mod progress;
-pub mod provision;
 pub mod pve;
 pub mod settings;
 pub mod snapshot;

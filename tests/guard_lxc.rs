@@ -17,12 +17,13 @@ use std::process::Command;
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
 use proxmox_gitops::backend::lxc::{BASE_READY_FILE, LxcBackend, LxcOptions};
+use proxmox_gitops::backend::model::{Action, ApplyOptions, Outcome, Provision, RecreatePolicy};
+use proxmox_gitops::backend::{self, Backend};
 use proxmox_gitops::exec::LxcAttach;
 use proxmox_gitops::inventory::ContainerSpec;
 use proxmox_gitops::lxc::LxcClient;
-use proxmox_gitops::provision::{Action, ApplyOptions, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::steps::destroy::{self, DestroyOptions};
-use proxmox_gitops::steps::provision::{self as step, Backend};
+use proxmox_gitops::steps::provision as step;
 use proxmox_gitops::steps::snapshot::{self as snap, SnapshotOptions};
 use support::lxc;
 
@@ -79,7 +80,7 @@ async fn provision(
     opts: &ApplyOptions,
     dir: &ArtifactDir,
 ) -> Provision {
-    let planned = step::plan_all(b, vec![s.clone()], policy, 1).await;
+    let planned = backend::plan_all(b, vec![s.clone()], policy, 1).await;
     step::apply_all(b, planned, opts, 1, dir).await.unwrap().remove(0)
 }
 

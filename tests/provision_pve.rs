@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
+use proxmox_gitops::backend::model::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
 use proxmox_gitops::backend::pve::Timeouts;
+use proxmox_gitops::backend::{self, Backend, PveConnect};
 use proxmox_gitops::inventory::{ContainerSpec, IpConfig, Mount};
-use proxmox_gitops::provision::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
 use proxmox_gitops::pve::TlsMode;
 use proxmox_gitops::settings::Settings;
-use proxmox_gitops::steps::provision::{self as step, Backend, PveConnect};
+use proxmox_gitops::steps::provision as step;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use support::fakepve::{FakePve, TEMPLATE, TEMPLATE_FILE};
@@ -72,7 +73,7 @@ impl Env {
     }
 
     fn backend(&self, login: Login) -> Backend {
-        step::backend(proxmox_gitops::provision::BackendKind::Pve, &self.settings(login), &self.connect()).unwrap()
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &self.settings(login), &self.connect()).unwrap()
     }
 
     fn apply_opts(&self) -> ApplyOptions {
@@ -105,7 +106,7 @@ impl Env {
         policy: RecreatePolicy,
         jobs: usize,
     ) -> Vec<Provision> {
-        let planned = step::plan_all(backend, specs, policy, jobs).await;
+        let planned = backend::plan_all(backend, specs, policy, jobs).await;
         let dir = ArtifactDir::new(self.artifacts.path());
         step::apply_all(backend, planned, &self.apply_opts(), jobs, &dir).await.unwrap()
     }
@@ -369,7 +370,7 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
     // The next release uses another template.
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
-    let b2 = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b2 = backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     env.pve.requests(true);
     let out = env.provision_one(&b2, spec("broker", 101)).await;
     let p = &out[0];
@@ -441,7 +442,8 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
     let env = Env::with_template().await;
     let mut connect = env.connect();
     connect.tls = TlsMode::System;
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let e = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err();
     let msg = format!("{e:#}");
     assert!(msg.contains("POST /access/ticket") && msg.to_lowercase().contains("certificate"), "{msg}");
@@ -453,10 +455,12 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
     let der = CertificateDer::from_pem_file(&env.pve.ca).unwrap();
     let fp: [u8; 32] = sha2::Sha256::digest(der.as_ref()).into();
     connect.tls = TlsMode::Fingerprint(fp);
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     assert_eq!(b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap().action, Action::Create);
     connect.tls = TlsMode::Fingerprint([7; 32]);
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let msg = format!("{:#}", b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err());
     assert!(msg.contains("does not match the pinned --pve-fingerprint"), "{msg}");
 }
@@ -470,7 +474,7 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
     s.mounts = vec![Mount::Bind { host_path: "/srv/media".into(), container_path: "/media".into() }];
     let out = env.provision_one(&b, s.clone()).await;
     // apply() refuses too, before any request, even when handed a plan.
-    let plan = proxmox_gitops::provision::ContainerPlan {
+    let plan = proxmox_gitops::backend::model::ContainerPlan {
         name: "nas".into(),
         vmid: 120,
         hostname: "nas".into(),
@@ -496,7 +500,7 @@ async fn pve_validation_errors_are_surfaced_with_fields() {
     let env = Env::with_template().await;
     let mut settings = env.settings(Login::Root);
     settings.pve.gateway = Some("not-an-ip".into());
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b = backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     let out = env.provision_one(&b, spec("broker", 101)).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
     assert!(
@@ -531,7 +535,8 @@ async fn locked_container_is_retried_until_the_lock_clears() {
     env.pve.exec("pve.snapshot_lock(101, 'snapshot')");
     let mut connect = env.connect();
     connect.timeouts.lock = Duration::from_secs(1);
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     s.cores = 3;
     let out = env.provision_one(&b, s).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
@@ -574,7 +579,7 @@ async fn expired_ticket_mid_run_is_renewed_once() {
     let env = Env::with_template().await;
     let b = env.backend(Login::Root);
     let specs = vec![spec("a", 301), spec("b", 302)];
-    let planned = step::plan_all(&b, specs, RecreatePolicy::Never, 2).await;
+    let planned = backend::plan_all(&b, specs, RecreatePolicy::Never, 2).await;
     env.pve.exec("pve.revoke_tickets()");
     let out =
         step::apply_all(&b, planned, &env.apply_opts(), 2, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
@@ -778,7 +783,7 @@ async fn dhcp_address_wait_is_bounded() {
     let b = env.backend(Login::Root);
     let mut s = spec("dyn", 130);
     s.ip = IpConfig::Dhcp;
-    let planned = step::plan_all(&b, vec![s], RecreatePolicy::Never, 1).await;
+    let planned = backend::plan_all(&b, vec![s], RecreatePolicy::Never, 1).await;
     let mut opts = env.apply_opts();
     opts.ssh_timeout = Duration::from_millis(600);
     let out = step::apply_all(&b, planned, &opts, 1, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
@@ -802,7 +807,8 @@ async fn lost_create_answer_then_already_exists_means_created() {
     );
     let mut connect = env.connect();
     connect.request_timeout = Duration::from_secs(1);
-    let b = step::backend(proxmox_gitops::provision::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b =
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let out = env.provision_one(&b, spec("broker", 101)).await;
     assert_eq!(
         normalised(&out[0]),
@@ -853,12 +859,12 @@ async fn unreachable_with_data(env: &Env) -> (ContainerSpec, Backend, ApplyOptio
     opts.wait_ssh = false;
     opts.ssh_port = closed_port();
     let dir = ArtifactDir::new(env.artifacts.path());
-    let planned = step::plan_all(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
+    let planned = backend::plan_all(&b, vec![s.clone()], RecreatePolicy::Never, 1).await;
     let out = step::apply_all(&b, planned, &opts, 1, &dir).await.unwrap();
     assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
-    let b2 = step::backend(proxmox_gitops::provision::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b2 = backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     env.pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
     (s, b2, opts)
 }
@@ -877,7 +883,7 @@ async fn recreate_is_refused_when_the_data_snapshot_cannot_be_taken() {
     let (s, b2, opts) = unreachable_with_data(&env).await;
     env.pve.requests(true);
     let dir = ArtifactDir::new(env.artifacts.path());
-    let planned = step::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
+    let planned = backend::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
     let out = step::apply_all(&b2, planned, &opts, 1, &dir).await.unwrap();
     let p = &out[0];
     let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
@@ -912,7 +918,7 @@ async fn recreate_with_no_snapshot_goes_ahead_and_the_artifact_says_so() {
     let (s, b2, mut opts) = unreachable_with_data(&env).await;
     opts.no_snapshot = true;
     let dir = ArtifactDir::new(env.artifacts.path());
-    let planned = step::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
+    let planned = backend::plan_all(&b2, vec![s], RecreatePolicy::WhenNeeded, 1).await;
     let out = step::apply_all(&b2, planned, &opts, 1, &dir).await.unwrap();
     let p = &out[0];
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");

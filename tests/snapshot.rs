@@ -7,8 +7,8 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use pretty_assertions::assert_eq;
+use proxmox_gitops::backend::model::Outcome;
 use proxmox_gitops::inventory::ContainerSpec;
-use proxmox_gitops::provision::Outcome;
 use proxmox_gitops::snapshot::data::{self, DataError, TakeRequest};
 use proxmox_gitops::snapshot::guard::{self, Protection};
 use proxmox_gitops::snapshot::remote::CommandExec;
@@ -471,7 +471,7 @@ fn cli_needs_container_or_all_and_says_so() {
 
 /// Writes `provision/<name>.json` of a pve-backend container at `address:port`.
 fn write_pve_provision(artifacts: &Path, name: &str, address: &str, port: u16) {
-    use proxmox_gitops::provision::{Action, BackendKind, ContainerPlan, Provision};
+    use proxmox_gitops::backend::model::{Action, BackendKind, ContainerPlan, Provision};
     let p = Provision {
         backend: BackendKind::Pve,
         name: name.into(),

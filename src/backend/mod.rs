@@ -1,13 +1,33 @@
 //! Provisioning backends: they compare a [`crate::inventory::ContainerSpec`] with the live
 //! container, plan, and apply the plan.
 //!
-//! Each backend offers the same three methods, so the provision step dispatches over an enum of
-//! them:
+//! * [`model`] — the backend-neutral result model: the per-container [`model::ContainerPlan`], the
+//!   [`model::RecreatePolicy`] and the `provision/<name>.json` [`model::Provision`] artifact;
+//! * [`pve`] — Proxmox VE over its API; [`lxc`] — LXC containers on this host. Both follow one
+//!   shape: `desired` (the spec as the backend's own settings, plain data), `planner` (a pure
+//!   function of desired and live state, unit-tested without a server) and a thin executor;
+//! * [`select`] — which backend a run uses and how it is opened from the settings;
+//! * [`dispatch`] — [`Backend`], the enum over both, with the safety rule before a recreate, and
+//!   [`plan_all`];
+//! * [`reach`](mod@reach) — how the safety rule reaches a live container for its data snapshot.
+//!
+//! Each backend offers the same three methods, so [`Backend`] dispatches over them:
 //!
 //! * `plan(&self, spec, policy) -> anyhow::Result<ContainerPlan>` — reads live state only;
 //! * `apply(&self, spec, plan, opts) -> Provision` — never panics; failures become
 //!   `Outcome::Failed` with the actions done so far;
 //! * `destroy(&self, spec) -> anyhow::Result<Vec<ActionRecord>>`.
+//!
+//! Steps (`plan`, `provision`, `destroy`, `deploy`) use this module; it never calls a step.
 
+pub mod dispatch;
 pub mod lxc;
+pub mod model;
 pub mod pve;
+pub mod reach;
+pub mod select;
+
+pub use dispatch::{Backend, Planned, plan_all};
+pub use model::failed_before_plan;
+pub use reach::reach;
+pub use select::{PveConnect, default_backend, lxc_backend, open, pve_backend, pve_client};

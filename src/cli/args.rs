@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::backend::PveConnect;
+use crate::backend::model::RecreatePolicy;
 use crate::backend::pve::Timeouts;
 use crate::error::{Error, Result};
-use crate::provision::RecreatePolicy;
 use crate::pve::TlsMode;
-use crate::steps::provision::PveConnect;
 
 /// How to trust the PVE API's certificate: what every subcommand that talks to PVE takes
 /// (`plan` only these; `snapshot`, `destroy`, `provision` and `deploy` also task timeouts).

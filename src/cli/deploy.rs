@@ -8,8 +8,8 @@ use clap::Args;
 use super::args::{PolicyArgs, PveArgs, SshWaitArgs};
 use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table};
+use crate::backend::model::BackendKind;
 use crate::error::{Error, Result};
-use crate::provision::BackendKind;
 use crate::steps::deploy::{BuiltinRunner, DeployOptions, RunResult, RunnerOptions, StepState, deploy};
 use crate::steps::plan::Step;
 
@@ -91,7 +91,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     let _group = crate::ci::Group::start("deploy");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
-    let backend = args.backend.unwrap_or_else(|| crate::steps::provision::default_backend(&settings));
+    let backend = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
     let secs = std::time::Duration::from_secs;
     let runner_opts = RunnerOptions {
         pve: args.pve.connect()?,

@@ -6,11 +6,11 @@ use clap::Args;
 
 use super::run::{Threads, block_on, step_outputs};
 use super::{Ctx, table};
+use crate::backend::model::{BackendKind, Outcome};
 use crate::error::{Error, Result};
-use crate::provision::{BackendKind, Outcome};
+use crate::inventory::NotFound;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::destroy::{self as step, DestroyOptions};
-use crate::steps::provision as prov;
 
 /// Arguments of `destroy`.
 #[derive(Debug, Args)]
@@ -34,10 +34,10 @@ pub struct DestroyArgs {
 
 pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let specs = prov::select(&inv, &args.containers, false)?;
+    let specs: Vec<_> = inv.select(&args.containers, false, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
-    let kind = args.backend.unwrap_or_else(|| prov::default_backend(&settings));
-    let backend = prov::backend(kind, &settings, &args.pve.connect()?)?;
+    let kind = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
+    let backend = crate::backend::open(kind, &settings, &args.pve.connect()?)?;
     let opts = DestroyOptions { share: settings.share.clone(), no_snapshot: args.no_snapshot };
     let results = block_on(Threads::Default, step::destroy_all(&backend, &specs, &opts, &ctx.artifacts))??;
     if ctx.json {

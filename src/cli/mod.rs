@@ -8,6 +8,7 @@ pub(crate) mod args;
 mod artifacts;
 mod configure;
 mod deploy;
+pub mod describe;
 mod destroy;
 mod env;
 mod plan;

@@ -49,8 +49,7 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
     };
     if offline.is_none() && provisions {
         // Live state: what provision would do to each container (reads only).
-        let backend =
-            crate::steps::provision::backend(crate::provision::BackendKind::Pve, &settings, &args.pve.connect()?)?;
+        let backend = crate::backend::open(crate::backend::model::BackendKind::Pve, &settings, &args.pve.connect()?)?;
         let live =
             crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.policy(), usize::from(args.jobs));
         super::run::block_on(super::run::Threads::Default, live)?;
@@ -86,7 +85,7 @@ fn human(p: &crate::steps::plan::Plan, offline: Option<&str>) -> String {
                 c.vmid.to_string(),
                 c.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + "),
                 match (&c.provision, &c.provision_error) {
-                    (Some(cp), _) => crate::steps::provision::describe(cp),
+                    (Some(cp), _) => super::describe::describe(cp),
                     (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
                     (None, None) if c.steps.contains(&crate::steps::plan::Step::Provision) => "-".into(),
                     (None, None) => String::new(),
@@ -108,13 +107,13 @@ fn human(p: &crate::steps::plan::Plan, offline: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::steps::plan::{ContainerPlan, Plan, Step};
+    use crate::steps::plan::{Plan, PlannedContainer, Step};
 
     fn plan(steps: Vec<Step>) -> Plan {
         Plan {
             git_ref: "refs/heads/release".into(),
             stage: "main".into(),
-            containers: vec![ContainerPlan {
+            containers: vec![PlannedContainer {
                 name: "broker".into(),
                 hostname: "broker".into(),
                 vmid: 101,

@@ -7,8 +7,10 @@ use clap::Args;
 use super::args::{PolicyArgs, PveArgs, SshWaitArgs};
 use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table};
+use crate::backend;
+use crate::backend::model::{ApplyOptions, BackendKind, Outcome};
 use crate::error::{Error, Result};
-use crate::provision::{ApplyOptions, BackendKind, Outcome};
+use crate::inventory::NotFound;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::provision as step;
 
@@ -46,12 +48,12 @@ pub struct ProvisionArgs {
 }
 
 /// Rows of the plan table.
-pub(crate) fn plan_rows(planned: &[step::Planned]) -> Vec<Vec<String>> {
+pub(crate) fn plan_rows(planned: &[backend::Planned]) -> Vec<Vec<String>> {
     planned
         .iter()
         .map(|p| {
             let (what, start) = match &p.plan {
-                Ok(cp) => (step::describe(cp), if cp.start { "yes" } else { "no" }.to_string()),
+                Ok(cp) => (super::describe::describe(cp), if cp.start { "yes" } else { "no" }.to_string()),
                 Err(e) => (format!("cannot plan: {}", crate::ci::redact(&format!("{e:#}"))), "-".into()),
             };
             vec![p.spec.name.clone(), p.spec.hostname.clone(), p.spec.vmid.to_string(), what, start]
@@ -61,10 +63,10 @@ pub(crate) fn plan_rows(planned: &[step::Planned]) -> Vec<Vec<String>> {
 
 pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let specs = step::select(&inv, &args.containers, args.all)?;
+    let specs: Vec<_> = inv.select(&args.containers, args.all, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
-    let kind = args.backend.unwrap_or_else(|| step::default_backend(&settings));
-    let backend = step::backend(kind, &settings, &args.pve.connect()?)?;
+    let kind = args.backend.unwrap_or_else(|| backend::default_backend(&settings));
+    let backend = backend::open(kind, &settings, &args.pve.connect()?)?;
     let jobs = usize::from(args.jobs);
     let policy = args.policy.policy();
     let opts = ApplyOptions {
@@ -76,7 +78,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         no_snapshot: args.no_snapshot,
     };
     block_on(Threads::Default, async {
-        let planned = step::plan_all(&backend, specs, policy, jobs).await;
+        let planned = backend::plan_all(&backend, specs, policy, jobs).await;
         if !ctx.json {
             let mut s = table(&["NAME", "HOSTNAME", "VMID", "PLAN", "START"], &plan_rows(&planned));
             s.push_str(&format!("\nplan for {} container(s) on {kind} (recreate policy {policy:?})\n", planned.len()));
@@ -88,7 +90,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         let results = step::apply_all(&backend, planned, &opts, jobs, &ctx.artifacts).await?;
         let failed: Vec<&str> =
             results.iter().filter(|p| matches!(p.outcome, Outcome::Failed { .. })).map(|p| p.name.as_str()).collect();
-        let names = |f: &dyn Fn(&crate::provision::Provision) -> bool| {
+        let names = |f: &dyn Fn(&crate::backend::model::Provision) -> bool| {
             results.iter().filter(|p| f(p)).map(|p| p.name.as_str()).collect::<Vec<_>>().join(",")
         };
         outputs(&[

@@ -7,8 +7,8 @@ use clap::Args;
 use super::run::{Threads, runtime, step_outputs};
 use super::{Ctx, table};
 use crate::artifact;
+use crate::backend::model::Outcome;
 use crate::error::{Error, Location, Result};
-use crate::provision::Outcome;
 use crate::steps::snapshot::{self as step, SnapshotOptions};
 
 /// Arguments of `snapshot`.
@@ -84,7 +84,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let specs: Vec<_> = if args.all {
         inv.containers.iter().filter(|c| !c.snapshot_paths.is_empty()).collect()
     } else {
-        crate::steps::plan::select(&inv, &args.containers)?
+        inv.select(&args.containers, true, crate::inventory::NotFound::InStage)?
     };
     if specs.is_empty() {
         return Err(Error::input(Location::file("--all"), "no container of this stage declares SNAPSHOT paths"));
@@ -110,7 +110,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
     let pve = match settings.pve.host {
         Some(_) => Some(step::PveCtAccess {
-            client: std::sync::Arc::new(crate::steps::provision::pve_client(&settings, &args.pve.tls.connect()?)?),
+            client: std::sync::Arc::new(crate::backend::pve_client(&settings, &args.pve.tls.connect()?)?),
             task_timeout: args.pve.task_timeout(),
         }),
         None => None,

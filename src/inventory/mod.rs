@@ -6,6 +6,7 @@
 //! the non-secret settings.
 
 pub mod dotenv;
+pub mod select;
 pub mod spec;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
 use crate::settings::PublicSettings;
+
+pub use select::NotFound;
 
 /// The name of the control-plane container (root `container.env`), as in the seed.
 pub const CONTROL_PLANE: &str = "config";

@@ -12,10 +12,10 @@ use super::ct::CtSnapshots;
 use super::lxc::LxcSnapshots;
 use super::pve::PveSnapshots;
 use crate::artifact::ArtifactDir;
+use crate::backend::model::{BackendKind, Provision};
 use crate::exec::{ReachError, ReachOptions, RemoteExec, Transport};
 use crate::inventory::ContainerSpec;
 use crate::lxc::LxcClient;
-use crate::provision::{BackendKind, Provision};
 
 /// A way into a container: the data transport and, when the backend has them, container
 /// snapshots.

@@ -1,16 +1,27 @@
 //! The safety rule: no destroy or recreate without a verified data snapshot.
 //!
-//! `provision` calls [`before_destroy`] before it destroys a container (a recreate included). For
+//! [`protect`] is the rule as every caller applies it — `Backend::apply` before a recreate
+//! ([`crate::backend::Backend`]) and the `destroy` step before a destroy: it decides through
+//! [`before_destroy`] and returns what protected the container together with the `snapshot`
+//! action to record. It does not know backends: the caller passes how to reach the container (for
+//! a backend, [`crate::backend::reach()`]) as a future, which is only awaited when the lib declares
+//! data and `--no-snapshot` was not given.
+//!
+//! [`before_destroy`] is the decision itself. For
 //! a container that declares data (`SNAPSHOT`), a verified snapshot is taken first; if it cannot
 //! be taken — the container is unreachable, the snapshot fails, or it fails verification — the
 //! destroy is refused, unless the user passed `--no-snapshot`, which is logged loudly as a
 //! warning (and an Actions `::warning`). The returned id goes into `Provision.protected_by`.
+
+use std::future::Future;
+use std::path::Path;
 
 use time::OffsetDateTime;
 
 use super::data::{self, DataError, TakeRequest};
 use super::remote::RemoteExec;
 use super::store::Store;
+use crate::backend::model::ActionRecord;
 use crate::inventory::ContainerSpec;
 
 /// What protected (or did not need to protect) a destroy.
@@ -142,4 +153,50 @@ pub async fn before_destroy(
         }
         Err(source) => Err(Refused::SnapshotFailed { name: spec.name.clone(), vmid: spec.vmid, source }),
     }
+}
+
+/// What [`protect`] decided, with the `snapshot` action to record when one was taken.
+#[derive(Debug, Clone)]
+pub struct Guarded {
+    /// What protects the destroy (`Provision.protected_by` is its [`Protection::protected_by`]).
+    pub protection: Protection,
+    /// `snapshot` action (detail: the archive) when a verified data snapshot was taken.
+    pub record: Option<ActionRecord>,
+}
+
+/// Applies the safety rule before `spec`'s container is destroyed (a recreate included):
+/// [`before_destroy`] with a data snapshot into `<share>/snapshots/<lib>/` when the lib declares
+/// `SNAPSHOT` paths (awaiting `reach` for the transport to the container), nothing when it
+/// declares none, a loud warning with `no_snapshot`. `reach` is not awaited in the last two
+/// cases, so the container is not touched.
+///
+/// # Errors
+/// [`Refused`]: the container declares data and cannot be reached, or its snapshot failed or
+/// could not be verified — the caller must not destroy it.
+pub async fn protect<R>(spec: &ContainerSpec, share: &Path, no_snapshot: bool, reach: R) -> Result<Guarded, Refused>
+where
+    R: Future<Output = Result<Box<dyn RemoteExec>, Unreachable>>,
+{
+    let store = Store::new(share);
+    let now = time::OffsetDateTime::now_utc();
+    if spec.snapshot_paths.is_empty() || no_snapshot {
+        // before_destroy decides without touching the container.
+        let protection =
+            before_destroy(spec, Err(Unreachable::new("not needed", "")), &store, no_snapshot, now).await?;
+        return Ok(Guarded { protection, record: None });
+    }
+    let started = std::time::Instant::now();
+    let exec = reach.await;
+    let protection = before_destroy(spec, exec.as_deref().map_err(Clone::clone), &store, false, now).await?;
+    let record = match &protection {
+        Protection::Snapshot { id, archive } => Some(ActionRecord {
+            action: "snapshot".into(),
+            upid: None,
+            exit_status: Some("verified".into()),
+            duration_ms: started.elapsed().as_millis() as u64,
+            detail: Some(format!("{id}: {}", archive.display())),
+        }),
+        _ => None,
+    };
+    Ok(Guarded { protection, record })
 }

@@ -38,10 +38,10 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
-use crate::error::{Error, Location, Problems, Result};
+use crate::backend::model::{Outcome, Provision};
+use crate::error::{Error, Location, Result};
 use crate::exec::{SSH_EXEC_TIMEOUT, SshExec};
 use crate::inventory::{ContainerSpec, Engine, Inventory, Mount};
-use crate::provision::{Outcome, Provision};
 use crate::snapshot::record::{Snapshot, SnapshotOptions};
 use crate::ssh::{ConnectOptions, Connection, TarUpload, Target};
 
@@ -247,29 +247,7 @@ pub fn check_requirements(inv: &Inventory, opts: &ConfigureOptions) -> Result<()
 }
 
 fn select<'a>(inv: &'a Inventory, names: &[String]) -> Result<Vec<&'a ContainerSpec>> {
-    if names.is_empty() {
-        return Ok(inv.containers.iter().collect());
-    }
-    let mut problems = Problems::new();
-    let mut out = Vec::new();
-    for n in names {
-        match inv.container(n) {
-            Some(c) => {
-                if !out.iter().any(|o: &&ContainerSpec| o.name == c.name) {
-                    out.push(c)
-                }
-            }
-            None => problems.add(
-                Location::file("--container").with_key(n.clone()),
-                format!(
-                    "no container named `{n}` in the inventory (known: {})",
-                    inv.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            ),
-        }
-    }
-    problems.into_result()?;
-    Ok(out)
+    inv.select(names, true, crate::inventory::NotFound::InInventory)
 }
 
 /// Configures the selected containers, at most `opts.jobs` at a time, writing

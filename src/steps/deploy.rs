@@ -46,11 +46,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::backend::model::{BackendKind, RecreatePolicy};
 use crate::error::{Error, Location, Result};
-use crate::inventory::{ContainerSpec, Inventory};
-use crate::provision::{BackendKind, RecreatePolicy};
+use crate::inventory::{ContainerSpec, Inventory, NotFound};
 use crate::settings::{PublicSettings, Settings};
-use crate::steps::plan::{Step, select, steps_for_ref};
+use crate::steps::plan::{Step, steps_for_ref};
 
 // ------------------------------------------------------------------------------------------------
 // The step seam
@@ -87,7 +87,7 @@ pub type StepResult = std::result::Result<StepSuccess, Error>;
 ///
 /// Contract: the step writes its artifact at the path [`step_artifact`] names, with
 /// `inputs_digest` = `ctx.digest` and a `result` of `ok` or `failed` (as
-/// [`crate::provision::Provision`] does). It must not panic; a panic is recorded as a failure of
+/// [`crate::backend::model::Provision`] does). It must not panic; a panic is recorded as a failure of
 /// that container only.
 pub trait StepRunner: Send + Sync + 'static {
     /// Runs `step` for `spec`.
@@ -99,7 +99,7 @@ pub trait StepRunner: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct RunnerOptions {
     /// PVE TLS and timeouts (backend `pve`).
-    pub pve: crate::steps::provision::PveConnect,
+    pub pve: crate::backend::PveConnect,
     /// When an existing container may be destroyed and created again (provision).
     pub recreate: RecreatePolicy,
     /// Wait until SSH answers after a start (provision).
@@ -121,7 +121,7 @@ pub struct RunnerOptions {
 impl Default for RunnerOptions {
     fn default() -> Self {
         Self {
-            pve: crate::steps::provision::PveConnect::default(),
+            pve: crate::backend::PveConnect::default(),
             recreate: RecreatePolicy::Never,
             wait_ssh: true,
             ssh_port: 22,
@@ -152,7 +152,7 @@ pub struct BuiltinRunner {
     pub settings: Arc<Settings>,
     /// Step options.
     pub options: RunnerOptions,
-    backend: tokio::sync::OnceCell<crate::steps::provision::Backend>,
+    backend: tokio::sync::OnceCell<crate::backend::Backend>,
 }
 
 impl std::fmt::Debug for BuiltinRunner {
@@ -176,10 +176,10 @@ impl BuiltinRunner {
         Self { settings: Arc::new(settings), options, backend: tokio::sync::OnceCell::new() }
     }
 
-    async fn backend(&self, kind: BackendKind) -> Result<&crate::steps::provision::Backend> {
+    async fn backend(&self, kind: BackendKind) -> Result<&crate::backend::Backend> {
         let b = self
             .backend
-            .get_or_try_init(|| async { crate::steps::provision::backend(kind, &self.settings, &self.options.pve) })
+            .get_or_try_init(|| async { crate::backend::open(kind, &self.settings, &self.options.pve) })
             .await?;
         if b.kind() != kind {
             return Err(Error::Failed(anyhow::anyhow!(
@@ -191,7 +191,7 @@ impl BuiltinRunner {
     }
 
     async fn provision(&self, spec: &ContainerSpec, ctx: &StepContext) -> StepResult {
-        use crate::provision::{ApplyOptions, Outcome};
+        use crate::backend::model::{ApplyOptions, Outcome};
         let path = ctx.artifacts.provision(&spec.name);
         let opts = ApplyOptions {
             share: self.settings.share.clone(),
@@ -208,20 +208,20 @@ impl BuiltinRunner {
         let missing = crate::steps::configure::missing_requirements(&ctx.inventory, spec, &contract);
         let mut prov = if configures && !missing.is_empty() {
             let e = anyhow::anyhow!("{}", crate::steps::configure::requirements_error(spec, &missing));
-            crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e)
+            crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e)
         } else {
             match self.backend(ctx.backend).await {
                 Ok(backend) => match backend.plan(spec, self.options.recreate).await {
                     Ok(plan) => {
-                        tracing::info!("{}: plan: {}", spec.name, crate::steps::provision::describe(&plan));
+                        tracing::info!("{}: plan: {}", spec.name, crate::cli::describe::describe(&plan));
                         backend.apply(spec, &plan, &opts, &ctx.artifacts).await
                     }
-                    Err(e) => crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e),
+                    Err(e) => crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e),
                 },
                 // A backend that cannot be built (missing PROXMOX_HOST …) fails every container.
                 Err(e) => {
                     let e = anyhow::anyhow!("{}", render_error(&e));
-                    crate::steps::provision::failed_before_plan(ctx.backend, spec, &opts, &e)
+                    crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e)
                 }
             }
         };
@@ -256,8 +256,8 @@ impl BuiltinRunner {
             return Err(Error::Failed(anyhow::anyhow!("configure returned no result for {}", spec.name)));
         };
         match c.outcome {
-            crate::provision::Outcome::Ok => Ok(StepSuccess { artifact: Some(path) }),
-            crate::provision::Outcome::Failed { error } => {
+            crate::backend::model::Outcome::Ok => Ok(StepSuccess { artifact: Some(path) }),
+            crate::backend::model::Outcome::Failed { error } => {
                 // The last lines of the engine's output (the error itself is reported by deploy).
                 for l in c.log_tail.iter().filter(|l| !l.starts_with("error: ")) {
                     tracing::error!("{}: {l}", spec.name);
@@ -280,8 +280,8 @@ impl BuiltinRunner {
             a
         } else {
             let pve = match ctx.backend {
-                crate::provision::BackendKind::Pve if self.settings.pve.host.is_some() => {
-                    match crate::steps::provision::pve_client(&self.settings, &self.options.pve) {
+                crate::backend::model::BackendKind::Pve if self.settings.pve.host.is_some() => {
+                    match crate::backend::pve_client(&self.settings, &self.options.pve) {
                         Ok(client) => Some(step::PveCtAccess {
                             client: std::sync::Arc::new(client),
                             task_timeout: self.options.pve.timeouts.create,
@@ -300,7 +300,7 @@ impl BuiltinRunner {
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await,
                 Err(reason) => {
                     let mut a = step::Snapshot::new(spec, Operation::Snapshot);
-                    a.outcome = crate::provision::Outcome::Failed { error: reason.to_string() };
+                    a.outcome = crate::backend::model::Outcome::Failed { error: reason.to_string() };
                     a
                 }
             }
@@ -313,7 +313,7 @@ impl BuiltinRunner {
             .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
         force_digest(&path, &ctx.digest);
         match result.outcome {
-            crate::provision::Outcome::Ok => {
+            crate::backend::model::Outcome::Ok => {
                 if let Some(id) = &result.snapshot_id {
                     tracing::info!(
                         "{}: snapshot {id} verified ({} entries, {} bytes)",
@@ -324,7 +324,7 @@ impl BuiltinRunner {
                 }
                 Ok(StepSuccess { artifact: Some(path) })
             }
-            crate::provision::Outcome::Failed { error } => Err(Error::Failed(anyhow::anyhow!("{error}"))),
+            crate::backend::model::Outcome::Failed { error } => Err(Error::Failed(anyhow::anyhow!("{error}"))),
         }
     }
 }
@@ -838,7 +838,8 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
     if opts.jobs == 0 {
         return Err(Error::input(Location::file("--jobs"), "expected at least 1 container at a time, found 0"));
     }
-    let selected: Vec<ContainerSpec> = select(&inventory, &opts.containers)?.into_iter().cloned().collect();
+    let selected: Vec<ContainerSpec> =
+        inventory.select(&opts.containers, true, NotFound::InStage)?.into_iter().cloned().collect();
 
     let mut inventory = inventory;
     let root = opts

@@ -2,7 +2,7 @@
 //!
 //! For each container: check it exists and is the one the spec describes (PVE: the CT's
 //! `hostname` is the spec's; LXC: the container's `proxmox-gitops.json` names the vmid); apply
-//! the safety rule ([`crate::steps::provision::protect`] — a verified data snapshot when the lib
+//! the safety rule ([`crate::snapshot::guard::protect`] — a verified data snapshot when the lib
 //! declares `SNAPSHOT` paths, refusal when that fails, unless `--no-snapshot`); then the backend's
 //! `destroy` (PVE: shutdown, stop after the timeout, `DELETE …/lxc/{vmid}` with `purge=1` and
 //! `destroy-unreferenced-disks=1`; LXC: `lxc-stop`, `lxc-destroy`).
@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::backend::Backend;
+use crate::backend::model::{ActionRecord, BackendKind, Outcome, Provision};
 use crate::error::{Error, Result};
 use crate::inventory::ContainerSpec;
-use crate::provision::{ActionRecord, BackendKind, Outcome, Provision};
-use crate::steps::provision::{Backend, protect};
+use crate::snapshot::guard;
 
 /// The `destroy/<name>.json` artifact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,7 +123,8 @@ pub async fn destroy_one(
         }
         Err(e) => return fail(a, format!("{e:#}")),
     }
-    let guarded = match protect(backend, spec, artifacts, &opts.share, opts.no_snapshot).await {
+    let reach = crate::backend::reach(backend, spec, artifacts, &opts.share);
+    let guarded = match guard::protect(spec, &opts.share, opts.no_snapshot, reach).await {
         Ok(g) => g,
         Err(refused) => return fail(a, refused.to_string()),
     };

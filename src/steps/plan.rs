@@ -9,13 +9,16 @@
 //! | `refs/heads/snapshot` | snapshot |
 //!
 //! Any other ref is an input error. With live state (a backend), `provision` steps are refined
-//! into create / update in place / resize / recreate / nothing by the provision planner.
+//! into create / update in place / resize / recreate / nothing by the backend's planner
+//! ([`crate::backend::plan_all`]).
 
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
+use crate::backend::model::RecreatePolicy;
+use crate::backend::{Backend, plan_all};
 use crate::error::{Error, Location, Result};
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, NotFound};
 
 /// A pipeline step a deploy may run for a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -60,9 +63,10 @@ pub fn steps_for_ref(git_ref: &str) -> Result<Vec<Step>> {
     }
 }
 
-/// One container's planned steps.
+/// One container's entry in `plan.json`: the steps a deploy of the ref runs for it and, with
+/// live state, what provisioning would do ([`crate::backend::model::ContainerPlan`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContainerPlan {
+pub struct PlannedContainer {
     /// Container name.
     pub name: String,
     /// Hostname.
@@ -74,7 +78,7 @@ pub struct ContainerPlan {
     /// The live provision plan (create / update / resize / recreate / nothing …), when a
     /// backend was reachable and the ref provisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provision: Option<crate::provision::ContainerPlan>,
+    pub provision: Option<crate::backend::model::ContainerPlan>,
     /// Why the live provision plan could not be made (API unreachable, root-only option …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provision_error: Option<String>,
@@ -89,7 +93,7 @@ pub struct Plan {
     /// Stage.
     pub stage: String,
     /// One entry per selected container, in inventory order.
-    pub containers: Vec<ContainerPlan>,
+    pub containers: Vec<PlannedContainer>,
 }
 
 impl Artifact for Plan {
@@ -97,46 +101,16 @@ impl Artifact for Plan {
     const SCHEMA_VERSION: (u32, u32) = (1, 0);
 }
 
-/// Selects containers by name (lib name or hostname); an empty selection means all.
-///
-/// # Errors
-/// [`Error::Input`] naming each unknown container and listing the known ones.
-pub fn select<'a>(inv: &'a Inventory, names: &[String]) -> Result<Vec<&'a crate::inventory::ContainerSpec>> {
-    if names.is_empty() {
-        return Ok(inv.containers.iter().collect());
-    }
-    let mut out = Vec::new();
-    let mut problems = crate::error::Problems::new();
-    for n in names {
-        match inv.container(n) {
-            Some(c) => {
-                if !out.iter().any(|o: &&crate::inventory::ContainerSpec| o.name == c.name) {
-                    out.push(c)
-                }
-            }
-            None => problems.add(
-                Location::file("--container").with_key(n),
-                format!(
-                    "no container `{n}` in stage `{}`; known: {}",
-                    inv.stage,
-                    inv.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            ),
-        }
-    }
-    problems.into_result()?;
-    Ok(out)
-}
-
 /// Plans `git_ref` for the selected containers (all when `names` is empty).
 ///
 /// # Errors
-/// See [`steps_for_ref`] and [`select`].
+/// See [`steps_for_ref`] and [`Inventory::select`].
 pub fn plan(inv: &Inventory, git_ref: &str, names: &[String]) -> Result<Plan> {
     let steps = steps_for_ref(git_ref)?;
-    let containers = select(inv, names)?
+    let containers = inv
+        .select(names, true, NotFound::InStage)?
         .into_iter()
-        .map(|c| ContainerPlan {
+        .map(|c| PlannedContainer {
             name: c.name.clone(),
             hostname: c.hostname.clone(),
             vmid: c.vmid,
@@ -150,20 +124,14 @@ pub fn plan(inv: &Inventory, git_ref: &str, names: &[String]) -> Result<Plan> {
 
 /// Adds each container's live provision plan to `plan` (only when its steps include
 /// provision), planning at most `jobs` containers at a time. Reads only; nothing changes.
-pub async fn with_live_state(
-    plan: &mut Plan,
-    inv: &Inventory,
-    backend: &crate::steps::provision::Backend,
-    policy: crate::provision::RecreatePolicy,
-    jobs: usize,
-) {
+pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend, policy: RecreatePolicy, jobs: usize) {
     let specs: Vec<crate::inventory::ContainerSpec> = plan
         .containers
         .iter()
         .filter(|c| c.steps.contains(&Step::Provision))
         .filter_map(|c| inv.container(&c.name).cloned())
         .collect();
-    let planned = crate::steps::provision::plan_all(backend, specs, policy, jobs).await;
+    let planned = plan_all(backend, specs, policy, jobs).await;
     for p in planned {
         if let Some(c) = plan.containers.iter_mut().find(|c| c.name == p.spec.name) {
             match p.plan {

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use proxmox_gitops::artifact;
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
+use proxmox_gitops::backend::model::{
+    Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
+};
 use proxmox_gitops::inventory::ContainerSpec;
-use proxmox_gitops::provision::{Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy};
 
 /// Name prefix of everything this test process creates.
 pub fn prefix() -> String {

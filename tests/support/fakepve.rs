@@ -14,10 +14,10 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use proxmox_gitops::backend::PveConnect;
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::pve::TlsMode;
 use proxmox_gitops::settings::{PveSettings, Settings};
-use proxmox_gitops::steps::provision::PveConnect;
 use secrecy::SecretString;
 use serde_json::Value;
 

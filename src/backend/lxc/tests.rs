@@ -1,7 +1,14 @@
 //! Unit tests of the pure parts of the lxc backend: desired config and planning.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
 use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::backend::model::{Action, Change};
+use crate::inventory::{IpConfig, Mount};
+use crate::lxc::{LxcConfig, State};
 
 fn spec() -> ContainerSpec {
     ContainerSpec { cores: 2, swap_mib: 256, ..ContainerSpec::new("broker", 101, IpConfig::Dhcp) }

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
+use crate::inventory::ContainerSpec;
 
 /// Which backend manages the container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -218,5 +219,41 @@ impl Default for ApplyOptions {
             recreate: RecreatePolicy::Never,
             no_snapshot: false,
         }
+    }
+}
+
+/// The `provision/<name>.json` artifact of a container that could not be planned (or whose
+/// recreate was refused before anything changed): outcome `failed` with `e` (redacted, with its
+/// causes), a `refused` plan naming the failure, no actions; the address is the spec's static
+/// one, if any.
+pub fn failed_before_plan(
+    kind: BackendKind,
+    spec: &ContainerSpec,
+    opts: &ApplyOptions,
+    e: &anyhow::Error,
+) -> Provision {
+    let error = crate::ci::redact(&format!("{e:#}"));
+    Provision {
+        backend: kind,
+        name: spec.name.clone(),
+        node: spec.node.clone(),
+        vmid: spec.vmid,
+        hostname: spec.hostname.clone(),
+        address: spec.ip.address().map(|a| a.to_string()),
+        ssh_port: opts.ssh_port,
+        plan: ContainerPlan {
+            name: spec.name.clone(),
+            vmid: spec.vmid,
+            hostname: spec.hostname.clone(),
+            action: Action::Refused { reasons: vec![format!("planning failed: {error}")] },
+            start: false,
+        },
+        actions: vec![],
+        warnings: vec![],
+        status: None,
+        created: false,
+        protected_by: None,
+        inputs_digest: None,
+        outcome: Outcome::Failed { error },
     }
 }

@@ -1,0 +1,135 @@
+//! The [`Backend`] enum: one type over the `pve` and `lxc` backends, so that steps hold "the
+//! backend of this run" without generics, and the one place where the safety rule is applied
+//! before a recreate.
+//!
+//! **No destroy without a snapshot**: before a plan that recreates a container is executed,
+//! [`Backend::apply`] calls [`guard::protect`] — in this one place, for every backend (the
+//! backends' own `apply`/`destroy` do not repeat it, so callers go through [`Backend`]). The
+//! `destroy` step calls the same [`guard::protect`] before [`Backend::destroy`].
+//!
+//! [`plan_all`] plans many containers with bounded parallelism over one backend instance (one
+//! PVE client and session); the `plan` and `provision` steps both use it.
+
+use futures_util::StreamExt;
+
+use super::failed_before_plan;
+use super::lxc::LxcBackend;
+use super::model::{
+    Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
+};
+use super::pve::PveBackend;
+use crate::artifact::ArtifactDir;
+use crate::inventory::ContainerSpec;
+use crate::snapshot::guard;
+
+/// A provisioning backend, opened once per run ([`super::open`]). The steps dispatch over the
+/// variants; each implements `plan`, `apply` and `destroy` with the same signatures.
+pub enum Backend {
+    /// Proxmox VE over its API.
+    Pve(PveBackend),
+    /// LXC on this host.
+    Lxc(LxcBackend),
+}
+
+impl Backend {
+    /// Which backend this is.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Backend::Pve(_) => BackendKind::Pve,
+            Backend::Lxc(_) => BackendKind::Lxc,
+        }
+    }
+
+    /// Plans one container (reads only). See [`PveBackend::plan`].
+    ///
+    /// # Errors
+    /// The backend's planning errors.
+    pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> anyhow::Result<ContainerPlan> {
+        match self {
+            Backend::Pve(b) => b.plan(spec, policy).await,
+            Backend::Lxc(b) => b.plan(spec, policy).await,
+        }
+    }
+
+    /// Applies a plan; never panics, failures are in the outcome. See [`PveBackend::apply`].
+    ///
+    /// A plan that recreates the container runs only after [`guard::protect`] allowed it (the safety
+    /// rule: a verified data snapshot first, or `--no-snapshot`); a refusal is a failed outcome
+    /// with nothing changed. `artifacts` holds the container's last `provision/<name>.json`
+    /// (how PVE containers are reached for the snapshot).
+    pub async fn apply(
+        &self,
+        spec: &ContainerSpec,
+        plan: &ContainerPlan,
+        opts: &ApplyOptions,
+        artifacts: &ArtifactDir,
+    ) -> Provision {
+        if !matches!(plan.action, Action::Recreate { .. }) {
+            return self.apply_unguarded(spec, plan, opts).await;
+        }
+        let reach = super::reach(self, spec, artifacts, &opts.share);
+        match guard::protect(spec, &opts.share, opts.no_snapshot, reach).await {
+            Ok(guarded) => {
+                let mut prov = self.apply_unguarded(spec, plan, opts).await;
+                prov.protected_by = Some(guarded.protection.protected_by());
+                if let Some(r) = guarded.record {
+                    prov.actions.insert(0, r);
+                }
+                prov
+            }
+            Err(refused) => {
+                let error = crate::ci::redact(&refused.to_string());
+                tracing::error!("{error}");
+                let mut prov = failed_before_plan(self.kind(), spec, opts, &anyhow::anyhow!("{error}"));
+                prov.plan = plan.clone();
+                prov.outcome = Outcome::Failed { error };
+                prov
+            }
+        }
+    }
+
+    async fn apply_unguarded(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
+        match self {
+            Backend::Pve(b) => b.apply(spec, plan, opts).await,
+            Backend::Lxc(b) => b.apply(spec, plan, opts).await,
+        }
+    }
+
+    /// Destroys a container. See [`PveBackend::destroy`]. This does **not** apply the safety
+    /// rule: destroy through the `destroy` step, which calls [`guard::protect`] first.
+    ///
+    /// # Errors
+    /// The backend's errors.
+    pub async fn destroy(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<ActionRecord>> {
+        match self {
+            Backend::Pve(b) => b.destroy(spec).await,
+            Backend::Lxc(b) => b.destroy(spec).await,
+        }
+    }
+}
+
+/// One container's plan, or why it could not be planned.
+#[derive(Debug)]
+pub struct Planned {
+    /// The container.
+    pub spec: ContainerSpec,
+    /// Its plan.
+    pub plan: anyhow::Result<ContainerPlan>,
+}
+
+/// Plans `specs` on `backend` with at most `jobs` at a time (reads live state only, nothing
+/// changes); the result is in the given order, one [`Planned`] per spec, planning errors included.
+pub async fn plan_all(
+    backend: &Backend,
+    specs: Vec<ContainerSpec>,
+    policy: RecreatePolicy,
+    jobs: usize,
+) -> Vec<Planned> {
+    futures_util::stream::iter(specs.into_iter().map(|spec| async move {
+        let plan = backend.plan(&spec, policy).await;
+        Planned { spec, plan }
+    }))
+    .buffered(jobs.max(1))
+    .collect()
+    .await
+}

@@ -1,0 +1,307 @@
+//! The lxc backend's executor: carries out a [`ContainerPlan`] with the LXC client (create from
+//! the base, write the managed config keys, set cgroup limits live, start, read the address back,
+//! install the SSH key, wait for sshd) and destroys containers. Every decision was made by the
+//! planner; this file only acts and records each action in the [`Provision`] artifact.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::desired::{in_subnet, live_applicable};
+use super::{BaseStatus, Desired, LxcBackend, META_FILE, record};
+use crate::backend::model::{
+    Action, ActionRecord, ApplyOptions, BackendKind, Change, ContainerPlan, Outcome, Provision, RecreatePolicy,
+};
+use crate::inventory::ContainerSpec;
+use crate::lxc::{self, State};
+
+impl LxcBackend {
+    /// Executes `plan` for `spec` and returns the `provision` artifact. Never panics and never
+    /// returns early: a failure becomes [`Outcome::Failed`] with the actions done so far.
+    pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
+        let mut p = Provision {
+            backend: BackendKind::Lxc,
+            name: spec.name.clone(),
+            node: None,
+            vmid: spec.vmid,
+            hostname: spec.hostname.clone(),
+            address: None,
+            ssh_port: opts.ssh_port,
+            plan: plan.clone(),
+            actions: vec![],
+            warnings: vec![],
+            status: None,
+            created: false,
+            protected_by: None,
+            inputs_digest: None,
+            outcome: Outcome::Ok,
+        };
+        if let Err(e) = self.apply_inner(spec, plan, opts, &mut p).await {
+            p.outcome = Outcome::Failed { error: crate::ci::redact(&format!("{e:#}")) };
+        }
+        if let Ok(s) = self.client.state(&spec.hostname).await {
+            p.status = Some(s.as_str().to_string());
+        }
+        p
+    }
+
+    async fn apply_inner(
+        &self,
+        spec: &ContainerSpec,
+        plan: &ContainerPlan,
+        opts: &ApplyOptions,
+        p: &mut Provision,
+    ) -> Result<()> {
+        let name = spec.hostname.as_str();
+        let desired = self.desired(spec, true).await?;
+        p.warnings.extend(desired.warnings.iter().cloned());
+        match &plan.action {
+            Action::Refused { reasons } => bail!(
+                "container `{name}` must be recreated ({}), but the recreate policy forbids it: rerun with --allow-recreate",
+                reasons.join("; ")
+            ),
+            Action::Recreate { reasons } => {
+                if opts.recreate == RecreatePolicy::Never {
+                    bail!("the plan recreates `{name}` ({}), but the recreate policy is `never`", reasons.join("; "));
+                }
+                p.actions.extend(self.destroy_container(name).await?);
+                self.create(spec, &desired, p).await?;
+            }
+            Action::Create => {
+                if self.client.exists(name) {
+                    bail!("container `{name}` appeared since the plan was made; plan again");
+                }
+                self.create(spec, &desired, p).await?;
+            }
+            Action::Update { changes, .. } => {
+                let t = Instant::now();
+                self.write_config(name, &desired)?;
+                let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+                p.actions.push(record("config", t, Some(keys.join(", "))));
+                if self.client.state(name).await? == State::Running {
+                    let t = Instant::now();
+                    let applied = self.apply_cgroups_live(name, changes).await?;
+                    if !applied.is_empty() {
+                        p.actions.push(record("cgroup", t, Some(applied.join(", "))));
+                    }
+                    let pending: Vec<&str> =
+                        changes.iter().filter(|c| !live_applicable(&c.key)).map(|c| c.key.as_str()).collect();
+                    if !pending.is_empty() {
+                        p.warnings.push(format!(
+                            "{} take effect at the next restart (`lxc-stop -n {name} -P {} && lxc-start -n {name} -P {}`)",
+                            pending.join(", "),
+                            self.client.path().display(),
+                            self.client.path().display()
+                        ));
+                    }
+                }
+            }
+            Action::Nothing => {}
+        }
+
+        let mut started = false;
+        if self.client.state(name).await? != State::Running {
+            let t = Instant::now();
+            self.client.start(name).await?;
+            p.actions.push(record("start", t, None));
+            started = true;
+        }
+        let t = Instant::now();
+        let addr = self.read_address(name, &desired).await?;
+        p.address = Some(addr.to_string());
+        if started {
+            // Recorded after a (re)start only: the wait is the container's boot up to its lease.
+            p.actions.push(record("address", t, Some(format!("{addr} (lxc-info -iH)"))));
+        }
+
+        let key = crate::keys::ensure(&opts.share, spec.vmid, &spec.hostname)
+            .with_context(|| format!("cannot prepare the key pair of vmid {}", spec.vmid))?;
+        let t = Instant::now();
+        if self.install_key(name, &key.public_line).await? {
+            p.actions.push(record(
+                "install-key",
+                t,
+                Some(format!("{} → /root/.ssh/authorized_keys", key.public.display())),
+            ));
+        }
+        if opts.wait_ssh {
+            let t = Instant::now();
+            crate::net::wait_for_ssh(SocketAddr::from((addr, opts.ssh_port)), opts.ssh_timeout)
+                .await
+                .with_context(|| format!("container `{name}` runs at {addr}, but its sshd does not answer"))?;
+            if started {
+                p.actions.push(record("wait-ssh", t, Some(format!("{addr}:{}", opts.ssh_port))));
+            }
+        }
+        Ok(())
+    }
+
+    async fn create(&self, spec: &ContainerSpec, desired: &Desired, p: &mut Provision) -> Result<()> {
+        let name = spec.hostname.as_str();
+        let t = Instant::now();
+        if self.ensure_base().await? == BaseStatus::Bootstrapped {
+            p.actions.push(record(
+                "bootstrap-base",
+                t,
+                Some(format!("{} (debian {}) in {}", self.opts.base, self.opts.release, self.client.path().display())),
+            ));
+        }
+        let t = Instant::now();
+        let how = self.clone_base(name).await?;
+        p.actions.push(record("clone", t, Some(format!("{how} of {}", self.opts.base))));
+        p.created = true;
+        let t = Instant::now();
+        let result = (|| -> Result<()> {
+            for d in &desired.host_dirs {
+                std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            }
+            self.write_config(name, desired)?;
+            let meta = serde_json::to_vec_pretty(&desired.meta)?;
+            lxc::write_atomic(&self.client.container_dir(name).join(META_FILE), &meta, 0o644)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            // Nothing half-made stays behind: the clone without its config is removed.
+            let _ = self.client.destroy(name).await;
+            p.created = false;
+            return Err(e.context(format!("cannot configure the new container `{name}` (removed again)")));
+        }
+        p.actions.push(record("config", t, None));
+        Ok(())
+    }
+
+    fn write_config(&self, name: &str, desired: &Desired) -> Result<()> {
+        let mut config = self
+            .client
+            .read_config(name)?
+            .ok_or_else(|| anyhow!("container `{name}` has no config file in {}", self.client.path().display()))?;
+        for d in &desired.host_dirs {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+        }
+        for (k, v) in &desired.keys {
+            config.set_all(k, v);
+        }
+        self.client.write_config(name, &config)?;
+        Ok(())
+    }
+
+    /// Sets changed cgroup limits on the running container; returns the keys set. A limit that
+    /// the kernel refuses in this order (v1 memory must stay ≤ memory+swap) is retried once
+    /// after the others.
+    async fn apply_cgroups_live(&self, name: &str, changes: &[Change]) -> Result<Vec<String>> {
+        let mut todo: Vec<(String, String)> = changes
+            .iter()
+            .filter(|c| live_applicable(&c.key))
+            .filter_map(|c| {
+                let sub = c.key.trim_start_matches("lxc.cgroup2.").trim_start_matches("lxc.cgroup.");
+                Some((sub.to_string(), c.to.clone()?))
+            })
+            .collect();
+        let mut done = Vec::new();
+        for _round in 0..2 {
+            let mut failed = Vec::new();
+            let mut last_err = None;
+            for (k, v) in todo {
+                match self.client.cgroup_set(name, &k, &v).await {
+                    Ok(()) => done.push(k),
+                    Err(e) => {
+                        last_err = Some(e);
+                        failed.push((k, v));
+                    }
+                }
+            }
+            if failed.is_empty() {
+                return Ok(done);
+            }
+            todo = failed;
+            if _round == 1 {
+                return Err(
+                    anyhow!(last_err.expect("a failure")).context(format!("cannot set cgroup limits of `{name}` live"))
+                );
+            }
+        }
+        Ok(done)
+    }
+
+    /// Polls `lxc-info -iH` (backoff 0.2 s doubling to 2 s, bounded by `address_timeout`) until
+    /// the container has the static address, or an address in the bridge's subnet.
+    async fn read_address(&self, name: &str, desired: &Desired) -> Result<Ipv4Addr> {
+        let bridge = lxc::bridge_ipv4(&self.opts.bridge).await?;
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(200);
+        let mut wait = crate::progress::Wait::start(format!("waiting for the address of `{name}`"));
+        loop {
+            let ips = self.client.ipv4(name).await?;
+            let found = match desired.static_address {
+                Some(a) => ips.iter().copied().find(|i| *i == a),
+                None => ips.iter().copied().find(|i| bridge.is_none_or(|b| in_subnet(*i, b))),
+            };
+            if let Some(a) = found {
+                wait.finish(&a.to_string());
+                return Ok(a);
+            }
+            wait.state(&format!("{} address(es) so far", ips.len()));
+            if start.elapsed() >= self.opts.address_timeout {
+                bail!(
+                    "container `{name}` got no IPv4 address on {} within {}s (addresses seen: {ips:?}); \
+                     check that lxc-net's dnsmasq runs (`/usr/libexec/lxc/lxc-net start`)",
+                    self.opts.bridge,
+                    self.opts.address_timeout.as_secs()
+                );
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// Authorizes `public_line` for root inside the running container (from the inside, with
+    /// `lxc-attach`, so no host-side write can follow a symlink in the container's rootfs):
+    /// `/root/.ssh` 0700, `authorized_keys` 0600. Returns false when the key was there already.
+    async fn install_key(&self, name: &str, public_line: &str) -> Result<bool> {
+        let t = lxc::QUICK_TIMEOUT;
+        let out = self
+            .client
+            .attach(name, &["/bin/sh", "-c", "cat /root/.ssh/authorized_keys 2>/dev/null || true"], None, t)
+            .await?;
+        let have = String::from_utf8_lossy(&out.stdout);
+        if have.lines().any(|l| l.trim() == public_line.trim()) {
+            return Ok(false);
+        }
+        let script = "umask 077 && mkdir -p /root/.ssh && cat >> /root/.ssh/authorized_keys \
+                      && chmod 700 /root/.ssh && chmod 600 /root/.ssh/authorized_keys \
+                      && chown root:root /root/.ssh /root/.ssh/authorized_keys";
+        let line = format!("{}\n", public_line.trim());
+        self.client
+            .attach(name, &["/bin/sh", "-c", script], Some(line.as_bytes()), t)
+            .await
+            .with_context(|| format!("cannot install the SSH key into `{name}`"))?;
+        Ok(true)
+    }
+
+    async fn destroy_container(&self, name: &str) -> Result<Vec<ActionRecord>> {
+        let mut actions = Vec::new();
+        if self.client.state(name).await? != State::Stopped {
+            let t = Instant::now();
+            self.client.stop(name, self.opts.stop_timeout).await?;
+            actions.push(record("stop", t, None));
+        }
+        let t = Instant::now();
+        self.client.destroy(name).await?;
+        actions.push(record("destroy", t, None));
+        Ok(actions)
+    }
+
+    /// Stops and destroys the container of `spec` (its key pair stays in the share). A missing
+    /// container is not an error (nothing to do, no actions).
+    ///
+    /// # Errors
+    /// The container was not made by proxmox-gitops or belongs to another vmid (refused: nothing
+    /// is touched), a failing `lxc-stop`/`lxc-destroy`.
+    pub async fn destroy(&self, spec: &ContainerSpec) -> Result<Vec<ActionRecord>> {
+        if !self.owned(spec)? {
+            return Ok(vec![]);
+        }
+        self.destroy_container(&spec.hostname).await
+    }
+}

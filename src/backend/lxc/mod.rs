@@ -1,0 +1,236 @@
+//! The local LXC backend: real containers on this host, managed with the LXC tools.
+//!
+//! # How a container is made
+//!
+//! The container is named after the spec's hostname and lives under the LXC path (see
+//! [`crate::lxc`]). The first container bootstraps a cached **base** (`pgo-base-bookworm` by
+//! default): `lxc-create -t debian -- -r bookworm --packages=python3` (debootstrap from Debian's
+//! mirror, about a minute), with AppArmor unconfined, `openssh-server` present, its SSH host keys
+//! and machine-id removed so every clone generates its own on first boot. The base is kept
+//! stopped. Every container is then an `lxc-copy` of the base — an overlay snapshot
+//! (`-s -B overlay`, well under a second) where the kernel allows it, else a full copy.
+//!
+//! # Files
+//!
+//! Like [`super::pve`]: the desired state as plain data, a pure planner with unit tests
+//! (`tests.rs`), a thin executor.
+//!
+//! * [`host`] — facts about the host the desired state depends on (cgroup layout, bridge subnet,
+//!   the kinds of the mounts' host paths), gathered once per plan;
+//! * [`desired`](mod@desired) — [`ContainerSpec`] → the managed LXC config keys (pure);
+//! * [`planner`] — desired + live → [`ContainerPlan`] (pure);
+//! * `executor` — [`LxcBackend::apply`] and [`LxcBackend::destroy`]: run a plan with the LXC
+//!   client;
+//! * `base` — the cached base container every container is cloned from.
+//!
+//! All LXC tools are run through [`LxcClient`] (LXC path, timeouts, cleared environment).
+//!
+//! # Addresses
+//!
+//! The network is LXC's bridge (`lxcbr0`, started with `lxc-net` when missing). A static `IP`
+//! inside the bridge's subnet is configured as `lxc.net.0.ipv4.address`; any other static `IP`
+//! (e.g. the PVE LAN address of the lib) is ignored with a warning and DHCP applies. The address
+//! is read back with `lxc-info -iH` and recorded in the artifact.
+
+mod base;
+pub mod desired;
+mod executor;
+pub mod host;
+pub mod planner;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::model::{ActionRecord, ContainerPlan, RecreatePolicy};
+use crate::inventory::ContainerSpec;
+use crate::lxc::LxcClient;
+
+pub use base::BaseStatus;
+pub use desired::{Desired, MANAGED_KEYS, desired, hwaddr};
+pub use host::{Cgroup, DeviceNode, HostFacts, HostPath, host_path_kind};
+pub use planner::{Live, config_changes, plan_container};
+
+/// Name of the metadata file in a container's directory.
+pub const META_FILE: &str = "proxmox-gitops.json";
+/// Marker file in the base's directory, written as the last step of a bootstrap: a base without
+/// it is a half-made one and is bootstrapped again.
+pub const BASE_READY_FILE: &str = "proxmox-gitops-base.json";
+
+/// Options of the LXC backend.
+#[derive(Debug, Clone)]
+pub struct LxcOptions {
+    /// LXC path; `None`: `$PGO_LXC_PATH`, else `lxc-config lxc.lxcpath` (`/var/lib/lxc`).
+    pub lxc_path: Option<PathBuf>,
+    /// Name of the cached base container, default `pgo-base-bookworm`.
+    pub base: String,
+    /// Debian release of the base, default `bookworm`.
+    pub release: String,
+    /// Host bridge, default `lxcbr0`.
+    pub bridge: String,
+    /// Host directory holding the share: a `MOUNT` entry `NAME` binds `<share>/NAME` at `/NAME`
+    /// (default `/share`; never the share root itself, which holds the private keys in `.keys/`).
+    pub share: PathBuf,
+    /// How containers are cloned from the base.
+    pub clone: CloneMode,
+    /// Bound for reading the DHCP address back after start, default 60 s.
+    pub address_timeout: Duration,
+    /// Bound for the base bootstrap (debootstrap), default 20 min.
+    pub bootstrap_timeout: Duration,
+    /// Clean-shutdown time before a stop kills the container, default 30 s.
+    pub stop_timeout: Duration,
+}
+
+impl Default for LxcOptions {
+    fn default() -> Self {
+        Self {
+            lxc_path: None,
+            base: "pgo-base-bookworm".into(),
+            release: "bookworm".into(),
+            bridge: "lxcbr0".into(),
+            share: "/share".into(),
+            clone: CloneMode::Auto,
+            address_timeout: Duration::from_secs(60),
+            bootstrap_timeout: Duration::from_secs(20 * 60),
+            stop_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How a container is cloned from the base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CloneMode {
+    /// An overlay snapshot, falling back to a full copy when the snapshot fails.
+    #[default]
+    Auto,
+    /// Only an overlay snapshot (`lxc-copy -s -B overlay`).
+    Snapshot,
+    /// Only a full copy of the rootfs.
+    Copy,
+}
+
+/// What the backend records next to a container's config (`proxmox-gitops.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// The vmid the container belongs to (the key pair `<share>/.keys/<vmid>`).
+    pub vmid: u32,
+    /// The lib's name.
+    pub name: String,
+    /// The base container it was cloned from.
+    pub base: String,
+    /// The base's Debian release.
+    pub release: String,
+}
+
+/// Provisions containers on the local host with the LXC tools.
+#[derive(Debug, Clone)]
+pub struct LxcBackend {
+    client: LxcClient,
+    opts: LxcOptions,
+}
+
+fn record(action: &str, started: Instant, detail: Option<String>) -> ActionRecord {
+    ActionRecord {
+        action: action.into(),
+        upid: None,
+        exit_status: Some("OK".into()),
+        duration_ms: started.elapsed().as_millis() as u64,
+        detail,
+    }
+}
+
+impl LxcBackend {
+    /// Opens the backend: checks root and the LXC tools (errors say what to install) and
+    /// resolves the LXC path.
+    ///
+    /// # Errors
+    /// See [`LxcClient::connect`].
+    pub async fn new(opts: LxcOptions) -> Result<Self> {
+        let client =
+            LxcClient::connect(opts.lxc_path.clone()).await.context("the lxc backend cannot run on this host")?;
+        Ok(LxcBackend { client, opts })
+    }
+
+    /// The blocking form of [`LxcBackend::new`], for callers outside an async context (e.g.
+    /// choosing the backend before the runtime starts).
+    ///
+    /// # Errors
+    /// See [`LxcClient::connect`].
+    pub fn open(opts: LxcOptions) -> Result<Self> {
+        let client = LxcClient::open(opts.lxc_path.clone()).context("the lxc backend cannot run on this host")?;
+        Ok(LxcBackend { client, opts })
+    }
+
+    /// The LXC client (its path, for callers that print where containers live).
+    pub fn client(&self) -> &LxcClient {
+        &self.client
+    }
+
+    /// The options.
+    pub fn options(&self) -> &LxcOptions {
+        &self.opts
+    }
+
+    fn read_meta(&self, name: &str) -> Result<Option<Meta>> {
+        let path = self.client.container_dir(name).join(META_FILE);
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(
+                serde_json::from_slice(&b).with_context(|| format!("{}: not a valid {META_FILE}", path.display()))?,
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(anyhow!(e).context(format!("cannot read {}", path.display()))),
+        }
+    }
+
+    async fn live(&self, name: &str) -> Result<Option<Live>> {
+        let Some(config) = self.client.read_config(name)? else { return Ok(None) };
+        let meta = self.read_meta(name)?;
+        let state = self.client.state(name).await?;
+        Ok(Some(Live { config, meta, state }))
+    }
+
+    async fn desired(&self, spec: &ContainerSpec, start_bridge: bool) -> Result<Desired> {
+        let host = HostFacts::gather(spec, &self.opts, &self.client, start_bridge).await?;
+        desired(spec, &host, &self.opts)
+    }
+
+    /// Compares `spec` with the live container named after its hostname and plans. Changes
+    /// nothing on the host.
+    ///
+    /// # Errors
+    /// A mount the host cannot provide, unreadable config or
+    /// metadata, a failing `lxc-info`.
+    pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> Result<ContainerPlan> {
+        let desired = self.desired(spec, false).await?;
+        let live = self.live(&spec.hostname).await?;
+        Ok(plan_container(spec, &desired, live.as_ref(), policy))
+    }
+
+    /// Whether the container of `spec` exists (`false` when absent) and is ours to destroy.
+    ///
+    /// # Errors
+    /// It exists but was not made by proxmox-gitops, or belongs to another vmid; unreadable
+    /// metadata.
+    pub fn owned(&self, spec: &ContainerSpec) -> Result<bool> {
+        let name = spec.hostname.as_str();
+        if !self.client.exists(name) {
+            return Ok(false);
+        }
+        match self.read_meta(name)? {
+            None => bail!(
+                "container `{name}` in {} was not made by proxmox-gitops (no {META_FILE}): not destroying it",
+                self.client.path().display()
+            ),
+            Some(m) if m.vmid != spec.vmid => {
+                bail!("container `{name}` belongs to vmid {}, not {}: not destroying it", m.vmid, spec.vmid)
+            }
+            Some(_) => {}
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests;

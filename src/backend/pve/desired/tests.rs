@@ -1,0 +1,96 @@
+//! Unit tests of the pure mapping of a spec to PVE parameters; `defaults` and `spec` are shared
+//! with the planner tests.
+
+use super::*;
+
+pub fn spec() -> ContainerSpec {
+    ContainerSpec {
+        ip: IpConfig::Static { address: "127.0.0.1".parse().unwrap(), prefix: None },
+        cores: 2,
+        memory_mib: 1024,
+        swap_mib: 256,
+        ..ContainerSpec::new("broker", 101, IpConfig::Dhcp)
+    }
+}
+
+pub fn defaults() -> PveDefaults {
+    PveDefaults {
+        storage: "local:vztmpl".into(),
+        template: "debian-13-standard_13.1-2".into(),
+        gateway: Some("127.0.0.254".into()),
+        mask: Some(8),
+        interface: "eth0".into(),
+        bridge: "vmbr0".into(),
+    }
+}
+
+#[test]
+fn create_parameters() {
+    let mut s = spec();
+    s.mounts = vec![
+        Mount::Volume { storage: "local-lvm".into(), size_gib: 4, container_path: "/data".into() },
+        Mount::Device { path: "/dev/ttyUSB0".into() },
+    ];
+    s.env.insert("FEATURES".into(), "nesting, keyctl=1, fuse=0".into());
+    let d = desired(&s, &defaults(), "amd64").unwrap();
+    let p = create_params(&d, "ssh-ed25519 AAAA x\n");
+    let got: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    assert_eq!(
+        got,
+        vec![
+            "vmid=101",
+            "hostname=broker",
+            "ostemplate=local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst",
+            "cores=2",
+            "memory=1024",
+            "swap=256",
+            "rootfs=local-lvm:8",
+            "net0=name=eth0,bridge=vmbr0,ip=127.0.0.1/8,gw=127.0.0.254",
+            "unprivileged=1",
+            "onboot=1",
+            "description=managed by proxmox-gitops: lib `broker`\nostemplate: local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst\n",
+            "ssh-public-keys=ssh-ed25519 AAAA x",
+            "features=keyctl=1,nesting=1",
+            "mp0=local-lvm:4,mp=/data",
+            "dev0=/dev/ttyUSB0",
+        ]
+    );
+    assert_eq!(
+        root_only_options(&d),
+        vec!["dev0 (device passthrough /dev/ttyUSB0)", "features keyctl (only nesting is allowed to non-root users)"]
+    );
+}
+
+#[test]
+fn dhcp_share_and_errors() {
+    let mut s = spec();
+    s.ip = IpConfig::Dhcp;
+    s.mounts = vec![
+        Mount::Share { name: "share".into() },
+        Mount::Bind { host_path: "/srv".into(), container_path: "/srv".into() },
+    ];
+    let d = desired(&s, &defaults(), "arm64").unwrap();
+    assert_eq!(props_string(&d.net0), "name=eth0,bridge=vmbr0,ip=dhcp");
+    assert!(!d.unprivileged);
+    assert_eq!(features_string(&d.features), "mount=cifs");
+    assert_eq!(d.ostemplate, "local:vztmpl/debian-13-standard_13.1-2_arm64.tar.zst");
+    assert_eq!(root_only_options(&d).len(), 2);
+
+    let mut s = spec();
+    let mut d0 = defaults();
+    d0.mask = None;
+    s.env.insert("FEATURES".into(), "nestin".into());
+    let e = desired(&s, &d0, "amd64").unwrap_err();
+    let msgs: Vec<String> = e.iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        msgs,
+        vec![
+            "libs/broker/container.env (FEATURES): unknown feature `nestin`; expected one of nesting, keyctl, fuse, mknod, force_rw_sys",
+            "libs/broker/container.env (IP): `127.0.0.1` has no prefix length and PROXMOX_MASK is not set: write `127.0.0.1/24` or set PROXMOX_MASK",
+        ]
+    );
+    assert_eq!(arch_of_machine("x86_64"), "amd64");
+    assert_eq!(arch_of_machine("fake"), "amd64");
+    assert_eq!(arch_of_machine("aarch64"), "arm64");
+    assert_eq!(template_volid("local", "t.tar.zst"), ("local".into(), "local:vztmpl/t.tar.zst".into()));
+}

@@ -1,0 +1,318 @@
+//! Executing a plan on PVE: [`PveBackend::apply`] turns a [`ContainerPlan`] into API calls
+//! (create or recreate through `lifecycle`, `PUT …/config` with the plan's digest, `PUT
+//! …/resize`, start, the address from the spec or the CT's DHCP lease) and records every action
+//! with its task in the [`Provision`] artifact. The PVE rules it applies (lock retries, lost
+//! answers) are listed in the module docs of [`super`].
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use backon::{ExponentialBuilder, Retryable};
+use serde_json::Value;
+
+use super::planner::Live;
+use super::{PveBackend, Rec, upid_of};
+use crate::backend::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision};
+use crate::inventory::{ContainerSpec, IpConfig};
+use crate::pve::{PveError, Replay};
+
+impl PveBackend {
+    /// Executes `plan` for `spec`. Never panics: a failure ends in [`Outcome::Failed`] with the
+    /// actions done until then.
+    pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
+        let mut rec = Rec::default();
+        if let Some(c) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&spec.vmid) {
+            rec.warnings.extend(c.warnings.iter().cloned());
+        }
+        let mut fin = Final::default();
+        let outcome = match self.apply_inner(spec, plan, opts, &mut rec, &mut fin).await {
+            Ok(()) => Outcome::Ok,
+            Err(e) => Outcome::Failed { error: crate::ci::redact(&format!("{e:#}")) },
+        };
+        // Without a network call: a refused spec must not reach the API at all.
+        let node = spec.node.clone().or_else(|| self.opts.node.clone()).or_else(|| self.discovered.get().cloned());
+        Provision {
+            backend: BackendKind::Pve,
+            name: spec.name.clone(),
+            node,
+            vmid: spec.vmid,
+            hostname: spec.hostname.clone(),
+            address: fin.address,
+            ssh_port: opts.ssh_port,
+            plan: plan.clone(),
+            actions: rec.actions,
+            warnings: rec.warnings,
+            status: fin.status,
+            created: fin.created,
+            protected_by: None,
+            inputs_digest: None,
+            outcome,
+        }
+    }
+
+    async fn apply_inner(
+        &self,
+        spec: &ContainerSpec,
+        plan: &ContainerPlan,
+        opts: &ApplyOptions,
+        rec: &mut Rec,
+        fin: &mut Final,
+    ) -> anyhow::Result<()> {
+        self.check_permissions(spec)?;
+        let node = self.node_for(spec).await?;
+        let vmid = spec.vmid;
+        match &plan.action {
+            Action::Refused { reasons } => {
+                fin.status = None;
+                bail!(
+                    "{} (vmid {vmid}) needs to be recreated ({}), which the recreate policy `never` forbids; nothing was changed. \
+                     Re-run with --allow-recreate (or --recreate when-needed) to destroy and recreate it — its data is lost unless snapshotted",
+                    spec.name,
+                    reasons.join("; ")
+                );
+            }
+            Action::Nothing => {}
+            Action::Create => {
+                let d = self.desired_for(spec, &node).await?;
+                self.ensure_template(&node, &d, rec).await?;
+                self.create(&node, &d, opts, rec).await?;
+                fin.created = true;
+            }
+            Action::Recreate { reasons } => {
+                tracing::warn!("{}: recreating CT {vmid}: {}", spec.name, reasons.join("; "));
+                let d = self.desired_for(spec, &node).await?;
+                self.ensure_template(&node, &d, rec).await?;
+                self.shutdown_and_destroy(&node, vmid, rec).await?;
+                self.create(&node, &d, opts, rec).await?;
+                fin.created = true;
+            }
+            Action::Update { changes, resizes, .. } => {
+                if !changes.is_empty() {
+                    self.update_config(&node, spec, changes, rec).await?;
+                }
+                for r in resizes {
+                    self.resize(&node, vmid, &r.disk, r.to_gib, rec).await?;
+                }
+                if !plan.start {
+                    let pending = self.client.get(&format!("/nodes/{node}/lxc/{vmid}/pending"), &[]).await?;
+                    let keys: Vec<&str> = pending
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|i| i.get("pending").is_some() || i.get("delete").is_some())
+                        .filter_map(|i| i.get("key").and_then(Value::as_str))
+                        .collect();
+                    if !keys.is_empty() {
+                        rec.warnings
+                            .push(format!("reboot needed: CT {vmid} applies {} at its next start", keys.join(", ")));
+                    }
+                }
+            }
+        }
+        if plan.start || fin.created {
+            self.start(&node, vmid, rec).await?;
+        }
+        // Started now, or already running (the plan only skips the start for a running CT).
+        fin.status = Some("running".to_string());
+        let address = match spec.ip {
+            IpConfig::Static { address, .. } => Some(IpAddr::V4(address)),
+            IpConfig::Dhcp => self.dhcp_address(&node, vmid, opts.ssh_timeout).await?,
+        };
+        fin.address = address.map(|a| a.to_string());
+        if opts.wait_ssh {
+            let Some(ip) = address else { bail!("CT {vmid} has no address to wait for SSH on") };
+            let started = Instant::now();
+            crate::net::wait_for_ssh(SocketAddr::new(ip, opts.ssh_port), opts.ssh_timeout)
+                .await
+                .with_context(|| format!("{}: CT {vmid} runs, but SSH does not answer", spec.name))?;
+            rec.push("wait-ssh", None, started, Some(format!("{ip}:{}", opts.ssh_port)));
+        }
+        Ok(())
+    }
+
+    /// Repeats `op` while PVE says the container is locked, for at most [`Timeouts::lock`].
+    pub(super) async fn locked<T, F, Fut>(&self, what: &str, op: F) -> Result<T, PveError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, PveError>>,
+    {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(200))
+            .with_max_delay(Duration::from_secs(5))
+            .with_total_delay(Some(self.opts.timeouts.lock))
+            .without_max_times()
+            .with_jitter();
+        op.retry(backoff)
+            .when(|e: &PveError| e.is_locked())
+            .notify(|e: &PveError, d: Duration| tracing::info!("{what}: {e}; retrying in {} ms", d.as_millis()))
+            .await
+    }
+
+    pub(super) async fn start(&self, node: &str, vmid: u32, rec: &mut Rec) -> anyhow::Result<()> {
+        let path = format!("/nodes/{node}/lxc/{vmid}/status/start");
+        let started = Instant::now();
+        let out = self
+            .locked("start", || async {
+                match self.client.post(&path, &[], Replay::Safe).await {
+                    Ok(v) => {
+                        let upid = upid_of(&v, &path)?;
+                        match self.client.wait_task(&upid, self.opts.timeouts.start, &format!("start CT {vmid}")).await
+                        {
+                            Ok(o) => Ok(Some(o)),
+                            Err(e) if e.is_already_running() => Ok(None),
+                            Err(e) => Err(e),
+                        }
+                    }
+                    Err(e) if e.is_already_running() => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await
+            .with_context(|| format!("cannot start CT {vmid} on node {node}"))?;
+        let detail = if out.is_none() { Some("already running".to_string()) } else { None };
+        rec.push("start", out.as_ref(), started, detail);
+        Ok(())
+    }
+
+    async fn update_config(
+        &self,
+        node: &str,
+        spec: &ContainerSpec,
+        changes: &[crate::backend::model::Change],
+        rec: &mut Rec,
+    ) -> anyhow::Result<()> {
+        let vmid = spec.vmid;
+        let path = format!("/nodes/{node}/lxc/{vmid}/config");
+        let started = Instant::now();
+        let mut digest = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&vmid).and_then(|c| c.digest.clone());
+        let mut todo: Vec<crate::backend::model::Change> = changes.to_vec();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut params: Vec<(&str, String)> =
+                todo.iter().filter_map(|c| c.to.as_ref().map(|v| (c.key.as_str(), v.clone()))).collect();
+            let deletes: Vec<&str> = todo.iter().filter(|c| c.to.is_none()).map(|c| c.key.as_str()).collect();
+            if !deletes.is_empty() {
+                params.push(("delete", deletes.join(",")));
+            }
+            if let Some(d) = &digest {
+                params.push(("digest", d.clone()));
+            }
+            match self.locked("config", || self.client.put(&path, &params, Replay::Unsafe)).await {
+                Ok(_) => break,
+                Err(e @ PveError::Transport { retryable: true, .. }) if attempts < 4 => {
+                    // The answer was lost: see what PVE has now and write only what is missing.
+                    tracing::info!("{e}; reading the config again");
+                    let (live, new_digest) = self.read_live(node, vmid).await?;
+                    let Live::Present(ct) = live else { bail!("CT {vmid} disappeared while its config was written") };
+                    todo.retain(|c| ct.config.get(&c.key) != c.to.as_ref());
+                    if todo.is_empty() {
+                        break;
+                    }
+                    digest = new_digest;
+                }
+                Err(e)
+                    if attempts < 4 && e.message().is_some_and(|m| m.contains("detected modified configuration")) =>
+                {
+                    // The config file changed since it was read (a backup's lock came and went,
+                    // or someone edited it). Go on only if the keys to change still hold the
+                    // values the plan saw; otherwise the plan is stale.
+                    let (live, new_digest) = self.read_live(node, vmid).await?;
+                    let Live::Present(ct) = live else { bail!("CT {vmid} disappeared while its config was written") };
+                    todo.retain(|c| ct.config.get(&c.key) != c.to.as_ref());
+                    if let Some(c) = todo.iter().find(|c| ct.config.get(&c.key) != c.from.as_ref()) {
+                        return Err(e).with_context(|| {
+                            format!(
+                                "cannot change the config of CT {vmid}: `{}` changed on PVE since the plan (now {}); plan again",
+                                c.key,
+                                ct.config.get(&c.key).map(String::as_str).unwrap_or("unset")
+                            )
+                        });
+                    }
+                    if todo.is_empty() {
+                        break;
+                    }
+                    tracing::info!(
+                        "CT {vmid}: config changed since the plan (digest), unrelated keys only; writing again"
+                    );
+                    digest = new_digest;
+                }
+                Err(e) => return Err(e).with_context(|| format!("cannot change the config of CT {vmid}")),
+            }
+        }
+        let detail = changes
+            .iter()
+            .map(|c| match (&c.from, &c.to) {
+                _ if c.key == "description" => "description".to_string(),
+                (f, Some(t)) => format!("{}: {} → {t}", c.key, f.as_deref().unwrap_or("unset")),
+                (_, None) => format!("{}: deleted", c.key),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        rec.push("config", None, started, Some(detail));
+        Ok(())
+    }
+
+    async fn resize(&self, node: &str, vmid: u32, disk: &str, gib: u64, rec: &mut Rec) -> anyhow::Result<()> {
+        let path = format!("/nodes/{node}/lxc/{vmid}/resize");
+        let started = Instant::now();
+        let params = [("disk", disk.to_string()), ("size", format!("{gib}G"))];
+        let out = self
+            .locked("resize", || async {
+                match self.client.put(&path, &params, Replay::Safe).await {
+                    Ok(Value::String(upid)) if upid.starts_with("UPID:") => self
+                        .client
+                        .wait_task(&upid, self.opts.timeouts.resize, &format!("resize CT {vmid} {disk}"))
+                        .await
+                        .map(Some),
+                    Ok(_) => Ok(None),
+                    // A repeated resize after a lost answer: the first one went through.
+                    Err(e) if e.message().is_some_and(|m| m.contains("already at specified size")) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await
+            .with_context(|| format!("cannot grow {disk} of CT {vmid} to {gib} GiB"))?;
+        rec.push("resize", out.as_ref(), started, Some(format!("{disk} → {gib}G")));
+        Ok(())
+    }
+
+    /// Reads the DHCP address of `net0` from `GET …/interfaces`, polling with backoff for at most
+    /// `timeout`.
+    async fn dhcp_address(&self, node: &str, vmid: u32, timeout: Duration) -> anyhow::Result<Option<IpAddr>> {
+        let path = format!("/nodes/{node}/lxc/{vmid}/interfaces");
+        let iface = self.opts.defaults.interface.clone();
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(200);
+        loop {
+            let ifs = self.client.get(&path, &[]).await?;
+            let found = ifs
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|i| i.get("name").and_then(Value::as_str) == Some(iface.as_str()))
+                .find_map(|i| {
+                    i.get("inet")
+                        .and_then(Value::as_str)
+                        .and_then(|c| c.split('/').next())
+                        .and_then(|a| a.parse::<IpAddr>().ok())
+                });
+            if found.is_some() {
+                return Ok(found);
+            }
+            if start.elapsed() >= timeout {
+                bail!("CT {vmid} got no DHCP address on {iface} within {:.1} s", timeout.as_secs_f64());
+            }
+            tokio::time::sleep(delay.min(timeout.saturating_sub(start.elapsed()))).await;
+            delay = (delay * 2).min(Duration::from_secs(3));
+        }
+    }
+}
+
+#[derive(Default)]
+struct Final {
+    address: Option<String>,
+    status: Option<String>,
+    created: bool,
+}

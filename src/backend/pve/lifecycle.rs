@@ -1,0 +1,221 @@
+//! Making and removing containers on PVE: the template download (shared by concurrent
+//! provisions of one node), `POST …/lxc` (repeated when its answer is lost; an "already exists"
+//! after a repeat finds the first attempt's `vzcreate` task), and the destroy sequence
+//! (`vzshutdown`, `vzstop` when it fails, `DELETE …/lxc/{vmid}` with `purge=1` and
+//! `destroy-unreferenced-disks=1`).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use serde_json::Value;
+
+use super::desired::{Desired, TEMPLATE_BASE_URL, create_params, template_file, template_volid};
+use super::{PveBackend, Rec, upid_of};
+use crate::backend::model::{ActionRecord, ApplyOptions};
+use crate::inventory::ContainerSpec;
+use crate::pve::{PveError, Replay, TaskOutcome};
+
+impl PveBackend {
+    /// Makes sure the template is on the storage, downloading it from [`TEMPLATE_BASE_URL`]
+    /// when missing; concurrent callers for the same node and template share one download.
+    pub(super) async fn ensure_template(&self, node: &str, d: &Desired, rec: &mut Rec) -> anyhow::Result<()> {
+        let file = template_file(&self.opts.defaults.template, &d.arch);
+        let (sid, volid) = template_volid(&self.opts.defaults.storage, &file);
+        let cell = {
+            let mut map = self.templates.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(format!("{node}/{volid}")).or_default().clone()
+        };
+        let mut record: Option<(TaskOutcome, Instant)> = None;
+        cell.get_or_try_init(|| async {
+            let content = self
+                .client
+                .get(&format!("/nodes/{node}/storage/{sid}/content"), &[("content", "vztmpl".into())])
+                .await?;
+            let present = content
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| v.get("volid").and_then(Value::as_str) == Some(volid.as_str()));
+            if present {
+                return Ok::<(), anyhow::Error>(());
+            }
+            let started = Instant::now();
+            let url = format!("{TEMPLATE_BASE_URL}{file}");
+            tracing::info!("template {volid} missing on {node}: downloading {url}");
+            // A repeated download of the same URL to the same file name is harmless (PVE writes a
+            // temporary file and renames it), so it is safe to replay.
+            let upid = self
+                .client
+                .post(
+                    &format!("/nodes/{node}/storage/{sid}/download-url"),
+                    &[("url", url.clone()), ("content", "vztmpl".into()), ("filename", file.clone())],
+                    Replay::Safe,
+                )
+                .await?;
+            let upid = upid_of(&upid, "download-url")?;
+            let out = self.client.wait_task(&upid, self.opts.timeouts.download, &format!("download {file}")).await?;
+            record = Some((out, started));
+            Ok(())
+        })
+        .await
+        .with_context(|| format!("cannot provide the template {volid} on node {node}"))?;
+        if let Some((out, started)) = record {
+            rec.push("download", Some(&out), started, Some(volid));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn create(
+        &self,
+        node: &str,
+        d: &Desired,
+        opts: &ApplyOptions,
+        rec: &mut Rec,
+    ) -> anyhow::Result<()> {
+        let key = crate::keys::ensure(&opts.share, d.vmid, &d.hostname)?;
+        let params = create_params(d, &key.public_line);
+        let params: Vec<(&str, String)> = params.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let path = format!("/nodes/{node}/lxc");
+        let started = Instant::now();
+        let mut lost_answers = 0;
+        let upid = loop {
+            match self.locked("create", || self.client.post(&path, &params, Replay::Unsafe)).await {
+                Ok(v) => break upid_of(&v, &path)?,
+                Err(PveError::Transport { detail, retryable: true, .. }) if lost_answers < 5 => {
+                    lost_answers += 1;
+                    tracing::info!("create CT {}: no answer ({detail}); repeating", d.vmid);
+                    tokio::time::sleep(Duration::from_millis(100 << lost_answers)).await;
+                }
+                Err(e) if lost_answers > 0 && e.is_already_exists() => {
+                    break self.find_create_task(node, d.vmid).await?;
+                }
+                Err(e) => return Err(e).with_context(|| format!("cannot create CT {} on node {node}", d.vmid)),
+            }
+        };
+        let out = self
+            .locked("create", || async {
+                self.client.wait_task(&upid, self.opts.timeouts.create, &format!("create CT {}", d.vmid)).await
+            })
+            .await
+            .with_context(|| format!("creating CT {} on node {node} failed", d.vmid))?;
+        rec.push("create", Some(&out), started, Some(d.ostemplate.clone()));
+        Ok(())
+    }
+
+    /// The latest `vzcreate` task of `vmid` started by this identity (after a create whose
+    /// answer was lost).
+    async fn find_create_task(&self, node: &str, vmid: u32) -> anyhow::Result<String> {
+        let tasks = self
+            .client
+            .get(
+                &format!("/nodes/{node}/tasks"),
+                &[("vmid", vmid.to_string()), ("typefilter", "vzcreate".into()), ("limit", "10".into())],
+            )
+            .await?;
+        let me = self.client.auth().identity();
+        tasks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t.get("type").and_then(Value::as_str) == Some("vzcreate"))
+            .filter(|t| {
+                t.get("user").and_then(Value::as_str).is_none_or(|u| u == me || me.starts_with(&format!("{u}!")))
+            })
+            .find_map(|t| t.get("upid").and_then(Value::as_str).map(str::to_string))
+            .ok_or_else(|| {
+                anyhow!("CT {vmid} exists after a create whose answer was lost, but no vzcreate task of {me} was found")
+            })
+    }
+
+    /// Shuts the container down (stop after the shutdown timeout) and destroys it with
+    /// `purge=1` and `destroy-unreferenced-disks=1`. An absent container is fine.
+    pub(super) async fn shutdown_and_destroy(&self, node: &str, vmid: u32, rec: &mut Rec) -> anyhow::Result<()> {
+        let base = format!("/nodes/{node}/lxc/{vmid}");
+        let status = match self.client.get(&format!("{base}/status/current"), &[]).await {
+            Ok(s) => s,
+            Err(e) if e.is_absent() => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        if status.get("status").and_then(Value::as_str) == Some("running") {
+            let started = Instant::now();
+            let secs = self.opts.timeouts.shutdown.as_secs().max(1);
+            let shutdown = self
+                .locked("shutdown", || async {
+                    match self
+                        .client
+                        .post(&format!("{base}/status/shutdown"), &[("timeout", secs.to_string())], Replay::Safe)
+                        .await
+                    {
+                        Ok(v) => {
+                            let upid = upid_of(&v, "shutdown")?;
+                            let wait = self.opts.timeouts.shutdown + Duration::from_secs(30);
+                            self.client.wait_task(&upid, wait, &format!("shutdown CT {vmid}")).await.map(Some)
+                        }
+                        Err(e) if e.is_not_running() => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                })
+                .await;
+            match shutdown {
+                Ok(out) => rec.push("shutdown", out.as_ref(), started, None),
+                Err(e) => {
+                    tracing::warn!("CT {vmid}: clean shutdown failed ({e}); stopping it");
+                    rec.push("shutdown", None, started, Some(format!("failed: {e}")));
+                    let started = Instant::now();
+                    let out = self
+                        .locked("stop", || async {
+                            match self.client.post(&format!("{base}/status/stop"), &[], Replay::Safe).await {
+                                Ok(v) => {
+                                    let upid = upid_of(&v, "stop")?;
+                                    self.client
+                                        .wait_task(&upid, self.opts.timeouts.stop, &format!("stop CT {vmid}"))
+                                        .await
+                                        .map(Some)
+                                }
+                                Err(e) if e.is_not_running() => Ok(None),
+                                Err(e) => Err(e),
+                            }
+                        })
+                        .await
+                        .with_context(|| format!("cannot stop CT {vmid}"))?;
+                    rec.push("stop", out.as_ref(), started, None);
+                }
+            }
+        }
+        let started = Instant::now();
+        let out = self
+            .locked("destroy", || async {
+                match self
+                    .client
+                    .delete(&base, &[("purge", "1".into()), ("destroy-unreferenced-disks", "1".into())], Replay::Safe)
+                    .await
+                {
+                    Ok(v) => {
+                        let upid = upid_of(&v, "destroy")?;
+                        self.client
+                            .wait_task(&upid, self.opts.timeouts.destroy, &format!("destroy CT {vmid}"))
+                            .await
+                            .map(Some)
+                    }
+                    Err(e) if e.is_absent() => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await
+            .with_context(|| format!("cannot destroy CT {vmid}"))?;
+        rec.push("destroy", out.as_ref(), started, Some("purge=1,destroy-unreferenced-disks=1".into()));
+        Ok(())
+    }
+
+    /// Destroys the container of `spec` (shutdown, stop after the timeout, destroy with purge).
+    /// An absent container yields no actions.
+    ///
+    /// # Errors
+    /// API and task errors.
+    pub async fn destroy(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<ActionRecord>> {
+        let node = self.node_for(spec).await?;
+        let mut rec = Rec::default();
+        self.shutdown_and_destroy(&node, spec.vmid, &mut rec).await?;
+        Ok(rec.actions)
+    }
+}

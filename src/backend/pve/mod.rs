@@ -1,0 +1,321 @@
+//! The Proxmox VE backend: plans and applies a container over the PVE API.
+//!
+//! * [`desired`](mod@desired) maps a spec to PVE's parameters (pure);
+//! * [`planner`] compares desired and live state (pure, exhaustively unit-tested);
+//! * [`PveBackend`] (this file) reads live state and plans;
+//! * `executor` — [`PveBackend::apply`]: runs a plan (config update, resize, start, address)
+//!   and records every action;
+//! * `lifecycle` — template download, create, shutdown and destroy ([`PveBackend::destroy`]).
+//!
+//! Execution rules (PVE behaviour handled here, each covered by `tests/provision_pve.rs`):
+//!
+//! * `CT is locked (…)` / `can't lock file … got timeout` — the operation is repeated with
+//!   capped exponential backoff for at most [`Timeouts::lock`], whether the error came as an
+//!   HTTP answer or as a task's exit status;
+//! * a create that got no answer is repeated; "already exists" after such a repeat means the
+//!   first attempt went through — its `vzcreate` task is looked up and waited for;
+//! * "already running" for a start and "not running" for a shutdown/stop are success;
+//!   "does not exist" means absent;
+//! * `PUT …/config` carries the digest read by `plan`, so a concurrent change fails instead of
+//!   being overwritten; when its answer is lost the config is read again and only what is still
+//!   missing is written;
+//! * concurrent provisions of the same node share one template download and one
+//!   `GET /nodes/{node}/status`.
+
+pub mod desired;
+mod executor;
+mod lifecycle;
+pub mod planner;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use self::desired::{Desired, PveDefaults, desired};
+use self::planner::{Live, LiveCt};
+use crate::backend::model::{ActionRecord, ContainerPlan, RecreatePolicy};
+use crate::inventory::ContainerSpec;
+use crate::pve::{PveClient, PveError, TaskOutcome};
+
+/// Per-operation timeouts (how long a task may run before the step gives up on it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeouts {
+    /// `vzcreate` (unpacking a template on slow storage takes minutes): 600 s.
+    pub create: Duration,
+    /// `vzstart`: 120 s.
+    pub start: Duration,
+    /// Clean `vzshutdown` before a destroy; `vzstop` follows when it fails: 120 s.
+    pub shutdown: Duration,
+    /// `vzstop`: 60 s.
+    pub stop: Duration,
+    /// `vzdestroy`: 300 s.
+    pub destroy: Duration,
+    /// Template `download`: 1800 s.
+    pub download: Duration,
+    /// `resize`: 300 s.
+    pub resize: Duration,
+    /// How long a locked container is waited for (`CT is locked`): 120 s.
+    pub lock: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            create: Duration::from_secs(600),
+            start: Duration::from_secs(120),
+            shutdown: Duration::from_secs(120),
+            stop: Duration::from_secs(60),
+            destroy: Duration::from_secs(300),
+            download: Duration::from_secs(1800),
+            resize: Duration::from_secs(300),
+            lock: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Options of the backend.
+#[derive(Debug, Clone)]
+pub struct PveBackendOptions {
+    /// Template, network and storage settings.
+    pub defaults: PveDefaults,
+    /// The configured node (`PROXMOX_NODE`); a spec's `NODE` wins; `None` discovers it.
+    pub node: Option<String>,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Cached {
+    digest: Option<String>,
+    warnings: Vec<String>,
+}
+
+/// The PVE backend. Share one instance (and so one client session) across concurrent provisions.
+pub struct PveBackend {
+    client: Arc<PveClient>,
+    opts: PveBackendOptions,
+    discovered: OnceCell<String>,
+    arches: tokio::sync::Mutex<HashMap<String, String>>,
+    templates: Mutex<HashMap<String, Arc<OnceCell<()>>>>,
+    cache: Mutex<HashMap<u32, Cached>>,
+}
+
+/// Collects the actions and warnings of one apply.
+#[derive(Default)]
+struct Rec {
+    actions: Vec<ActionRecord>,
+    warnings: Vec<String>,
+}
+
+impl Rec {
+    fn push(&mut self, action: &str, task: Option<&TaskOutcome>, started: Instant, detail: Option<String>) {
+        if let Some(t) = task {
+            self.warnings.extend(t.warnings.iter().cloned());
+        }
+        tracing::info!(
+            "{action}{}{} ({} ms)",
+            task.map(|t| format!(" {}: {}", t.upid, t.exit_status)).unwrap_or_default(),
+            detail.as_deref().map(|d| format!(" — {d}")).unwrap_or_default(),
+            started.elapsed().as_millis()
+        );
+        self.actions.push(ActionRecord {
+            action: action.into(),
+            upid: task.map(|t| t.upid.clone()),
+            exit_status: task.map(|t| t.exit_status.clone()),
+            duration_ms: started.elapsed().as_millis() as u64,
+            detail,
+        });
+    }
+}
+
+fn upid_of(v: &Value, what: &str) -> Result<String, PveError> {
+    v.as_str().filter(|s| s.starts_with("UPID:")).map(str::to_string).ok_or_else(|| PveError::Decode {
+        method: "POST".into(),
+        path: what.into(),
+        detail: format!("expected a UPID, got {v}"),
+    })
+}
+
+fn value_string(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl PveBackend {
+    /// A backend over `client`.
+    pub fn new(client: Arc<PveClient>, opts: PveBackendOptions) -> Self {
+        Self {
+            client,
+            opts,
+            discovered: OnceCell::new(),
+            arches: tokio::sync::Mutex::new(HashMap::new()),
+            templates: Mutex::new(HashMap::new()),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The client (shared session, request counter).
+    pub fn client(&self) -> &Arc<PveClient> {
+        &self.client
+    }
+
+    /// Refuses, before any API call, spec options PVE reserves for `root@pam` when the identity
+    /// is not a `root@pam` ticket.
+    ///
+    /// # Errors
+    /// Names each option, the identity in use and the fix; also the spec's own problems.
+    pub fn check_permissions(&self, spec: &ContainerSpec) -> anyhow::Result<()> {
+        let d = desired(spec, &self.opts.defaults, "amd64")?;
+        if self.client.auth().is_root() {
+            return Ok(());
+        }
+        let opts = desired::root_only_options(&d);
+        if opts.is_empty() {
+            return Ok(());
+        }
+        let file = spec.sources.first().cloned().unwrap_or_else(|| spec.dir.join("container.env"));
+        bail!(
+            "{} (vmid {}): {} — PVE allows {} only to root@pam logged in with a password, and the API identity is `{}`. \
+             Fix: set PROXMOX_USER=root@pam with PROXMOX_PASSWORD (ticket auth), or remove {} from MOUNT/FEATURES in {}",
+            spec.name,
+            spec.vmid,
+            opts.join("; "),
+            if opts.len() == 1 { "this option" } else { "these options" },
+            self.client.auth().identity(),
+            if opts.len() == 1 { "it" } else { "them" },
+            file.display()
+        )
+    }
+
+    /// The node for `spec`: its `NODE`, else `PROXMOX_NODE`, else the only online node of
+    /// `GET /nodes`.
+    ///
+    /// # Errors
+    /// API errors; several or no online nodes without a configured one.
+    pub async fn node_for(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
+        if let Some(n) = spec.node.clone().or_else(|| self.opts.node.clone()) {
+            return Ok(n);
+        }
+        let n = self
+            .discovered
+            .get_or_try_init(|| async {
+                let nodes = self.client.get("/nodes", &[]).await?;
+                let online: Vec<String> = nodes
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|n| n.get("status").and_then(Value::as_str) == Some("online"))
+                    .filter_map(|n| n.get("node").and_then(Value::as_str).map(str::to_string))
+                    .collect();
+                match online.as_slice() {
+                    [one] => Ok(one.clone()),
+                    [] => Err(anyhow!("GET /nodes lists no online node; set PROXMOX_NODE")),
+                    many => Err(anyhow!(
+                        "the cluster has several online nodes ({}); set PROXMOX_NODE, or NODE in a lib's container.env",
+                        many.join(", ")
+                    )),
+                }
+            })
+            .await?;
+        Ok(n.clone())
+    }
+
+    /// The template arch of `node` from `GET /nodes/{node}/status` (`current-kernel.machine`),
+    /// fetched once per node.
+    async fn arch(&self, node: &str) -> anyhow::Result<String> {
+        let mut map = self.arches.lock().await;
+        if let Some(a) = map.get(node) {
+            return Ok(a.clone());
+        }
+        let st = self.client.get(&format!("/nodes/{node}/status"), &[]).await?;
+        let machine = st.pointer("/current-kernel/machine").and_then(Value::as_str).unwrap_or("");
+        let arch = desired::arch_of_machine(machine).to_string();
+        map.insert(node.to_string(), arch.clone());
+        Ok(arch)
+    }
+
+    async fn desired_for(&self, spec: &ContainerSpec, node: &str) -> anyhow::Result<Desired> {
+        let arch = self.arch(node).await?;
+        Ok(desired(spec, &self.opts.defaults, &arch)?)
+    }
+
+    /// Reads the live container: config (pending values applied) with its digest, the pending
+    /// keys and whether it runs.
+    async fn read_live(&self, node: &str, vmid: u32) -> Result<(Live, Option<String>), PveError> {
+        let base = format!("/nodes/{node}/lxc/{vmid}");
+        let config = match self.client.get(&format!("{base}/config"), &[]).await {
+            Ok(c) => c,
+            Err(e) if e.is_absent() => return Ok((Live::Absent, None)),
+            Err(e) => return Err(e),
+        };
+        let (pending_path, status_path) = (format!("{base}/pending"), format!("{base}/status/current"));
+        let (pending, status) =
+            tokio::try_join!(self.client.get(&pending_path, &[]), self.client.get(&status_path, &[]))?;
+        let mut ct = LiveCt::default();
+        let mut digest = None;
+        for (k, v) in config.as_object().into_iter().flatten() {
+            if k == "digest" {
+                digest = v.as_str().map(str::to_string);
+            } else if !v.is_null() {
+                ct.config.insert(k.clone(), value_string(v));
+            }
+        }
+        for item in pending.as_array().into_iter().flatten() {
+            if let Some(k) = item.get("key").and_then(Value::as_str)
+                && (item.get("pending").is_some() || item.get("delete").is_some())
+            {
+                ct.pending.insert(k.to_string());
+            }
+        }
+        ct.running = status.get("status").and_then(Value::as_str) == Some("running");
+        Ok((Live::Present(ct), digest))
+    }
+
+    /// Plans `spec` against the live container under `policy` (reads only).
+    ///
+    /// # Errors
+    /// Root-only options under a non-root identity (before any API call), spec problems
+    /// ([`crate::error::Problems`] inside the `anyhow::Error`), API errors.
+    pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> anyhow::Result<ContainerPlan> {
+        self.check_permissions(spec)?;
+        let node = self.node_for(spec).await?;
+        let d = self.desired_for(spec, &node).await?;
+        let (live, digest) = self
+            .read_live(&node, spec.vmid)
+            .await
+            .with_context(|| format!("{}: cannot read CT {} on node {node}", spec.name, spec.vmid))?;
+        let planned = planner::plan(&d, &live, policy, self.client.auth().is_root());
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(spec.vmid, Cached { digest, warnings: planned.warnings.clone() });
+        Ok(ContainerPlan {
+            name: spec.name.clone(),
+            vmid: spec.vmid,
+            hostname: spec.hostname.clone(),
+            action: planned.action,
+            start: planned.start,
+        })
+    }
+
+    /// The hostname of the live CT `spec.vmid` on its node (`GET /nodes/{node}/lxc/{vmid}/config`),
+    /// `None` when the CT does not exist (PVE's "does not exist"); an empty string when its
+    /// config has no `hostname`.
+    ///
+    /// # Errors
+    /// Node discovery and API errors.
+    pub async fn live_hostname(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
+        let node = self.node_for(spec).await?;
+        match self.client.get(&format!("/nodes/{node}/lxc/{}/config", spec.vmid), &[]).await {
+            Ok(c) => Ok(Some(c.get("hostname").and_then(Value::as_str).unwrap_or("").to_string())),
+            Err(e) if e.is_absent() => Ok(None),
+            Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read CT {} on node {node}", spec.vmid))),
+        }
+    }
+}

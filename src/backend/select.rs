@@ -1,0 +1,138 @@
+//! Choosing and opening a backend: which one a run uses (`--backend`, else `pve` when
+//! `PROXMOX_HOST` is set) and how it is built from the settings.
+//!
+//! This is the only place that turns `PROXMOX_*` settings into a PVE client ([`pve_client`], also
+//! used by the `snapshot` step for container snapshots) or a backend ([`open`]); the steps receive
+//! the opened [`Backend`] and never read the settings for it themselves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Backend;
+use super::lxc::{LxcBackend, LxcOptions};
+use super::model::BackendKind;
+use super::pve::{PveBackend, PveBackendOptions, Timeouts, desired::PveDefaults};
+use crate::error::{Error, Location, Problems, Result};
+use crate::pve::{Auth, ClientOptions, PveClient, TlsMode};
+use crate::settings::Settings;
+
+/// How to reach PVE besides the settings: TLS and timeouts.
+#[derive(Debug, Clone)]
+pub struct PveConnect {
+    /// Certificate verification.
+    pub tls: TlsMode,
+    /// Per-operation timeouts.
+    pub timeouts: Timeouts,
+    /// Timeout of one HTTP request.
+    pub request_timeout: Duration,
+}
+
+impl Default for PveConnect {
+    fn default() -> Self {
+        Self { tls: TlsMode::System, timeouts: Timeouts::default(), request_timeout: Duration::from_secs(60) }
+    }
+}
+
+fn env_problem(key: &str, msg: impl Into<String>) -> Problems {
+    let mut p = Problems::new();
+    p.add(Location::file("environment").with_key(key), msg);
+    p
+}
+
+/// The backend chosen by default: `pve` when `PROXMOX_HOST` is configured, else `lxc`.
+pub fn default_backend(settings: &Settings) -> BackendKind {
+    if settings.pve.host.is_some() { BackendKind::Pve } else { BackendKind::Lxc }
+}
+
+/// Builds the PVE API client from the settings (`PROXMOX_HOST`, `PROXMOX_PORT`, credentials)
+/// and the TLS/request options of `connect` (the provision backend and the `snapshot` step's
+/// container snapshots share this).
+///
+/// # Errors
+/// [`Error::Input`] naming the missing setting (host, credentials); [`Error::Failed`] for an
+/// unusable TLS set-up (unreadable CA file …).
+pub fn pve_client(settings: &Settings, connect: &PveConnect) -> Result<PveClient> {
+    let s = &settings.pve;
+    let host =
+        s.host.clone().ok_or_else(|| env_problem("PROXMOX_HOST", "not set: the PVE API host (name or address)"))?;
+    let auth = if let Some(pw) = &s.password {
+        Auth::Ticket { user: s.user.clone().unwrap_or_else(|| "root@pam".into()), password: pw.clone() }
+    } else if let (Some(token), Some(secret)) = (&s.token, &s.secret) {
+        let user = s.user.clone().ok_or_else(|| {
+            env_problem(
+                "PROXMOX_USER",
+                "not set: an API token needs its user, e.g. root@pam (PROXMOX_USER) with PROXMOX_TOKEN=ID",
+            )
+        })?;
+        Auth::Token { user, token: token.clone(), secret: secret.clone() }
+    } else {
+        return Err(env_problem(
+            "PROXMOX_PASSWORD",
+            "no PVE credentials: set PROXMOX_PASSWORD (ticket auth) or PROXMOX_TOKEN and PROXMOX_SECRET (API token)",
+        )
+        .into());
+    };
+    let mut opts = ClientOptions::new(host);
+    opts.port = s.port;
+    opts.tls = connect.tls.clone();
+    opts.request_timeout = connect.request_timeout;
+    PveClient::new(opts, auth).map_err(|e| Error::Failed(e.into()))
+}
+
+/// Builds the PVE backend from the settings (`PROXMOX_*`).
+///
+/// # Errors
+/// [`Error::Input`] naming the missing setting (host, credentials, template);
+/// [`Error::Failed`] for an unusable TLS set-up (unreadable CA file …).
+pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBackend> {
+    let s = &settings.pve;
+    let client = pve_client(settings, connect)?;
+    let template = s.template.clone().ok_or_else(|| {
+        env_problem(
+            "PROXMOX_TEMPLATE",
+            "not set: the container template without arch and extension, e.g. debian-13-standard_13.1-2",
+        )
+    })?;
+    Ok(PveBackend::new(
+        Arc::new(client),
+        PveBackendOptions {
+            defaults: PveDefaults {
+                storage: s.storage.clone().unwrap_or_else(|| "local".into()),
+                template,
+                gateway: s.gateway.clone(),
+                mask: s.mask,
+                interface: s.interface.clone(),
+                bridge: s.bridge.clone(),
+            },
+            node: s.node.clone(),
+            timeouts: connect.timeouts.clone(),
+        },
+    ))
+}
+
+/// Builds (opens) the backend of `kind`: the one PVE client and session, or the LXC client,
+/// that every container of the run shares.
+///
+/// # Errors
+/// See [`pve_backend`] and [`lxc_backend`].
+pub fn open(kind: BackendKind, settings: &Settings, connect: &PveConnect) -> Result<Backend> {
+    match kind {
+        BackendKind::Pve => Ok(Backend::Pve(pve_backend(settings, connect)?)),
+        BackendKind::Lxc => Ok(Backend::Lxc(lxc_backend(settings)?)),
+    }
+}
+
+/// Builds the local LXC backend: LXC path from `$PGO_LXC_PATH` (else `lxc-config
+/// lxc.lxcpath`), the share directory from the settings (`PROXMOX_SHARE`), bridge `lxcbr0`, the
+/// cached base container from `$PGO_LXC_BASE` (default `pgo-base-bookworm`).
+///
+/// # Errors
+/// [`Error::Failed`] when the host cannot run it (not root, LXC tools missing — the message says
+/// what to install).
+pub fn lxc_backend(settings: &Settings) -> Result<LxcBackend> {
+    let mut opts = LxcOptions { share: settings.share.clone(), ..LxcOptions::default() };
+    if let Some(base) = std::env::var("PGO_LXC_BASE").ok().filter(|b| !b.trim().is_empty()) {
+        opts.base = base.trim().to_string();
+    }
+    LxcBackend::open(opts).map_err(Error::Failed)
+}
