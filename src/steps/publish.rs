@@ -239,7 +239,7 @@ pub fn wanted_variables(remotes: &Remotes, opts: &PublishOptions) -> Result<Want
         let file =
             if has_key(&opts.repo.join("globals.local.json"), k) { "globals.local.json" } else { "globals.json" };
         if let Err(m) = valid_variable_name(k) {
-            problems.add(Location::file(file).with_key(k), m);
+            problems.add(Location::file(file).with_key(k), m.to_string());
             continue;
         }
         for org in [remotes.org.as_str(), STAGE_ORG, TASKS_ORG] {
@@ -283,7 +283,7 @@ pub fn wanted_variables(remotes: &Remotes, opts: &PublishOptions) -> Result<Want
         for (k, v) in outputs {
             let key = format!("outputs.{k}");
             if let Err(msg) = valid_variable_name(k) {
-                problems.add(Location::file(&display).with_key(&key), msg);
+                problems.add(Location::file(&display).with_key(&key), msg.to_string());
                 continue;
             }
             let value = match v {
