@@ -77,7 +77,7 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
     }
     let failed: Vec<&Configure> = results.iter().filter(|c| !c.ok()).collect();
     let states: Vec<(&str, bool)> = results.iter().map(|c| (c.name.as_str(), c.ok())).collect();
-    crate::ci::set_step_outputs("configure", &ctx.artifacts.root().join("configure"), &states)
+    crate::ci::set_step_outputs("configure", &ctx.artifacts.configure_dir(), &states)
         .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
     if ctx.json {
         let mut out = String::from("[\n");

@@ -70,7 +70,7 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     }
     let states: Vec<(&str, bool)> =
         results.iter().map(|d| (d.name.as_str(), matches!(d.outcome, Outcome::Ok))).collect();
-    crate::ci::set_step_outputs("destroy", &ctx.artifacts.root().join("destroy"), &states)
+    crate::ci::set_step_outputs("destroy", &ctx.artifacts.destroy_dir(), &states)
         .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
     let failures: Vec<String> = results
         .iter()

@@ -261,7 +261,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
             ("provisioned", names(&|p| matches!(p.outcome, Outcome::Ok))),
             ("failed", failed.join(",")),
             ("created", names(&|p| p.created)),
-            ("provision_dir", ctx.artifacts.root().join("provision").display().to_string()),
+            ("provision_dir", ctx.artifacts.provision_dir().display().to_string()),
         ])
         .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
         if ctx.json {

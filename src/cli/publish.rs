@@ -38,7 +38,7 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
         .build()
         .map_err(|e| Error::Failed(anyhow::anyhow!("cannot start the async runtime: {e}")))?;
     let report = rt.block_on(publish(&client, &remotes, &opts))?;
-    let path = ctx.artifacts.root().join("publish.json");
+    let path = ctx.artifacts.publish();
     artifact::write(&path, &report).map_err(|e| Error::Failed(e.into()))?;
     crate::ci::set_outputs(&[("publish", path.display().to_string())])
         .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;

@@ -189,7 +189,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     }
     let states: Vec<(&str, bool)> =
         results.iter().map(|r| (r.name.as_str(), matches!(r.outcome, Outcome::Ok))).collect();
-    crate::ci::set_step_outputs("snapshot", &ctx.artifacts.root().join("snapshot"), &states)
+    crate::ci::set_step_outputs("snapshot", &ctx.artifacts.snapshot_dir(), &states)
         .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write $GITHUB_OUTPUT: {e}")))?;
     let failures: Vec<String> = results
         .iter()

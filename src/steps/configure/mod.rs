@@ -350,11 +350,11 @@ async fn run_container(
         address: address.clone(),
         port: prov.ssh_port,
         key: keys.private.clone(),
-        known_hosts: opts.artifacts.root().join("known_hosts").join(&spec.name),
+        known_hosts: opts.artifacts.known_hosts(&spec.name),
         replace_host_key: crate::ssh::recreated_since_recorded(
             prov.created,
             &prov_path,
-            &opts.artifacts.root().join("known_hosts").join(&spec.name),
+            &opts.artifacts.known_hosts(&spec.name),
         ),
         users: vec!["config".into(), "root".into()],
     };
