@@ -134,7 +134,7 @@ pub fn write<A: Artifact>(path: &Path, artifact: &A) -> Result<(), ArtifactError
     write_bytes(path, to_string(artifact).as_bytes())
 }
 
-/// Writes `bytes` to `path` atomically (see [`write`]).
+/// Writes `bytes` to `path` atomically (see [`write()`]).
 pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
     let io = |source| ArtifactError::Io { path: path.to_path_buf(), source };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));

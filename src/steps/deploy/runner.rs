@@ -18,7 +18,7 @@ use crate::steps::plan::Step;
 /// Everything a step needs besides the container's spec.
 #[derive(Debug, Clone)]
 pub struct StepContext {
-    /// The inventory (its `root` is the current checkout, see [`deploy`]).
+    /// The inventory (its `root` is the current checkout, see [`super::deploy`]).
     pub inventory: Arc<Inventory>,
     /// Where the step reads and writes its artifacts.
     pub artifacts: ArtifactDir,
