@@ -194,6 +194,7 @@ fn error_message(body: &[u8]) -> String {
     };
     crate::ci::redact(&text)
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,8 @@
 //!   attempts; a POST is retried only when the connection failed before the request was sent
 //!   (it cannot have had an effect).
 //! * **Errors** ([`GiteaError`]) name the method, the API path, the HTTP status and Gitea's own
-//!   `message` (the `APIError` body `{"message": …, "url": …}`).//!
+//!   `message` (the `APIError` body `{"message": …, "url": …}`).
+//!
 //! Layout: this file holds the errors, the authentication and the base URL; `client` the
 //! transport (one request with retries and decoding); `repos` the calls on users, organizations,
 //! repositories, forks and pull requests; `variables` the Actions variables and their name rule;

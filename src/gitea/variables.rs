@@ -41,6 +41,7 @@ impl std::fmt::Display for VariableScope {
         }
     }
 }
+
 impl Client {
     /// `GET …/actions/variables/{variablename}` (`getOrgVariable` / `getRepoVariable`,
     /// 200/404).
@@ -134,6 +135,19 @@ pub fn valid_variable_name(name: &str) -> Result<(), VariableNameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn name_errors_read_as_before() {
+        assert_eq!(
+            valid_variable_name("1A").unwrap_err().to_string(),
+            "`1A` is not a valid variable name: expected upper-case letters, digits and `_`, not starting with a \
+             digit (^[A-Z_][A-Z0-9_]*$)"
+        );
+        assert_eq!(
+            valid_variable_name("GITEA_X").unwrap_err().to_string(),
+            "`GITEA_X`: variable names must not start with GITEA_ or GITHUB_ (reserved by Actions)"
+        );
+    }
 
     #[test]
     fn variable_names() {

@@ -431,6 +431,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn global_name_errors_read_as_before() {
+        assert_eq!(
+            global_name("1x").unwrap_err().to_string(),
+            "`1x` is not a valid variable name: use letters, digits and `_`, not starting with a digit"
+        );
+        assert_eq!(
+            global_name("ci_x").unwrap_err().to_string(),
+            "`ci_x`: Gitea reserves variable names starting with `CI`"
+        );
+        assert!(global_name("Share_Host").is_ok());
+    }
+
+    #[test]
     fn cron_lines() {
         assert_eq!(find_cron("#!/bin/bash\n# ! cron '0 3 * * *'\necho"), Some((2, "0 3 * * *".into())));
         assert_eq!(find_cron("#! cron \"*/5 * * * *\""), Some((1, "*/5 * * * *".into())));

@@ -278,6 +278,7 @@ async fn ansible(
         duration_ms: start.elapsed().as_millis() as u64,
     })
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,7 @@
 //!
 //! Outputs: `KEY=value` lines in `$PGO_OUTPUT` become the artifact's `outputs` (values holding a
 //! secret are masked as `***`).
+
 mod contract;
 mod engines;
 mod recap;

@@ -63,6 +63,7 @@ pub(super) fn summarize(stdout: &str, host: &str) -> (Vec<String>, Option<Recap>
     ));
     (lines, Some((changed, ok, bad)))
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,7 @@
 //!
 //! # Steps are pluggable
 //!
+
 mod digest;
 mod job;
 mod records;
@@ -188,6 +189,7 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
     artifact::write(&opts.artifacts.deploy(), &summary).map_err(|e| Error::Failed(e.into()))?;
     Ok(summary)
 }
+
 fn render_error(e: &Error) -> String {
     let text = match e {
         Error::Failed(e) => format!("{e:#}"),

@@ -31,6 +31,7 @@
 //! Everything is read before it is written, so a second publish of the same tree changes
 //! nothing and reports every item `unchanged`. The summary is the artifact `publish.json`
 //! ([`PublishReport`]); it never holds a credential or a variable value.
+
 mod repo;
 mod report;
 mod variables;

@@ -27,6 +27,7 @@
 //! case-insensitively, as Gitea does) are an input error.
 //!
 //! Output: the artifact `remotes.json` ([`Remotes`]).
+
 mod submodules;
 mod urls;
 

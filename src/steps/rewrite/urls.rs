@@ -113,6 +113,7 @@ fn is_scp_like(s: &str) -> bool {
 pub fn new_url(gitea: &url::Url, org: &str, repo: &str) -> String {
     format!("{}/{org}/{repo}.git", gitea.as_str().trim_end_matches('/'))
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +171,18 @@ mod tests {
         ] {
             assert!(repo_name_from_url(url).is_err(), "{url:?} should be refused");
         }
+    }
+
+    #[test]
+    fn name_errors_read_as_before() {
+        let e = |r: Result<String, RepoNameError>| r.unwrap_err().to_string();
+        assert_eq!(e(sanitize_repo_name("..")), "`..` gives no usable Gitea repository name");
+        assert_eq!(
+            e(sanitize_repo_name(&"x".repeat(101))),
+            format!("repository name `{}` is longer than Gitea's 100 characters", "x".repeat(101))
+        );
+        assert_eq!(e(repo_name_from_url(" ")), "the URL is empty");
+        assert_eq!(e(repo_name_from_url("https://host/")), "`https://host/` has no repository name in its path");
     }
 
     #[test]
