@@ -16,6 +16,13 @@
 //! | `snapshot/<name>.json` | `snapshot` | `snapshot` |
 //! | `remotes.json` | `remotes` | `rewrite` |
 //! | `deploy.json` | `deploy` | `deploy` |
+//! | `publish.json` | `publish` | `publish` |
+//! | `destroy/<name>.json` | `destroy` | `destroy` |
+//!
+//! Besides the artifacts the directory holds two working files: `known_hosts/<name>` (the host
+//! key recorded on the first SSH connection to a container) and `worktree/` (the default working
+//! copy of `rewrite`). Every path in the directory comes from [`ArtifactDir`], so a file's name is
+//! spelled in one place.
 //!
 //! Writes are atomic: the JSON goes to a temporary file in the same directory, is flushed to disk,
 //! then renamed over the target, so a reader never sees half an artifact and a failed step never
@@ -127,7 +134,7 @@ pub fn write<A: Artifact>(path: &Path, artifact: &A) -> Result<(), ArtifactError
     write_bytes(path, to_string(artifact).as_bytes())
 }
 
-/// Writes `bytes` to `path` atomically (see [`write`]).
+/// Writes `bytes` to `path` atomically (see [`write()`]).
 pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
     let io = |source| ArtifactError::Io { path: path.to_path_buf(), source };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -212,19 +219,60 @@ impl ArtifactDir {
         self.root.join("deploy.json")
     }
 
+    /// `publish.json`.
+    pub fn publish(&self) -> PathBuf {
+        self.root.join("publish.json")
+    }
+
     /// `provision/<name>.json`.
     pub fn provision(&self, name: &str) -> PathBuf {
-        self.root.join("provision").join(format!("{name}.json"))
+        self.provision_dir().join(format!("{name}.json"))
     }
 
     /// `configure/<name>.json`.
     pub fn configure(&self, name: &str) -> PathBuf {
-        self.root.join("configure").join(format!("{name}.json"))
+        self.configure_dir().join(format!("{name}.json"))
     }
 
     /// `snapshot/<name>.json`.
     pub fn snapshot(&self, name: &str) -> PathBuf {
-        self.root.join("snapshot").join(format!("{name}.json"))
+        self.snapshot_dir().join(format!("{name}.json"))
+    }
+
+    /// `destroy/<name>.json`.
+    pub fn destroy(&self, name: &str) -> PathBuf {
+        self.destroy_dir().join(format!("{name}.json"))
+    }
+
+    /// `provision/`: the directory of the per-container `provision` artifacts.
+    pub fn provision_dir(&self) -> PathBuf {
+        self.root.join("provision")
+    }
+
+    /// `configure/`: the directory of the per-container `configure` artifacts.
+    pub fn configure_dir(&self) -> PathBuf {
+        self.root.join("configure")
+    }
+
+    /// `snapshot/`: the directory of the per-container `snapshot` artifacts.
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.root.join("snapshot")
+    }
+
+    /// `destroy/`: the directory of the per-container `destroy` artifacts.
+    pub fn destroy_dir(&self) -> PathBuf {
+        self.root.join("destroy")
+    }
+
+    /// `known_hosts/<name>`: the `known_hosts` file of container `name` (an OpenSSH file, not an
+    /// artifact), written on the first connection and checked on every later one.
+    pub fn known_hosts(&self, name: &str) -> PathBuf {
+        self.root.join("known_hosts").join(name)
+    }
+
+    /// `worktree/`: the default working copy of `rewrite` (a git repository, not an artifact).
+    pub fn worktree(&self) -> PathBuf {
+        self.root.join("worktree")
     }
 }
 

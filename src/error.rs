@@ -1,4 +1,4 @@
-//! Error types shared by every step.
+//! Error types shared by every step, and which layer uses which kind of error.
 //!
 //! Two families of failure matter to the user and to the exit code:
 //!
@@ -8,7 +8,25 @@
 //! * **operational failures** (everything else, carried as [`anyhow::Error`] with context): the
 //!   input was fine but an API, a host or a tool failed. Exit code 1.
 //!
-//! Library modules return typed errors; the binary adds context at the edge (see `cli`).
+//! # Who returns what
+//!
+//! * **Clients and data modules return typed errors** (`thiserror`), so a caller can tell the
+//!   cases apart and a test can match on them: [`crate::artifact::ArtifactError`],
+//!   [`crate::gitea::GiteaError`], [`crate::pve::PveError`], [`crate::git_cli::GitError`], the
+//!   LXC, SSH, bundle and snapshot-store errors. Validators of names the user writes return one
+//!   too ([`crate::gitea::VariableNameError`], [`crate::steps::rewrite::RepoNameError`],
+//!   [`crate::steps::resolve::GlobalNameError`]); their message is what ends up in a
+//!   [`Problem`]. Readers of the user's files ([`crate::settings`], the inventory) collect
+//!   [`Problems`] instead of stopping at the first one.
+//! * **Backends and steps add context** (`anyhow`): inside a step (configure's engines,
+//!   publishing a repository, provisioning through a backend) a failure gets `.context(…)`
+//!   naming the container, the API call or the file, and the step returns this module's
+//!   [`Error`] at its boundary: [`Error::Input`] for problems, [`Error::Usage`], or
+//!   [`Error::Failed`] wrapping the `anyhow` chain. A few small helpers below the steps
+//!   (`keys`, `net`) return `anyhow` directly; their callers are steps.
+//! * **The CLI** reports an [`Error`] at the edge (every problem as an Actions annotation, a
+//!   failure with its whole context chain, secrets redacted) and exits with
+//!   [`Error::exit_code`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -77,7 +77,7 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
     }
     let failed: Vec<&Configure> = results.iter().filter(|c| !c.ok()).collect();
     let states: Vec<(&str, bool)> = results.iter().map(|c| (c.name.as_str(), c.ok())).collect();
-    step_outputs("configure", &ctx.artifacts.root().join("configure"), &states)?;
+    step_outputs("configure", &ctx.artifacts.configure_dir(), &states)?;
     if ctx.json {
         let mut out = String::from("[\n");
         let docs: Vec<String> = results.iter().map(|c| crate::artifact::to_string(c).trim_end().to_string()).collect();

@@ -70,7 +70,7 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     }
     let states: Vec<(&str, bool)> =
         results.iter().map(|d| (d.name.as_str(), matches!(d.outcome, Outcome::Ok))).collect();
-    step_outputs("destroy", &ctx.artifacts.root().join("destroy"), &states)?;
+    step_outputs("destroy", &ctx.artifacts.destroy_dir(), &states)?;
     let failures: Vec<String> = results
         .iter()
         .filter_map(|d| match &d.outcome {

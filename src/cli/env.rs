@@ -103,7 +103,7 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
     let (key, sc) = match &args.command {
         EnvCommand::Get { key, scope, .. } | EnvCommand::Set { key, scope, .. } => (key.clone(), scope.clone()),
     };
-    valid_variable_name(&key).map_err(|m| Error::input(Location::file("KEY"), m))?;
+    valid_variable_name(&key).map_err(|m| Error::input(Location::file("KEY"), m.to_string()))?;
     let target = scope(ctx, &sc)?;
     if let EnvCommand::Get { remote: false, .. } = &args.command
         && let Some(v) = std::env::var(&key).ok().filter(|v| !v.is_empty())

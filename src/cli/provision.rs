@@ -97,7 +97,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
             ("provisioned", names(&|p| matches!(p.outcome, Outcome::Ok))),
             ("failed", failed.join(",")),
             ("created", names(&|p| p.created)),
-            ("provision_dir", ctx.artifacts.root().join("provision").display().to_string()),
+            ("provision_dir", ctx.artifacts.provision_dir().display().to_string()),
         ])?;
         if ctx.json {
             let all: Vec<serde_json::Value> = results.iter().map(crate::artifact::to_value).collect();

@@ -35,7 +35,7 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
         Client::from_settings(&settings.gitea, Some(&remotes.gitea)).map_err(|e| Error::Usage(e.to_string()))?;
     let opts = PublishOptions { repo: ctx.repo.clone(), artifacts: ctx.artifacts.clone() };
     let report = block_on(Threads::Current, publish(&client, &remotes, &opts))??;
-    let path = ctx.artifacts.root().join("publish.json");
+    let path = ctx.artifacts.publish();
     artifact::write(&path, &report).map_err(|e| Error::Failed(e.into()))?;
     outputs(&[("publish", path.display().to_string())])?;
     ctx.emit(&report, || {

@@ -50,7 +50,7 @@ pub(crate) fn do_rewrite(ctx: &Ctx, target: &TargetArgs, settings: &Settings) ->
         .ok_or_else(|| Error::Usage("no Gitea address: pass --gitea URL or set HOST".into()))?;
     let opts = RewriteOptions {
         repo: ctx.repo.clone(),
-        workdir: target.workdir.clone().unwrap_or_else(|| ctx.artifacts.root().join("worktree")),
+        workdir: target.workdir.clone().unwrap_or_else(|| ctx.artifacts.worktree()),
         gitea,
         org: target.org.clone(),
         name: target.name.clone(),

@@ -186,7 +186,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     }
     let states: Vec<(&str, bool)> =
         results.iter().map(|r| (r.name.as_str(), matches!(r.outcome, Outcome::Ok))).collect();
-    step_outputs("snapshot", &ctx.artifacts.root().join("snapshot"), &states)?;
+    step_outputs("snapshot", &ctx.artifacts.snapshot_dir(), &states)?;
     let failures: Vec<String> = results
         .iter()
         .filter_map(|r| match &r.outcome {

@@ -64,7 +64,7 @@ pub struct DestroyOptions {
 
 /// `<artifacts>/destroy/<name>.json`.
 pub fn artifact_path(artifacts: &ArtifactDir, name: &str) -> PathBuf {
-    artifacts.root().join("destroy").join(format!("{name}.json"))
+    artifacts.destroy(name)
 }
 
 /// Whether `spec`'s container exists and is the one the spec describes.

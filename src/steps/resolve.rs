@@ -238,22 +238,42 @@ fn container(
     }
 }
 
+/// Why a key of `globals.json` cannot be a global ([`global_name`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GlobalNameError {
+    /// Not `[A-Za-z_][A-Za-z0-9_]*`.
+    #[error("`{name}` is not a valid variable name: use letters, digits and `_`, not starting with a digit")]
+    Malformed {
+        /// The key as given.
+        name: String,
+    },
+    /// Starts with a prefix Gitea reserves (`GITHUB_`, `GITEA_`, `CI`, case-insensitive).
+    #[error("`{name}`: Gitea reserves variable names starting with `{prefix}`")]
+    Reserved {
+        /// The key as given.
+        name: String,
+        /// The reserved prefix it starts with.
+        prefix: &'static str,
+    },
+}
+
 /// Checks a global's name against Gitea's rules for Actions variables (globals become org
 /// variables; docs.gitea.com, "Variables", naming conventions): `[A-Za-z_][A-Za-z0-9_]*`, not
 /// starting with `GITHUB_`, `GITEA_` or `CI` (case-insensitive).
-pub fn global_name(k: &str) -> Result<(), String> {
+///
+/// # Errors
+/// [`GlobalNameError::Malformed`] or [`GlobalNameError::Reserved`].
+pub fn global_name(k: &str) -> Result<(), GlobalNameError> {
     let mut chars = k.chars();
     let valid = matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric());
     if !valid {
-        return Err(format!(
-            "`{k}` is not a valid variable name: use letters, digits and `_`, not starting with a digit"
-        ));
+        return Err(GlobalNameError::Malformed { name: k.to_string() });
     }
     let upper = k.to_ascii_uppercase();
     for prefix in ["GITHUB_", "GITEA_", "CI"] {
         if upper.starts_with(prefix) {
-            return Err(format!("`{k}`: Gitea reserves variable names starting with `{prefix}`"));
+            return Err(GlobalNameError::Reserved { name: k.to_string(), prefix });
         }
     }
     Ok(())
@@ -286,7 +306,7 @@ pub fn read_globals(root: &Path, problems: &mut Problems) -> BTreeMap<String, St
         let mut seen_upper: BTreeMap<String, &str> = BTreeMap::new();
         for (k, v) in map {
             if let Err(why) = global_name(k) {
-                problems.add(Location::file(file).with_key(k), why);
+                problems.add(Location::file(file).with_key(k), why.to_string());
                 continue;
             }
             if let Some(first) = seen_upper.insert(k.to_ascii_uppercase(), k) {
@@ -409,6 +429,19 @@ fn read_tasks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn global_name_errors_read_as_before() {
+        assert_eq!(
+            global_name("1x").unwrap_err().to_string(),
+            "`1x` is not a valid variable name: use letters, digits and `_`, not starting with a digit"
+        );
+        assert_eq!(
+            global_name("ci_x").unwrap_err().to_string(),
+            "`ci_x`: Gitea reserves variable names starting with `CI`"
+        );
+        assert!(global_name("Share_Host").is_ok());
+    }
 
     #[test]
     fn cron_lines() {

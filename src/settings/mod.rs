@@ -24,6 +24,13 @@
 //! [`SecretString`], are registered with [`crate::ci::mask`] the moment they are read, and the
 //! types here are deliberately not `Serialize`: artifacts record only [`PveAuthKind`] and
 //! [`GiteaAuthKind`], via [`PublicSettings`].
+//!
+//! Layout: this file holds the settings types and their precedence ([`Settings::load`]); `file`
+//! reads and checks one config file (every unknown key and wrong type, with its line).
+
+mod file;
+#[cfg(test)]
+mod tests;
 
 use std::path::Path;
 
@@ -32,37 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Location, Problems};
 
-/// Raw `proxmox` section of a config file (all optional; keys and types are checked by
-/// [`read_config`] before this is built).
-#[derive(Debug, Default, Deserialize)]
-struct RawProxmox {
-    host: Option<String>,
-    #[serde(skip)]
-    port: Option<u16>,
-    user: Option<String>,
-    password: Option<String>,
-    token: Option<String>,
-    secret: Option<String>,
-    node: Option<String>,
-    gateway: Option<String>,
-    mask: Option<serde_json::Value>,
-    interface: Option<String>,
-    bridge: Option<String>,
-    storage: Option<String>,
-    template: Option<String>,
-    share: Option<String>,
-}
-
-/// Raw config file.
-#[derive(Debug, Default, Deserialize)]
-struct RawConfig {
-    #[serde(default)]
-    proxmox: RawProxmox,
-    host: Option<String>,
-    login: Option<String>,
-    password: Option<String>,
-    token: Option<String>,
-}
+use file::{parse_mask, read_config};
 
 /// How the PVE API is authenticated, as recorded in artifacts (never the secret itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,179 +220,6 @@ impl EnvSource for std::collections::BTreeMap<String, String> {
     }
 }
 
-/// Keys of the `proxmox` section and whether each is a string (`false`: string or number).
-const PROXMOX_KEYS: &[(&str, bool)] = &[
-    ("host", true),
-    ("port", false),
-    ("user", true),
-    ("password", true),
-    ("token", true),
-    ("secret", true),
-    ("node", true),
-    ("gateway", true),
-    ("mask", false),
-    ("interface", true),
-    ("bridge", true),
-    ("storage", true),
-    ("template", true),
-    ("share", true),
-];
-
-/// Top-level keys of a config file besides `proxmox` (all strings).
-const TOP_KEYS: &[&str] = &["host", "login", "password", "token"];
-
-/// 1-based line of the first `"key":` at or after byte `from` of `text`, and the byte offset
-/// after it. A heuristic for messages (JSON parsers do not report key positions): a key that
-/// also appears inside a string value earlier could be mis-attributed, never missed.
-fn key_line(text: &str, key: &str, from: usize) -> Option<(usize, usize)> {
-    let needle = format!("\"{key}\"");
-    let mut start = from;
-    while let Some(pos) = text.get(start..).and_then(|t| t.find(&needle)) {
-        let at = start + pos;
-        let after = at + needle.len();
-        if text[after..].trim_start().starts_with(':') {
-            return Some((text[..at].matches('\n').count() + 1, after));
-        }
-        start = after;
-    }
-    None
-}
-
-/// A wrongly typed value for a message: secret keys show only the JSON type, never the value
-/// (a number or an object given as a password would otherwise end up in the log unmasked).
-fn shown(key: &str, v: &serde_json::Value) -> String {
-    if ["password", "secret", "token"].contains(&key) {
-        match v {
-            serde_json::Value::Bool(_) => "a boolean".into(),
-            serde_json::Value::Number(_) => "a number".into(),
-            serde_json::Value::Array(_) => "an array".into(),
-            serde_json::Value::Object(_) => "an object".into(),
-            _ => "another type".into(),
-        }
-    } else {
-        v.to_string()
-    }
-}
-
-/// Reads one config file, reporting *every* unknown key and wrongly typed value (with its line
-/// when it can be found), not just the first one as a strict deserializer would.
-fn read_config(path: &Path, display: &Path, problems: &mut Problems) -> RawConfig {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return RawConfig::default(),
-        Err(e) => {
-            problems.add(Location::file(display), format!("cannot read file: {e}"));
-            return RawConfig::default();
-        }
-    };
-    let value: serde_json::Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(e) => {
-            problems.add(Location::line(display, e.line()), format!("invalid JSON: {e}"));
-            return RawConfig::default();
-        }
-    };
-    let serde_json::Value::Object(mut top) = value else {
-        problems.add(
-            Location::file(display),
-            "expected a JSON object with `proxmox`, `host`, `login`, `password`, `token`",
-        );
-        return RawConfig::default();
-    };
-    let at = |key: &str, json_key: &str, from: usize| {
-        let mut loc = Location::file(display);
-        loc.line = key_line(&text, key, from).map(|(l, _)| l);
-        loc.with_key(json_key)
-    };
-    let bad = |loc: Location, msg: String, problems: &mut Problems| problems.add(loc, msg);
-
-    let mut proxmox = serde_json::Map::new();
-    match top.remove("proxmox") {
-        None | Some(serde_json::Value::Null) => {}
-        Some(serde_json::Value::Object(map)) => {
-            let from = key_line(&text, "proxmox", 0).map_or(0, |(_, o)| o);
-            for (k, v) in map {
-                let json_key = format!("proxmox.{k}");
-                match PROXMOX_KEYS.iter().find(|(name, _)| *name == k) {
-                    None => bad(
-                        at(&k, &json_key, from),
-                        format!(
-                            "unknown key `{k}`; the `proxmox` section takes {}",
-                            PROXMOX_KEYS.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-                        ),
-                        problems,
-                    ),
-                    Some((_, true)) if !(v.is_string() || v.is_null()) => {
-                        bad(at(&k, &json_key, from), format!("expected a string, found {}", shown(&k, &v)), problems)
-                    }
-                    Some((_, false)) if !(v.is_string() || v.is_number() || v.is_null()) => {
-                        bad(at(&k, &json_key, from), format!("expected a number or a string, found {v}"), problems)
-                    }
-                    Some(_) => {
-                        proxmox.insert(k, v);
-                    }
-                }
-            }
-        }
-        Some(other) => bad(at("proxmox", "proxmox", 0), format!("expected an object, found {other}"), problems),
-    }
-    let mut kept = serde_json::Map::new();
-    for (k, v) in top {
-        if !TOP_KEYS.contains(&k.as_str()) {
-            bad(
-                at(&k, &k, 0),
-                format!("unknown key `{k}`; a config file takes `proxmox`, `host`, `login`, `password`, `token`"),
-                problems,
-            );
-        } else if !(v.is_string() || v.is_null()) {
-            bad(at(&k, &k, 0), format!("expected a string, found {}", shown(&k, &v)), problems);
-        } else {
-            kept.insert(k, v);
-        }
-    }
-    // `port` as a string ("8006") is accepted like the number.
-    let port = match proxmox.remove("port") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(v) => {
-            let text_value = v.as_str().map(str::trim).map(str::to_string).unwrap_or_else(|| v.to_string());
-            match text_value.parse::<u16>() {
-                Ok(p) if p > 0 => Some(p),
-                _ if text_value.is_empty() => None,
-                _ => {
-                    problems.add(
-                        at("port", "proxmox.port", key_line(&text, "proxmox", 0).map_or(0, |(_, o)| o)),
-                        format!("expected a TCP port 1–65535, found {v}"),
-                    );
-                    None
-                }
-            }
-        }
-    };
-    kept.insert("proxmox".into(), serde_json::Value::Object(proxmox));
-    let mut raw: RawConfig = serde_json::from_value(serde_json::Value::Object(kept)).unwrap_or_default();
-    raw.proxmox.port = port;
-    raw
-}
-
-fn parse_mask(v: Option<serde_json::Value>, loc: Location, problems: &mut Problems) -> Option<u8> {
-    let text = match v? {
-        serde_json::Value::Number(n) => n.to_string(),
-        serde_json::Value::String(s) if s.trim().is_empty() => return None,
-        serde_json::Value::String(s) => s,
-        other => {
-            problems.add(loc, format!("expected a prefix length 0–32, found {other}"));
-            return None;
-        }
-    };
-    match text.trim().trim_start_matches('/').parse::<u8>() {
-        Ok(m) if m <= 32 => Some(m),
-        _ => {
-            problems.add(loc, format!("expected a prefix length 0–32, found `{text}`"));
-            None
-        }
-    }
-}
-
 impl Settings {
     /// Loads settings for the monorepo at `root` from the config files and `env`.
     ///
@@ -542,87 +346,5 @@ impl Settings {
             .flatten()
             .map(|s| s.expose_secret().to_string())
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-
-    #[test]
-    fn precedence_env_over_local_over_base() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("local")).unwrap();
-        std::fs::write(
-            dir.path().join("local/config.json"),
-            r#"{"proxmox":{"host":"base","user":"root@pam","bridge":"vmbr1","mask":"24"},"login":"admin"}"#,
-        )
-        .unwrap();
-        std::fs::write(
-            dir.path().join("local/config.local.json"),
-            r#"{"proxmox":{"host":"local","password":"pw","mask":16}}"#,
-        )
-        .unwrap();
-        let env: BTreeMap<String, String> =
-            [("PROXMOX_HOST".to_string(), "fromenv".to_string()), ("PROXMOX_NODE".into(), "".into())].into();
-        let s = Settings::load(dir.path(), &env).unwrap();
-        assert_eq!(s.pve.host.as_deref(), Some("fromenv"));
-        assert_eq!(s.pve.bridge, "vmbr1");
-        assert_eq!(s.pve.mask, Some(16));
-        assert_eq!(s.pve.node, None);
-        assert_eq!(s.pve.auth_kind(), PveAuthKind::Password);
-        assert_eq!(s.gitea.login.as_deref(), Some("admin"));
-        assert_eq!(s.secret_values(), vec!["pw".to_string()]);
-    }
-
-    #[test]
-    fn unknown_key_is_an_error_with_line() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("local")).unwrap();
-        std::fs::write(dir.path().join("local/config.json"), "{\n \"proxmox\": {\n  \"hots\": \"x\"\n }\n}\n").unwrap();
-        let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
-        assert_eq!(e.0[0].location.file, Path::new("local/config.json"));
-        assert_eq!(e.0[0].location.line, Some(3));
-        assert!(e.0[0].message.contains("hots"), "{}", e.0[0].message);
-    }
-
-    #[test]
-    fn every_bad_key_is_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("local")).unwrap();
-        std::fs::write(
-            dir.path().join("local/config.json"),
-            "{\n \"proxmox\": {\n  \"hots\": \"x\",\n  \"port\": \"http\",\n  \"user\": 5\n },\n \"logn\": \"a\"\n}\n",
-        )
-        .unwrap();
-        let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
-        let got: Vec<(Option<usize>, Option<&str>)> =
-            e.iter().map(|p| (p.location.line, p.location.key.as_deref())).collect();
-        assert_eq!(
-            got,
-            vec![
-                (Some(3), Some("proxmox.hots")),
-                (Some(4), Some("proxmox.port")),
-                (Some(5), Some("proxmox.user")),
-                (Some(7), Some("logn")),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_mistyped_secret_is_not_echoed() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("local")).unwrap();
-        std::fs::write(
-            dir.path().join("local/config.local.json"),
-            r#"{"proxmox": {"password": 31415926}, "token": {"t": "zz-secret-zz"}}"#,
-        )
-        .unwrap();
-        let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
-        let text = e.to_string();
-        assert!(text.contains("(proxmox.password): expected a string, found a number"), "{text}");
-        assert!(text.contains("(token): expected a string, found an object"), "{text}");
-        assert!(!text.contains("31415926") && !text.contains("zz-secret-zz"), "{text}");
     }
 }

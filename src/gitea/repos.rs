@@ -1,0 +1,132 @@
+//! Gitea API calls on the authenticated user, organizations, repositories, forks and pull requests.
+
+use reqwest::Method;
+
+use super::{
+    Client, CreateForkOption, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, Created, EditRepoOption,
+    GiteaError, MAX_PAGES, Organization, PAGE_LIMIT, PullRequest, Repository, User,
+};
+
+impl Client {
+    /// `GET /user` (`userGetCurrent`, 200): the authenticated user.
+    pub async fn current_user(&self) -> Result<User, GiteaError> {
+        let (a, path) = self.send(Method::GET, &["user"], &[], None).await?;
+        match a.status.as_u16() {
+            200 => Self::decode(Method::GET, path, &a),
+            _ => Err(Self::status_error(Method::GET, path, &a)),
+        }
+    }
+
+    /// `GET /orgs/{org}` (`orgGet`, 200/404).
+    pub async fn get_org(&self, org: &str) -> Result<Option<Organization>, GiteaError> {
+        let (a, path) = self.send(Method::GET, &["orgs", org], &[], None).await?;
+        match a.status.as_u16() {
+            200 => Self::decode(Method::GET, path, &a).map(Some),
+            404 => Ok(None),
+            _ => Err(Self::status_error(Method::GET, path, &a)),
+        }
+    }
+
+    /// `POST /orgs` (`orgCreate`, 201); 422 (Gitea's "user already exists") and 409 give
+    /// [`Created::Exists`] when the org can then be read.
+    pub async fn create_org(&self, opt: &CreateOrgOption) -> Result<Created<Organization>, GiteaError> {
+        let (a, path) = self.send(Method::POST, &["orgs"], &[], Self::json(opt)).await?;
+        match a.status.as_u16() {
+            201 => Self::decode(Method::POST, path, &a).map(Created::New),
+            409 | 422 => match self.get_org(&opt.username).await? {
+                Some(_) => Ok(Created::Exists),
+                None => Err(Self::status_error(Method::POST, path, &a)),
+            },
+            _ => Err(Self::status_error(Method::POST, path, &a)),
+        }
+    }
+
+    /// `GET /repos/{owner}/{repo}` (`repoGet`, 200/404).
+    pub async fn get_repo(&self, owner: &str, repo: &str) -> Result<Option<Repository>, GiteaError> {
+        let (a, path) = self.send(Method::GET, &["repos", owner, repo], &[], None).await?;
+        match a.status.as_u16() {
+            200 => Self::decode(Method::GET, path, &a).map(Some),
+            404 => Ok(None),
+            _ => Err(Self::status_error(Method::GET, path, &a)),
+        }
+    }
+
+    /// `POST /orgs/{org}/repos` (`createOrgRepo`, 201); 409 (exists) gives [`Created::Exists`].
+    pub async fn create_org_repo(&self, org: &str, opt: &CreateRepoOption) -> Result<Created<Repository>, GiteaError> {
+        let (a, path) = self.send(Method::POST, &["orgs", org, "repos"], &[], Self::json(opt)).await?;
+        match a.status.as_u16() {
+            201 => Self::decode(Method::POST, path, &a).map(Created::New),
+            409 => Ok(Created::Exists),
+            _ => Err(Self::status_error(Method::POST, path, &a)),
+        }
+    }
+
+    /// `PATCH /repos/{owner}/{repo}` (`repoEdit`, 200).
+    pub async fn edit_repo(&self, owner: &str, repo: &str, opt: &EditRepoOption) -> Result<Repository, GiteaError> {
+        let (a, path) = self.send(Method::PATCH, &["repos", owner, repo], &[], Self::json(opt)).await?;
+        match a.status.as_u16() {
+            200 => Self::decode(Method::PATCH, path, &a),
+            _ => Err(Self::status_error(Method::PATCH, path, &a)),
+        }
+    }
+
+    /// `POST /repos/{owner}/{repo}/forks` (`createFork`, 202); 409 (the fork exists) gives
+    /// [`Created::Exists`].
+    pub async fn create_fork(
+        &self,
+        owner: &str,
+        repo: &str,
+        opt: &CreateForkOption,
+    ) -> Result<Created<Repository>, GiteaError> {
+        let (a, path) = self.send(Method::POST, &["repos", owner, repo, "forks"], &[], Self::json(opt)).await?;
+        match a.status.as_u16() {
+            202 => Self::decode(Method::POST, path, &a).map(Created::New),
+            409 => Ok(Created::Exists),
+            _ => Err(Self::status_error(Method::POST, path, &a)),
+        }
+    }
+
+    /// `GET /repos/{owner}/{repo}/pulls?state=…&base_branch=…` (`repoListPullRequests`, 200),
+    /// all pages (at most [`MAX_PAGES`] of [`PAGE_LIMIT`]).
+    pub async fn list_pulls(
+        &self,
+        owner: &str,
+        repo: &str,
+        state: &str,
+        base_branch: Option<&str>,
+    ) -> Result<Vec<PullRequest>, GiteaError> {
+        let mut out = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let mut q =
+                vec![("state", state.to_string()), ("page", page.to_string()), ("limit", PAGE_LIMIT.to_string())];
+            if let Some(b) = base_branch {
+                q.push(("base_branch", b.to_string()));
+            }
+            let (a, path) = self.send(Method::GET, &["repos", owner, repo, "pulls"], &q, None).await?;
+            if a.status.as_u16() != 200 {
+                return Err(Self::status_error(Method::GET, path, &a));
+            }
+            let items: Vec<PullRequest> = Self::decode(Method::GET, path, &a)?;
+            let n = items.len();
+            out.extend(items);
+            if n < PAGE_LIMIT as usize {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// `POST /repos/{owner}/{repo}/pulls` (`repoCreatePullRequest`, 201).
+    pub async fn create_pull(
+        &self,
+        owner: &str,
+        repo: &str,
+        opt: &CreatePullRequestOption,
+    ) -> Result<PullRequest, GiteaError> {
+        let (a, path) = self.send(Method::POST, &["repos", owner, repo, "pulls"], &[], Self::json(opt)).await?;
+        match a.status.as_u16() {
+            201 => Self::decode(Method::POST, path, &a),
+            _ => Err(Self::status_error(Method::POST, path, &a)),
+        }
+    }
+}

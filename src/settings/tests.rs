@@ -1,0 +1,80 @@
+//! Tests of loading settings: precedence, unknown keys with lines, secrets never echoed.
+
+use super::*;
+use std::collections::BTreeMap;
+
+#[test]
+fn precedence_env_over_local_over_base() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("local")).unwrap();
+    std::fs::write(
+        dir.path().join("local/config.json"),
+        r#"{"proxmox":{"host":"base","user":"root@pam","bridge":"vmbr1","mask":"24"},"login":"admin"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("local/config.local.json"),
+        r#"{"proxmox":{"host":"local","password":"pw","mask":16}}"#,
+    )
+    .unwrap();
+    let env: BTreeMap<String, String> =
+        [("PROXMOX_HOST".to_string(), "fromenv".to_string()), ("PROXMOX_NODE".into(), "".into())].into();
+    let s = Settings::load(dir.path(), &env).unwrap();
+    assert_eq!(s.pve.host.as_deref(), Some("fromenv"));
+    assert_eq!(s.pve.bridge, "vmbr1");
+    assert_eq!(s.pve.mask, Some(16));
+    assert_eq!(s.pve.node, None);
+    assert_eq!(s.pve.auth_kind(), PveAuthKind::Password);
+    assert_eq!(s.gitea.login.as_deref(), Some("admin"));
+    assert_eq!(s.secret_values(), vec!["pw".to_string()]);
+}
+
+#[test]
+fn unknown_key_is_an_error_with_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("local")).unwrap();
+    std::fs::write(dir.path().join("local/config.json"), "{\n \"proxmox\": {\n  \"hots\": \"x\"\n }\n}\n").unwrap();
+    let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
+    assert_eq!(e.0[0].location.file, Path::new("local/config.json"));
+    assert_eq!(e.0[0].location.line, Some(3));
+    assert!(e.0[0].message.contains("hots"), "{}", e.0[0].message);
+}
+
+#[test]
+fn every_bad_key_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("local")).unwrap();
+    std::fs::write(
+        dir.path().join("local/config.json"),
+        "{\n \"proxmox\": {\n  \"hots\": \"x\",\n  \"port\": \"http\",\n  \"user\": 5\n },\n \"logn\": \"a\"\n}\n",
+    )
+    .unwrap();
+    let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
+    let got: Vec<(Option<usize>, Option<&str>)> =
+        e.iter().map(|p| (p.location.line, p.location.key.as_deref())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (Some(3), Some("proxmox.hots")),
+            (Some(4), Some("proxmox.port")),
+            (Some(5), Some("proxmox.user")),
+            (Some(7), Some("logn")),
+        ]
+    );
+}
+
+#[test]
+fn a_mistyped_secret_is_not_echoed() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("local")).unwrap();
+    std::fs::write(
+        dir.path().join("local/config.local.json"),
+        r#"{"proxmox": {"password": 31415926}, "token": {"t": "zz-secret-zz"}}"#,
+    )
+    .unwrap();
+    let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("(proxmox.password): expected a string, found a number"), "{text}");
+    assert!(text.contains("(token): expected a string, found an object"), "{text}");
+    assert!(!text.contains("31415926") && !text.contains("zz-secret-zz"), "{text}");
+}

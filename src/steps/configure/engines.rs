@@ -1,0 +1,292 @@
+//! Running the engines on a connected container: the base role (Ansible), the data restore, then
+//! the lib's own engine (Ansible, shell or Cinc) with the contract uploaded next to it, and the
+//! fixed wrapper scripts that carry the engine's exit code back.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+
+use super::contract::{containers_json, contract, env_file, parse_outputs};
+use super::recap::summarize;
+use super::restore::restore_data;
+use super::{ConfigureOptions, EngineRun, Log, Partial};
+use crate::inventory::{ContainerSpec, Engine, Inventory, Mount};
+use crate::ssh::{Connection, TarUpload};
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run_engines(
+    inv: &Inventory,
+    spec: &ContainerSpec,
+    opts: &ConfigureOptions,
+    conn: &Connection,
+    pubkey: &str,
+    address: &str,
+    log: &mut Log,
+    part: &mut Partial,
+) -> anyhow::Result<()> {
+    let tmp = conn.make_temp_dir(true).await?;
+    let result = async {
+        let output = format!("{tmp}/output");
+        let vars = contract(inv, spec, opts, address, &output);
+        let mut bundle = TarUpload::new();
+        bundle.file("env", env_file(&vars).as_bytes(), 0o600)?;
+        bundle.file("output", b"", 0o600)?;
+        let lib_dir = inv.root.join(&spec.dir);
+        let lib_name = spec.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(spec.name.clone());
+        match spec.engine {
+            Engine::Shell => bundle.dir("lib", &lib_dir)?,
+            Engine::Cinc => bundle.dir(&format!("cookbooks/{lib_name}"), &lib_dir)?,
+            _ => {}
+        }
+        conn.upload_tar(&tmp, &bundle.finish()?, true, Duration::from_secs(300)).await?;
+
+        let mut extra = serde_json::Map::new();
+        for (k, v) in &vars {
+            extra.insert(k.clone(), v.clone().into());
+        }
+        extra.insert("pgo_containers".into(), containers_json(inv, opts));
+        extra.insert("pgo_config_pubkey".into(), pubkey.into());
+        extra.insert("pgo_share".into(), "/share".into());
+        extra.insert("pgo_share_mount".into(), spec.mounts.iter().any(|m| matches!(m, Mount::Share { .. })).into());
+        extra.insert(
+            "pgo_share_host".into(),
+            inv.globals.get("SHARE_HOST").cloned().unwrap_or_default().into(),
+        );
+        let extra = serde_json::Value::Object(extra);
+
+        if let Some(base) = &inv.base {
+            let playbook = inv.root.join(base).join("playbook.yml");
+            log.push(&spec.name, &format!("base role: {}", playbook.display()));
+            let run = ansible(opts, conn, spec, &playbook, &extra, log).await?;
+            let ok = run.success;
+            part.base = Some(run);
+            if !ok {
+                anyhow::bail!("the base role failed (see the log tail)");
+            }
+        } else {
+            tracing::warn!("{}: the monorepo has no base/ directory; skipping the base role", spec.name);
+        }
+
+        restore_data(inv, spec, opts, conn, log, part).await?;
+
+        let lib_start = Instant::now();
+        let lib = match spec.engine {
+            Engine::None => None,
+            Engine::Ansible => Some(ansible(opts, conn, spec, &lib_dir.join("playbook.yml"), &extra, log).await?),
+            Engine::Shell => {
+                let script = "exec 2>&1\nd=\"$1\"\n\
+                    if set -a && . \"$d/env\" && set +a && cd \"$d/lib\"; then bash ./configure.sh; rc=$?; else rc=1; fi\n\
+                    printf '\\n%s%s\\n' __pgo_exit_code= \"$rc\"\n";
+                let (code, text) = run_wrapped(conn, script, &[&tmp], opts.run_timeout).await?;
+                log.push(&spec.name, &text);
+                Some(EngineRun {
+                    engine: "shell".into(),
+                    changed: None,
+                    ok: None,
+                    exit_code: code,
+                    success: code == Some(0),
+                    duration_ms: lib_start.elapsed().as_millis() as u64,
+                })
+            }
+            Engine::Cinc => {
+                let script = "exec 2>&1\nd=\"$1\"\nlib=\"$2\"\n\
+                    if ! command -v cinc-client >/dev/null 2>&1; then\n  echo 'cinc-client: command not found'\n  rc=127\n\
+                    elif set -a && . \"$d/env\" && set +a && cd \"$d\"; then\n\
+                      cinc-client --local-mode --chef-license accept-silent --config-option \"cookbook_path=$d/cookbooks\" -o \"recipe[$lib]\"\n  rc=$?\n\
+                    else\n  rc=1\nfi\n\
+                    printf '\\n%s%s\\n' __pgo_exit_code= \"$rc\"\n";
+                let (code, text) = run_wrapped(conn, script, &[&tmp, &lib_name], opts.run_timeout).await?;
+                log.push(&spec.name, &text);
+                let run = EngineRun {
+                    engine: "cinc".into(),
+                    changed: None,
+                    ok: None,
+                    exit_code: code,
+                    success: code == Some(0),
+                    duration_ms: lib_start.elapsed().as_millis() as u64,
+                };
+                if code == Some(127) && text.lines().any(|l| l == "cinc-client: command not found") {
+                    part.lib = Some(run);
+                    anyhow::bail!(
+                        "{} has recipes/default.rb but cinc-client is not installed on the container; \
+                         install Cinc Client (https://cinc.sh) there first, e.g. from the base role",
+                        spec.dir.display()
+                    );
+                }
+                Some(run)
+            }
+        };
+        let lib_ok = lib.as_ref().map(|r| r.success).unwrap_or(true);
+        let lib_desc = lib.as_ref().map(|r| (r.engine.clone(), r.exit_code));
+        part.lib = lib;
+        if !lib_ok {
+            let (engine, code) = lib_desc.unwrap_or_default();
+            anyhow::bail!(
+                "the lib's {engine} configuration failed{} (see the log tail)",
+                code.map(|c| format!(" with exit code {c}")).unwrap_or_default()
+            );
+        }
+        let text = conn.read_file(&output, true).await?;
+        let (outputs, bad) = parse_outputs(&String::from_utf8_lossy(&text));
+        for b in &bad {
+            log.push(&spec.name, b);
+            tracing::warn!("{}: {b}", spec.name);
+        }
+        part.outputs = outputs;
+        Ok(())
+    }
+    .await;
+    let cleanup = conn.remove_dir(&tmp, true).await;
+    match (result, cleanup) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Err(e)) => Err(anyhow!(e).context("cannot remove the temporary directory with the contract")),
+        (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
+/// Marker line the engine wrappers print last: the engine's exit code. SSH itself maps remote
+/// exit codes 127 and 255 to its own errors, so the code travels in the output instead.
+const EXIT_MARKER: &str = "__pgo_exit_code=";
+
+/// Runs a fixed wrapper `script` with bash as root (`bash -c SCRIPT pgo-configure ARGS…`) and
+/// returns the engine's exit code (from [`EXIT_MARKER`]) and its output without the marker.
+async fn run_wrapped(
+    conn: &Connection,
+    script: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<(Option<i32>, String)> {
+    let mut argv = vec!["bash", "-c", script, "pgo-configure"];
+    argv.extend_from_slice(args);
+    let out = conn.run(&argv, None, true, timeout).await?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Ok(split_exit_marker(&text, out.code))
+}
+
+/// Splits the wrapper's output into (exit code, output without the marker line). Without a
+/// marker (the wrapper was killed) the SSH exit code stands.
+fn split_exit_marker(text: &str, fallback: Option<i32>) -> (Option<i32>, String) {
+    match text.rfind(EXIT_MARKER) {
+        Some(pos) if text[..pos].ends_with('\n') || pos == 0 => {
+            let code = text[pos + EXIT_MARKER.len()..].trim().parse::<i32>().ok().or(fallback);
+            // The wrapper prints a newline before the marker, in case the output lacked one.
+            let body = text[..pos].strip_suffix('\n').unwrap_or(&text[..pos]);
+            (code, body.to_string())
+        }
+        _ => (fallback, text.to_string()),
+    }
+}
+
+/// Runs `ansible-playbook` with `playbook` against the container over `conn`'s ControlMaster.
+async fn ansible(
+    opts: &ConfigureOptions,
+    conn: &Connection,
+    spec: &ContainerSpec,
+    playbook: &Path,
+    extra: &serde_json::Value,
+    log: &mut Log,
+) -> anyhow::Result<EngineRun> {
+    let start = Instant::now();
+    let dir =
+        tempfile::Builder::new().prefix("pgo-ansible-").tempdir().context("cannot create a temporary directory")?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+    let t = conn.target();
+    let host = &spec.name;
+    let inventory = serde_json::json!({
+        "all": { "hosts": { host: {
+            "ansible_host": t.address,
+            "ansible_port": t.port,
+            "ansible_user": conn.user(),
+            "ansible_ssh_private_key_file": t.key,
+            "ansible_python_interpreter": "/usr/bin/python3",
+        }}}
+    });
+    let inv_path = dir.path().join("inventory.json");
+    std::fs::write(&inv_path, serde_json::to_vec_pretty(&inventory)?)?;
+    let vars_path = dir.path().join("vars.json");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().create_new(true).write(true).mode(0o600).open(&vars_path)?;
+        f.write_all(&serde_json::to_vec(extra)?)?;
+    }
+    let ssh_args = format!(
+        "-o ControlMaster=auto -o ControlPersist=60s -o ControlPath={} -o UserKnownHostsFile={} \
+         -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes \
+         -o PasswordAuthentication=no -o BatchMode=yes",
+        conn.control_socket().display(),
+        t.known_hosts.display()
+    );
+    let cfg = format!(
+        "[defaults]\nhost_key_checking = True\nstdout_callback = json\nretry_files_enabled = False\n\
+         interpreter_python = /usr/bin/python3\nlocal_tmp = {}/local\nnocows = True\n\
+         [ssh_connection]\nssh_args = {ssh_args}\npipelining = True\n",
+        dir.path().display()
+    );
+    let cfg_path = dir.path().join("ansible.cfg");
+    std::fs::write(&cfg_path, cfg)?;
+    let mut cmd = tokio::process::Command::new(&opts.ansible_playbook);
+    cmd.arg("-i")
+        .arg(&inv_path)
+        .arg("-e")
+        .arg(format!("@{}", vars_path.display()))
+        .arg(playbook)
+        .env("ANSIBLE_CONFIG", &cfg_path)
+        .env("ANSIBLE_HOST_KEY_CHECKING", "True")
+        .env("ANSIBLE_STDOUT_CALLBACK", "json")
+        .env("ANSIBLE_FORCE_COLOR", "0")
+        .env("ANSIBLE_NOCOLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {}; is Ansible installed?", opts.ansible_playbook.display()))?;
+    let out = tokio::time::timeout(opts.run_timeout, child.wait_with_output()).await.map_err(|_| {
+        anyhow!(
+            "{}: ansible-playbook {} timed out after {}s",
+            spec.name,
+            playbook.display(),
+            opts.run_timeout.as_secs()
+        )
+    })??;
+    // The secrets file goes first, whatever happened.
+    let _ = std::fs::remove_file(&vars_path);
+    drop(dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (lines, stats) = summarize(&stdout, host);
+    for l in &lines {
+        log.push(&spec.name, l);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !stderr.trim().is_empty() {
+        log.push(&spec.name, stderr.trim());
+    }
+    if stats.is_none() && !out.status.success() && lines.is_empty() {
+        log.push(&spec.name, stdout.trim());
+    }
+    let (changed, ok, failed) = stats.unwrap_or((None, None, true));
+    Ok(EngineRun {
+        engine: "ansible".into(),
+        changed,
+        ok,
+        exit_code: out.status.code(),
+        success: out.status.success() && !failed,
+        duration_ms: start.elapsed().as_millis() as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_marker() {
+        assert_eq!(split_exit_marker("a\nb\n\n__pgo_exit_code=127\n", Some(0)), (Some(127), "a\nb\n".into()));
+        assert_eq!(split_exit_marker("\n__pgo_exit_code=0\n", Some(0)), (Some(0), "".into()));
+        assert_eq!(split_exit_marker("killed\n", Some(255)), (Some(255), "killed\n".into()));
+    }
+}

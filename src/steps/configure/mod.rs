@@ -1,0 +1,348 @@
+//! Step `configure`: bring provisioned containers to their desired state over SSH — the base
+//! role first, then the lib's own configuration engine — and record a `configure/<name>.json`
+//! artifact per container.
+//!
+//! Inputs: the inventory (the specs, globals and `base/`), `provision/<name>.json` (the address
+//! and port to reach, and whether the container was just created), the container's key pair
+//! (`<share>/.keys/<vmid>`, [`crate::keys`]) and the contract secrets (`LOGIN`, `PASSWORD`,
+//! `HOST`).
+//!
+//! # The contract handed to every engine
+//!
+//! Lowest precedence first: every global, the lib's container env (`ContainerSpec.env`), then
+//! `IP` (the address reached), `ID` (vmid), `HOSTNAME`, `STAGE`, `HOST` (the control plane),
+//! `LOGIN`, `PASSWORD` (secret), `PGO_OUTPUT` (a file the lib appends `KEY=value` lines to) and
+//! `PGO_CONTAINERS` (JSON list of the inventory's containers: `name`, `hostname`, `vmid`, `ip`,
+//! `env`).
+//!
+//! * shell (`configure.sh`) and Cinc (`recipes/default.rb`): the values are written to an env file
+//!   (mode 0600) inside a private temporary directory on the container, uploaded as one tar
+//!   stream with the lib, and sourced by a fixed wrapper script; the directory is removed
+//!   afterwards, also on failure;
+//! * Ansible (`playbook.yml`, and the base role): the values go into an extra-vars JSON file
+//!   (mode 0600) in a private temporary directory on the runner (`-e @file`), with the inventory
+//!   and `ansible.cfg` next to it; removed afterwards. Ansible reuses our SSH ControlMaster and
+//!   our `known_hosts` file (`StrictHostKeyChecking=yes`).
+//!
+//! Outputs: `KEY=value` lines in `$PGO_OUTPUT` become the artifact's `outputs` (values holding a
+//! secret are masked as `***`).
+
+mod contract;
+mod engines;
+mod recap;
+mod restore;
+
+pub use contract::{Contract, missing_requirements, requirements_error};
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use secrecy::ExposeSecret;
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::backend::model::{Outcome, Provision};
+use crate::error::{Error, Location, Result};
+use crate::inventory::{ContainerSpec, Engine, Inventory};
+use crate::snapshot::record::Snapshot;
+use crate::ssh::{ConnectOptions, Connection, Target};
+
+use engines::run_engines;
+
+/// Lines of log kept in the artifact when a container fails.
+pub const LOG_TAIL_LINES: usize = 40;
+
+/// Options of the configure step.
+#[derive(Debug, Clone)]
+pub struct ConfigureOptions {
+    /// Containers to configure (lib name or hostname); empty means all of the inventory.
+    pub containers: Vec<String>,
+    /// How many containers are configured at once (≥ 1).
+    pub jobs: usize,
+    /// The artifacts directory (reads `provision/`, writes `configure/` and `known_hosts/`).
+    pub artifacts: ArtifactDir,
+    /// Settings-provided contract values.
+    pub contract: Contract,
+    /// SSH connect tuning.
+    pub connect: ConnectOptions,
+    /// Upper bound for one engine run (base role, lib), e.g. 30 min.
+    pub run_timeout: Duration,
+    /// The `ansible-playbook` executable.
+    pub ansible_playbook: PathBuf,
+}
+
+impl Default for ConfigureOptions {
+    fn default() -> Self {
+        Self {
+            containers: Vec::new(),
+            jobs: 4,
+            artifacts: ArtifactDir::new(".proxmox-gitops"),
+            contract: Contract::default(),
+            connect: ConnectOptions::default(),
+            run_timeout: Duration::from_secs(1800),
+            ansible_playbook: "ansible-playbook".into(),
+        }
+    }
+}
+
+/// Result of one engine run (base role or lib).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineRun {
+    /// `ansible`, `shell` or `cinc`.
+    pub engine: String,
+    /// Tasks that changed something (Ansible's recap `changed`); `None` for engines that do not
+    /// report it.
+    pub changed: Option<u64>,
+    /// Tasks that were already in state (Ansible's `ok`).
+    pub ok: Option<u64>,
+    /// Exit code of the engine's process.
+    pub exit_code: Option<i32>,
+    /// True when the run succeeded.
+    pub success: bool,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// The `configure/<name>.json` artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Configure {
+    /// Container (lib) name.
+    pub name: String,
+    /// Hostname.
+    pub hostname: String,
+    /// vmid.
+    pub vmid: u32,
+    /// The address connected to.
+    pub address: Option<String>,
+    /// SSH port.
+    pub ssh_port: u16,
+    /// The SSH user that was accepted (`config`, or `root` before the base role ran).
+    pub user: Option<String>,
+    /// SHA-256 fingerprint of the container's SSH host key, as recorded.
+    pub host_key_fingerprint: Option<String>,
+    /// The lib's engine.
+    pub engine: Engine,
+    /// The base role's run (`None` when the monorepo has no `base/` or it did not run).
+    pub base: Option<EngineRun>,
+    /// The automatic data restore before the lib's configuration (the seed's behaviour): the
+    /// `snapshot/<name>.json` artifact of the restore, when the lib declares `SNAPSHOT` paths, they
+    /// were all missing or empty on the container and a snapshot existed. `None` when nothing was
+    /// restored.
+    #[serde(default)]
+    pub restore: Option<Snapshot>,
+    /// The lib's run (`None` for engine `none`, or when an earlier stage failed).
+    pub lib: Option<EngineRun>,
+    /// `KEY=value` outputs the lib wrote to `$PGO_OUTPUT` (secrets masked).
+    pub outputs: BTreeMap<String, String>,
+    /// Total wall time in milliseconds.
+    pub duration_ms: u64,
+    /// The last lines of the log when the container failed (redacted), empty otherwise.
+    pub log_tail: Vec<String>,
+    /// Result.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl Artifact for Configure {
+    const KIND: &'static str = "configure";
+    // 1.1: `restore`.
+    const SCHEMA_VERSION: (u32, u32) = (1, 1);
+}
+
+impl Configure {
+    /// True when the container was configured.
+    pub fn ok(&self) -> bool {
+        matches!(self.outcome, Outcome::Ok)
+    }
+}
+
+/// Selects the specs to configure; unknown names are input errors.
+/// Checks [`missing_requirements`] for the selected containers (`opts.containers`, empty =
+/// all) without contacting anything: the preflight of `configure --check`.
+///
+/// # Errors
+/// [`Error::Input`] with one problem per container that lacks something, located at its
+/// `container.env` key `REQUIRES`; unknown container names as for [`configure`].
+pub fn check_requirements(inv: &Inventory, opts: &ConfigureOptions) -> Result<()> {
+    let mut problems = crate::error::Problems::new();
+    for spec in select(inv, &opts.containers)? {
+        let missing = missing_requirements(inv, spec, &opts.contract);
+        if !missing.is_empty() {
+            problems.add(
+                Location::file(spec.dir.join("container.env")).with_key("REQUIRES"),
+                requirements_error(spec, &missing),
+            );
+        }
+    }
+    problems.into_result().map_err(Error::Input)
+}
+
+fn select<'a>(inv: &'a Inventory, names: &[String]) -> Result<Vec<&'a ContainerSpec>> {
+    inv.select(names, true, crate::inventory::NotFound::InInventory)
+}
+
+/// Configures the selected containers, at most `opts.jobs` at a time, writing
+/// `configure/<name>.json` for each (also for failures). Returns the artifacts in inventory order.
+///
+/// # Errors
+/// [`Error::Input`] for unknown container names; per-container failures are not errors here —
+/// they are recorded in each artifact's outcome (the CLI exits 1 if any failed). An artifact that
+/// cannot be written is an [`Error::Failed`].
+pub async fn configure(inv: &Inventory, opts: &ConfigureOptions) -> Result<Vec<Configure>> {
+    let specs = select(inv, &opts.containers)?;
+    if let Some(p) = &opts.contract.password {
+        crate::ci::mask(p.expose_secret());
+    }
+    let inv = Arc::new(inv.clone());
+    let opts = Arc::new(opts.clone());
+    let sem = Arc::new(tokio::sync::Semaphore::new(opts.jobs.max(1)));
+    let mut set = tokio::task::JoinSet::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let (inv, opts, sem, spec) = (inv.clone(), opts.clone(), sem.clone(), (*spec).clone());
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            let _group = crate::ci::Group::start(&format!("configure {}", spec.name));
+            let result = configure_one(&inv, &spec, &opts).await;
+            (i, result)
+        });
+    }
+    let mut results: Vec<Option<Configure>> = vec![None; specs.len()];
+    while let Some(joined) = set.join_next().await {
+        let (i, c) = joined.map_err(|e| Error::Failed(anyhow!("configure task panicked: {e}")))?;
+        let path = opts.artifacts.configure(&c.name);
+        artifact::write(&path, &c).map_err(|e| Error::Failed(e.into()))?;
+        match &c.outcome {
+            Outcome::Ok => tracing::info!("{}: configured in {:.1}s", c.name, c.duration_ms as f64 / 1000.0),
+            Outcome::Failed { error } => tracing::error!("{}: configure failed: {error}", c.name),
+        }
+        results[i] = Some(c);
+    }
+    Ok(results.into_iter().flatten().collect())
+}
+
+/// A log collected during one container's run; every line is redacted before it is stored.
+#[derive(Default)]
+struct Log(Vec<String>);
+
+impl Log {
+    fn push(&mut self, name: &str, text: &str) {
+        for line in text.lines() {
+            let line = crate::ci::redact(line);
+            tracing::debug!("{name}: {line}");
+            self.0.push(line);
+        }
+    }
+    fn tail(&self) -> Vec<String> {
+        let start = self.0.len().saturating_sub(LOG_TAIL_LINES);
+        self.0[start..].to_vec()
+    }
+}
+
+struct Partial {
+    user: Option<String>,
+    fingerprint: Option<String>,
+    address: Option<String>,
+    ssh_port: u16,
+    base: Option<EngineRun>,
+    restore: Option<Snapshot>,
+    lib: Option<EngineRun>,
+    outputs: BTreeMap<String, String>,
+}
+
+async fn configure_one(inv: &Inventory, spec: &ContainerSpec, opts: &ConfigureOptions) -> Configure {
+    let start = Instant::now();
+    let mut log = Log::default();
+    let mut part = Partial {
+        user: None,
+        fingerprint: None,
+        address: None,
+        ssh_port: 22,
+        base: None,
+        restore: None,
+        lib: None,
+        outputs: BTreeMap::new(),
+    };
+    let res = run_container(inv, spec, opts, &mut log, &mut part).await;
+    let outcome = match res {
+        Ok(()) => Outcome::Ok,
+        Err(e) => {
+            let msg = crate::ci::redact(&format!("{e:#}"));
+            log.push(&spec.name, &format!("error: {msg}"));
+            Outcome::Failed { error: msg }
+        }
+    };
+    let failed = matches!(outcome, Outcome::Failed { .. });
+    Configure {
+        name: spec.name.clone(),
+        hostname: spec.hostname.clone(),
+        vmid: spec.vmid,
+        address: part.address,
+        ssh_port: part.ssh_port,
+        user: part.user,
+        host_key_fingerprint: part.fingerprint,
+        engine: spec.engine,
+        base: part.base,
+        restore: part.restore,
+        lib: part.lib,
+        outputs: part.outputs,
+        duration_ms: start.elapsed().as_millis() as u64,
+        log_tail: if failed { log.tail() } else { Vec::new() },
+        outcome,
+    }
+}
+
+async fn run_container(
+    inv: &Inventory,
+    spec: &ContainerSpec,
+    opts: &ConfigureOptions,
+    log: &mut Log,
+    part: &mut Partial,
+) -> anyhow::Result<()> {
+    let missing = missing_requirements(inv, spec, &opts.contract);
+    if !missing.is_empty() {
+        anyhow::bail!("{}", requirements_error(spec, &missing));
+    }
+    let prov_path = opts.artifacts.provision(&spec.name);
+    let prov: Provision =
+        artifact::read(&prov_path).with_context(|| format!("{}: run `provision` first", spec.name))?;
+    if let Outcome::Failed { error } = &prov.outcome {
+        anyhow::bail!("{}: provisioning failed ({error}); nothing to configure", prov_path.display());
+    }
+    let address = prov
+        .address
+        .clone()
+        .or_else(|| spec.ip.address().map(|a| a.to_string()))
+        .ok_or_else(|| anyhow!("{}: no address recorded for the container", prov_path.display()))?;
+    part.address = Some(address.clone());
+    part.ssh_port = prov.ssh_port;
+
+    let keys = crate::keys::ensure(&inv.settings.share, spec.vmid, &spec.hostname)?;
+    let control = tempfile::Builder::new()
+        .prefix("pgo-ssh-")
+        .tempdir_in("/tmp")
+        .context("cannot create an SSH control directory")?;
+    let target = Target {
+        name: spec.name.clone(),
+        address: address.clone(),
+        port: prov.ssh_port,
+        key: keys.private.clone(),
+        known_hosts: opts.artifacts.known_hosts(&spec.name),
+        replace_host_key: crate::ssh::recreated_since_recorded(
+            prov.created,
+            &prov_path,
+            &opts.artifacts.known_hosts(&spec.name),
+        ),
+        users: vec!["config".into(), "root".into()],
+    };
+    let conn = Connection::connect(&target, &opts.connect, control.path()).await?;
+    part.user = Some(conn.user().to_string());
+    part.fingerprint = conn.fingerprint().map(str::to_string);
+    log.push(&spec.name, &format!("connected to {address}:{} as {}", prov.ssh_port, conn.user()));
+
+    let result = run_engines(inv, spec, opts, &conn, &keys.public_line, &address, log, part).await;
+    conn.close().await;
+    result
+}

@@ -1,0 +1,165 @@
+//! Step `publish`: put the rewritten monorepo and its submodules on the Gitea control plane.
+//!
+//! Input: the working copy and `remotes.json` of [`super::rewrite`]. In order:
+//!
+//! 1. **Organizations** `main` (the `--org`), `stage`, `tasks` exist (`orgCreate`; Gitea's
+//!    422 "already exists" is fine).
+//! 2. **Repositories**, each module deepest first, the monorepo last: created when missing
+//!    (`createOrgRepo`, `auto_init: false`, `default_branch: main`) and, like the seed, with
+//!    issues, wiki, projects, packages and releases switched off (`repoEdit`, sent only when a
+//!    setting differs). Then, with the git CLI (credentials through `GIT_ASKPASS`):
+//!    * when the repository already had a different `main`, that previous head is pushed to
+//!      `rollback` first;
+//!    * `main` and `snapshot` are set to the published commit; `release` is created at it when
+//!      missing (the first publish is the bootstrap deploy, as in the seed), and otherwise left
+//!      for the release pull request to move;
+//!    * all ref updates of one repository go in one atomic push; refs already right are not
+//!      pushed. Tool commits (made by `rewrite`) end in `[skip ci]`.
+//! 3. **Forks**: every lib repository and the monorepo are forked into `stage` when that fork
+//!    does not exist yet (`createFork`); an existing fork whose `main` only trails upstream is
+//!    moved to the published commit (a lease-protected push, see `sync_fork`); a fork with
+//!    commits of its own is never overwritten, the report notes it instead.
+//! 4. **Release pull request** ("Release Pull Request", head `main`, base `release`) in every
+//!    lib repository and the monorepo whose `main` differs from `release`, unless one is open.
+//! 5. **Variables**: `globals.json` < `globals.local.json` → organization variables of `main`,
+//!    `stage` and `tasks`; each lib's configure artifact `configure/<lib>.json`, key `outputs`
+//!    (an object of `KEY: value`) → repository variables of that lib's repository. Names are
+//!    validated before anything is sent (`^[A-Z_][A-Z0-9_]*$`, not `GITEA_`/`GITHUB_`).
+//!    Missing variables are created (`POST`, and on 409 updated with `PUT`); different values
+//!    are updated (`PUT`); equal ones are left alone.
+//!
+//! Everything is read before it is written, so a second publish of the same tree changes
+//! nothing and reports every item `unchanged`. The summary is the artifact `publish.json`
+//! ([`PublishReport`]); it never holds a credential or a variable value.
+
+mod repo;
+mod report;
+mod variables;
+
+pub use report::{
+    Action, ForkReport, OrgReport, PublishReport, PullReport, RefReport, RepoReport, Summary, VariableReport,
+};
+pub use variables::{ensure_variable, wanted_variables};
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::artifact::ArtifactDir;
+use crate::error::{Error, Result};
+use crate::git_cli::{Credentials, Git};
+use crate::gitea::{Auth, Client, CreateOrgOption, Created};
+use crate::steps::rewrite::Remotes;
+
+use repo::publish_repo;
+
+/// The organization that receives forks (the seed's `stage`).
+pub const STAGE_ORG: &str = "stage";
+/// The organization of scheduled-task repositories (the seed's `tasks`).
+pub const TASKS_ORG: &str = "tasks";
+/// Title of the release pull request (the seed's).
+pub const RELEASE_PR_TITLE: &str = "Release Pull Request";
+
+/// Options of the publish step.
+#[derive(Debug, Clone)]
+pub struct PublishOptions {
+    /// The user's checkout (for `globals.json` / `globals.local.json`).
+    pub repo: PathBuf,
+    /// The artifacts directory (for `configure/<lib>.json`).
+    pub artifacts: ArtifactDir,
+}
+
+/// The git credentials for `client`'s auth: login/password, or the token with its owner's login.
+async fn git_credentials(client: &Client) -> anyhow::Result<Option<Credentials>> {
+    Ok(match client.auth() {
+        Some(Auth::Basic { login, password }) => {
+            Some(Credentials { username: login.clone(), secret: password.clone() })
+        }
+        Some(Auth::Token(t)) => {
+            let user = client.current_user().await.context("cannot find the token's user for git over HTTP")?;
+            Some(Credentials { username: user.login, secret: t.clone() })
+        }
+        None => None,
+    })
+}
+
+/// Runs the publish step for the working copy described by `remotes`.
+///
+/// # Errors
+/// [`Error::Input`] for invalid variable names/values (nothing is sent then);
+/// [`Error::Failed`] naming the Gitea call or git command that failed. Work done before a
+/// failure stays (every operation is idempotent: run it again).
+pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) -> Result<PublishReport> {
+    let variables = wanted_variables(remotes, opts)?;
+    let git = match git_credentials(client).await? {
+        Some(c) => Git::with_credentials(c).map_err(|e| Error::Failed(e.into()))?,
+        None => {
+            return Err(Error::Usage("no Gitea credentials: set GITEA_TOKEN, or LOGIN and PASSWORD".into()));
+        }
+    };
+    let mut report = PublishReport {
+        gitea: client.base().as_str().trim_end_matches('/').to_string(),
+        org: remotes.org.clone(),
+        orgs: Vec::new(),
+        repos: Vec::new(),
+        variables: Vec::new(),
+        summary: Summary::default(),
+    };
+
+    // 1. organizations
+    let mut orgs = vec![remotes.org.clone()];
+    for o in [STAGE_ORG, TASKS_ORG] {
+        if !orgs.iter().any(|x| x == o) {
+            orgs.push(o.to_string());
+        }
+    }
+    for org in &orgs {
+        let ensure = async {
+            Ok::<Action, crate::gitea::GiteaError>(match client.get_org(org).await? {
+                Some(_) => Action::Unchanged,
+                None => match client
+                    .create_org(&CreateOrgOption {
+                        username: org.clone(),
+                        visibility: Some("public".into()),
+                        ..Default::default()
+                    })
+                    .await?
+                {
+                    Created::New(_) => Action::Created,
+                    Created::Exists => Action::Unchanged,
+                },
+            })
+        };
+        let action = ensure.await.map_err(|e| Error::Failed(e.into()))?;
+        tracing::info!("org {org}: {}", label(action));
+        report.orgs.push(OrgReport { name: org.clone(), action });
+    }
+
+    // 2.–4. repositories
+    for (repo, dir, commit, path) in remotes.publish_order() {
+        let staged = path.as_ref().is_none_or(|p| p.starts_with("libs") && p.components().count() == 2);
+        let r = publish_repo(client, &git, &remotes.org, &repo, &dir, &commit, path, staged)
+            .await
+            .map_err(|e| Error::Failed(e.context(format!("publishing {}/{repo}", remotes.org))))?;
+        report.repos.push(r);
+    }
+
+    // 5. variables
+    for (scope, name, value) in &variables {
+        let action = ensure_variable(client, scope, name, value)
+            .await
+            .map_err(|e| Error::Failed(e.context(format!("variable {name} of {scope}"))))?;
+        tracing::info!("variable {name} ({scope}): {}", label(action));
+        report.variables.push(VariableReport { scope: scope.clone(), name: name.clone(), action });
+    }
+    report.count();
+    Ok(report)
+}
+
+fn label(a: Action) -> &'static str {
+    match a {
+        Action::Created => "created",
+        Action::Updated => "updated",
+        Action::Unchanged => "unchanged",
+    }
+}

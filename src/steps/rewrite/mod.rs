@@ -1,0 +1,310 @@
+//! Step `rewrite`: a working copy of the monorepo whose submodules all live on the Gitea
+//! control plane.
+//!
+//! The user's checkout is only read. In a fresh **working copy** (default
+//! `<artifacts>/worktree`, built next to its final place and renamed over the previous one only
+//! when complete):
+//!
+//! 1. the monorepo's `HEAD` is fetched from the checkout and checked out as branch `main`;
+//! 2. every lib that is a plain directory (`libs/<name>/` as a tree, not a gitlink) becomes a
+//!    submodule — and so do the base role `base/`, the shared helpers `config/libraries/` and each
+//!    task `tasks/<name>/` (repositories `base`, `libraries`, `<name>`), as the seed publishes
+//!    them: its own repository with one commit holding the directory's tree (the
+//!    "fresh commit" of the seed, made deterministic: tool identity, dated like the monorepo's
+//!    `HEAD`);
+//! 3. every submodule, recursively, is fetched from the **checked-out** submodule in the user's
+//!    checkout (never from its old URL: the old host may be gone or unreachable) at the commit
+//!    its parent records, and its URL in `.gitmodules` is rewritten to
+//!    `<gitea>/<org>/<name>.git`;
+//! 4. each repository whose `.gitmodules` or gitlinks changed gets one tool commit whose
+//!    message ends in `[skip ci]`, children before parents.
+//!
+//! The same input always produces the same commit ids, so publishing twice changes nothing.
+//!
+//! The repository name comes from the old URL's last path component (any form: see
+//! [`repo_name_from_url`]) or, for converted directories, from the directory name, sanitized to
+//! Gitea's rule ([`sanitize_repo_name`]). Two different contents mapping to one name (compared
+//! case-insensitively, as Gitea does) are an input error.
+//!
+//! Output: the artifact `remotes.json` ([`Remotes`]).
+
+mod submodules;
+mod urls;
+
+pub use urls::{MAX_REPO_NAME, RepoNameError, new_url, repo_name_from_url, sanitize_repo_name};
+
+use submodules::{Ctx, check_collisions, process};
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::Artifact;
+use crate::error::{Error, Location, Problems, Result};
+use crate::git_cli::{Git, GitError};
+
+/// Deepest submodule nesting followed (against cycles).
+pub const MAX_DEPTH: usize = 16;
+/// Marker file (inside the working copy's `.git`) that lets a later run replace the directory.
+const MARKER: &str = "proxmox-gitops-worktree";
+
+/// Options of the rewrite step.
+#[derive(Debug, Clone)]
+pub struct RewriteOptions {
+    /// The user's checkout (read only).
+    pub repo: PathBuf,
+    /// Where the working copy is built (replaced on every run; must not be the checkout).
+    pub workdir: PathBuf,
+    /// The Gitea base URL, e.g. `http://10.0.3.2:8080` (see [`crate::gitea::base_url`]).
+    pub gitea: String,
+    /// The organization the repositories live in (default `main`).
+    pub org: String,
+    /// The monorepo's repository name; default: the checkout's directory name, sanitized.
+    pub name: Option<String>,
+}
+
+/// The artifact `remotes.json` (kind `remotes`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remotes {
+    /// The Gitea base URL (no trailing slash, no credentials).
+    pub gitea: String,
+    /// The organization.
+    pub org: String,
+    /// The user's checkout the working copy was made from.
+    pub source: PathBuf,
+    /// The working copy.
+    pub workdir: PathBuf,
+    /// The monorepo itself.
+    pub monorepo: MonorepoRemote,
+    /// Every submodule, recursively, parents before children.
+    pub modules: Vec<ModuleRemote>,
+}
+
+impl Artifact for Remotes {
+    const KIND: &'static str = "remotes";
+    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+}
+
+/// The monorepo's entry in [`Remotes`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonorepoRemote {
+    /// Repository name on Gitea.
+    pub repo: String,
+    /// `<gitea>/<org>/<repo>.git`.
+    pub new_url: String,
+    /// The checkout's `HEAD`.
+    pub source_commit: String,
+    /// The working copy's `main` (equal to `source_commit` when nothing was rewritten).
+    pub commit: String,
+}
+
+/// One submodule in [`Remotes`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleRemote {
+    /// Path relative to the monorepo root.
+    pub path: PathBuf,
+    /// The submodule's name in its parent's `.gitmodules`.
+    pub name: String,
+    /// Repository name on Gitea.
+    pub repo: String,
+    /// The URL as written before (`None` for a directory converted to a submodule).
+    pub old_url: Option<String>,
+    /// `<gitea>/<org>/<repo>.git`.
+    pub new_url: String,
+    /// The commit the parent recorded before (`None` for a converted directory).
+    pub source_commit: Option<String>,
+    /// The commit the working copy records now (what is published).
+    pub commit: String,
+    /// True when the lib was a plain directory and became a submodule.
+    pub converted: bool,
+    /// The parent submodule's path, `None` for the monorepo.
+    pub parent: Option<PathBuf>,
+}
+
+impl Remotes {
+    /// Every repository to publish, once each: modules deepest first, the monorepo last, as
+    /// `(repo name, working directory, commit, module path or None for the monorepo)`.
+    pub fn publish_order(&self) -> Vec<(String, PathBuf, String, Option<PathBuf>)> {
+        let mut mods: Vec<&ModuleRemote> = self.modules.iter().collect();
+        mods.sort_by_key(|m| std::cmp::Reverse(m.path.components().count()));
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for m in mods {
+            if seen.insert(m.repo.to_lowercase()) {
+                out.push((m.repo.clone(), self.workdir.join(&m.path), m.commit.clone(), Some(m.path.clone())));
+            }
+        }
+        out.push((self.monorepo.repo.clone(), self.workdir.clone(), self.monorepo.commit.clone(), None));
+        out
+    }
+}
+
+fn failed(e: GitError) -> Error {
+    Error::Failed(anyhow::Error::new(e))
+}
+
+/// Runs the rewrite step.
+///
+/// # Errors
+/// [`Error::Input`] for a checkout that is not a git repository, a submodule that is not
+/// checked out or lacks its recorded commit, a URL without a usable name, name collisions, a
+/// work directory that is the checkout (or holds something else); [`Error::Failed`] when git
+/// fails.
+pub fn rewrite(opts: &RewriteOptions) -> Result<Remotes> {
+    let gitea =
+        crate::gitea::base_url(&opts.gitea).map_err(|e| Error::input(Location::file("--gitea"), e.to_string()))?;
+    if sanitize_repo_name(&opts.org).ok().as_deref() != Some(opts.org.as_str()) {
+        return Err(Error::input(
+            Location::file("--org"),
+            format!("`{}` is not a valid Gitea organization name", opts.org),
+        ));
+    }
+    let source = opts
+        .repo
+        .canonicalize()
+        .map_err(|e| Error::input(Location::file(&opts.repo), format!("cannot open the repository directory: {e}")))?;
+    let git = Git::new();
+    if !source.join(".git").exists()
+        || !git.check(&source, ["rev-parse", "--verify", "-q", "HEAD^{commit}"]).map_err(failed)?
+    {
+        return Err(Error::input(Location::file(&opts.repo), "not a git repository with at least one commit"));
+    }
+    let repo_name = match &opts.name {
+        Some(n) => sanitize_repo_name(n).map_err(|e| Error::input(Location::file("--name"), e.to_string()))?,
+        None => {
+            let base = source.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            sanitize_repo_name(&base).map_err(|e| Error::input(Location::file(&opts.repo), e.to_string()))?
+        }
+    };
+
+    // The working copy: never the checkout, never inside-out, never someone else's directory.
+    let workdir = absolute(&opts.workdir)?;
+    if workdir == source || source.starts_with(&workdir) {
+        return Err(Error::input(
+            Location::file(&opts.workdir),
+            "the working copy must not be the checkout or contain it (choose another --workdir)",
+        ));
+    }
+    if workdir.exists() {
+        let empty = std::fs::read_dir(&workdir).map(|mut d| d.next().is_none()).unwrap_or(false);
+        if !empty && !workdir.join(".git").join(MARKER).is_file() {
+            return Err(Error::input(
+                Location::file(&opts.workdir),
+                "exists and is not a working copy made by proxmox-gitops; refusing to replace it",
+            ));
+        }
+    }
+    let parent = workdir.parent().unwrap_or(Path::new("/")).to_path_buf();
+    std::fs::create_dir_all(&parent)
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot create {}: {e}", parent.display())))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".pgo-worktree-")
+        .tempdir_in(&parent)
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot create a directory in {}: {e}", parent.display())))?;
+    let wc = tmp.path().to_path_buf();
+
+    git.run(&wc, ["init", "-q", "-b", "main"]).map_err(failed)?;
+    std::fs::write(wc.join(".git").join(MARKER), "working copy made by proxmox-gitops rewrite\n")
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write the marker: {e}")))?;
+    git.run(&wc, [std::ffi::OsStr::new("fetch"), "-q".as_ref(), source.as_os_str(), "HEAD".as_ref()])
+        .map_err(failed)?;
+    git.run(&wc, ["checkout", "-q", "-B", "main", "FETCH_HEAD"]).map_err(failed)?;
+    let source_commit = git.run(&wc, ["rev-parse", "HEAD"]).map_err(failed)?;
+
+    let mut ctx = Ctx { git, gitea: gitea.clone(), org: &opts.org, modules: Vec::new(), problems: Problems::new() };
+    let commit = process(&mut ctx, &wc, &source, Path::new(""), 0, &repo_name)?;
+    check_collisions(&ctx.modules, &repo_name, &mut ctx.problems);
+    let Ctx { modules, problems, .. } = ctx;
+    problems.into_result()?;
+
+    // Replace the previous working copy only now that the new one is complete.
+    if workdir.exists() {
+        std::fs::remove_dir_all(&workdir).map_err(|e| {
+            Error::Failed(anyhow::anyhow!("cannot remove the old working copy {}: {e}", workdir.display()))
+        })?;
+    }
+    let kept = tmp.keep();
+    std::fs::rename(&kept, &workdir)
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot move the working copy to {}: {e}", workdir.display())))?;
+
+    Ok(Remotes {
+        gitea: gitea.as_str().trim_end_matches('/').to_string(),
+        org: opts.org.clone(),
+        source,
+        workdir,
+        monorepo: MonorepoRemote {
+            new_url: new_url(&gitea, &opts.org, &repo_name),
+            repo: repo_name,
+            source_commit,
+            commit,
+        },
+        modules,
+    })
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map_err(|e| Error::Failed(anyhow::anyhow!("no current directory: {e}")))?.join(p)
+    };
+    // Resolve `..` lexically on the existing prefix, so comparisons with the checkout hold.
+    match abs.parent().and_then(|d| d.canonicalize().ok()) {
+        Some(dir) => Ok(dir.join(abs.file_name().unwrap_or_default())),
+        None => Ok(abs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn module(path: &str, repo: &str, commit: &str, converted: bool) -> ModuleRemote {
+        ModuleRemote {
+            path: path.into(),
+            name: path.into(),
+            repo: repo.into(),
+            old_url: (!converted).then(|| format!("../{repo}.git")),
+            new_url: String::new(),
+            source_commit: None,
+            commit: commit.into(),
+            converted,
+            parent: None,
+        }
+    }
+
+    #[test]
+    fn publish_order_is_deepest_first_once_per_repo_monorepo_last() {
+        let mut nested = module("libs/e/vendor/f", "f", "2", false);
+        nested.parent = Some("libs/e".into());
+        let r = Remotes {
+            gitea: "http://g".into(),
+            org: "main".into(),
+            source: "/src".into(),
+            workdir: "/wc".into(),
+            monorepo: MonorepoRemote {
+                repo: "mono".into(),
+                new_url: String::new(),
+                source_commit: "0".into(),
+                commit: "9".into(),
+            },
+            modules: vec![
+                module("libs/a", "a", "1", false),
+                module("libs/e", "e", "3", false),
+                nested,
+                module("x/a", "A", "1", false),
+            ],
+        };
+        let order: Vec<(String, PathBuf, String)> =
+            r.publish_order().into_iter().map(|(n, d, c, _)| (n, d, c)).collect();
+        assert_eq!(
+            order,
+            vec![
+                ("f".to_string(), PathBuf::from("/wc/libs/e/vendor/f"), "2".to_string()),
+                ("a".into(), "/wc/libs/a".into(), "1".into()),
+                ("e".into(), "/wc/libs/e".into(), "3".into()),
+                ("mono".into(), "/wc".into(), "9".into()),
+            ]
+        );
+    }
+}
