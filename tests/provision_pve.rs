@@ -1182,3 +1182,57 @@ async fn gateway_errors_on_writes_are_never_retried() {
         assert_eq!(paths(&pve.requests(false)), vec![format!("{method} {path}")]);
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// Output streams under Actions
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn under_actions_the_no_snapshot_warning_goes_to_stderr_and_stdout_stays_json() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
+    std::fs::write(
+        repo.path().join("libs/broker/container.env"),
+        "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\nSNAPSHOT=/srv/data\n",
+    )
+    .unwrap();
+    let ca = pve.ca.to_str().unwrap().to_string();
+    let closed = closed_port().to_string();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .args(args)
+            .args(["--repo", repo.path().to_str().unwrap(), "--pve-ca", &ca])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("GITHUB_ACTIONS", "true")
+            .env("PROXMOX_HOST", "127.0.0.1")
+            .env("PROXMOX_PORT", pve.port.to_string())
+            .env("PROXMOX_USER", "root@pam")
+            .env("PROXMOX_PASSWORD", "secret")
+            .env("PROXMOX_TEMPLATE", TEMPLATE)
+            .env("PROXMOX_STORAGE", "local")
+            .env("PROXMOX_SHARE", share.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, stderr) = run(&["provision", "--all", "--no-wait-ssh", "--ssh-port", &closed]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stdout, stderr) = run(&["--json", "destroy", "-c", "broker", "--no-snapshot"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    // stdout is the JSON and nothing else; every workflow command is on stderr.
+    let all: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: stdout is not JSON:\n{stdout}"));
+    assert_eq!(all[0]["name"], "broker", "{all:#}");
+    assert!(stderr.lines().any(|l| l
+        == "::warning::--no-snapshot: destroying broker (vmid 101) WITHOUT a data snapshot; the data in /srv/data will be lost"),
+        "{stderr}");
+    assert!(stderr.lines().any(|l| l.starts_with("::add-mask::")), "{stderr}");
+    assert!(pve.ct_config(101).is_none());
+}
