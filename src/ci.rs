@@ -8,11 +8,17 @@
 //! a file), and a `::group::` cannot be reordered against the log lines it encloses, as it could be
 //! across two pipes.
 //!
+//! Every workflow command of the process is written here, through [`command`], which escapes the
+//! message and the property values as the runners require (a `%`, CR or LF in a message would
+//! otherwise be decoded, or end the command and start another line the runner may read as a
+//! command of its own):
+//!
 //! * [`mask`] — `::add-mask::VALUE` for every secret the process learns, before anything could
 //!   print it;
 //! * [`Group`] — `::group::NAME` … `::endgroup::` around a step;
 //! * [`error_annotation`] — `::error file=F,line=L::MSG` for input problems;
 //! * [`warn_problem`] — `::warning file=F,line=L::MSG` (and a log line) for input warnings;
+//! * [`error_message`], [`warning_message`] — `::error::MSG`, `::warning::MSG` without a file;
 //! * [`set_outputs`] — appends `key=value` (or a heredoc for multi-line values) to `$GITHUB_OUTPUT`.
 
 use std::collections::HashSet;
@@ -49,7 +55,7 @@ pub fn mask(secret: &str) {
         }
         if in_actions() && !part.contains('\n') {
             let mut out = std::io::stderr().lock();
-            let _ = writeln!(out, "::add-mask::{part}");
+            let _ = writeln!(out, "{}", command("add-mask", &[], part));
             let _ = out.flush();
         }
     }
@@ -74,14 +80,26 @@ pub fn redact(text: &str) -> String {
     out
 }
 
-/// Escapes a workflow-command message (`%`, CR, LF), per the runner's `escapeData`.
-fn escape_data(s: &str) -> String {
+/// Escapes a workflow-command message: `%` → `%25`, CR → `%0D`, LF → `%0A` (the runner's
+/// `escapeData`; the runners decode these three, so any text comes back unchanged).
+pub fn escape_data(s: &str) -> String {
     s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
 }
 
-/// Escapes a workflow-command property value (also `:` and `,`), per `escapeProperty`.
-fn escape_property(s: &str) -> String {
+/// Escapes a workflow-command property value: as [`escape_data`], and also `:` → `%3A` and
+/// `,` → `%2C` (the runner's `escapeProperty`), which would end the value.
+pub fn escape_property(s: &str) -> String {
     escape_data(s).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// The workflow command `::NAME key=value,…::MESSAGE` (without the trailing newline), with every
+/// property value escaped by [`escape_property`] and the message by [`escape_data`]: the result
+/// is always one line. `name` and the keys are ours (`error`, `file` …) and taken as they are.
+/// The message is not redacted here (an `add-mask` message is the secret itself).
+pub fn command(name: &str, props: &[(&str, &str)], message: &str) -> String {
+    let props: Vec<String> = props.iter().map(|(k, v)| format!("{k}={}", escape_property(v))).collect();
+    let props = if props.is_empty() { String::new() } else { format!(" {}", props.join(",")) };
+    format!("::{name}{props}::{}", escape_data(message))
 }
 
 /// The `::error …::` workflow command for an input problem (without the trailing newline).
@@ -103,12 +121,14 @@ pub fn warning_command(problem: &Problem) -> String {
 /// `::<kind> file=…,line=…::MSG` (see [`error_command`]).
 fn annotation_command(kind: &str, problem: &Problem) -> String {
     let loc = &problem.location;
+    let file = loc.file.to_string_lossy();
+    let line = loc.line.map(|l| l.to_string());
     let mut props = Vec::new();
     let mut msg = String::new();
     if loc.is_file() {
-        props.push(format!("file={}", escape_property(&loc.file.to_string_lossy())));
-        if let Some(line) = loc.line {
-            props.push(format!("line={line}"));
+        props.push(("file", file.as_ref()));
+        if let Some(line) = &line {
+            props.push(("line", line.as_str()));
         }
     } else {
         msg.push_str(&format!("{}: ", loc.file.display()));
@@ -117,8 +137,7 @@ fn annotation_command(kind: &str, problem: &Problem) -> String {
         msg.push_str(&format!("{key}: "));
     }
     msg.push_str(&problem.message);
-    let props = if props.is_empty() { String::new() } else { format!(" {}", props.join(",")) };
-    format!("::{kind}{props}::{}", escape_data(&redact(&msg)))
+    command(kind, &props, &redact(&msg))
 }
 
 /// Prints [`error_command`] for an input problem on stderr when under Actions (no-op otherwise).
@@ -162,7 +181,16 @@ pub fn warn_problem(problem: &Problem, repo: &Path) {
 /// otherwise).
 pub fn error_message(msg: &str) {
     if in_actions() {
-        eprintln!("::error::{}", escape_data(&redact(msg)));
+        eprintln!("{}", command("error", &[], &redact(msg)));
+    }
+}
+
+/// Prints `::warning::MSG` on stderr when under Actions (no-op otherwise), for a warning that is
+/// not about a line of the input (`--no-snapshot` destroying data …). Log it too: this is only
+/// the annotation.
+pub fn warning_message(msg: &str) {
+    if in_actions() {
+        eprintln!("{}", command("warning", &[], &redact(msg)));
     }
 }
 
@@ -188,7 +216,7 @@ impl Group {
     fn start_if(in_actions: bool, name: &str) -> Self {
         let active = in_actions && GROUP_OPEN.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok();
         if active {
-            eprintln!("::group::{}", escape_data(name));
+            eprintln!("{}", command("group", &[], name));
         }
         Group { active }
     }
@@ -197,7 +225,7 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         if self.active {
-            eprintln!("::endgroup::");
+            eprintln!("{}", command("endgroup", &[], ""));
             GROUP_OPEN.store(false, Ordering::SeqCst);
         }
     }
@@ -316,5 +344,43 @@ mod tests {
     fn escaping() {
         assert_eq!(escape_property("a:b,c%\n"), "a%3Ab%2Cc%25%0A");
         assert_eq!(escape_data("50%\r\n"), "50%25%0D%0A");
+        // `%` first: an already escaped-looking text survives the runner's decoding unchanged.
+        assert_eq!(escape_data("%0A%25"), "%250A%2525");
+        assert_eq!(escape_data(":,"), ":,", "data keeps `:` and `,`");
+        assert_eq!(escape_data(""), "");
+    }
+
+    /// The runner's decoding (`unescapeData` / `unescapeProperty`), to check round trips.
+    fn unescape(s: &str, property: bool) -> String {
+        let mut out = s.replace("%0D", "\r").replace("%0A", "\n");
+        if property {
+            out = out.replace("%3A", ":").replace("%2C", ",");
+        }
+        out.replace("%25", "%")
+    }
+
+    #[test]
+    fn commands_are_one_line_and_decode_to_their_text() {
+        let texts = ["plain", "50% done", "two\nlines", "cr\r\nlf", "::warning::injected", "%0A", "a:b,c", ""];
+        for t in texts {
+            let c = command("warning", &[("file", t), ("line", "3")], t);
+            assert_eq!(c.lines().count().max(1), 1, "{c:?}");
+            assert!(!c.contains('\r'), "{c:?}");
+            let (head, msg) = c.strip_prefix("::warning ").unwrap().split_once("::").unwrap();
+            assert_eq!(unescape(msg, false), t);
+            let (file, line) = head.split_once(',').unwrap();
+            assert_eq!(unescape(file.strip_prefix("file=").unwrap(), true), t);
+            assert_eq!(line, "line=3");
+        }
+        assert_eq!(command("endgroup", &[], ""), "::endgroup::");
+        assert_eq!(command("add-mask", &[], "p%25w"), "::add-mask::p%2525w");
+        assert_eq!(command("error", &[("title", "a,b")], "x\ny"), "::error title=a%2Cb::x%0Ay");
+    }
+
+    #[test]
+    fn problem_messages_are_escaped() {
+        use crate::error::Location;
+        let p = Problem::new(Location::line("libs/app/container.env", 2).with_key("X"), "line1\n::error::forged");
+        assert_eq!(warning_command(&p), "::warning file=libs/app/container.env,line=2::X: line1%0A::error::forged");
     }
 }

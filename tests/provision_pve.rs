@@ -1091,3 +1091,154 @@ fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
     let d: proxmox_gitops::steps::destroy::Destroy = artifact::read(&art("destroy")).unwrap();
     assert!(d.destroyed && d.outcome == Outcome::Ok, "{d:#?}");
 }
+
+// ------------------------------------------------------------------------------------------------
+// Gateway errors (502/503/504): reads are repeated, writes are not
+// ------------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_503_on_the_node_status_read_is_retried_and_the_container_is_created() {
+    let env = Env::with_template().await;
+    // pveproxy answers the node status read twice with 503 (a daemon restarting), then normally.
+    env.pve.exec("pve.fail('GET', '/nodes/pve1/status', 503, 'Service Unavailable', times=2)");
+    let b = env.backend(Login::Root);
+    let out = env.provision_one(&b, spec("broker", 101)).await;
+    assert_eq!(
+        normalised(&out[0]),
+        expected_created("broker", 101, env.ssh_port, create_actions(101, env.ssh_port, "root@pam"))
+    );
+    let got = paths(&env.pve.requests(false));
+    assert_eq!(got.iter().filter(|p| *p == "GET /nodes/pve1/status").count(), 3, "{got:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_502_on_the_create_is_not_repeated() {
+    let env = Env::with_template().await;
+    // A proxy's page instead of PVE's answer: the create may or may not have happened behind it.
+    env.pve.exec("pve.fail('POST', '/nodes/pve1/lxc', 502, '<html>502 Bad Gateway</html>', html=True, times=1)");
+    let b = env.backend(Login::Root);
+    let out = env.provision_one(&b, spec("broker", 101)).await;
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert!(error.contains("POST /nodes/pve1/lxc: HTTP 502: <html>502 Bad Gateway</html>"), "{error}");
+    let got = paths(&env.pve.writes(false));
+    assert_eq!(got.iter().filter(|p| *p == "POST /nodes/pve1/lxc").count(), 1, "{got:#?}");
+}
+
+/// A client of this fakepve with `retries` repetitions 1 ms apart (ticket login as root@pam).
+fn fast_retrying_client(pve: &FakePve, retries: usize) -> proxmox_gitops::pve::PveClient {
+    use proxmox_gitops::pve::{Auth, ClientOptions, PveClient};
+    let mut opts = ClientOptions::new("127.0.0.1");
+    opts.port = pve.port;
+    opts.tls = TlsMode::CaFile(pve.ca.clone());
+    opts.request_timeout = Duration::from_secs(10);
+    opts.transport_retries = retries;
+    opts.retry_delay = Duration::from_millis(1);
+    PveClient::new(opts, Auth::Ticket { user: "root@pam".into(), password: SecretString::from("secret") }).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gateway_errors_on_a_read_are_retried_a_bounded_number_of_times() {
+    let pve = FakePve::start();
+    let client = fast_retrying_client(&pve, 3);
+    client.get("/version", &[]).await.unwrap();
+    for status in [502, 503, 504] {
+        // Always failing: 1 attempt + 3 repetitions, then the error.
+        pve.exec(&format!("pve.fail('GET', '/nodes/pve1/status', {status}, 'down')"));
+        pve.requests(true);
+        let err = client.get("/nodes/pve1/status", &[]).await.unwrap_err();
+        assert_eq!(err.status(), Some(status), "{err}");
+        let got = paths(&pve.requests(false));
+        assert_eq!(got, vec!["GET /nodes/pve1/status"; 4], "{status}");
+    }
+    // A 500 is PVE's own answer: reported at once.
+    pve.exec("pve.fail('GET', '/nodes/pve1/status', 500, 'boom')");
+    pve.requests(true);
+    let err = client.get("/nodes/pve1/status", &[]).await.unwrap_err();
+    assert_eq!(err.status(), Some(500), "{err}");
+    assert_eq!(paths(&pve.requests(false)), vec!["GET /nodes/pve1/status"]);
+    // Once the gateway recovers within the bound, the read succeeds.
+    pve.exec("pve.failures.clear()\npve.fail('GET', '/nodes/pve1/status', 503, 'down', times=3)");
+    pve.requests(true);
+    let status = client.get("/nodes/pve1/status", &[]).await.unwrap();
+    assert!(status.get("current-kernel").is_some(), "{status}");
+    assert_eq!(paths(&pve.requests(false)).len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gateway_errors_on_writes_are_never_retried() {
+    use proxmox_gitops::pve::Replay;
+    let pve = FakePve::start();
+    let client = fast_retrying_client(&pve, 3);
+    client.get("/version", &[]).await.unwrap();
+    for (method, path) in [
+        ("POST", "/nodes/pve1/lxc/999/status/start"),
+        ("PUT", "/nodes/pve1/lxc/999/config"),
+        ("DELETE", "/nodes/pve1/lxc/999"),
+    ] {
+        pve.exec(&format!("pve.fail('{method}', '{path}', 503, 'down')"));
+        pve.requests(true);
+        // Even when the caller says a replay would be safe after a lost answer.
+        let err = match method {
+            "POST" => client.post(path, &[], Replay::Safe).await,
+            "PUT" => client.put(path, &[("memory", "512".into())], Replay::Safe).await,
+            _ => client.delete(path, &[], Replay::Safe).await,
+        }
+        .unwrap_err();
+        assert_eq!(err.status(), Some(503), "{err}");
+        assert_eq!(paths(&pve.requests(false)), vec![format!("{method} {path}")]);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Output streams under Actions
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn under_actions_the_no_snapshot_warning_goes_to_stderr_and_stdout_stays_json() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
+    std::fs::write(
+        repo.path().join("libs/broker/container.env"),
+        "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\nSNAPSHOT=/srv/data\n",
+    )
+    .unwrap();
+    let ca = pve.ca.to_str().unwrap().to_string();
+    let closed = closed_port().to_string();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .args(args)
+            .args(["--repo", repo.path().to_str().unwrap(), "--pve-ca", &ca])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("GITHUB_ACTIONS", "true")
+            .env("PROXMOX_HOST", "127.0.0.1")
+            .env("PROXMOX_PORT", pve.port.to_string())
+            .env("PROXMOX_USER", "root@pam")
+            .env("PROXMOX_PASSWORD", "secret")
+            .env("PROXMOX_TEMPLATE", TEMPLATE)
+            .env("PROXMOX_STORAGE", "local")
+            .env("PROXMOX_SHARE", share.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, stderr) = run(&["provision", "--all", "--no-wait-ssh", "--ssh-port", &closed]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stdout, stderr) = run(&["--json", "destroy", "-c", "broker", "--no-snapshot"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    // stdout is the JSON and nothing else; every workflow command is on stderr.
+    let all: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: stdout is not JSON:\n{stdout}"));
+    assert_eq!(all[0]["name"], "broker", "{all:#}");
+    assert!(stderr.lines().any(|l| l
+        == "::warning::--no-snapshot: destroying broker (vmid 101) WITHOUT a data snapshot; the data in /srv/data will be lost"),
+        "{stderr}");
+    assert!(stderr.lines().any(|l| l.starts_with("::add-mask::")), "{stderr}");
+    assert!(pve.ct_config(101).is_none());
+}

@@ -14,8 +14,15 @@
 //! **Retries**: a request that got no HTTP answer (connection refused/reset, timeout) is repeated
 //! with capped exponential backoff only when the caller says replaying it is safe
 //! ([`Replay::Safe`]: reads, and writes whose repetition the caller detects, such as a create whose
-//! second attempt answers "already exists"). Everything else is reported at once. PVE's own errors
-//! are never retried here; lock conflicts are the backend's business (it knows the operation).
+//! second attempt answers "already exists"). A `GET` (or `HEAD`) that got a gateway error —
+//! `502`, `503` or `504`, which `pveproxy` or a proxy in front of it answers while a daemon
+//! restarts or is overloaded ([`PveError::is_gateway_error`]) — is repeated the same way: a read
+//! cannot have changed anything. A write is never repeated after an HTTP answer, not even a 5xx:
+//! it may have been carried out behind the proxy. Every repetition is logged (INFO, with the error
+//! and the delay); their number is [`ClientOptions::transport_retries`], each delay at most 2 s,
+//! each attempt at most [`ClientOptions::request_timeout`]. Everything else is reported at once.
+//! PVE's own errors are never retried here; lock conflicts are the backend's business (it knows
+//! the operation).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -89,7 +96,8 @@ pub struct ClientOptions {
     pub tls: TlsMode,
     /// Timeout of one HTTP request (PVE holds a config lock up to 10 s before answering).
     pub request_timeout: Duration,
-    /// How many times a request without answer is repeated (when [`Replay::Safe`]).
+    /// How many times a request without answer (when [`Replay::Safe`]), or a read answered
+    /// 502/503/504, is repeated.
     pub transport_retries: usize,
     /// First backoff delay between those repetitions (doubling, capped at 2 s, jittered).
     pub retry_delay: Duration,
@@ -350,11 +358,14 @@ impl PveClient {
             .with_max_delay(Duration::from_secs(2))
             .with_max_times(times)
             .with_jitter();
+        let read = *method == Method::GET || *method == Method::HEAD;
+        let mut retry = 0;
         (|| self.send_once(method, path, params, session))
             .retry(backoff)
-            .when(|e: &PveError| matches!(e, PveError::Transport { retryable: true, .. }))
+            .when(|e: &PveError| worth_repeating(e, read))
             .notify(|e: &PveError, d: Duration| {
-                tracing::debug!("{e}; repeating in {} ms", d.as_millis());
+                retry += 1;
+                tracing::info!("{e}; repeating in {} ms (retry {retry} of {times})", d.as_millis());
             })
             .await
     }
@@ -411,6 +422,13 @@ impl PveClient {
         let bytes = resp.bytes().await.map_err(transport)?;
         parse_answer(method.as_str(), path, status.as_u16(), &reason, &bytes)
     }
+}
+
+/// Whether a request that failed with `e` may be sent again (the caller allowing replays): when
+/// no answer came (and a repetition can help), or when a read (`read`: GET/HEAD) got a gateway
+/// error (502/503/504). A write that got any HTTP answer is never repeated.
+fn worth_repeating(e: &PveError, read: bool) -> bool {
+    matches!(e, PveError::Transport { retryable: true, .. }) || (read && e.is_gateway_error())
 }
 
 /// The error and its sources, `: `-joined (reqwest hides the TLS cause in the chain).
@@ -501,6 +519,32 @@ mod tests {
         let e = parse_answer("GET", "/x", 596, "", b"").unwrap_err();
         assert_eq!(e.to_string(), "GET /x: HTTP 596: ");
         assert!(matches!(parse_answer("GET", "/x", 200, "OK", b"nope"), Err(PveError::Decode { .. })));
+    }
+
+    #[test]
+    fn gateway_errors_are_repeated_for_reads_only() {
+        let api = |status| PveError::Api {
+            method: "GET".into(),
+            path: "/nodes/pve1/status".into(),
+            status,
+            message: "Service Unavailable".into(),
+            errors: Default::default(),
+        };
+        for status in [502, 503, 504] {
+            assert!(worth_repeating(&api(status), true), "{status}");
+            assert!(!worth_repeating(&api(status), false), "{status} on a write");
+        }
+        for status in [400, 401, 403, 500, 501, 595, 596] {
+            assert!(!worth_repeating(&api(status), true), "{status}");
+        }
+        let transport = |retryable| PveError::Transport {
+            method: "POST".into(),
+            path: "/nodes/pve1/lxc".into(),
+            detail: "connection reset".into(),
+            retryable,
+        };
+        assert!(worth_repeating(&transport(true), false));
+        assert!(!worth_repeating(&transport(false), true));
     }
 
     #[test]

@@ -140,6 +140,14 @@ impl PveError {
         self.message().is_some_and(|m| m.contains("not running"))
     }
 
+    /// True for the gateway errors 502 (Bad Gateway), 503 (Service Unavailable) and 504 (Gateway
+    /// Timeout): `pveproxy` (or a reverse proxy in front of it) could not get an answer from the
+    /// API daemon right now. Passing, but not proof that nothing happened: the client repeats
+    /// reads that got one, never writes.
+    pub fn is_gateway_error(&self) -> bool {
+        matches!(self.status(), Some(502..=504))
+    }
+
     /// True for 401: the ticket expired or was revoked, or the CSRF token was refused.
     pub fn is_unauthorized(&self) -> bool {
         self.status() == Some(401)

@@ -3,7 +3,8 @@
 //! One module per concern:
 //!
 //! * [`client`] — [`PveClient`]: authentication (ticket or API token), requests, error mapping,
-//!   bounded retries of transport failures for calls that are safe to replay, a request counter;
+//!   bounded retries of transport failures for calls that are safe to replay and of gateway
+//!   errors (502/503/504) on reads, a request counter;
 //! * [`tls`] — certificate verification: system roots, a CA file, or a pinned SHA-256
 //!   fingerprint (the usual self-signed PVE node), or `--insecure`;
 //! * [`task`] — waiting for asynchronous tasks (UPIDs) with backoff and a timeout;

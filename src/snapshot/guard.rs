@@ -133,9 +133,7 @@ pub async fn before_destroy(
             spec.snapshot_paths.join(", ")
         );
         tracing::warn!("{msg}");
-        if crate::ci::in_actions() {
-            println!("::warning::{msg}");
-        }
+        crate::ci::warning_message(&msg);
         return Ok(Protection::Skipped);
     }
     let exec = exec.map_err(|u| Refused::Unreachable {

@@ -71,10 +71,14 @@ pub struct ActRun {
 }
 
 impl ActRun {
-    /// The log lines of one job (`[workflow/job] …`).
+    /// The log lines of one job (`[workflow/job] …`; act pads the tag with spaces to the longest
+    /// name among jobs that run at the same time: `[workflow/job  ] …`).
     pub fn job(&self, workflow: &str, job: &str) -> Vec<&str> {
-        let tag = format!("[{workflow}/{job}]");
-        self.log.lines().filter(|l| l.starts_with(&tag)).collect()
+        let tag = format!("[{workflow}/{job}");
+        self.log
+            .lines()
+            .filter(|l| l.strip_prefix(&tag).is_some_and(|rest| rest.trim_start_matches(' ').starts_with(']')))
+            .collect()
     }
 
     /// True when the job's log has a line containing `text`.
@@ -89,6 +93,13 @@ impl ActRun {
 ///
 /// Panics when act reports `Skipping unsupported platform` (an unmapped `runs-on` label makes
 /// act skip the job silently).
+///
+/// act runs with `GOMAXPROCS=1`. In host mode act copies a step's output from a pty in a
+/// goroutine and waits for that copy only when the step exits 0; a step that exits otherwise
+/// loses what was not copied yet. With one processor for its goroutines that loss is the rule
+/// rather than the exception on a busy machine, so a test that expects the last words of a
+/// failing step fails on every run (the action's steps exit 0 and hand their code to a last,
+/// silent step: see action.yml).
 pub fn act(repo: &Path, event: &str, workflow: &str, payload: &serde_json::Value, extra: &[&str]) -> ActRun {
     act_with(repo, event, workflow, payload, Some(env!("CARGO_BIN_EXE_proxmox-gitops")), extra)
 }
@@ -116,6 +127,7 @@ pub fn act_with(
         .args(binary.map(|b| vec!["--var".to_string(), format!("PROXMOX_GITOPS_BINARY={b}")]).unwrap_or_default())
         .args(extra)
         .env("ACT_DISABLE_VERSION_CHECK", "1")
+        .env("GOMAXPROCS", "1")
         .env("NO_COLOR", "1")
         .current_dir(repo)
         .output()
