@@ -12,7 +12,7 @@
 //!
 //! * **Clients and data modules return typed errors** (`thiserror`), so a caller can tell the
 //!   cases apart and a test can match on them: [`crate::artifact::ArtifactError`],
-//!   [`crate::gitea::GiteaError`], [`crate::pve::PveError`], [`crate::git_cli::GitError`], the
+//!   [`crate::gitea::GiteaError`], [`crate::pve::PveError`], [`crate::git::GitError`], the
 //!   LXC, SSH, bundle and snapshot-store errors. Validators of names the user writes return one
 //!   too ([`crate::gitea::VariableNameError`], [`crate::steps::rewrite::RepoNameError`],
 //!   [`crate::steps::resolve::GlobalNameError`]); their message is what ends up in a

@@ -1,25 +1,36 @@
 //! proxmox-gitops: turn a Git monorepo into running Proxmox VE containers.
 //!
-//! Floors, top to bottom (arrows only point down):
+//! # Floors
 //!
-//! * `cli` — argument parsing, one file per subcommand, exit codes, human output;
-//! * [`steps`] — the pipeline steps (resolve, plan, provision, configure, snapshot, …) as
-//!   library functions over typed artifacts; a step never imports another step (only `deploy`
-//!   composes them);
-//! * [`backend`] — provisioning backends (PVE, LXC) behind one enum, each a pure planner over
-//!   desired state plus a thin executor, and the provision model ([`backend::model`]);
-//! * data and client modules — [`inventory`], [`artifact`], [`settings`], [`git`], [`ci`],
-//!   [`progress`], and one client module per external system.
+//! The crate is a house with floors; `use` arrows only point down.
+//!
+//! 1. [`cli`] — argument parsing (shared groups in `cli/args.rs`), one file per subcommand, the
+//!    one async runner and `$GITHUB_OUTPUT` writer (`cli/run.rs`), exit codes, human wording
+//!    (tables, `cli/describe.rs`).
+//! 2. [`steps`] — the pipeline steps (`resolve`, `rewrite`, `publish`, `plan`, `provision`,
+//!    `configure`, `snapshot`, `destroy`, `render_workflows`) as library functions: typed
+//!    artifact in → plan → effects → typed artifact out. A step never imports another step;
+//!    only [`steps::deploy`] composes them.
+//! 3. [`backend`] — provisioning backends (PVE, local LXC) behind one enum ([`backend::Backend`],
+//!    chosen by [`backend::open`]), each a pure planner over desired state plus a thin executor;
+//!    the backend-neutral provision model ([`backend::model`]). [`snapshot`] — data archives,
+//!    container snapshots and the protect-before-destroy rule ([`snapshot::guard`]).
+//! 4. Clients, one per external system, unaware of the pipeline and of each other:
+//!    [`pve`] (Proxmox VE API), [`gitea`] (Gitea API), [`actions`] (Gitea/GitHub Actions:
+//!    workflow commands, step outputs), [`ssh`] (OpenSSH), [`git`] (gix reads and the `git`
+//!    CLI), [`lxc`] (every `lxc-*` process), and [`exec`] ("run this command in that container",
+//!    over SSH, `lxc-attach` or locally, behind one trait).
+//! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`artifact`]
+//!    (the artifacts directory, every artifact path, and [`artifact::pack`] for job outputs),
+//!    [`settings`], [`error`], [`keys`], [`net`], [`pipe`], [`progress`].
 
+pub mod actions;
 pub mod artifact;
 pub mod backend;
-pub mod bundle;
-pub mod ci;
 pub mod cli;
 pub mod error;
 pub mod exec;
 pub mod git;
-pub mod git_cli;
 pub mod gitea;
 pub mod inventory;
 pub mod keys;

@@ -18,7 +18,7 @@ pub struct Wait {
 }
 
 fn interactive() -> bool {
-    std::io::stderr().is_terminal() && !crate::ci::in_actions() && std::env::var_os("CI").is_none()
+    std::io::stderr().is_terminal() && !crate::actions::in_actions() && std::env::var_os("CI").is_none()
 }
 
 impl Wait {

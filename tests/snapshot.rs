@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::backend::model::Outcome;
+use proxmox_gitops::exec::LocalExec;
 use proxmox_gitops::inventory::ContainerSpec;
 use proxmox_gitops::snapshot::data::{self, DataError, TakeRequest};
 use proxmox_gitops::snapshot::guard::{self, Protection};
-use proxmox_gitops::snapshot::remote::CommandExec;
 use proxmox_gitops::snapshot::store::{ArchiveManifest, Store};
 use proxmox_gitops::steps::snapshot::{self as step, Operation, SnapshotOptions, Verification};
 use support::snapshot::*;
@@ -35,7 +35,7 @@ struct Local {
     data_root: PathBuf,
     paths: Vec<String>,
     store: Store,
-    exec: CommandExec,
+    exec: LocalExec,
 }
 
 fn local(with_big: bool) -> Local {
@@ -43,7 +43,7 @@ fn local(with_big: bool) -> Local {
     let data_root = t.path().join("data");
     let paths = make_data(&data_root, with_big);
     let store = Store::new(&t.path().join("share"));
-    Local { t, data_root, paths, store, exec: CommandExec::local() }
+    Local { t, data_root, paths, store, exec: LocalExec::new() }
 }
 
 /// A temp dir with an artifacts directory, a share and an inventory artifact of `specs`, for
@@ -218,7 +218,7 @@ async fn retention_prunes_older_archives_of_that_lib_only_and_the_artifact_says_
 async fn a_mismatch_in_transit_fails_and_leaves_no_archive() {
     let Local { t: _t, paths, store, .. } = local(true);
     // The tar stream is ~50 MiB, almost all of it big.bin: byte 25 000 000 is in its content.
-    let exec = FlipByte { inner: CommandExec::local(), offset: 25_000_000 };
+    let exec = FlipByte { inner: LocalExec::new(), offset: 25_000_000 };
     let e = data::take(&exec, &store, &req("app", &paths, NOW)).await.unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, DataError::Mismatch { .. }), "{msg}");
@@ -236,7 +236,7 @@ async fn a_mismatch_in_transit_fails_and_leaves_no_archive() {
 async fn missing_and_bad_paths_fail_clearly() {
     let t = tempfile::tempdir().unwrap();
     let store = Store::new(&t.path().join("share"));
-    let exec = CommandExec::local();
+    let exec = LocalExec::new();
     let missing = t.path().join("nope").to_string_lossy().into_owned();
     let e = data::take(&exec, &store, &req("app", std::slice::from_ref(&missing), NOW)).await.unwrap_err();
     assert_eq!(
@@ -524,7 +524,7 @@ async fn restore_onto_a_mount_point_replaces_its_contents() {
     assert_eq!(std::fs::remove_dir(&app).unwrap_err().raw_os_error(), Some(16));
     let paths = make_data(&data_root, false);
     let store = Store::new(&t.path().join("share"));
-    let exec = CommandExec::local();
+    let exec = LocalExec::new();
     let before = walk(&paths);
     data::take(&exec, &store, &req("app", &paths, NOW)).await.unwrap();
     // Replace the contents of the mount point and its root's mode.

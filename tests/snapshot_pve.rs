@@ -13,11 +13,11 @@ use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::backend::model::{ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::backend::{self, Backend};
+use proxmox_gitops::exec::LocalExec;
 use proxmox_gitops::inventory::ContainerSpec;
 use proxmox_gitops::pve::PveClient;
 use proxmox_gitops::snapshot::ct::{self, CtSnapshotError, CtSnapshots};
 use proxmox_gitops::snapshot::pve::PveSnapshots;
-use proxmox_gitops::snapshot::remote::CommandExec;
 use proxmox_gitops::steps::provision as prov;
 use proxmox_gitops::steps::snapshot::{self as step, PveCtAccess, SnapshotOptions};
 use serde_json::{Value, json};
@@ -174,7 +174,7 @@ async fn storage_without_snapshots_is_reported_and_the_step_continues() {
         keep: None,
         now: time::macros::datetime!(2026-11-30 16:01:02 UTC),
     };
-    let a = step::snapshot(&spec("app", 101), &CommandExec::local(), Some(&s), &opts).await;
+    let a = step::snapshot(&spec("app", 101), &LocalExec::new(), Some(&s), &opts).await;
     assert_eq!(a.outcome, Outcome::Ok, "{a:#?}");
     assert_eq!(a.ct_snapshot, None);
     assert_eq!(
@@ -218,7 +218,7 @@ async fn snapshot_step_takes_and_prunes_pve_snapshots_from_the_provision_artifac
         keep: Some(1),
         now: time::macros::datetime!(2026-11-30 16:01:02 UTC),
     };
-    let a = step::snapshot(&spec("app", 101), &CommandExec::local(), Some(cts.as_ref()), &opts).await;
+    let a = step::snapshot(&spec("app", 101), &LocalExec::new(), Some(cts.as_ref()), &opts).await;
     assert_eq!(a.outcome, Outcome::Ok, "{a:#?}");
     let mut v: Value = artifact::to_value(&a);
     let upid = v["ct_snapshot"]["upid"].as_str().unwrap().to_string();

@@ -78,7 +78,7 @@ impl Backend {
                 prov
             }
             Err(refused) => {
-                let error = crate::ci::redact(&refused.to_string());
+                let error = crate::actions::redact(&refused.to_string());
                 tracing::error!("{error}");
                 let mut prov = failed_before_plan(self.kind(), spec, opts, &anyhow::anyhow!("{error}"));
                 prov.plan = plan.clone();

@@ -232,7 +232,7 @@ pub fn failed_before_plan(
     opts: &ApplyOptions,
     e: &anyhow::Error,
 ) -> Provision {
-    let error = crate::ci::redact(&format!("{e:#}"));
+    let error = crate::actions::redact(&format!("{e:#}"));
     Provision {
         backend: kind,
         name: spec.name.clone(),

@@ -1,5 +1,5 @@
 //! `proxmox-gitops artifacts pack|unpack`: hand artifacts between workflow jobs (see
-//! [`crate::bundle`]).
+//! [`crate::artifact::pack`]).
 
 use clap::{Args, Subcommand};
 
@@ -33,7 +33,7 @@ enum ArtifactsCommand {
 pub fn run(ctx: &Ctx, args: ArtifactsArgs) -> Result<()> {
     match args.command {
         ArtifactsCommand::Pack { output } => {
-            let text = crate::bundle::pack(ctx.artifacts.root()).map_err(|e| Error::Failed(e.into()))?;
+            let text = crate::artifact::pack::pack(ctx.artifacts.root()).map_err(|e| Error::Failed(e.into()))?;
             match output {
                 Some(key) => super::run::outputs(&[(key.as_str(), text)])?,
                 None => println!("{text}"),
@@ -41,7 +41,7 @@ pub fn run(ctx: &Ctx, args: ArtifactsArgs) -> Result<()> {
             Ok(())
         }
         ArtifactsCommand::Unpack { bundle } => {
-            let written = crate::bundle::unpack(&bundle, ctx.artifacts.root())
+            let written = crate::artifact::pack::unpack(&bundle, ctx.artifacts.root())
                 .map_err(|e| Error::Usage(format!("cannot unpack the artifact bundle (PGO_BUNDLE): {e}")))?;
             tracing::info!(
                 "restored {} artifact(s) into {}: {}",

@@ -45,7 +45,7 @@ pub struct ConfigureArgs {
 }
 
 pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
-    let _group = crate::ci::Group::start("configure");
+    let _group = crate::actions::Group::start("configure");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let settings = Settings::load(&inv.root, &ProcessEnv)?;
     let opts = ConfigureOptions {
@@ -72,7 +72,7 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
     let results = block_on(Threads::Default, configure(&inv, &opts))??;
     for c in &results {
         if let Outcome::Failed { error } = &c.outcome {
-            crate::ci::error_message(&format!("{}: {error}", c.name));
+            crate::actions::error_message(&format!("{}: {error}", c.name));
         }
     }
     let failed: Vec<&Configure> = results.iter().filter(|c| !c.ok()).collect();

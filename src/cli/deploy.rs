@@ -88,7 +88,7 @@ impl From<StepArg> for Step {
 }
 
 pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
-    let _group = crate::ci::Group::start("deploy");
+    let _group = crate::actions::Group::start("deploy");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
     let backend = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
@@ -107,6 +107,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         run_timeout: secs(args.run_timeout),
         keep: args.keep.map(|k| k as usize),
         no_snapshot: args.no_snapshot,
+        plan_wording: super::describe::describe,
     };
     let opts = DeployOptions {
         repo: ctx.repo.clone(),

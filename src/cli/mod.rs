@@ -145,7 +145,7 @@ fn init_logging(global: &GlobalArgs) {
         .with_writer(std::io::stderr)
         // Colours only where they render: a terminal, or an Actions log; not in files or pipes.
         .with_ansi(
-            (std::io::IsTerminal::is_terminal(&std::io::stderr()) || crate::ci::in_actions())
+            (std::io::IsTerminal::is_terminal(&std::io::stderr()) || crate::actions::in_actions())
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         )
         .with_target(false)
@@ -158,18 +158,18 @@ fn report(err: &Error, repo: &Path) -> i32 {
     match err {
         Error::Input(problems) => {
             for p in problems.iter() {
-                crate::ci::error_annotation(&crate::ci::workspace_relative(p, repo));
+                crate::actions::error_annotation(&crate::actions::workspace_relative(p, repo));
             }
-            eprint!("error: {}", crate::ci::redact(&problems.to_string()));
+            eprint!("error: {}", crate::actions::redact(&problems.to_string()));
         }
         Error::Usage(msg) => {
-            crate::ci::error_message(msg);
-            eprintln!("error: {}", crate::ci::redact(msg));
+            crate::actions::error_message(msg);
+            eprintln!("error: {}", crate::actions::redact(msg));
         }
         Error::Failed(e) => {
             let msg = format!("{e:#}");
-            crate::ci::error_message(&msg);
-            eprintln!("error: {}", crate::ci::redact(&msg));
+            crate::actions::error_message(&msg);
+            eprintln!("error: {}", crate::actions::redact(&msg));
         }
     }
     err.exit_code()
@@ -191,7 +191,7 @@ pub fn main() -> i32 {
             return if e.use_stderr() { crate::error::EXIT_INPUT } else { crate::error::EXIT_OK };
         }
     };
-    let _group = crate::ci::Group::start(&name);
+    let _group = crate::actions::Group::start(&name);
     init_logging(&cli.global);
     let artifacts = cli.global.artifacts.clone().unwrap_or_else(|| cli.global.repo.join(".proxmox-gitops"));
     let ctx = Ctx {

@@ -54,7 +54,7 @@ pub(crate) fn plan_rows(planned: &[backend::Planned]) -> Vec<Vec<String>> {
         .map(|p| {
             let (what, start) = match &p.plan {
                 Ok(cp) => (super::describe::describe(cp), if cp.start { "yes" } else { "no" }.to_string()),
-                Err(e) => (format!("cannot plan: {}", crate::ci::redact(&format!("{e:#}"))), "-".into()),
+                Err(e) => (format!("cannot plan: {}", crate::actions::redact(&format!("{e:#}"))), "-".into()),
             };
             vec![p.spec.name.clone(), p.spec.hostname.clone(), p.spec.vmid.to_string(), what, start]
         })

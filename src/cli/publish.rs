@@ -25,7 +25,7 @@ pub struct PublishArgs {
 }
 
 pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
-    let _group = crate::ci::Group::start("publish");
+    let _group = crate::actions::Group::start("publish");
     let settings = settings(ctx)?;
     let remotes: Remotes = match &args.remotes {
         Some(p) => artifact::read(p).map_err(|e| Error::Failed(e.into()))?,

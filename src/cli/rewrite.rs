@@ -61,7 +61,7 @@ pub(crate) fn do_rewrite(ctx: &Ctx, target: &TargetArgs, settings: &Settings) ->
 }
 
 pub fn run(ctx: &Ctx, args: RewriteArgs) -> Result<()> {
-    let _group = crate::ci::Group::start("rewrite");
+    let _group = crate::actions::Group::start("rewrite");
     let settings = settings(ctx)?;
     let remotes = do_rewrite(ctx, &args.target, &settings)?;
     super::run::outputs(&[

@@ -3,7 +3,7 @@
 //! The steps are async (PVE, Gitea, SSH); the CLI is not. [`runtime`] builds the tokio runtime
 //! a subcommand needs ([`Threads`]: the default multi-thread pool, one thread for a handful of
 //! sequential API calls, or a pool sized to the jobs), and [`block_on`] runs one future on a
-//! fresh one. [`outputs`] and [`step_outputs`] write `$GITHUB_OUTPUT` (see [`crate::ci`]) and
+//! fresh one. [`outputs`] and [`step_outputs`] write `$GITHUB_OUTPUT` (see [`crate::actions`]) and
 //! turn a write failure into the same operational error (exit 1) everywhere.
 
 use std::future::Future;
@@ -45,21 +45,21 @@ pub(crate) fn block_on<F: Future>(threads: Threads, fut: F) -> Result<F::Output>
     Ok(runtime(threads)?.block_on(fut))
 }
 
-/// Appends `outputs` to `$GITHUB_OUTPUT` when it is set ([`crate::ci::set_outputs`]).
+/// Appends `outputs` to `$GITHUB_OUTPUT` when it is set ([`crate::actions::set_outputs`]).
 ///
 /// # Errors
 /// [`Error::Failed`] naming `$GITHUB_OUTPUT` when the file cannot be written.
 pub(crate) fn outputs(outputs: &[(&str, String)]) -> Result<()> {
-    crate::ci::set_outputs(outputs).map_err(output_error)
+    crate::actions::set_outputs(outputs).map_err(output_error)
 }
 
 /// Appends a per-container step's outputs (`succeeded`, `failed`, `<step>_dir`) to
-/// `$GITHUB_OUTPUT` ([`crate::ci::set_step_outputs`]); `states` is (container, succeeded).
+/// `$GITHUB_OUTPUT` ([`crate::actions::set_step_outputs`]); `states` is (container, succeeded).
 ///
 /// # Errors
 /// As [`outputs`].
 pub(crate) fn step_outputs(step: &str, dir: &Path, states: &[(&str, bool)]) -> Result<()> {
-    crate::ci::set_step_outputs(step, dir, states).map_err(output_error)
+    crate::actions::set_step_outputs(step, dir, states).map_err(output_error)
 }
 
 fn output_error(e: std::io::Error) -> Error {

@@ -60,7 +60,7 @@ impl ExecStatus {
         let code = self.code.map_or("killed by a signal".to_string(), |c| format!("exit code {c}"));
         let tail: Vec<&str> = self.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         let tail = tail.iter().rev().take(3).rev().copied().collect::<Vec<_>>().join(" | ");
-        if tail.is_empty() { code } else { format!("{code}: {}", crate::ci::redact(&tail)) }
+        if tail.is_empty() { code } else { format!("{code}: {}", crate::actions::redact(&tail)) }
     }
 }
 

@@ -111,7 +111,7 @@ pub async fn reach(
     if !key.is_file() {
         return Err(ReachError::NoKey { name: spec.name.clone(), vmid: spec.vmid, key });
     }
-    let known_hosts = artifacts.root().join("known_hosts").join(&spec.name);
+    let known_hosts = artifacts.known_hosts(&spec.name);
     let target = crate::ssh::Target {
         name: spec.name.clone(),
         address,

@@ -192,7 +192,7 @@ fn error_message(body: &[u8]) -> String {
             if s.is_empty() { "(empty body)".to_string() } else { s.chars().take(300).collect() }
         }
     };
-    crate::ci::redact(&text)
+    crate::actions::redact(&text)
 }
 
 #[cfg(test)]

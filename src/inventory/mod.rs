@@ -6,6 +6,7 @@
 //! the non-secret settings.
 
 pub mod dotenv;
+pub mod globals;
 pub mod select;
 pub mod spec;
 

@@ -9,7 +9,7 @@
 //! * API token — header `Authorization: PVEAPIToken=USER@REALM!TOKENID=SECRET`, no CSRF.
 //!
 //! Secret header values are marked sensitive (hyper never logs them) and registered with
-//! [`crate::ci::mask`]; request parameters are never logged.
+//! [`crate::actions::mask`]; request parameters are never logged.
 //!
 //! **Retries**: a request that got no HTTP answer (connection refused/reset, timeout) is repeated
 //! with capped exponential backoff only when the caller says replaying it is safe
@@ -182,8 +182,8 @@ impl PveClient {
             );
         }
         match &auth {
-            Auth::Ticket { password, .. } => crate::ci::mask(password.expose_secret()),
-            Auth::Token { secret, .. } => crate::ci::mask(secret.expose_secret()),
+            Auth::Ticket { password, .. } => crate::actions::mask(password.expose_secret()),
+            Auth::Token { secret, .. } => crate::actions::mask(secret.expose_secret()),
         }
         let config = tls::client_config(&opts.tls)?;
         let http = reqwest::Client::builder()
@@ -335,8 +335,8 @@ impl PveClient {
         };
         let ticket = field("ticket")?;
         let csrf = field("CSRFPreventionToken")?;
-        crate::ci::mask(&ticket);
-        crate::ci::mask(&csrf);
+        crate::actions::mask(&ticket);
+        crate::actions::mask(&csrf);
         *current += 1;
         let s = Arc::new(Session { ticket: ticket.into(), csrf: csrf.into(), generation: *current });
         *self.session.write().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
@@ -443,7 +443,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         }
         cur = c.source();
     }
-    crate::ci::redact(&s)
+    crate::actions::redact(&s)
 }
 
 /// Interprets an HTTP answer: `data` for 2xx; otherwise [`PveError::Api`] with PVE's message
@@ -478,7 +478,7 @@ pub fn parse_answer(method: &str, path: &str, status: u16, reason: &str, body: &
         method: method.into(),
         path: path.into(),
         status,
-        message: crate::ci::redact(&message),
+        message: crate::actions::redact(&message),
         errors,
     })
 }

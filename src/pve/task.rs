@@ -75,7 +75,7 @@ impl PveClient {
                 let tail = log[log.len().saturating_sub(LOG_TAIL_LINES)..].to_vec();
                 return Err(PveError::Task {
                     upid: upid.into(),
-                    exit_status: crate::ci::redact(&exit),
+                    exit_status: crate::actions::redact(&exit),
                     log_tail: tail,
                 });
             }
@@ -100,7 +100,7 @@ impl PveClient {
             .await?;
         Ok(data
             .as_array()
-            .map(|a| a.iter().filter_map(|l| l.get("t").and_then(Value::as_str)).map(crate::ci::redact).collect())
+            .map(|a| a.iter().filter_map(|l| l.get("t").and_then(Value::as_str)).map(crate::actions::redact).collect())
             .unwrap_or_default())
     }
 }

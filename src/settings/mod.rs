@@ -21,7 +21,7 @@
 //! Unknown keys are input errors (a typo must not silently drop a setting).
 //!
 //! Secret values (`proxmox.password`, `proxmox.secret`, `password`, `token`) are held as
-//! [`SecretString`], are registered with [`crate::ci::mask`] the moment they are read, and the
+//! [`SecretString`], are registered with [`crate::actions::mask`] the moment they are read, and the
 //! types here are deliberately not `Serialize`: artifacts record only [`PveAuthKind`] and
 //! [`GiteaAuthKind`], via [`PublicSettings`].
 //!
@@ -194,7 +194,7 @@ fn nonempty(s: Option<String>) -> Option<String> {
 
 fn secret(s: Option<String>) -> Option<SecretString> {
     nonempty(s).map(|v| {
-        crate::ci::mask(&v);
+        crate::actions::mask(&v);
         SecretString::from(v)
     })
 }

@@ -19,9 +19,9 @@ use std::path::Path;
 use time::OffsetDateTime;
 
 use super::data::{self, DataError, TakeRequest};
-use super::remote::RemoteExec;
 use super::store::Store;
 use crate::backend::model::ActionRecord;
+use crate::exec::RemoteExec;
 use crate::inventory::ContainerSpec;
 
 /// What protected (or did not need to protect) a destroy.
@@ -133,7 +133,7 @@ pub async fn before_destroy(
             spec.snapshot_paths.join(", ")
         );
         tracing::warn!("{msg}");
-        crate::ci::warning_message(&msg);
+        crate::actions::warning_message(&msg);
         return Ok(Protection::Skipped);
     }
     let exec = exec.map_err(|u| Refused::Unreachable {

@@ -8,7 +8,6 @@
 //!   snapshots, from its provision artifact;
 //! * [`record`] — the `snapshot/<name>.json` artifact, [`record::restore`] and
 //!   [`record::restore_if_empty`] (shared by the `snapshot` and `configure` steps);
-//! * [`remote`] — the former paths of [`crate::exec`]'s items (re-exports);
 //! * [`manifest`] — per-entry manifests, digest, comparison;
 //! * [`store`] — `<share>/snapshots/<lib>/<lib>-YYYYMMDD-HHMMSS.tar.gz` + `.json`, ordering by
 //!   parsed time, retention;
@@ -27,9 +26,7 @@ pub mod lxc;
 pub mod manifest;
 pub mod pve;
 pub mod record;
-pub mod remote;
 pub mod scripts;
 pub mod store;
 
 pub use crate::exec::{ExecStatus, LocalExec, RemoteExec, SshExec, SshTransport};
-pub use remote::CommandExec;

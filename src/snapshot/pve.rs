@@ -85,7 +85,7 @@ impl PveSnapshots {
         let target = self.target();
         match e.message().map(|m| classify(&target, name, m)) {
             Some(CtSnapshotError::Failed { .. }) | None => {
-                CtSnapshotError::Failed { target, message: crate::ci::redact(&e.to_string()) }
+                CtSnapshotError::Failed { target, message: crate::actions::redact(&e.to_string()) }
             }
             Some(classified) => classified,
         }

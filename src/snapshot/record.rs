@@ -125,7 +125,7 @@ impl Snapshot {
 
 /// `a` with outcome `failed` and the (redacted) error.
 pub(crate) fn failed(mut a: Snapshot, e: impl std::fmt::Display) -> Snapshot {
-    a.outcome = Outcome::Failed { error: crate::ci::redact(&e.to_string()) };
+    a.outcome = Outcome::Failed { error: crate::actions::redact(&e.to_string()) };
     a
 }
 

@@ -194,7 +194,7 @@ impl Connection {
             Err(SshError::Command {
                 name: self.target.name.clone(),
                 what: format!("`{}` failed with exit code {:?}", argv.join(" "), out.code),
-                detail: crate::ci::redact(String::from_utf8_lossy(&out.stderr).trim()),
+                detail: crate::actions::redact(String::from_utf8_lossy(&out.stderr).trim()),
             })
         }
     }

@@ -92,7 +92,7 @@ pub async fn destroy_one(
     opts: &DestroyOptions,
     artifacts: &ArtifactDir,
 ) -> Destroy {
-    let _group = crate::ci::Group::start(&format!("destroy {}", spec.name));
+    let _group = crate::actions::Group::start(&format!("destroy {}", spec.name));
     let mut a = Destroy {
         backend: backend.kind(),
         name: spec.name.clone(),
@@ -107,7 +107,7 @@ pub async fn destroy_one(
     // Not logged here: the caller reports failed outcomes once (the `destroy` command in its
     // final error), like the other steps.
     let fail = |mut a: Destroy, e: String| {
-        a.outcome = Outcome::Failed { error: crate::ci::redact(&e) };
+        a.outcome = Outcome::Failed { error: crate::actions::redact(&e) };
         a
     };
     match exists(backend, spec).await {

@@ -136,7 +136,7 @@ pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend
         if let Some(c) = plan.containers.iter_mut().find(|c| c.name == p.spec.name) {
             match p.plan {
                 Ok(cp) => c.provision = Some(cp),
-                Err(e) => c.provision_error = Some(crate::ci::redact(&format!("{e:#}"))),
+                Err(e) => c.provision_error = Some(crate::actions::redact(&format!("{e:#}"))),
             }
         }
     }

@@ -37,7 +37,7 @@ pub async fn apply_all(
     artifacts: &ArtifactDir,
 ) -> Result<Vec<Provision>> {
     let results: Vec<anyhow::Result<Provision>> = futures_util::stream::iter(planned.into_iter().map(|p| async move {
-        let _group = crate::ci::Group::start(&format!("provision {}", p.spec.name));
+        let _group = crate::actions::Group::start(&format!("provision {}", p.spec.name));
         let prov = match &p.plan {
             Ok(plan) => backend.apply(&p.spec, plan, opts, artifacts).await,
             Err(e) => failed_before_plan(backend.kind(), &p.spec, opts, e),

@@ -6,9 +6,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use proxmox_gitops::exec::{BoxFuture, ExecStatus, LocalExec, RemoteExec};
 use proxmox_gitops::inventory::ContainerSpec;
 use proxmox_gitops::snapshot::manifest::{Entry, Kind};
-use proxmox_gitops::snapshot::remote::{BoxFuture, CommandExec, ExecStatus, RemoteExec};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -137,7 +137,7 @@ pub fn files(dir: &Path) -> Vec<String> {
 /// Wraps the local executor and flips one byte of stdout at `offset` (a transfer error the
 /// verification must catch).
 pub struct FlipByte {
-    pub inner: CommandExec,
+    pub inner: LocalExec,
     pub offset: u64,
 }
 

@@ -38,7 +38,7 @@ impl LxcBackend {
             outcome: Outcome::Ok,
         };
         if let Err(e) = self.apply_inner(spec, plan, opts, &mut p).await {
-            p.outcome = Outcome::Failed { error: crate::ci::redact(&format!("{e:#}")) };
+            p.outcome = Outcome::Failed { error: crate::actions::redact(&format!("{e:#}")) };
         }
         if let Ok(s) = self.client.state(&spec.hostname).await {
             p.status = Some(s.as_str().to_string());

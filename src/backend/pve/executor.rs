@@ -28,7 +28,7 @@ impl PveBackend {
         let mut fin = Final::default();
         let outcome = match self.apply_inner(spec, plan, opts, &mut rec, &mut fin).await {
             Ok(()) => Outcome::Ok,
-            Err(e) => Outcome::Failed { error: crate::ci::redact(&format!("{e:#}")) },
+            Err(e) => Outcome::Failed { error: crate::actions::redact(&format!("{e:#}")) },
         };
         // Without a network call: a refused spec must not reach the API at all.
         let node = spec.node.clone().or_else(|| self.opts.node.clone()).or_else(|| self.discovered.get().cloned());

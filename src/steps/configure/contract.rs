@@ -169,11 +169,13 @@ pub(super) fn parse_outputs(text: &str) -> (BTreeMap<String, String>, Vec<String
         }
         match line.split_once('=') {
             Some((k, v)) if is_var_name(k.trim()) => {
-                out.insert(k.trim().to_string(), crate::ci::redact(v));
+                out.insert(k.trim().to_string(), crate::actions::redact(v));
             }
-            _ => {
-                bad.push(format!("$PGO_OUTPUT line {}: expected KEY=value, found `{}`", i + 1, crate::ci::redact(line)))
-            }
+            _ => bad.push(format!(
+                "$PGO_OUTPUT line {}: expected KEY=value, found `{}`",
+                i + 1,
+                crate::actions::redact(line)
+            )),
         }
     }
     (out, bad)
@@ -194,7 +196,7 @@ mod tests {
 
     #[test]
     fn outputs_are_parsed_and_masked() {
-        crate::ci::mask("s3cr3t-output");
+        crate::actions::mask("s3cr3t-output");
         let (m, bad) = parse_outputs("# c\nA=1\nB=x=y\n\nnot a line\nC=pre-s3cr3t-output\nA=2\n");
         let want: BTreeMap<String, String> =
             [("A", "2"), ("B", "x=y"), ("C", "pre-***")].into_iter().map(|(k, v)| (k.into(), v.into())).collect();

@@ -194,7 +194,7 @@ fn select<'a>(inv: &'a Inventory, names: &[String]) -> Result<Vec<&'a ContainerS
 pub async fn configure(inv: &Inventory, opts: &ConfigureOptions) -> Result<Vec<Configure>> {
     let specs = select(inv, &opts.containers)?;
     if let Some(p) = &opts.contract.password {
-        crate::ci::mask(p.expose_secret());
+        crate::actions::mask(p.expose_secret());
     }
     let inv = Arc::new(inv.clone());
     let opts = Arc::new(opts.clone());
@@ -204,7 +204,7 @@ pub async fn configure(inv: &Inventory, opts: &ConfigureOptions) -> Result<Vec<C
         let (inv, opts, sem, spec) = (inv.clone(), opts.clone(), sem.clone(), (*spec).clone());
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
-            let _group = crate::ci::Group::start(&format!("configure {}", spec.name));
+            let _group = crate::actions::Group::start(&format!("configure {}", spec.name));
             let result = configure_one(&inv, &spec, &opts).await;
             (i, result)
         });
@@ -230,7 +230,7 @@ struct Log(Vec<String>);
 impl Log {
     fn push(&mut self, name: &str, text: &str) {
         for line in text.lines() {
-            let line = crate::ci::redact(line);
+            let line = crate::actions::redact(line);
             tracing::debug!("{name}: {line}");
             self.0.push(line);
         }
@@ -269,7 +269,7 @@ async fn configure_one(inv: &Inventory, spec: &ContainerSpec, opts: &ConfigureOp
     let outcome = match res {
         Ok(()) => Outcome::Ok,
         Err(e) => {
-            let msg = crate::ci::redact(&format!("{e:#}"));
+            let msg = crate::actions::redact(&format!("{e:#}"));
             log.push(&spec.name, &format!("error: {msg}"));
             Outcome::Failed { error: msg }
         }

@@ -196,7 +196,7 @@ fn render_error(e: &Error) -> String {
         Error::Failed(e) => format!("{e:#}"),
         other => other.to_string(),
     };
-    crate::ci::redact(text.trim_end())
+    crate::actions::redact(text.trim_end())
 }
 
 #[cfg(test)]

@@ -75,6 +75,15 @@ pub struct RunnerOptions {
     pub keep: Option<usize>,
     /// Let provision recreate without a verified data snapshot first (`--no-snapshot`).
     pub no_snapshot: bool,
+    /// How the `plan: …` log line of provision words a plan. Human wording is the CLI's
+    /// (`cli::describe::describe`, which the binary passes here); a step never imports the CLI,
+    /// so the default is the plan's action as data.
+    pub plan_wording: fn(&crate::backend::model::ContainerPlan) -> String,
+}
+
+/// [`RunnerOptions::plan_wording`] when the caller gives none: the action's debug form.
+fn plan_as_data(plan: &crate::backend::model::ContainerPlan) -> String {
+    format!("{:?}", plan.action)
 }
 
 impl Default for RunnerOptions {
@@ -89,6 +98,7 @@ impl Default for RunnerOptions {
             run_timeout: Duration::from_secs(1800),
             keep: None,
             no_snapshot: false,
+            plan_wording: plan_as_data,
         }
     }
 }
@@ -160,7 +170,7 @@ impl BuiltinRunner {
             recreate: self.options.recreate,
             no_snapshot: self.options.no_snapshot,
         };
-        let _group = crate::ci::Group::start(&format!("provision {}", spec.name));
+        let _group = crate::actions::Group::start(&format!("provision {}", spec.name));
         // Do not create a container that the ref's configure step could not configure.
         let configures = crate::steps::plan::steps_for_ref(&ctx.git_ref).is_ok_and(|s| s.contains(&Step::Configure));
         let contract = crate::steps::configure::Contract::from_settings(&self.settings.gitea);
@@ -172,7 +182,7 @@ impl BuiltinRunner {
             match self.backend(ctx.backend).await {
                 Ok(backend) => match backend.plan(spec, self.options.recreate).await {
                     Ok(plan) => {
-                        tracing::info!("{}: plan: {}", spec.name, crate::cli::describe::describe(&plan));
+                        tracing::info!("{}: plan: {}", spec.name, (self.options.plan_wording)(&plan));
                         backend.apply(spec, &plan, &opts, &ctx.artifacts).await
                     }
                     Err(e) => crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e),

@@ -46,10 +46,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use crate::artifact::ArtifactDir;
+use crate::artifact::remotes::Remotes;
 use crate::error::{Error, Result};
-use crate::git_cli::{Credentials, Git};
+use crate::git::{Credentials, Git};
 use crate::gitea::{Auth, Client, CreateOrgOption, Created};
-use crate::steps::rewrite::Remotes;
 
 use repo::publish_repo;
 

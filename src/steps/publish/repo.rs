@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use super::report::{Action, ForkReport, PullReport, RefReport, RepoReport};
 use super::{RELEASE_PR_TITLE, STAGE_ORG, label};
-use crate::git_cli::Git;
+use crate::git::Git;
 use crate::gitea::{
     Client, CreateForkOption, CreatePullRequestOption, CreateRepoOption, Created, EditRepoOption, Repository,
 };

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use super::report::Action;
 use super::{PublishOptions, STAGE_ORG, TASKS_ORG};
+use crate::artifact::remotes::Remotes;
 use crate::error::{Location, Problems, Result};
 use crate::gitea::{Client, CreateVariableOption, Created, UpdateVariableOption, VariableScope, valid_variable_name};
-use crate::steps::rewrite::Remotes;
 
 /// The variables to set, validated: `(scope, name, value, source file, key)`.
 type Wanted = Vec<(VariableScope, String, String)>;
@@ -18,7 +18,7 @@ type Wanted = Vec<(VariableScope, String, String)>;
 /// Every bad name or value, with the file and key it came from.
 pub fn wanted_variables(remotes: &Remotes, opts: &PublishOptions) -> Result<Wanted> {
     let mut problems = Problems::new();
-    let globals = crate::steps::resolve::read_globals(&opts.repo, &mut problems);
+    let globals = crate::inventory::globals::read_globals(&opts.repo, &mut problems);
     let mut out = Wanted::new();
     for (k, v) in &globals {
         let file =

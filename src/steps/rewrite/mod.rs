@@ -31,17 +31,15 @@
 mod submodules;
 mod urls;
 
+pub use crate::artifact::remotes::{ModuleRemote, MonorepoRemote, Remotes};
 pub use urls::{MAX_REPO_NAME, RepoNameError, new_url, repo_name_from_url, sanitize_repo_name};
 
 use submodules::{Ctx, check_collisions, process};
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-use crate::artifact::Artifact;
 use crate::error::{Error, Location, Problems, Result};
-use crate::git_cli::{Git, GitError};
+use crate::git::{Git, GitError};
 
 /// Deepest submodule nesting followed (against cycles).
 pub const MAX_DEPTH: usize = 16;
@@ -61,82 +59,6 @@ pub struct RewriteOptions {
     pub org: String,
     /// The monorepo's repository name; default: the checkout's directory name, sanitized.
     pub name: Option<String>,
-}
-
-/// The artifact `remotes.json` (kind `remotes`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Remotes {
-    /// The Gitea base URL (no trailing slash, no credentials).
-    pub gitea: String,
-    /// The organization.
-    pub org: String,
-    /// The user's checkout the working copy was made from.
-    pub source: PathBuf,
-    /// The working copy.
-    pub workdir: PathBuf,
-    /// The monorepo itself.
-    pub monorepo: MonorepoRemote,
-    /// Every submodule, recursively, parents before children.
-    pub modules: Vec<ModuleRemote>,
-}
-
-impl Artifact for Remotes {
-    const KIND: &'static str = "remotes";
-    const SCHEMA_VERSION: (u32, u32) = (1, 0);
-}
-
-/// The monorepo's entry in [`Remotes`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MonorepoRemote {
-    /// Repository name on Gitea.
-    pub repo: String,
-    /// `<gitea>/<org>/<repo>.git`.
-    pub new_url: String,
-    /// The checkout's `HEAD`.
-    pub source_commit: String,
-    /// The working copy's `main` (equal to `source_commit` when nothing was rewritten).
-    pub commit: String,
-}
-
-/// One submodule in [`Remotes`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ModuleRemote {
-    /// Path relative to the monorepo root.
-    pub path: PathBuf,
-    /// The submodule's name in its parent's `.gitmodules`.
-    pub name: String,
-    /// Repository name on Gitea.
-    pub repo: String,
-    /// The URL as written before (`None` for a directory converted to a submodule).
-    pub old_url: Option<String>,
-    /// `<gitea>/<org>/<repo>.git`.
-    pub new_url: String,
-    /// The commit the parent recorded before (`None` for a converted directory).
-    pub source_commit: Option<String>,
-    /// The commit the working copy records now (what is published).
-    pub commit: String,
-    /// True when the lib was a plain directory and became a submodule.
-    pub converted: bool,
-    /// The parent submodule's path, `None` for the monorepo.
-    pub parent: Option<PathBuf>,
-}
-
-impl Remotes {
-    /// Every repository to publish, once each: modules deepest first, the monorepo last, as
-    /// `(repo name, working directory, commit, module path or None for the monorepo)`.
-    pub fn publish_order(&self) -> Vec<(String, PathBuf, String, Option<PathBuf>)> {
-        let mut mods: Vec<&ModuleRemote> = self.modules.iter().collect();
-        mods.sort_by_key(|m| std::cmp::Reverse(m.path.components().count()));
-        let mut seen = std::collections::HashSet::new();
-        let mut out = Vec::new();
-        for m in mods {
-            if seen.insert(m.repo.to_lowercase()) {
-                out.push((m.repo.clone(), self.workdir.join(&m.path), m.commit.clone(), Some(m.path.clone())));
-            }
-        }
-        out.push((self.monorepo.repo.clone(), self.workdir.clone(), self.monorepo.commit.clone(), None));
-        out
-    }
 }
 
 fn failed(e: GitError) -> Error {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::{MAX_DEPTH, ModuleRemote, failed, new_url, repo_name_from_url, sanitize_repo_name};
 use crate::error::{Error, Location, Problems, Result};
-use crate::git_cli::Git;
+use crate::git::Git;
 
 pub(super) struct Ctx<'a> {
     pub(super) git: Git,

@@ -31,6 +31,9 @@
 //! Secrets are never part of an artifact: the structs hold no secret fields, and settings that
 //! carry secrets ([`crate::settings`]) are not `Serialize`.
 
+pub mod pack;
+pub mod remotes;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

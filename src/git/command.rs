@@ -15,7 +15,7 @@
 //!   (`core.hooksPath=/dev/null`), signing is off, and `GIT_CONFIG_NOSYSTEM=1`.
 //!
 //! Errors ([`GitError`]) carry the arguments, the exit status and git's stderr with every
-//! registered secret redacted (see [`crate::ci::redact`]).
+//! registered secret redacted (see [`crate::actions::redact`]).
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -154,10 +154,10 @@ impl Git {
         let out = cmd.output().map_err(GitError::Spawn)?;
         if !out.status.success() {
             return Err(GitError::Failed {
-                args: crate::ci::redact(&shown),
+                args: crate::actions::redact(&shown),
                 dir: dir.to_path_buf(),
                 status: out.status.to_string(),
-                stderr: crate::ci::redact(String::from_utf8_lossy(&out.stderr).trim()),
+                stderr: crate::actions::redact(String::from_utf8_lossy(&out.stderr).trim()),
             });
         }
         let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
