@@ -77,8 +77,8 @@ pub const AT_EXPECTED: &str =
 /// `<lib>-<time>`. Returns the lib the id names (`None` for a bare time).
 ///
 /// # Errors
-/// A message naming `--at` and [`AT_EXPECTED`] when it is neither.
-pub fn parse_at(at: &str) -> Result<Option<&str>, String> {
+/// [`PickError::MalformedAt`] (naming `--at` and [`AT_EXPECTED`]) when it is neither.
+pub fn parse_at(at: &str) -> Result<Option<&str>, PickError> {
     if Stamp::parse(at).is_some() {
         return Ok(None);
     }
@@ -86,7 +86,7 @@ pub fn parse_at(at: &str) -> Result<Option<&str>, String> {
         .map(|(i, _)| i)
         .find(|&i| i > 0 && Stamp::parse(&at[i + 1..]).is_some())
         .map(|i| Some(&at[..i]))
-        .ok_or_else(|| format!("--at `{at}`: {AT_EXPECTED}"))
+        .ok_or_else(|| PickError::MalformedAt { at: at.to_string() })
 }
 
 /// The manifest stored next to an archive (`<id>.json`, artifact kind `snapshot-manifest`).
@@ -126,6 +126,44 @@ pub struct ArchiveManifest {
 impl Artifact for ArchiveManifest {
     const KIND: &'static str = "snapshot-manifest";
     const SCHEMA_VERSION: (u32, u32) = (1, 0);
+}
+
+/// Why [`Store::pick`] found no snapshot to restore. The messages are the user's: they name the
+/// lib, the share directory or the `--at` value.
+#[derive(Debug, thiserror::Error)]
+pub enum PickError {
+    /// The lib's snapshot directory cannot be read.
+    #[error("cannot list the snapshots of {lib}: {source}")]
+    List {
+        /// The lib.
+        lib: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The lib has no snapshot.
+    #[error("no snapshot of {lib} in {}", dir.display())]
+    None {
+        /// The lib.
+        lib: String,
+        /// `<share>/snapshots/<lib>`.
+        dir: PathBuf,
+    },
+    /// `--at` is not a stamp or an id.
+    #[error("--at `{at}`: {AT_EXPECTED}")]
+    MalformedAt {
+        /// The value given.
+        at: String,
+    },
+    /// No snapshot has that stamp.
+    #[error("--at `{at}`: no snapshot of {lib} at that time; available: {available}")]
+    NotAt {
+        /// The value given.
+        at: String,
+        /// The lib.
+        lib: String,
+        /// The stamps that exist, comma-separated, oldest first.
+        available: String,
+    },
 }
 
 /// One complete snapshot in the store.
@@ -223,12 +261,12 @@ impl Store {
     /// the lib prefix picks the last snapshot of that second).
     ///
     /// # Errors
-    /// A message for the user: no snapshot of `lib`, `at` malformed, or no snapshot at `at`
-    /// (listing the ones that exist).
-    pub fn pick(&self, lib: &str, at: Option<&str>) -> Result<Stored, String> {
-        let all = self.list(lib).map_err(|e| format!("cannot list the snapshots of {lib}: {e}"))?;
+    /// [`PickError`]: the snapshots of `lib` cannot be listed, there are none, `at` is
+    /// malformed, or no snapshot is at `at` (the message lists the ones that exist).
+    pub fn pick(&self, lib: &str, at: Option<&str>) -> Result<Stored, PickError> {
+        let all = self.list(lib).map_err(|source| PickError::List { lib: lib.to_string(), source })?;
         if all.is_empty() {
-            return Err(format!("no snapshot of {lib} in {}", self.lib_dir(lib).display()));
+            return Err(PickError::None { lib: lib.to_string(), dir: self.lib_dir(lib) });
         }
         let Some(at) = at else {
             return Ok(all.last().expect("non-empty").clone());
@@ -236,17 +274,16 @@ impl Store {
         let full_id = at.strip_prefix(&format!("{lib}-"));
         let bare = full_id.unwrap_or(at);
         let Some(want) = Stamp::parse(bare) else {
-            return Err(format!("--at `{at}`: {AT_EXPECTED}"));
+            return Err(PickError::MalformedAt { at: at.to_string() });
         };
         let found = all
             .iter()
             .rev()
             .find(|s| if full_id.is_none() && bare.len() == 15 { s.stamp.time == want.time } else { s.stamp == want });
-        found.cloned().ok_or_else(|| {
-            format!(
-                "--at `{at}`: no snapshot of {lib} at that time; available: {}",
-                all.iter().map(|s| s.stamp.to_string()).collect::<Vec<_>>().join(", ")
-            )
+        found.cloned().ok_or_else(|| PickError::NotAt {
+            at: at.to_string(),
+            lib: lib.to_string(),
+            available: all.iter().map(|s| s.stamp.to_string()).collect::<Vec<_>>().join(", "),
         })
     }
 
@@ -279,17 +316,17 @@ mod tests {
 
     #[test]
     fn at_is_a_time_or_an_id() {
-        assert_eq!(parse_at("20261130-101010"), Ok(None));
-        assert_eq!(parse_at("20261130-101010-2"), Ok(None));
-        assert_eq!(parse_at("broker-20261130-101010"), Ok(Some("broker")));
-        assert_eq!(parse_at("my-app-20261130-101010-3"), Ok(Some("my-app")));
+        assert_eq!(parse_at("20261130-101010").ok(), Some(None));
+        assert_eq!(parse_at("20261130-101010-2").ok(), Some(None));
+        assert_eq!(parse_at("broker-20261130-101010").ok(), Some(Some("broker")));
+        assert_eq!(parse_at("my-app-20261130-101010-3").ok(), Some(Some("my-app")));
         for bad in ["2026", "", "-20261130-101010", "broker-2026", "20261130-1010", "broker-20261130-101010-1"] {
             assert_eq!(
-                parse_at(bad),
-                Err(format!(
+                parse_at(bad).unwrap_err().to_string(),
+                format!(
                     "--at `{bad}`: expected a snapshot time YYYYMMDD-HHMMSS (UTC), optionally with -N, or a snapshot \
                      id <lib>-YYYYMMDD-HHMMSS[-N]"
-                )),
+                ),
                 "{bad}"
             );
         }

@@ -128,7 +128,7 @@ async fn finish_stages(
 /// when a staged tree differs (staging removed, nothing swapped in) or `"restored"` when the live
 /// tree differs afterwards; remote and transport errors.
 pub async fn restore(exec: &dyn RemoteExec, store: &Store, lib: &str, at: Option<&str>) -> Result<Restored, DataError> {
-    let stored = store.pick(lib, at).map_err(DataError::Input)?;
+    let stored = store.pick(lib, at).map_err(|e| DataError::Input(e.to_string()))?;
     let manifest = verify(&stored).await?;
     let mut staged: Vec<(String, String)> = Vec::new();
     for path in &manifest.paths {
