@@ -3,7 +3,11 @@
 //!
 //! A leaf module on purpose: the LXC client ([`crate::lxc`], `lxc-attach`), the SSH client
 //! ([`crate::ssh`]) and the local executor ([`crate::exec`]) all use it, and none of them should
-//! depend on another for it.
+//! depend on another for it. The two that spawn a local process ([`crate::lxc`] and
+//! [`crate::exec::LocalExec`]) share all of it through [`spawn_piped`] and [`stream_child`]; the
+//! SSH client has its own child type and pumps with [`pump`] directly.
+
+use std::process::{ExitStatus, Stdio};
 
 /// The result of [`pump`]: how feeding stdin and draining stdout went, and stderr's tail.
 pub struct Pumped {
@@ -66,4 +70,39 @@ where
     };
     let (fed, drained, stderr) = tokio::join!(feed, drain, errs);
     Pumped { fed, drained, stderr }
+}
+
+/// Spawns `cmd` with all three standard streams piped, killed when its handle is dropped (so a
+/// caller's timeout that drops the future also ends the process).
+///
+/// # Errors
+/// The spawn error (program missing, not executable, …), unchanged.
+pub fn spawn_piped(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).spawn()
+}
+
+/// Streams a child from [`spawn_piped`] to its end: [`pump`]s `stdin` into it and its stdout into
+/// `stdout`, keeping the last `keep` bytes of its stderr, then waits for it. Returns its exit
+/// status and that stderr tail; a non-zero exit is *not* an error.
+///
+/// # Errors
+/// Writing `stdout` failed (the child is killed first), waiting for the child failed, or reading
+/// `stdin` failed (after the child ended), in that order of precedence.
+pub async fn stream_child(
+    mut child: tokio::process::Child,
+    stdin: &mut (dyn tokio::io::AsyncRead + Send + Unpin),
+    stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+    keep: usize,
+) -> std::io::Result<(ExitStatus, String)> {
+    let child_in = child.stdin.take().expect("piped");
+    let child_out = child.stdout.take().expect("piped");
+    let child_err = child.stderr.take().expect("piped");
+    let Pumped { fed, drained, stderr } = pump(stdin, child_in, child_out, stdout, child_err, keep).await;
+    if let Err(e) = drained {
+        let _ = child.kill().await;
+        return Err(e);
+    }
+    let status = child.wait().await?;
+    fed?;
+    Ok((status, stderr))
 }

@@ -185,6 +185,30 @@ pub struct Provision {
     pub outcome: Outcome,
 }
 
+impl Provision {
+    /// The artifact of `spec` on `backend` before anything is done: `plan`, no node, no address,
+    /// no actions, warnings or status, not created, outcome `ok`. Each backend fills in the rest.
+    pub fn new(backend: BackendKind, spec: &ContainerSpec, plan: ContainerPlan, opts: &ApplyOptions) -> Self {
+        Provision {
+            backend,
+            name: spec.name.clone(),
+            node: None,
+            vmid: spec.vmid,
+            hostname: spec.hostname.clone(),
+            address: None,
+            ssh_port: opts.ssh_port,
+            plan,
+            actions: vec![],
+            warnings: vec![],
+            status: None,
+            created: false,
+            protected_by: None,
+            inputs_digest: None,
+            outcome: Outcome::Ok,
+        }
+    }
+}
+
 impl Artifact for Provision {
     const KIND: &'static str = "provision";
     const SCHEMA_VERSION: (u32, u32) = (1, 0);
@@ -233,27 +257,17 @@ pub fn failed_before_plan(
     e: &anyhow::Error,
 ) -> Provision {
     let error = crate::actions::redact(&format!("{e:#}"));
-    Provision {
-        backend: kind,
+    let plan = ContainerPlan {
         name: spec.name.clone(),
-        node: spec.node.clone(),
         vmid: spec.vmid,
         hostname: spec.hostname.clone(),
+        action: Action::Refused { reasons: vec![format!("planning failed: {error}")] },
+        start: false,
+    };
+    Provision {
+        node: spec.node.clone(),
         address: spec.ip.address().map(|a| a.to_string()),
-        ssh_port: opts.ssh_port,
-        plan: ContainerPlan {
-            name: spec.name.clone(),
-            vmid: spec.vmid,
-            hostname: spec.hostname.clone(),
-            action: Action::Refused { reasons: vec![format!("planning failed: {error}")] },
-            start: false,
-        },
-        actions: vec![],
-        warnings: vec![],
-        status: None,
-        created: false,
-        protected_by: None,
-        inputs_digest: None,
         outcome: Outcome::Failed { error },
+        ..Provision::new(kind, spec, plan, opts)
     }
 }

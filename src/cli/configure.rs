@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::run::{Threads, block_on, step_outputs};
-use super::{Ctx, table};
+use super::{Ctx, result_cell, table_of};
 use crate::backend::model::Outcome;
 use crate::error::{Error, Result};
 use crate::settings::{ProcessEnv, Settings};
@@ -85,25 +85,25 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
         out.push_str("\n]\n");
         print!("{out}");
     } else {
-        let rows: Vec<Vec<String>> = results
-            .iter()
-            .map(|c| {
-                vec![
-                    c.name.clone(),
-                    c.address.clone().unwrap_or_default(),
-                    c.user.clone().unwrap_or_default(),
-                    c.base.as_ref().and_then(|b| b.changed).map(|n| n.to_string()).unwrap_or("-".into()),
-                    format!("{:?}", c.engine).to_lowercase(),
-                    c.outputs.keys().cloned().collect::<Vec<_>>().join(","),
-                    format!("{:.1}s", c.duration_ms as f64 / 1000.0),
-                    match &c.outcome {
-                        Outcome::Ok => "ok".into(),
-                        Outcome::Failed { .. } => "FAILED".into(),
-                    },
-                ]
-            })
-            .collect();
-        print!("{}", table(&["NAME", "ADDRESS", "USER", "BASE CHANGED", "ENGINE", "OUTPUTS", "TIME", "RESULT"], &rows));
+        print!(
+            "{}",
+            table_of(
+                &["NAME", "ADDRESS", "USER", "BASE CHANGED", "ENGINE", "OUTPUTS", "TIME", "RESULT"],
+                &results,
+                |c| {
+                    vec![
+                        c.name.clone(),
+                        c.address.clone().unwrap_or_default(),
+                        c.user.clone().unwrap_or_default(),
+                        c.base.as_ref().and_then(|b| b.changed).map(|n| n.to_string()).unwrap_or("-".into()),
+                        format!("{:?}", c.engine).to_lowercase(),
+                        c.outputs.keys().cloned().collect::<Vec<_>>().join(","),
+                        format!("{:.1}s", c.duration_ms as f64 / 1000.0),
+                        result_cell(&c.outcome),
+                    ]
+                }
+            )
+        );
         for c in &failed {
             eprintln!("\n{} failed; last log lines:", c.name);
             for l in &c.log_tail {

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::args::{PolicyArgs, PveArgs, SshWaitArgs};
 use super::run::{Threads, block_on, outputs};
-use super::{Ctx, table};
+use super::{Ctx, table_of};
 use crate::backend::model::BackendKind;
 use crate::error::{Error, Result};
 use crate::steps::deploy::{BuiltinRunner, DeployOptions, RunResult, RunnerOptions, StepState, deploy};
@@ -136,36 +136,31 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         ("skipped", names(&|c| !c.skipped_steps.is_empty())),
     ])?;
     ctx.emit(&summary, || {
-        let rows: Vec<Vec<String>> = summary
-            .containers
-            .iter()
-            .map(|c| {
-                vec![
-                    c.name.clone(),
-                    c.vmid.to_string(),
-                    c.steps
-                        .iter()
-                        .map(|s| {
-                            let state = match s.state {
-                                StepState::Ok => "ok",
-                                StepState::Failed => "FAILED",
-                                StepState::Skipped => "skipped",
-                                StepState::Blocked => "BLOCKED",
-                                StepState::NotRun => "not run",
-                            };
-                            format!("{} {state}", s.step)
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    format!("{:.1}s", c.duration_ms as f64 / 1000.0),
-                    match c.result {
-                        RunResult::Ok => "ok".into(),
-                        RunResult::Failed => "FAILED".into(),
-                    },
-                ]
-            })
-            .collect();
-        let mut s = table(&["NAME", "VMID", "STEPS", "TIME", "RESULT"], &rows);
+        let mut s = table_of(&["NAME", "VMID", "STEPS", "TIME", "RESULT"], &summary.containers, |c| {
+            vec![
+                c.name.clone(),
+                c.vmid.to_string(),
+                c.steps
+                    .iter()
+                    .map(|s| {
+                        let state = match s.state {
+                            StepState::Ok => "ok",
+                            StepState::Failed => "FAILED",
+                            StepState::Skipped => "skipped",
+                            StepState::Blocked => "BLOCKED",
+                            StepState::NotRun => "not run",
+                        };
+                        format!("{} {state}", s.step)
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                format!("{:.1}s", c.duration_ms as f64 / 1000.0),
+                match c.result {
+                    RunResult::Ok => "ok".into(),
+                    RunResult::Failed => "FAILED".into(),
+                },
+            ]
+        });
         s.push_str(&format!(
             "\n{} container(s) for {} (stage {}), {} failed; wrote {}\n",
             summary.containers.len(),

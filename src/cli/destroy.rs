@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::run::{Threads, block_on, step_outputs};
-use super::{Ctx, table};
+use super::{Ctx, all_ok, failures, result_cell, table_of};
 use crate::backend::model::{BackendKind, Outcome};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::inventory::NotFound;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::destroy::{self as step, DestroyOptions};
@@ -40,52 +40,26 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     let backend = crate::backend::open(kind, &settings, &args.pve.connect()?)?;
     let opts = DestroyOptions { share: settings.share.clone(), no_snapshot: args.no_snapshot };
     let results = block_on(Threads::Default, step::destroy_all(&backend, &specs, &opts, &ctx.artifacts))??;
-    if ctx.json {
-        let all: Vec<serde_json::Value> = results.iter().map(crate::artifact::to_value).collect();
-        println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
-    } else {
-        let rows: Vec<Vec<String>> = results
-            .iter()
-            .map(|d| {
-                vec![
-                    d.name.clone(),
-                    d.vmid.to_string(),
-                    if !d.existed {
-                        "absent".into()
-                    } else if d.destroyed {
-                        "destroyed".into()
-                    } else {
-                        "kept".into()
-                    },
-                    d.protected_by.clone().unwrap_or_else(|| "-".into()),
-                    // The error itself is printed once, in the final error below.
-                    match &d.outcome {
-                        Outcome::Ok => "ok".into(),
-                        Outcome::Failed { .. } => "FAILED".into(),
-                    },
-                ]
-            })
-            .collect();
-        print!("{}", table(&["NAME", "VMID", "CONTAINER", "PROTECTED BY", "RESULT"], &rows));
-    }
+    ctx.emit_all(&results, || {
+        table_of(&["NAME", "VMID", "CONTAINER", "PROTECTED BY", "RESULT"], &results, |d| {
+            vec![
+                d.name.clone(),
+                d.vmid.to_string(),
+                if !d.existed {
+                    "absent".into()
+                } else if d.destroyed {
+                    "destroyed".into()
+                } else {
+                    "kept".into()
+                },
+                d.protected_by.clone().unwrap_or_else(|| "-".into()),
+                result_cell(&d.outcome),
+            ]
+        })
+    });
     let states: Vec<(&str, bool)> =
         results.iter().map(|d| (d.name.as_str(), matches!(d.outcome, Outcome::Ok))).collect();
     step_outputs("destroy", &ctx.artifacts.destroy_dir(), &states)?;
-    let failures: Vec<String> = results
-        .iter()
-        .filter_map(|d| match &d.outcome {
-            Outcome::Failed { error } => Some(format!("{}: {error}", d.name)),
-            Outcome::Ok => None,
-        })
-        .collect();
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Failed(anyhow::anyhow!(
-            "{} of {} container(s) failed:\n{}",
-            failures.len(),
-            results.len(),
-            failures.join("\n")
-        )))
-    }
+    let failures = failures(results.iter().map(|d| (d.name.as_str(), &d.outcome)));
+    all_ok(&failures, results.len())
 }

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
+use crate::backend::model::Outcome;
 use crate::error::{Error, Result};
 use crate::inventory::Inventory;
 use crate::settings::ProcessEnv;
@@ -125,6 +126,52 @@ impl Ctx {
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
     }
+
+    /// Prints the artifacts of a per-container step: with `--json` one pretty JSON array of them,
+    /// otherwise the human summary.
+    pub fn emit_all<A: Artifact>(&self, all: &[A], human: impl FnOnce() -> String) {
+        if self.json {
+            let all: Vec<serde_json::Value> = all.iter().map(artifact::to_value).collect();
+            println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
+        } else {
+            print!("{}", human());
+        }
+    }
+}
+
+/// The RESULT cell of a container's row: `ok` or `FAILED` (the error itself is printed once, in
+/// the command's final error).
+pub(crate) fn result_cell(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Ok => "ok".into(),
+        Outcome::Failed { .. } => "FAILED".into(),
+    }
+}
+
+/// One `<name>: <error>` line per failed container, in order.
+pub(crate) fn failures<'a>(outcomes: impl IntoIterator<Item = (&'a str, &'a Outcome)>) -> Vec<String> {
+    outcomes
+        .into_iter()
+        .filter_map(|(name, outcome)| match outcome {
+            Outcome::Failed { error } => Some(format!("{name}: {error}")),
+            Outcome::Ok => None,
+        })
+        .collect()
+}
+
+/// Ok when `failures` (from [`failures`]) is empty, else the command's final error:
+/// `N of TOTAL container(s) failed:` and one line per failure.
+pub(crate) fn all_ok(failures: &[String], total: usize) -> Result<()> {
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Failed(anyhow::anyhow!(
+            "{} of {} container(s) failed:\n{}",
+            failures.len(),
+            total,
+            failures.join("\n")
+        )))
+    }
 }
 
 fn init_logging(global: &GlobalArgs) {
@@ -218,6 +265,17 @@ pub fn main() -> i32 {
         Ok(()) => crate::error::EXIT_OK,
         Err(e) => report(&e, &cli.global.repo),
     }
+}
+
+/// Renders `items` as a left-aligned text table with a header, one row (`row(item)`, a cell per
+/// header column) per item.
+pub(crate) fn table_of<T>(
+    header: &[&str],
+    items: impl IntoIterator<Item = T>,
+    row: impl FnMut(T) -> Vec<String>,
+) -> String {
+    let rows: Vec<Vec<String>> = items.into_iter().map(row).collect();
+    table(header, &rows)
 }
 
 /// Renders rows as a left-aligned text table with a header.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{Ctx, table};
+use super::{Ctx, table_of};
 use crate::artifact;
 use crate::error::{Error, Result};
 use crate::steps::plan::plan;
@@ -75,25 +75,20 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
 /// was contacted); the PROVISION column then shows `-` for provisioning containers and a footer
 /// line explains it.
 fn human(p: &crate::steps::plan::Plan, offline: Option<&str>) -> String {
-    let rows: Vec<Vec<String>> = p
-        .containers
-        .iter()
-        .map(|c| {
-            vec![
-                c.name.clone(),
-                c.hostname.clone(),
-                c.vmid.to_string(),
-                c.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + "),
-                match (&c.provision, &c.provision_error) {
-                    (Some(cp), _) => super::describe::describe(cp),
-                    (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
-                    (None, None) if c.steps.contains(&crate::steps::plan::Step::Provision) => "-".into(),
-                    (None, None) => String::new(),
-                },
-            ]
-        })
-        .collect();
-    let mut s = table(&["NAME", "HOSTNAME", "VMID", "STEPS", "PROVISION"], &rows);
+    let mut s = table_of(&["NAME", "HOSTNAME", "VMID", "STEPS", "PROVISION"], &p.containers, |c| {
+        vec![
+            c.name.clone(),
+            c.hostname.clone(),
+            c.vmid.to_string(),
+            c.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + "),
+            match (&c.provision, &c.provision_error) {
+                (Some(cp), _) => super::describe::describe(cp),
+                (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
+                (None, None) if c.steps.contains(&crate::steps::plan::Step::Provision) => "-".into(),
+                (None, None) => String::new(),
+            },
+        ]
+    });
     s.push_str(&format!("\n{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
     if let Some(why) = offline {
         s.push_str(&format!(

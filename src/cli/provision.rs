@@ -6,10 +6,10 @@ use clap::Args;
 
 use super::args::{PolicyArgs, PveArgs, SshWaitArgs};
 use super::run::{Threads, block_on, outputs};
-use super::{Ctx, table};
+use super::{Ctx, all_ok, failures, table, table_of};
 use crate::backend;
 use crate::backend::model::{ApplyOptions, BackendKind, Outcome};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::inventory::NotFound;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::provision as step;
@@ -99,13 +99,10 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
             ("created", names(&|p| p.created)),
             ("provision_dir", ctx.artifacts.provision_dir().display().to_string()),
         ])?;
-        if ctx.json {
-            let all: Vec<serde_json::Value> = results.iter().map(crate::artifact::to_value).collect();
-            println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
-        } else {
-            let rows: Vec<Vec<String>> = results
-                .iter()
-                .map(|p| {
+        ctx.emit_all(&results, || {
+            format!(
+                "\n{}",
+                table_of(&["NAME", "VMID", "ACTIONS", "ADDRESS", "RESULT"], &results, |p| {
                     vec![
                         p.name.clone(),
                         p.vmid.to_string(),
@@ -117,31 +114,16 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
                         },
                     ]
                 })
-                .collect();
-            print!("\n{}", table(&["NAME", "VMID", "ACTIONS", "ADDRESS", "RESULT"], &rows));
+            )
+        });
+        if !ctx.json {
             for p in &results {
                 for w in &p.warnings {
                     eprintln!("warning: {}: {w}", p.name);
                 }
             }
         }
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            let details: Vec<String> = results
-                .iter()
-                .filter_map(|p| match &p.outcome {
-                    Outcome::Failed { error } => Some(format!("{}: {error}", p.name)),
-                    Outcome::Ok => None,
-                })
-                .collect();
-            Err(Error::Failed(anyhow::anyhow!(
-                "{} of {} container(s) failed:\n{}",
-                failed.len(),
-                results.len(),
-                details.join("\n")
-            )))
-        }
+        all_ok(&failures(results.iter().map(|p| (p.name.as_str(), &p.outcome))), results.len())
     })?
 }
 

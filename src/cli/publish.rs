@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::rewrite::{TargetArgs, do_rewrite, settings};
 use super::run::{Threads, block_on, outputs};
-use super::{Ctx, table};
+use super::{Ctx, table_of};
 use crate::artifact;
 use crate::error::{Error, Result};
 use crate::gitea::Client;
@@ -40,29 +40,24 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
     outputs(&[("publish", path.display().to_string())])?;
     ctx.emit(&report, || {
         let word = |a: crate::steps::publish::Action| format!("{a:?}").to_lowercase();
-        let rows: Vec<Vec<String>> = report
-            .repos
-            .iter()
-            .map(|r| {
-                let changed: Vec<String> = r
-                    .refs
-                    .iter()
-                    .filter(|x| x.action != crate::steps::publish::Action::Unchanged)
-                    .map(|x| format!("{}:{}", x.branch, word(x.action)))
-                    .collect();
-                vec![
-                    r.full_name.clone(),
-                    word(r.action),
-                    if changed.is_empty() { "-".into() } else { changed.join(",") },
-                    r.fork.as_ref().map(|f| word(f.action)).unwrap_or_else(|| "-".into()),
-                    r.pull
-                        .as_ref()
-                        .and_then(|p| p.number.map(|n| format!("#{n} {}", word(p.action))))
-                        .unwrap_or_else(|| "-".into()),
-                ]
-            })
-            .collect();
-        let mut s = table(&["REPOSITORY", "REPO", "BRANCHES", "FORK", "RELEASE PR"], &rows);
+        let mut s = table_of(&["REPOSITORY", "REPO", "BRANCHES", "FORK", "RELEASE PR"], &report.repos, |r| {
+            let changed: Vec<String> = r
+                .refs
+                .iter()
+                .filter(|x| x.action != crate::steps::publish::Action::Unchanged)
+                .map(|x| format!("{}:{}", x.branch, word(x.action)))
+                .collect();
+            vec![
+                r.full_name.clone(),
+                word(r.action),
+                if changed.is_empty() { "-".into() } else { changed.join(",") },
+                r.fork.as_ref().map(|f| word(f.action)).unwrap_or_else(|| "-".into()),
+                r.pull
+                    .as_ref()
+                    .and_then(|p| p.number.map(|n| format!("#{n} {}", word(p.action))))
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        });
         s.push_str(&format!(
             "\n{} created, {} updated, {} unchanged ({} variables); wrote {}\n",
             report.summary.created,

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::{Ctx, table};
+use super::{Ctx, table_of};
 use crate::error::Result;
 use crate::steps::render_workflows::{RenderOptions, render_workflows};
 
@@ -35,12 +35,11 @@ pub fn run(ctx: &Ctx, args: RenderWorkflowsArgs) -> Result<()> {
             runs_on: args.runs_on,
         },
     )?;
-    let rows: Vec<Vec<String>> = written
-        .iter()
-        .map(|r| {
+    print!(
+        "{}",
+        table_of(&["LIB", "FILE", "STATE"], &written, |r| {
             vec![r.lib.clone(), r.path.display().to_string(), if r.changed { "written" } else { "unchanged" }.into()]
         })
-        .collect();
-    print!("{}", table(&["LIB", "FILE", "STATE"], &rows));
+    );
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::{Ctx, table};
+use super::{Ctx, table_of};
 use crate::artifact;
 use crate::error::{Error, Result};
 use crate::inventory::{IpConfig, Mount};
@@ -27,10 +27,10 @@ pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
         ("containers_json", serde_json::to_string(&names).expect("strings serialize")),
     ])?;
     ctx.emit(&inv, || {
-        let rows: Vec<Vec<String>> = inv
-            .containers
-            .iter()
-            .map(|c| {
+        let mut s = table_of(
+            &["NAME", "HOSTNAME", "VMID", "IP", "CORES", "MEMORY", "ROOTFS", "MOUNTS", "ENGINE", "SOURCE"],
+            &inv.containers,
+            |c| {
                 vec![
                     c.name.clone(),
                     c.hostname.clone(),
@@ -56,11 +56,7 @@ pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
                     format!("{:?}", c.engine).to_lowercase(),
                     if c.submodule.is_some() { "submodule".into() } else { "dir".into() },
                 ]
-            })
-            .collect();
-        let mut s = table(
-            &["NAME", "HOSTNAME", "VMID", "IP", "CORES", "MEMORY", "ROOTFS", "MOUNTS", "ENGINE", "SOURCE"],
-            &rows,
+            },
         );
         s.push_str(&format!(
             "\n{} container(s), {} task(s), stage {}; wrote {}\n",

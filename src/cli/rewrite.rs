@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{Ctx, table};
+use super::{Ctx, table_of};
 use crate::artifact;
 use crate::error::{Error, Result};
 use crate::settings::{ProcessEnv, Settings};
@@ -69,19 +69,14 @@ pub fn run(ctx: &Ctx, args: RewriteArgs) -> Result<()> {
         ("workdir", remotes.workdir.display().to_string()),
     ])?;
     ctx.emit(&remotes, || {
-        let rows: Vec<Vec<String>> = remotes
-            .modules
-            .iter()
-            .map(|m| {
-                vec![
-                    m.path.display().to_string(),
-                    m.old_url.clone().unwrap_or_else(|| "(directory)".into()),
-                    m.new_url.clone(),
-                    m.commit[..m.commit.len().min(10)].to_string(),
-                ]
-            })
-            .collect();
-        let mut s = table(&["PATH", "OLD URL", "NEW URL", "COMMIT"], &rows);
+        let mut s = table_of(&["PATH", "OLD URL", "NEW URL", "COMMIT"], &remotes.modules, |m| {
+            vec![
+                m.path.display().to_string(),
+                m.old_url.clone().unwrap_or_else(|| "(directory)".into()),
+                m.new_url.clone(),
+                m.commit[..m.commit.len().min(10)].to_string(),
+            ]
+        });
         s.push_str(&format!(
             "\nmonorepo {} at {}; working copy {}; wrote {}\n",
             remotes.monorepo.new_url,

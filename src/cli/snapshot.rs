@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::run::{Threads, runtime, step_outputs};
-use super::{Ctx, table};
+use super::{Ctx, failures, result_cell, table, table_of};
 use crate::artifact;
 use crate::backend::model::Outcome;
 use crate::error::{Error, Location, Result};
@@ -165,9 +165,9 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         results.push(result);
     }
     if !ctx.json {
-        let rows: Vec<Vec<String>> = results
-            .iter()
-            .map(|r| {
+        print!(
+            "{}",
+            table_of(&["NAME", "OPERATION", "SNAPSHOT", "ENTRIES", "BYTES", "VERIFICATION", "RESULT"], &results, |r| {
                 vec![
                     r.name.clone(),
                     format!("{:?}", r.operation).to_lowercase(),
@@ -175,25 +175,15 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
                     r.entry_count.to_string(),
                     r.bytes.to_string(),
                     format!("{:?}", r.verification).to_lowercase(),
-                    match &r.outcome {
-                        Outcome::Ok => "ok".into(),
-                        Outcome::Failed { .. } => "FAILED".into(),
-                    },
+                    result_cell(&r.outcome),
                 ]
             })
-            .collect();
-        print!("{}", table(&["NAME", "OPERATION", "SNAPSHOT", "ENTRIES", "BYTES", "VERIFICATION", "RESULT"], &rows));
+        );
     }
     let states: Vec<(&str, bool)> =
         results.iter().map(|r| (r.name.as_str(), matches!(r.outcome, Outcome::Ok))).collect();
     step_outputs("snapshot", &ctx.artifacts.snapshot_dir(), &states)?;
-    let failures: Vec<String> = results
-        .iter()
-        .filter_map(|r| match &r.outcome {
-            Outcome::Failed { error } => Some(format!("{}: {error}", r.name)),
-            Outcome::Ok => None,
-        })
-        .collect();
+    let failures = failures(results.iter().map(|r| (r.name.as_str(), &r.outcome)));
     if failures.is_empty() { Ok(()) } else { Err(Error::Failed(anyhow::anyhow!("{}", failures.join("\n")))) }
 }
 

@@ -1,8 +1,6 @@
 //! [`RemoteExec`] on this host: the argv runs as a local process, as the current user (root in
 //! the tests, which use it to snapshot directories of the test machine).
 
-use std::process::Stdio;
-
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{BoxFuture, ExecStatus, RemoteExec, STDERR_KEEP};
@@ -33,25 +31,9 @@ impl RemoteExec for LocalExec {
             let Some((program, args)) = argv.split_first() else {
                 return Err(std::io::Error::other("empty argv"));
             };
-            let mut child = tokio::process::Command::new(program)
-                .args(args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
+            let child = crate::pipe::spawn_piped(tokio::process::Command::new(program).args(args))
                 .map_err(|e| std::io::Error::new(e.kind(), format!("cannot run {program}: {e}")))?;
-            let child_in = child.stdin.take().expect("piped");
-            let child_out = child.stdout.take().expect("piped");
-            let child_err = child.stderr.take().expect("piped");
-            let crate::pipe::Pumped { fed, drained, stderr } =
-                crate::pipe::pump(stdin, child_in, child_out, stdout, child_err, STDERR_KEEP).await;
-            if let Err(e) = drained {
-                let _ = child.kill().await;
-                return Err(e);
-            }
-            let status = child.wait().await?;
-            fed?;
+            let (status, stderr) = crate::pipe::stream_child(child, stdin, stdout, STDERR_KEEP).await?;
             Ok(ExecStatus { code: status.code(), stderr })
         })
     }

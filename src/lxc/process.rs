@@ -125,7 +125,7 @@ pub struct Streamed {
 
 /// Runs `tool args…` with **streamed** standard input and output: `stdin` is copied to the
 /// process until EOF (then its stdin is closed), its stdout into `stdout`, and the last `keep`
-/// bytes of its stderr are kept, all concurrently ([`crate::pipe::pump`]). The whole run is
+/// bytes of its stderr are kept, all concurrently ([`crate::pipe::stream_child`]). The whole run is
 /// bounded by `timeout` (the child is killed when it passes). A non-zero exit is *not* an error:
 /// [`Streamed::code`] says so.
 ///
@@ -144,26 +144,9 @@ pub async fn run_streaming(
     let command = command_line(tool, args);
     let spawn_err = |source: std::io::Error| LxcError::Spawn { command: command.clone(), source };
     tracing::debug!("run (streaming): {command}");
-    let mut child = tokio::process::Command::new(exe)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(spawn_err)?;
-    let child_in = child.stdin.take().expect("piped");
-    let child_out = child.stdout.take().expect("piped");
-    let child_err = child.stderr.take().expect("piped");
+    let child = crate::pipe::spawn_piped(tokio::process::Command::new(exe).args(args)).map_err(spawn_err)?;
     let work = async {
-        let crate::pipe::Pumped { fed, drained, stderr } =
-            crate::pipe::pump(stdin, child_in, child_out, stdout, child_err, keep).await;
-        if let Err(e) = drained {
-            let _ = child.kill().await;
-            return Err(spawn_err(e));
-        }
-        let status = child.wait().await.map_err(spawn_err)?;
-        fed.map_err(spawn_err)?;
+        let (status, stderr) = crate::pipe::stream_child(child, stdin, stdout, keep).await.map_err(spawn_err)?;
         Ok(Streamed { code: status.code(), stderr })
     };
     match tokio::time::timeout(timeout, work).await {

@@ -243,18 +243,13 @@ impl Settings {
             secret(env.get(var));
         }
 
+        // The first non-empty of the environment variable, the local file's key, the base file's
+        // key (`proxmox.host` for a key in the `proxmox` object, `host` for a top-level one).
         macro_rules! pick {
-            ($env:literal, $field:ident) => {
+            ($env:literal, $($key:ident).+) => {
                 nonempty(env.get($env))
-                    .or_else(|| nonempty(local.proxmox.$field.clone()))
-                    .or_else(|| nonempty(base.proxmox.$field.clone()))
-            };
-        }
-        macro_rules! pick_top {
-            ($env:literal, $field:ident) => {
-                nonempty(env.get($env))
-                    .or_else(|| nonempty(local.$field.clone()))
-                    .or_else(|| nonempty(base.$field.clone()))
+                    .or_else(|| nonempty(local.$($key).+.clone()))
+                    .or_else(|| nonempty(base.$($key).+.clone()))
             };
         }
 
@@ -292,26 +287,26 @@ impl Settings {
         };
 
         let pve = PveSettings {
-            host: pick!("PROXMOX_HOST", host),
+            host: pick!("PROXMOX_HOST", proxmox.host),
             port,
-            user: pick!("PROXMOX_USER", user),
-            password: secret(pick!("PROXMOX_PASSWORD", password)),
-            token: pick!("PROXMOX_TOKEN", token),
-            secret: secret(pick!("PROXMOX_SECRET", secret)),
-            node: pick!("PROXMOX_NODE", node),
-            gateway: pick!("PROXMOX_GATEWAY", gateway),
+            user: pick!("PROXMOX_USER", proxmox.user),
+            password: secret(pick!("PROXMOX_PASSWORD", proxmox.password)),
+            token: pick!("PROXMOX_TOKEN", proxmox.token),
+            secret: secret(pick!("PROXMOX_SECRET", proxmox.secret)),
+            node: pick!("PROXMOX_NODE", proxmox.node),
+            gateway: pick!("PROXMOX_GATEWAY", proxmox.gateway),
             mask,
-            interface: pick!("PROXMOX_INTERFACE", interface).unwrap_or_else(|| "eth0".into()),
-            bridge: pick!("PROXMOX_BRIDGE", bridge).unwrap_or_else(|| "vmbr0".into()),
-            storage: pick!("PROXMOX_STORAGE", storage),
-            template: pick!("PROXMOX_TEMPLATE", template),
+            interface: pick!("PROXMOX_INTERFACE", proxmox.interface).unwrap_or_else(|| "eth0".into()),
+            bridge: pick!("PROXMOX_BRIDGE", proxmox.bridge).unwrap_or_else(|| "vmbr0".into()),
+            storage: pick!("PROXMOX_STORAGE", proxmox.storage),
+            template: pick!("PROXMOX_TEMPLATE", proxmox.template),
         };
-        let share = pick!("PROXMOX_SHARE", share).unwrap_or_else(|| "/share".into());
+        let share = pick!("PROXMOX_SHARE", proxmox.share).unwrap_or_else(|| "/share".into());
         let gitea = GiteaSettings {
-            host: pick_top!("HOST", host),
-            login: pick_top!("LOGIN", login),
-            password: secret(pick_top!("PASSWORD", password)),
-            token: secret(pick_top!("GITEA_TOKEN", token)),
+            host: pick!("HOST", host),
+            login: pick!("LOGIN", login),
+            password: secret(pick!("PASSWORD", password)),
+            token: secret(pick!("GITEA_TOKEN", token)),
         };
         problems.into_result()?;
         Ok(Settings { pve, gitea, share: share.into() })

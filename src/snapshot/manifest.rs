@@ -373,30 +373,21 @@ l\x00777\x000\x000\x001700000002.9\x004\x00var/lib/app/link\x00secret\x00";
 
     #[test]
     fn tar_roundtrip_with_hardlink_and_diff() {
+        // A GNU header: entry type, mode, uid, gid, mtime, size.
+        let header = |kind, mode, uid, gid, mtime, size| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(mode);
+            h.set_uid(uid);
+            h.set_gid(gid);
+            h.set_mtime(mtime);
+            h.set_size(size);
+            h
+        };
         let mut b = tar::Builder::new(Vec::new());
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_mode(0o750);
-        h.set_uid(1);
-        h.set_gid(2);
-        h.set_mtime(10);
-        h.set_size(0);
-        b.append_data(&mut h, "d/", std::io::empty()).unwrap();
-        let mut h = tar::Header::new_gnu();
-        h.set_mode(0o640);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(11);
-        h.set_size(3);
-        b.append_data(&mut h, "d/f", &b"abc"[..]).unwrap();
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Link);
-        h.set_mode(0o640);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(11);
-        h.set_size(0);
-        b.append_link(&mut h, "d/g", "d/f").unwrap();
+        b.append_data(&mut header(tar::EntryType::Directory, 0o750, 1, 2, 10, 0), "d/", std::io::empty()).unwrap();
+        b.append_data(&mut header(tar::EntryType::Regular, 0o640, 0, 0, 11, 3), "d/f", &b"abc"[..]).unwrap();
+        b.append_link(&mut header(tar::EntryType::Link, 0o640, 0, 0, 11, 0), "d/g", "d/f").unwrap();
         let bytes = b.into_inner().unwrap();
         let m = from_tar(&bytes[..]).unwrap();
         assert_eq!(m.len(), 3);

@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 
 use super::ct::CtSnapshotRecord;
 use super::data;
-use super::store::Store;
+use super::store::{ArchiveManifest, Store};
 use crate::artifact::Artifact;
 use crate::backend::model::Outcome;
 use crate::exec::RemoteExec;
@@ -121,6 +121,20 @@ impl Snapshot {
             outcome: Outcome::Ok,
         }
     }
+
+    /// Records the verified archive `archive` (with its manifest file `manifest_path` and parsed
+    /// `manifest`): its id, files, manifest digest, entry count and sizes; verification
+    /// `verified`.
+    pub fn set_verified(&mut self, manifest: ArchiveManifest, archive: PathBuf, manifest_path: PathBuf) {
+        self.snapshot_id = Some(manifest.id);
+        self.archive = Some(archive);
+        self.manifest = Some(manifest_path);
+        self.manifest_digest = Some(manifest.digest);
+        self.entry_count = manifest.entry_count;
+        self.bytes = manifest.archive_bytes;
+        self.data_bytes = manifest.data_bytes;
+        self.verification = Verification::Verified;
+    }
 }
 
 /// `a` with outcome `failed` and the (redacted) error.
@@ -149,14 +163,7 @@ pub async fn restore(
                 ));
             }
             a.paths = r.manifest.paths.clone();
-            a.snapshot_id = Some(r.manifest.id.clone());
-            a.archive = Some(r.stored.archive);
-            a.manifest = Some(r.stored.manifest);
-            a.manifest_digest = Some(r.manifest.digest);
-            a.entry_count = r.manifest.entry_count;
-            a.bytes = r.manifest.archive_bytes;
-            a.data_bytes = r.manifest.data_bytes;
-            a.verification = Verification::Verified;
+            a.set_verified(r.manifest, r.stored.archive, r.stored.manifest);
             a
         }
         Err(e) => {

@@ -40,7 +40,35 @@ pub struct StreamStatus {
     pub stderr: String,
 }
 
+/// `work` bounded by `timeout`; when it passes, `fail` describes it (`timed out after Ns`).
+async fn bounded<T>(
+    timeout: Duration,
+    work: impl std::future::Future<Output = Result<T, SshError>>,
+    fail: impl Fn(String) -> SshError,
+) -> Result<T, SshError> {
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(fail(format!("timed out after {}s", timeout.as_secs()))),
+    }
+}
+
 impl Connection {
+    /// The remote command for `argv` (`argv[0]` the program; panics when empty), each word quoted
+    /// by `openssh`; with `as_root` it is run through `sudo -n --` when the session's user is not
+    /// root.
+    fn command(&self, argv: &[&str], as_root: bool) -> openssh::OwningCommand<&openssh::Session> {
+        let (program, rest): (&str, Vec<&str>) = if as_root && self.user != "root" {
+            ("sudo", [&["-n", "--"], argv].concat())
+        } else {
+            (argv[0], argv[1..].to_vec())
+        };
+        let mut cmd = self.session.command(program);
+        for a in &rest {
+            cmd.arg(*a);
+        }
+        cmd
+    }
+
     /// Runs `argv` on the container (each element quoted, never interpreted by a shell), with
     /// `stdin` fed from `input`, for at most `timeout`. With `as_root`, the command is run through
     /// `sudo -n --` when the session's user is not root.
@@ -60,15 +88,7 @@ impl Connection {
             what: format!("running {}", argv.first().copied().unwrap_or("")),
             detail,
         };
-        let (program, rest): (&str, Vec<&str>) = if as_root && self.user != "root" {
-            ("sudo", [&["-n", "--"], argv].concat())
-        } else {
-            (argv[0], argv[1..].to_vec())
-        };
-        let mut cmd = self.session.command(program);
-        for a in &rest {
-            cmd.arg(*a);
-        }
+        let mut cmd = self.command(argv, as_root);
         cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() });
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let work = async {
@@ -94,10 +114,7 @@ impl Connection {
             let status = child.wait().await.map_err(|e| fail(e.to_string()))?;
             Ok(Output { code: status.code(), stdout: o, stderr: e })
         };
-        match tokio::time::timeout(timeout, work).await {
-            Ok(r) => r,
-            Err(_) => Err(fail(format!("timed out after {}s", timeout.as_secs()))),
-        }
+        bounded(timeout, work, fail).await
     }
 
     /// Runs `argv` on the container with **streamed** standard input and output, for commands
@@ -133,15 +150,7 @@ impl Connection {
         if argv.is_empty() {
             return Err(fail("empty command".into()));
         }
-        let (program, rest): (&str, Vec<&str>) = if as_root && self.user != "root" {
-            ("sudo", [&["-n", "--"], argv].concat())
-        } else {
-            (argv[0], argv[1..].to_vec())
-        };
-        let mut cmd = self.session.command(program);
-        for a in &rest {
-            cmd.arg(*a);
-        }
+        let mut cmd = self.command(argv, as_root);
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let work = async {
             let mut child = cmd.spawn().await.map_err(|e| fail(e.to_string()))?;
@@ -173,10 +182,7 @@ impl Connection {
             }
             Ok(StreamStatus { code, stderr })
         };
-        match tokio::time::timeout(timeout, work).await {
-            Ok(r) => r,
-            Err(_) => Err(fail(format!("timed out after {}s", timeout.as_secs()))),
-        }
+        bounded(timeout, work, fail).await
     }
 
     /// Like [`Connection::run`], but a non-zero exit is an error carrying the command's stderr.

@@ -108,13 +108,7 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         let sm = submodule_at(&rel);
         if !root.join(&rel).join("container.env").is_file() {
             match sm {
-                Some(sm) if !sm.checked_out => problems.add(
-                    Location::file(&rel),
-                    format!(
-                        "lib `{name}` is a submodule that is not checked out; run \
-                         `git submodule update --init --recursive` first"
-                    ),
-                ),
+                Some(sm) if !sm.checked_out => problems.add(Location::file(&rel), unchecked_submodule("lib", &name)),
                 _ => problems.add(
                     Location::file(rel.join("container.env")),
                     format!("lib `{name}` has no container.env (every directory under libs/ is a container)"),
@@ -164,6 +158,13 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         settings: settings.public(),
         root,
     })
+}
+
+/// The problem of a `what` (`lib`, `task`) directory that is a submodule not checked out.
+fn unchecked_submodule(what: &str, name: &str) -> String {
+    format!(
+        "{what} `{name}` is a submodule that is not checked out; run `git submodule update --init --recursive` first"
+    )
 }
 
 /// Reads and layers one container's env files and validates them: pushes the spec when valid
@@ -309,13 +310,7 @@ fn read_tasks(
                 }
             }
             None => match submodules.iter().find(|s| s.path == rel) {
-                Some(sm) if !sm.checked_out => problems.add(
-                    Location::file(&rel),
-                    format!(
-                        "task `{name}` is a submodule that is not checked out; run \
-                         `git submodule update --init --recursive` first"
-                    ),
-                ),
+                Some(sm) if !sm.checked_out => problems.add(Location::file(&rel), unchecked_submodule("task", &name)),
                 _ => problems.add(
                     Location::file(&rel),
                     "no file in this task has a `# ! cron '<expr>'` line (e.g. `# ! cron '0 3 * * *'`)",

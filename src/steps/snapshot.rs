@@ -41,16 +41,7 @@ pub async fn snapshot(
             now: opts.now,
         };
         match data::take(exec, &store, &req).await {
-            Ok(t) => {
-                a.snapshot_id = Some(t.manifest.id.clone());
-                a.archive = Some(t.archive);
-                a.manifest = Some(t.manifest_path);
-                a.manifest_digest = Some(t.manifest.digest);
-                a.entry_count = t.manifest.entry_count;
-                a.bytes = t.manifest.archive_bytes;
-                a.data_bytes = t.manifest.data_bytes;
-                a.verification = Verification::Verified;
-            }
+            Ok(t) => a.set_verified(t.manifest, t.archive, t.manifest_path),
             Err(e) => {
                 if matches!(e, data::DataError::Mismatch { .. }) {
                     a.verification = Verification::Failed;

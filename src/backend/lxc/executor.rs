@@ -20,23 +20,7 @@ impl LxcBackend {
     /// Executes `plan` for `spec` and returns the `provision` artifact. Never panics and never
     /// returns early: a failure becomes [`Outcome::Failed`] with the actions done so far.
     pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
-        let mut p = Provision {
-            backend: BackendKind::Lxc,
-            name: spec.name.clone(),
-            node: None,
-            vmid: spec.vmid,
-            hostname: spec.hostname.clone(),
-            address: None,
-            ssh_port: opts.ssh_port,
-            plan: plan.clone(),
-            actions: vec![],
-            warnings: vec![],
-            status: None,
-            created: false,
-            protected_by: None,
-            inputs_digest: None,
-            outcome: Outcome::Ok,
-        };
+        let mut p = Provision::new(BackendKind::Lxc, spec, plan.clone(), opts);
         if let Err(e) = self.apply_inner(spec, plan, opts, &mut p).await {
             p.outcome = Outcome::Failed { error: crate::actions::redact(&format!("{e:#}")) };
         }

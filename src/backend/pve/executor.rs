@@ -33,21 +33,14 @@ impl PveBackend {
         // Without a network call: a refused spec must not reach the API at all.
         let node = spec.node.clone().or_else(|| self.opts.node.clone()).or_else(|| self.discovered.get().cloned());
         Provision {
-            backend: BackendKind::Pve,
-            name: spec.name.clone(),
             node,
-            vmid: spec.vmid,
-            hostname: spec.hostname.clone(),
             address: fin.address,
-            ssh_port: opts.ssh_port,
-            plan: plan.clone(),
             actions: rec.actions,
             warnings: rec.warnings,
             status: fin.status,
             created: fin.created,
-            protected_by: None,
-            inputs_digest: None,
             outcome,
+            ..Provision::new(BackendKind::Pve, spec, plan.clone(), opts)
         }
     }
 
