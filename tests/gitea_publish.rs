@@ -179,13 +179,19 @@ fn rewrite_refuses_collisions_missing_checkouts_and_the_checkout_as_workdir() {
 }
 
 fn publish(fx: &gitea::Fixture, d: &Double, extra: &[&str]) -> Value {
-    let art = fx.artifacts();
-    let url = d.url();
-    let mut args = vec!["--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", url.as_str()];
-    args.extend_from_slice(extra);
     let pw = d.creds.password.clone().unwrap();
-    ok(&run(&args, &[("LOGIN", d.creds.login.as_str()), ("PASSWORD", pw.as_str())]));
-    read_json(&art.join("publish.json"))
+    ok(&run_publish(fx, &d.url(), extra, &[("LOGIN", d.creds.login.as_str()), ("PASSWORD", pw.as_str())]));
+    read_json(&fx.artifacts().join("publish.json"))
+}
+
+/// Runs `publish` of `fx` (its artifacts in [`gitea::Fixture::artifacts`]) to the Gitea at `url`,
+/// with `extra` arguments and `env` (the credentials); returns the output, whatever the exit
+/// status.
+fn run_publish(fx: &gitea::Fixture, url: &str, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let art = fx.artifacts();
+    let mut args = vec!["--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", url];
+    args.extend_from_slice(extra);
+    run(&args, env)
 }
 
 /// `(full_name, repo action, [(branch, action)], fork action, pull)` per repository.
@@ -432,10 +438,7 @@ fn variables_from_globals_and_configure_outputs() {
     std::fs::write(fx.mono.join("globals.json"), r#"{"TZ": "UTC", "bad-name": "x", "GITEA_URL": "y"}"#).unwrap();
     std::fs::write(art.join("configure/a.json"), r#"{"outputs": {"1PORT": "1", "OK": {"nested": true}}}"#).unwrap();
     let before = d.api_calls().len();
-    let out = run(
-        &["--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", &url],
-        &[("LOGIN", "admin"), ("PASSWORD", "double-pw-2")],
-    );
+    let out = run_publish(&fx, &url, &[], &[("LOGIN", "admin"), ("PASSWORD", "double-pw-2")]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     let cfg = art.join("configure/a.json");
@@ -485,20 +488,7 @@ fn a_server_error_once_is_retried_and_a_persistent_one_is_a_clear_error() {
     let fx2 = fixture();
     std::fs::write(fx2.mono.join("globals.json"), r#"{"TZ": "UTC"}"#).unwrap();
     d.faults(&[("POST", "/api/v1/orgs/main/actions/variables/TZ", 500, 5)]);
-    let out = run(
-        &[
-            "--repo",
-            s(&fx2.mono),
-            "--artifacts",
-            s(&fx2.artifacts()),
-            "publish",
-            "--gitea",
-            &d.url(),
-            "--name",
-            "mono2",
-        ],
-        &[("LOGIN", "admin"), ("PASSWORD", "double-pw-3")],
-    );
+    let out = run_publish(&fx2, &d.url(), &["--name", "mono2"], &[("LOGIN", "admin"), ("PASSWORD", "double-pw-3")]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -511,20 +501,7 @@ fn a_server_error_once_is_retried_and_a_persistent_one_is_a_clear_error() {
     assert_eq!(posts, 1);
     // A GET that keeps failing gives up after the bounded attempts.
     d.faults(&[("GET", "/api/v1/orgs/main", 502, 100)]);
-    let out = run(
-        &[
-            "--repo",
-            s(&fx2.mono),
-            "--artifacts",
-            s(&fx2.artifacts()),
-            "publish",
-            "--gitea",
-            &d.url(),
-            "--name",
-            "mono2",
-        ],
-        &[("LOGIN", "admin"), ("PASSWORD", "double-pw-3")],
-    );
+    let out = run_publish(&fx2, &d.url(), &["--name", "mono2"], &[("LOGIN", "admin"), ("PASSWORD", "double-pw-3")]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Gitea GET /orgs/main: HTTP 502: injected fault"));
     let gets = d.api_calls().iter().filter(|c| *c == "GET /orgs/main 502").count();
@@ -532,10 +509,7 @@ fn a_server_error_once_is_retried_and_a_persistent_one_is_a_clear_error() {
 
     // Wrong credentials: a clear 401.
     d.faults(&[]);
-    let out = run(
-        &["--repo", s(&fx2.mono), "--artifacts", s(&fx2.artifacts()), "publish", "--gitea", &d.url()],
-        &[("LOGIN", "admin"), ("PASSWORD", "not-the-password")],
-    );
+    let out = run_publish(&fx2, &d.url(), &[], &[("LOGIN", "admin"), ("PASSWORD", "not-the-password")]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("HTTP 401: user does not exist or wrong credentials"), "{err}");
@@ -626,7 +600,7 @@ fn env_get_and_set() {
     let env = [("GITEA_TOKEN", "tok-env-1")];
     let repo = s(&fx.mono);
     // Orgs/repos come from a publish.
-    ok(&run(&["--repo", repo, "--artifacts", s(&fx.artifacts()), "publish", "--gitea", &url], &env));
+    ok(&run_publish(&fx, &url, &[], &env));
 
     let out = run(&["--repo", repo, "env", "set", "SHARE", "/srv/share", "--gitea", &url], &env);
     ok(&out);

@@ -681,41 +681,59 @@ fn ssh_banner_thread() -> u16 {
     port
 }
 
+/// A monorepo holding one lib, `broker`, whose `container.env` is `container_env`, and a share,
+/// for the tests that run the binary: (repo, share).
+fn broker_repo(container_env: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
+    std::fs::write(repo.path().join("libs/broker/container.env"), container_env).unwrap();
+    (repo, share)
+}
+
+/// Runs the binary with `args` and `--repo <repo>` against `pve`: the environment cleared but
+/// for `PATH`, root@pam / secret, `template` on storage `local`, `share`, and `env` on top.
+/// Returns (exit code, stdout, stderr).
+fn run_cli(
+    pve: &FakePve,
+    repo: &std::path::Path,
+    share: &std::path::Path,
+    template: &str,
+    env: &[(&str, &std::ffi::OsStr)],
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .args(args)
+        .arg("--repo")
+        .arg(repo)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PROXMOX_HOST", "127.0.0.1")
+        .env("PROXMOX_PORT", pve.port.to_string())
+        .env("PROXMOX_USER", "root@pam")
+        .env("PROXMOX_PASSWORD", "secret")
+        .env("PROXMOX_TEMPLATE", template)
+        .env("PROXMOX_STORAGE", "local")
+        .env("PROXMOX_SHARE", share)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn cli_plan_then_provision_then_converged() {
     let pve = FakePve::start();
     pve.add_template();
     let ssh = ssh_banner_thread();
-    let repo = tempfile::tempdir().unwrap();
-    let share = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
-    std::fs::write(repo.path().join("libs/broker/container.env"), "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n")
-        .unwrap();
+    let (repo, share) = broker_repo("ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n");
     let outputs = repo.path().join("github_output");
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
-            .args(args)
-            .arg("--repo")
-            .arg(repo.path())
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("PROXMOX_HOST", "127.0.0.1")
-            .env("PROXMOX_PORT", pve.port.to_string())
-            .env("PROXMOX_USER", "root@pam")
-            .env("PROXMOX_PASSWORD", "secret")
-            .env("PROXMOX_TEMPLATE", TEMPLATE)
-            .env("PROXMOX_STORAGE", "local")
-            .env("PROXMOX_GATEWAY", "127.0.0.254")
-            .env("PROXMOX_SHARE", share.path())
-            .env("GITHUB_OUTPUT", &outputs)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let env = [("PROXMOX_GATEWAY", "127.0.0.254".as_ref()), ("GITHUB_OUTPUT", outputs.as_os_str())];
+    let run = |args: &[&str]| run_cli(&pve, repo.path(), share.path(), TEMPLATE, &env, args);
     let ca = pve.ca.to_str().unwrap().to_string();
     let ssh_port = ssh.to_string();
 
@@ -1013,36 +1031,11 @@ fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
     let pve = FakePve::start();
     pve.add_template();
     pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
-    let repo = tempfile::tempdir().unwrap();
-    let share = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
-    std::fs::write(
-        repo.path().join("libs/broker/container.env"),
-        "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\nSNAPSHOT=/srv/data\n",
-    )
-    .unwrap();
+    let (repo, share) = broker_repo("ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\nSNAPSHOT=/srv/data\n");
     let ca = pve.ca.to_str().unwrap().to_string();
     let closed = closed_port().to_string();
     let run = |template: &str, args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
-            .args(args)
-            .args(["--repo", repo.path().to_str().unwrap(), "--pve-ca", &ca])
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("PROXMOX_HOST", "127.0.0.1")
-            .env("PROXMOX_PORT", pve.port.to_string())
-            .env("PROXMOX_USER", "root@pam")
-            .env("PROXMOX_PASSWORD", "secret")
-            .env("PROXMOX_TEMPLATE", template)
-            .env("PROXMOX_STORAGE", "local")
-            .env("PROXMOX_SHARE", share.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        run_cli(&pve, repo.path(), share.path(), template, &[], &[args, &["--pve-ca", &ca]].concat())
     };
     let art = |kind: &str| repo.path().join(".proxmox-gitops").join(kind).join("broker.json");
     // Created; its recorded SSH port is closed, so it cannot be reached for a snapshot.
@@ -1197,36 +1190,17 @@ async fn gateway_errors_on_writes_are_never_retried() {
 fn under_actions_the_no_snapshot_warning_goes_to_stderr_and_stdout_stays_json() {
     let pve = FakePve::start();
     pve.add_template();
-    let repo = tempfile::tempdir().unwrap();
-    let share = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
-    std::fs::write(
-        repo.path().join("libs/broker/container.env"),
-        "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\nSNAPSHOT=/srv/data\n",
-    )
-    .unwrap();
+    let (repo, share) = broker_repo("ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\nSNAPSHOT=/srv/data\n");
     let ca = pve.ca.to_str().unwrap().to_string();
     let closed = closed_port().to_string();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
-            .args(args)
-            .args(["--repo", repo.path().to_str().unwrap(), "--pve-ca", &ca])
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("GITHUB_ACTIONS", "true")
-            .env("PROXMOX_HOST", "127.0.0.1")
-            .env("PROXMOX_PORT", pve.port.to_string())
-            .env("PROXMOX_USER", "root@pam")
-            .env("PROXMOX_PASSWORD", "secret")
-            .env("PROXMOX_TEMPLATE", TEMPLATE)
-            .env("PROXMOX_STORAGE", "local")
-            .env("PROXMOX_SHARE", share.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+        run_cli(
+            &pve,
+            repo.path(),
+            share.path(),
+            TEMPLATE,
+            &[("GITHUB_ACTIONS", "true".as_ref())],
+            &[args, &["--pve-ca", &ca]].concat(),
         )
     };
     let (code, _, stderr) = run(&["provision", "--all", "--no-wait-ssh", "--ssh-port", &closed]);

@@ -7,19 +7,15 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use pretty_assertions::assert_eq;
-use proxmox_gitops::backend::model::Outcome;
+use proxmox_gitops::backend::model::{BackendKind, Outcome};
 use proxmox_gitops::exec::LocalExec;
 use proxmox_gitops::inventory::ContainerSpec;
-use proxmox_gitops::snapshot::data::{self, DataError, TakeRequest};
+use proxmox_gitops::snapshot::data::{self, DataError};
 use proxmox_gitops::snapshot::guard::{self, Protection};
 use proxmox_gitops::snapshot::store::{ArchiveManifest, Store};
 use proxmox_gitops::steps::snapshot::{self as step, Operation, SnapshotOptions, Verification};
 use support::snapshot::*;
 use time::macros::datetime;
-
-fn req(lib: &str, paths: &[String], now: time::OffsetDateTime) -> TakeRequest {
-    TakeRequest { lib: lib.into(), vmid: Some(4242), paths: paths.to_vec(), now }
-}
 
 fn staging_left(dir: &Path) -> Vec<String> {
     files(dir).into_iter().filter(|f| f.starts_with(".pgo-restore")).collect()
@@ -471,31 +467,12 @@ fn cli_needs_container_or_all_and_says_so() {
 
 /// Writes `provision/<name>.json` of a pve-backend container at `address:port`.
 fn write_pve_provision(artifacts: &Path, name: &str, address: &str, port: u16) {
-    use proxmox_gitops::backend::model::{Action, BackendKind, ContainerPlan, Provision};
-    let p = Provision {
-        backend: BackendKind::Pve,
-        name: name.into(),
-        node: Some("pve1".into()),
-        vmid: 4242,
-        hostname: name.into(),
-        address: Some(address.into()),
-        ssh_port: port,
-        plan: ContainerPlan {
-            name: name.into(),
-            vmid: 4242,
-            hostname: name.into(),
-            action: Action::Nothing,
-            start: true,
-        },
-        actions: vec![],
-        warnings: vec![],
-        status: Some("running".into()),
-        created: false,
-        protected_by: None,
-        inputs_digest: None,
-        outcome: Outcome::Ok,
-    };
-    proxmox_gitops::artifact::write(&artifacts.join("provision").join(format!("{name}.json")), &p).unwrap();
+    let mut p = support::provision::running(BackendKind::Pve, name, 4242, name);
+    p.node = Some("pve1".into());
+    p.address = Some(address.into());
+    p.ssh_port = port;
+    p.plan.start = true;
+    support::provision::write(artifacts, &p);
 }
 
 /// Unmounts on drop.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact;
-use proxmox_gitops::backend::model::{Action, BackendKind, ContainerPlan, Outcome, Provision};
+use proxmox_gitops::backend::model::{BackendKind, Outcome};
 use proxmox_gitops::exec::{LxcAttach, run_collect};
 use proxmox_gitops::lxc::LxcClient;
 use proxmox_gitops::snapshot::ct::{self, CtSnapshots};
@@ -23,7 +23,7 @@ use proxmox_gitops::snapshot::lxc::LxcSnapshots;
 use proxmox_gitops::snapshot::scripts;
 use proxmox_gitops::snapshot::store::Store;
 use proxmox_gitops::steps::snapshot::{Snapshot, Verification};
-use support::snapshot;
+use support::{provision, snapshot};
 use time::macros::datetime;
 
 const BASE: &str = "pgotest-snap-base";
@@ -121,12 +121,7 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
     rt.block_on(async {
         let (_, st) = run_collect(&exec, &["bash", "-c", POPULATE], b"").await.unwrap();
         assert!(st.success(), "{}", st.describe());
-        let req = TakeRequest {
-            lib: "app".into(),
-            vmid: Some(4242),
-            paths: paths.clone(),
-            now: datetime!(2026-01-01 00:00:00 UTC),
-        };
+        let req = snapshot::req("app", &paths, datetime!(2026-01-01 00:00:00 UTC));
         let taken = data::take(&exec, &store, &req).await.unwrap();
         let live = data::live_manifest(&exec, &paths).await.unwrap();
         assert_eq!(taken.manifest.entries, live);
@@ -162,12 +157,7 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
         );
         let (_, st) = run_collect(&exec, &["bash", "-c", &install], b"").await.unwrap();
         assert!(st.success(), "{}", st.describe());
-        let req = TakeRequest {
-            lib: "app".into(),
-            vmid: Some(4242),
-            paths: paths.clone(),
-            now: datetime!(2026-01-02 00:00:00 UTC),
-        };
+        let req = snapshot::req("app", &paths, datetime!(2026-01-02 00:00:00 UTC));
         let hooked = data::take(&exec, &hooks_store, &req).await.unwrap();
         let flushed = hooked.manifest.entries.iter().find(|e| e.path == "var/lib/appdata/flushed");
         assert_eq!(flushed.map(|e| e.size), Some("flushed-by-hook\n".len() as u64), "{:?}", hooked.manifest.entries);
@@ -201,45 +191,8 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
 
     // The CLI, with the transport chosen from a provision artifact of the lxc backend.
     let artifacts = t.path().join("artifacts");
-    let mut inv = proxmox_gitops::inventory::Inventory {
-        root: t.path().to_path_buf(),
-        stage: "main".into(),
-        head: None,
-        containers: vec![snapshot::spec("app", &paths)],
-        submodules: vec![],
-        globals: Default::default(),
-        tasks: vec![],
-        base: None,
-        libraries: None,
-        settings: proxmox_gitops::settings::Settings::default().public(),
-    };
-    inv.settings.share = share.clone();
-    let inv_path = artifacts.join("inventory.json");
-    artifact::write(&inv_path, &inv).unwrap();
-    let prov = Provision {
-        backend: BackendKind::Lxc,
-        name: "app".into(),
-        node: None,
-        vmid: 4242,
-        hostname: ct.name.clone(),
-        address: None,
-        ssh_port: 22,
-        plan: ContainerPlan {
-            name: "app".into(),
-            vmid: 4242,
-            hostname: ct.name.clone(),
-            action: Action::Nothing,
-            start: false,
-        },
-        actions: vec![],
-        warnings: vec![],
-        status: Some("running".into()),
-        created: false,
-        protected_by: None,
-        inputs_digest: None,
-        outcome: Outcome::Ok,
-    };
-    artifact::write(&artifacts.join("provision/app.json"), &prov).unwrap();
+    let inv_path = snapshot::write_inventory(t.path(), &artifacts, &share, vec![snapshot::spec("app", &paths)]);
+    provision::write(&artifacts, &provision::running(BackendKind::Lxc, "app", 4242, &ct.name));
     let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
         .args(["--artifacts"])
         .arg(&artifacts)
@@ -404,30 +357,7 @@ fn snapshot_and_restore_under_a_non_default_lxc_path() {
     let artifacts = t.path().join("artifacts");
     let paths = vec!["/srv/app".to_string()];
     let inv_path = snapshot::write_inventory(t.path(), &artifacts, &share, vec![snapshot::spec("app", &paths)]);
-    let prov = Provision {
-        backend: BackendKind::Lxc,
-        name: "app".into(),
-        node: None,
-        vmid: 4242,
-        hostname: ct.name.clone(),
-        address: None,
-        ssh_port: 22,
-        plan: ContainerPlan {
-            name: "app".into(),
-            vmid: 4242,
-            hostname: ct.name.clone(),
-            action: Action::Nothing,
-            start: false,
-        },
-        actions: vec![],
-        warnings: vec![],
-        status: Some("running".into()),
-        created: false,
-        protected_by: None,
-        inputs_digest: None,
-        outcome: Outcome::Ok,
-    };
-    artifact::write(&artifacts.join("provision/app.json"), &prov).unwrap();
+    provision::write(&artifacts, &provision::running(BackendKind::Lxc, "app", 4242, &ct.name));
     let cli = |extra: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
             .env("PGO_LXC_PATH", ct.path())

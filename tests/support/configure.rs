@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use proxmox_gitops::artifact;
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
-use proxmox_gitops::backend::model::{
-    Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
-};
+use proxmox_gitops::backend::model::{Action, ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::inventory::ContainerSpec;
 
 /// Name prefix of everything this test process creates.
@@ -123,24 +121,13 @@ fn remove_with_prefix(lxc_path: &Path, prefix: &str) {
 /// Writes `provision/<name>.json` for a lib that shares an already provisioned container (same
 /// vmid and key) or names an address that nobody serves.
 pub fn write_provision(artifacts: &Path, name: &str, vmid: u32, address: &str, port: u16, created: bool) {
-    let p = Provision {
-        backend: BackendKind::Lxc,
-        name: name.into(),
-        node: None,
-        vmid,
-        hostname: name.into(),
-        address: Some(address.into()),
-        ssh_port: port,
-        plan: ContainerPlan { name: name.into(), vmid, hostname: name.into(), action: Action::Create, start: true },
-        actions: vec![],
-        warnings: vec![],
-        status: Some("running".into()),
-        created,
-        protected_by: None,
-        inputs_digest: None,
-        outcome: Outcome::Ok,
-    };
-    artifact::write(&artifacts.join("provision").join(format!("{name}.json")), &p).unwrap();
+    let mut p = super::provision::running(BackendKind::Lxc, name, vmid, name);
+    p.address = Some(address.into());
+    p.ssh_port = port;
+    p.plan.action = Action::Create;
+    p.plan.start = true;
+    p.created = created;
+    super::provision::write(artifacts, &p);
 }
 
 /// Samples `ps -eo args` every 50 ms on a thread until stopped; returns every line seen.

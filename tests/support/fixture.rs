@@ -117,43 +117,42 @@ pub fn standard() -> Fixture {
     let base = tmp.path().canonicalize().unwrap();
     let sources = base.join("src");
 
-    let icons = Repo::init(sources.join("icons"));
-    icons.write("icons.txt", "home\n");
-    let icons_id = icons.commit("icons");
+    let (icons, icons_id) = source(&sources, "icons", &[("icons.txt", "home\n")]);
 
-    let theme = Repo::init(sources.join("theme"));
-    theme.write("theme.css", "body {}\n");
-    theme.commit("theme");
+    let (theme, _) = source(&sources, "theme", &[("theme.css", "body {}\n")]);
     theme.add_submodule(&icons.dir, "icons");
     let theme_id = theme.commit("icons submodule");
 
-    let extra = Repo::init(sources.join("extra"));
-    extra.write("README", "never checked out\n");
-    let extra_id = extra.commit("extra");
+    let (_, extra_id) = source(&sources, "extra", &[("README", "never checked out\n")]);
 
-    let web = Repo::init(sources.join("web"));
-    web.write(
-        "container.env",
-        "# web server\nIP=\"10.0.3.30/24\"\nID=\"130\"\nCORES=\"2\"\nMEMORY=\"1024\"\nSWAP=\"0\"\nDISK=\"local-lvm:16\"\nMOUNT=\"share,/srv/web:/var/www,/dev/net/tun\"\nBOOT=\"no\"\nexport SITE_NAME='Home $ite' # literal dollar in single quotes\n",
+    let (web, _) = source(
+        &sources,
+        "web",
+        &[
+            (
+                "container.env",
+                "# web server\nIP=\"10.0.3.30/24\"\nID=\"130\"\nCORES=\"2\"\nMEMORY=\"1024\"\nSWAP=\"0\"\nDISK=\"local-lvm:16\"\nMOUNT=\"share,/srv/web:/var/www,/dev/net/tun\"\nBOOT=\"no\"\nexport SITE_NAME='Home $ite' # literal dollar in single quotes\n",
+            ),
+            ("playbook.yml", "- hosts: all\n  tasks: []\n"),
+        ],
     );
-    web.write("playbook.yml", "- hosts: all\n  tasks: []\n");
-    web.commit("web");
     web.add_submodule(&theme.dir, "vendor/theme");
     web.add_gitlink("vendor/extra", "vendor/extra", "https://git.example.com/homelab/extra.git", &extra_id);
     let web_id = web.commit("vendor submodules");
 
-    let broker = Repo::init(sources.join("broker"));
-    broker.write(
-        "container.env",
-        "IP=10.0.3.20/24\nID=120\nCORES=1\nMEMORY=256\nSWAP=256\nDISK=local-lvm:4\nMOUNT=\"local-lvm:2:/var/lib/mosquitto\"\nBOOT=yes\nSNAPSHOT=\"/var/lib/mosquitto/,/etc/mosquitto\"\nNODE=pve2\n",
+    let (broker, broker_id) = source(
+        &sources,
+        "broker",
+        &[
+            (
+                "container.env",
+                "IP=10.0.3.20/24\nID=120\nCORES=1\nMEMORY=256\nSWAP=256\nDISK=local-lvm:4\nMOUNT=\"local-lvm:2:/var/lib/mosquitto\"\nBOOT=yes\nSNAPSHOT=\"/var/lib/mosquitto/,/etc/mosquitto\"\nNODE=pve2\n",
+            ),
+            ("configure.sh", "#!/bin/bash\necho configure\n"),
+        ],
     );
-    broker.write("configure.sh", "#!/bin/bash\necho configure\n");
-    broker.commit("broker");
-    let broker_id = broker.head();
 
-    let backup = Repo::init(sources.join("backup"));
-    backup.write("default.rb", "# ! cron '0 3 * * *'\nputs 'backup'\n");
-    let backup_id = backup.commit("backup");
+    let (backup, backup_id) = source(&sources, "backup", &[("default.rb", "# ! cron '0 3 * * *'\nputs 'backup'\n")]);
 
     let root = Repo::init(base.join("mono"));
     root.write(
@@ -207,6 +206,17 @@ pub fn standard() -> Fixture {
         },
         tmp,
     }
+}
+
+/// A source repository `sources/<name>` holding `files` (path, content) in one commit named
+/// `name`; returns it and the commit id.
+fn source(sources: &Path, name: &str, files: &[(&str, &str)]) -> (Repo, String) {
+    let repo = Repo::init(sources.join(name));
+    for (rel, text) in files {
+        repo.write(rel, text);
+    }
+    let id = repo.commit(name);
+    (repo, id)
 }
 
 /// A minimal valid monorepo (plain directories, no git) for validation tests: a control plane

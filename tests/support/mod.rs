@@ -5,7 +5,7 @@
 //! configuration), [`fs`] (copying and writing fixture trees) and [`spec`] (the one
 //! [`ContainerSpec`](proxmox_gitops::inventory::ContainerSpec) builder). Per area: [`fakepve`]
 //! (fakepve on loopback), [`gitea`] (the Gitea double), [`fixture`] (`resolve`'s monorepos),
-//! [`deploy`] (fake step runners), [`configure`], [`lxc`], [`snapshot`] and [`workflows`] (real
+//! [`deploy`] (fake step runners), [`provision`] (provision artifacts), [`configure`], [`lxc`], [`snapshot`] and [`workflows`] (real
 //! LXC containers, data snapshots, act runs).
 //!
 //! Each binary uses a part of the tree, so unused items are allowed here.
@@ -19,6 +19,7 @@ pub mod fs;
 pub mod git;
 pub mod gitea;
 pub mod lxc;
+pub mod provision;
 pub mod snapshot;
 pub mod spec;
 pub mod workflows;

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use proxmox_gitops::exec::{BoxFuture, ExecStatus, LocalExec, RemoteExec};
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::snapshot::data::TakeRequest;
 use proxmox_gitops::snapshot::manifest::{Entry, Kind};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -117,6 +118,11 @@ fn walk_one(p: &Path, out: &mut Vec<Entry>) {
             walk_one(&c, out);
         }
     }
+}
+
+/// The request to snapshot `paths` of lib `lib` (vmid 4242) at `now`.
+pub fn req(lib: &str, paths: &[String], now: time::OffsetDateTime) -> TakeRequest {
+    TakeRequest { lib: lib.into(), vmid: Some(4242), paths: paths.to_vec(), now }
 }
 
 /// A container spec for lib `name` declaring `paths`.
