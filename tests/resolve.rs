@@ -856,3 +856,93 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out.sort();
     out
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hardening (issue 12): inputs refused with file and line, whole messages asserted.
+
+/// Asserts that `files` over the minimal fixture give exactly the problems `expected`.
+#[track_caller]
+fn exactly(files: &[(&str, &str)], expected: &[&str]) {
+    assert_eq!(problems_for(files), expected.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+}
+
+#[test]
+fn hardening_sizes_beyond_pve_bounds_name_the_bound_and_its_source() {
+    exactly(
+        &[(APP, &app("CORES=8193\n"))],
+        &["libs/app/container.env:3 (CORES): CORES must be between 1 and 8192, found 8193 (PVE API `POST \
+           /nodes/{node}/lxc` parameter `cores`)"],
+    );
+    exactly(
+        &[(APP, &app("MEMORY=15\n"))],
+        &["libs/app/container.env:3 (MEMORY): MEMORY (MiB) must be between 16 and 4294967295, found 15 (PVE API \
+           `POST /nodes/{node}/lxc` parameter `memory`)"],
+    );
+    exactly(
+        &[(APP, &app("SWAP=4294967296\n"))],
+        &["libs/app/container.env:3 (SWAP): SWAP (MiB) must be between 0 and 4294967295, found 4294967296 (PVE API \
+           `POST /nodes/{node}/lxc` parameter `swap`)"],
+    );
+    exactly(
+        &[(APP, &app("DISK=local-lvm:8589934592\n"))],
+        &[
+            "libs/app/container.env:3 (DISK): size 8589934592 GiB after `local-lvm:` is larger than 8589934591 GiB, the \
+           largest size PVE API `POST /nodes/{node}/lxc` can record (its size in bytes must fit a 64-bit integer)",
+        ],
+    );
+    exactly(
+        &[(APP, &app("MOUNT=local-lvm:99999999999999999999:/data\n"))],
+        &["libs/app/container.env:3 (MOUNT): volume mount `local-lvm:99999999999999999999:/data`: size after \
+           `local-lvm:` is larger than 8589934591 GiB, the largest size PVE API `POST /nodes/{node}/lxc` can record"],
+    );
+    // The largest values PVE accepts still resolve.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, APP, &app("CORES=8192\nMEMORY=16\nSWAP=0\nDISK=local-lvm:8589934591\n"));
+    let inv = resolve_at(&root, "main").unwrap();
+    let c = &inv.containers[1];
+    assert_eq!((c.cores, c.memory_mib, c.swap_mib, c.rootfs.size_gib), (8192, 16, 0, 8589934591));
+}
+
+#[test]
+fn hardening_snapshot_paths_twice_or_nested_are_refused() {
+    exactly(
+        &[(APP, &app("SNAPSHOT=/data,/etc/app,/data/\n"))],
+        &["libs/app/container.env:3 (SNAPSHOT): snapshot path `/data` is declared twice"],
+    );
+    exactly(
+        &[(APP, &app("# data\nSNAPSHOT=\"/var/lib/app/db, /var/lib/app\"\n"))],
+        &["libs/app/container.env:4 (SNAPSHOT): snapshot path `/var/lib/app/db` lies inside `/var/lib/app`: declare \
+           only `/var/lib/app`"],
+    );
+    // A stage file bringing the overlap is named with its own line.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, "libs/app/container.qa.env", "SNAPSHOT=/srv,/srv/x\n");
+    let p = resolve_at(&root, "qa").unwrap_err();
+    assert_eq!(
+        p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        vec!["libs/app/container.qa.env:1 (SNAPSHOT): snapshot path `/srv/x` lies inside `/srv`: declare only `/srv`"]
+    );
+}
+
+#[test]
+fn hardening_empty_and_absent_required_keys_are_told_apart() {
+    exactly(
+        &[(APP, "IP=10.0.3.20/24\nID=\n")],
+        &["libs/app/container.env:2 (ID): ID is empty: a value is required (the PVE vmid, 100–999999999)"],
+    );
+    exactly(
+        &[(APP, "IP=\"\"\nID=120\n")],
+        &["libs/app/container.env:1 (IP): IP is empty: a value is required (an IPv4 address such as \
+           192.168.178.20/24, or `dhcp`)"],
+    );
+    // Emptied by an override: the override's line is named.
+    exactly(
+        &[("libs/app/container.local.env", "# local\nID=   # unset\n")],
+        &["libs/app/container.local.env:2 (ID): ID is empty: a value is required (the PVE vmid, 100–999999999)"],
+    );
+    exactly(
+        &[(APP, "IP=10.0.3.20/24\n")],
+        &["libs/app/container.env (ID): missing required key ID: the key is absent from every env file of this lib \
+           (the PVE vmid, 100–999999999)"],
+    );
+}
