@@ -946,3 +946,34 @@ fn hardening_empty_and_absent_required_keys_are_told_apart() {
            (the PVE vmid, 100–999999999)"],
     );
 }
+
+#[test]
+fn hardening_control_characters_and_invalid_utf8_are_refused_at_their_line() {
+    let tail = ": env files hold printable text only (a tab is allowed inside quotes)";
+    exactly(
+        &[(APP, &app("TITLE=\"\u{1b}]0;pwned\u{7}\"\n"))],
+        &[&format!(
+            "libs/app/container.env:3: control character U+001B (ESC, starts a terminal escape sequence) at column 8{tail}"
+        )],
+    );
+    exactly(
+        &[("container.local.env", "# ok: \u{1b} in a comment\nNOTE='a\u{85}b'\n")],
+        &[&format!("container.local.env:2: control character U+0085 at column 8{tail}")],
+    );
+    // Through the CLI: exit 2, the line named, no raw escape on the terminal, nothing written.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, APP, &app("TITLE=\"\u{1b}[2J\"\n"));
+    std::fs::write(root.join("container.env"), b"IP=10.0.3.10/24\nID=100\nNAME=\xff\xfe\n").unwrap();
+    let r = run(&root, &["resolve"], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(!r.stderr.contains('\u{1b}'), "{:?}", r.stderr);
+    assert_eq!(
+        &r.stderr[r.stderr.find("error: ").unwrap()..],
+        format!(
+            "error: 2 problems in the input:\n  container.env:3: file is not valid UTF-8 text: byte 0xFF at column 6 is \
+             not UTF-8; save the file as UTF-8\n  libs/app/container.env:3: control character U+001B (ESC, starts a \
+             terminal escape sequence) at column 8{tail}\n"
+        )
+    );
+    assert!(!root.join(".proxmox-gitops").exists(), "nothing is written on bad input");
+}
