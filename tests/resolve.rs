@@ -977,3 +977,70 @@ fn hardening_control_characters_and_invalid_utf8_are_refused_at_their_line() {
     );
     assert!(!root.join(".proxmox-gitops").exists(), "nothing is written on bad input");
 }
+
+#[test]
+fn hardening_gitmodules_dangerous_urls_and_duplicate_paths_are_refused() {
+    let (_tmp, root) = fixture::minimal();
+    fixture::Repo::init(&root);
+    let gitmodules = "\
+[submodule \"vendor/a\"]
+\tpath = vendor/a
+\turl = https://git.example.com/a.git
+[submodule \"evil\"]
+\tpath = vendor/evil
+\turl = ext::sh -c touch% /tmp/pwned
+[submodule \"opt\"]
+\turl = --upload-pack=touch /tmp/pwned
+\tpath = vendor/opt
+[submodule \"fd\"]
+\tpath = vendor/fd
+\turl = fd::3,4
+[submodule \"again\"]
+\tpath = vendor/a/
+\turl = https://git.example.com/again.git
+";
+    fixture::write(&root, ".gitmodules", gitmodules);
+    let hint = "use an https://, ssh:// or scp-form (host:path) URL, or a relative path";
+    let expected = vec![
+        format!(
+            ".gitmodules:6 (submodule.evil.url): submodule `evil`: the URL uses git's remote-helper transport \
+             `ext::`, which runs an arbitrary command; {hint}"
+        ),
+        format!(
+            ".gitmodules:8 (submodule.opt.url): submodule `opt`: the URL starts with `-`, which git would read as a \
+             command-line option; {hint}"
+        ),
+        format!(
+            ".gitmodules:12 (submodule.fd.url): submodule `fd`: the URL uses git's remote-helper transport `fd::`, \
+             which talks to inherited file descriptors; {hint}"
+        ),
+        ".gitmodules:14 (submodule.again.path): submodule `again` has path `vendor/a`, already used by submodule \
+         `vendor/a` (line 2): each path may be registered once"
+            .to_string(),
+    ];
+    let p = resolve_at(&root, "main").unwrap_err();
+    assert_eq!(p.iter().map(|p| p.to_string()).collect::<Vec<_>>(), expected);
+
+    // Through the CLI: exit 2, nothing written, the URLs reach no output.
+    let r = run(&root, &["resolve", "--json"], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(r.stdout, "");
+    assert!(!r.stderr.contains("pwned") && !r.stderr.contains("3,4"), "{}", r.stderr);
+    assert!(!root.join(".proxmox-gitops").exists(), "nothing is written on bad input");
+
+    // The same in a nested submodule's .gitmodules names that file.
+    let f = fixture::standard();
+    fixture::write(
+        &f.root,
+        "libs/web/.gitmodules",
+        "[submodule \"vendor/theme\"]\n\tpath = vendor/theme\n\turl = ext::git-upload-pack %S\n",
+    );
+    let p = resolve_at(&f.root, "main").unwrap_err();
+    assert_eq!(
+        p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        vec![format!(
+            "libs/web/.gitmodules:3 (submodule.vendor/theme.url): submodule `vendor/theme`: the URL uses git's \
+             remote-helper transport `ext::`, which runs an arbitrary command; {hint}"
+        )]
+    );
+}
