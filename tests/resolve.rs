@@ -1044,3 +1044,41 @@ fn hardening_gitmodules_dangerous_urls_and_duplicate_paths_are_refused() {
         )]
     );
 }
+
+#[test]
+fn hardening_proxmox_host_as_a_browser_url() {
+    let (_tmp, root) = fixture::minimal();
+    let artifacts = root.join("out");
+    let a = artifacts.to_str().unwrap();
+    // Accepted: the host and the port are taken from the URL.
+    let r = run(&root, &["resolve", "--artifacts", a], &[("PROXMOX_HOST", "https://pve.example:8007")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let inv: Value = serde_json::from_str(&std::fs::read_to_string(artifacts.join("inventory.json")).unwrap()).unwrap();
+    assert_eq!((&inv["settings"]["pve_host"], &inv["settings"]["pve_port"]), (&json!("pve.example"), &json!(8007)));
+    std::fs::remove_dir_all(&artifacts).unwrap();
+    // Refused, with the key and the forms expected; nothing written.
+    let forms = "expected a host name, an IPv4 address, an IPv6 address (in brackets) or an https URL, e.g. \
+                 `pve.example`, `10.0.0.2`, `[fd00::2]`, `https://pve.example:8006`";
+    for (value, why) in [
+        (
+            "http://pve.example:8006",
+            "`http://pve.example:8006` is not a PVE host: the scheme `http` is not supported: the PVE API is served over https only",
+        ),
+        (
+            "https://pve.example:8006/api2/json",
+            "`https://pve.example:8006/api2/json` is not a PVE host: a URL path, query or fragment is not supported (give `https://HOST[:PORT]`)",
+        ),
+        (
+            "pve.example:8006",
+            "`pve.example:8006` is not a PVE host: a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT",
+        ),
+    ] {
+        let r = run(&root, &["resolve", "--artifacts", a], &[("PROXMOX_HOST", value)]);
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        assert_eq!(
+            &r.stderr[r.stderr.find("error: ").unwrap()..],
+            format!("error: 1 problem in the input:\n  environment (PROXMOX_HOST): {why}; {forms}\n")
+        );
+        assert!(!artifacts.exists(), "nothing is written on bad input");
+    }
+}
