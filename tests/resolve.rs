@@ -915,11 +915,14 @@ fn hardening_snapshot_paths_twice_or_nested_are_refused() {
            only `/var/lib/app`"],
     );
     // A stage file bringing the overlap is named with its own line.
-    let (_tmp, root) = fixture::minimal();
-    fixture::write(&root, "libs/app/container.qa.env", "SNAPSHOT=/srv,/srv/x\n");
-    let p = resolve_at(&root, "qa").unwrap_err();
+    let problems = |stage: &str| {
+        let (_tmp, root) = fixture::minimal();
+        fixture::write(&root, "libs/app/container.qa.env", "SNAPSHOT=/srv,/srv/x\n");
+        resolve_at(&root, stage).map_or_else(|p| p.iter().map(|p| p.to_string()).collect(), |_| vec![])
+    };
+    assert_eq!(problems("main"), Vec::<String>::new());
     assert_eq!(
-        p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        problems("qa"),
         vec!["libs/app/container.qa.env:1 (SNAPSHOT): snapshot path `/srv/x` lies inside `/srv`: declare only `/srv`"]
     );
 }

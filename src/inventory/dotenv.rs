@@ -495,32 +495,17 @@ mod tests {
         let file = Path::new("libs/x/container.env");
         let got = |text: &str| parse(file, text).unwrap_err().iter().map(|p| p.to_string()).collect::<Vec<_>>();
         let tail = ": env files hold printable text only (a tab is allowed inside quotes)";
-        assert_eq!(
-            got("A=1\nNAME=\"x\u{1b}[2Jy\"\n"),
-            vec![format!(
-                "libs/x/container.env:2: control character U+001B (ESC, starts a terminal escape sequence) at column 8{tail}"
-            )]
-        );
-        assert_eq!(
-            got("A=a\u{7}b\n"),
-            vec![format!("libs/x/container.env:1: control character U+0007 at column 4{tail}")]
-        );
-        assert_eq!(
-            got("A='\u{7f}'\n"),
-            vec![format!("libs/x/container.env:1: control character U+007F (DEL) at column 4{tail}")]
-        );
-        assert_eq!(
-            got("A=\"\u{9b}31m\"\n"),
-            vec![format!("libs/x/container.env:1: control character U+009B at column 4{tail}")]
-        );
-        assert_eq!(
-            got("A=x\ry\n"),
-            vec![format!("libs/x/container.env:1: control character U+000D (carriage return) at column 4{tail}")]
-        );
-        assert_eq!(
-            got("A\0=x\n"),
-            vec![format!("libs/x/container.env:1: control character U+0000 (NUL) at column 2{tail}")]
-        );
+        let esc = "U+001B (ESC, starts a terminal escape sequence) at column 8";
+        for (text, at) in [
+            ("A=1\nNAME=\"x\u{1b}[2Jy\"\n", format!("2: control character {esc}")),
+            ("A=a\u{7}b\n", "1: control character U+0007 at column 4".into()),
+            ("A='\u{7f}'\n", "1: control character U+007F (DEL) at column 4".into()),
+            ("A=\"\u{9b}31m\"\n", "1: control character U+009B at column 4".into()),
+            ("A=x\ry\n", "1: control character U+000D (carriage return) at column 4".into()),
+            ("A\0=x\n", "1: control character U+0000 (NUL) at column 2".into()),
+        ] {
+            assert_eq!(got(text), vec![format!("libs/x/container.env:{at}{tail}")], "{text:?}");
+        }
         // Allowed: a tab inside quotes, CRLF line ends, anything in a whole-line comment.
         let ok = parse(file, "A=\"a\tb\"\r\nB='c'\r\n# \u{1b}[31m comment\n").unwrap();
         assert_eq!(ok.iter().map(|e| e.value.as_str()).collect::<Vec<_>>(), vec!["a\tb", "c"]);
