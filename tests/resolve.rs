@@ -856,3 +856,232 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out.sort();
     out
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hardening (issue 12): inputs refused with file and line, whole messages asserted.
+
+/// Asserts that `files` over the minimal fixture give exactly the problems `expected`.
+#[track_caller]
+fn exactly(files: &[(&str, &str)], expected: &[&str]) {
+    assert_eq!(problems_for(files), expected.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+}
+
+#[test]
+fn hardening_sizes_beyond_pve_bounds_name_the_bound_and_its_source() {
+    exactly(
+        &[(APP, &app("CORES=8193\n"))],
+        &["libs/app/container.env:3 (CORES): CORES must be between 1 and 8192, found 8193 (PVE API `POST \
+           /nodes/{node}/lxc` parameter `cores`)"],
+    );
+    exactly(
+        &[(APP, &app("MEMORY=15\n"))],
+        &["libs/app/container.env:3 (MEMORY): MEMORY (MiB) must be between 16 and 4294967295, found 15 (PVE API \
+           `POST /nodes/{node}/lxc` parameter `memory`)"],
+    );
+    exactly(
+        &[(APP, &app("SWAP=4294967296\n"))],
+        &["libs/app/container.env:3 (SWAP): SWAP (MiB) must be between 0 and 4294967295, found 4294967296 (PVE API \
+           `POST /nodes/{node}/lxc` parameter `swap`)"],
+    );
+    exactly(
+        &[(APP, &app("DISK=local-lvm:8589934592\n"))],
+        &[
+            "libs/app/container.env:3 (DISK): size 8589934592 GiB after `local-lvm:` is larger than 8589934591 GiB, the \
+           largest size PVE API `POST /nodes/{node}/lxc` can record (its size in bytes must fit a 64-bit integer)",
+        ],
+    );
+    exactly(
+        &[(APP, &app("MOUNT=local-lvm:99999999999999999999:/data\n"))],
+        &["libs/app/container.env:3 (MOUNT): volume mount `local-lvm:99999999999999999999:/data`: size after \
+           `local-lvm:` is larger than 8589934591 GiB, the largest size PVE API `POST /nodes/{node}/lxc` can record"],
+    );
+    // The largest values PVE accepts still resolve.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, APP, &app("CORES=8192\nMEMORY=16\nSWAP=0\nDISK=local-lvm:8589934591\n"));
+    let inv = resolve_at(&root, "main").unwrap();
+    let c = &inv.containers[1];
+    assert_eq!((c.cores, c.memory_mib, c.swap_mib, c.rootfs.size_gib), (8192, 16, 0, 8589934591));
+}
+
+#[test]
+fn hardening_snapshot_paths_twice_or_nested_are_refused() {
+    exactly(
+        &[(APP, &app("SNAPSHOT=/data,/etc/app,/data/\n"))],
+        &["libs/app/container.env:3 (SNAPSHOT): snapshot path `/data` is declared twice"],
+    );
+    exactly(
+        &[(APP, &app("# data\nSNAPSHOT=\"/var/lib/app/db, /var/lib/app\"\n"))],
+        &["libs/app/container.env:4 (SNAPSHOT): snapshot path `/var/lib/app/db` lies inside `/var/lib/app`: declare \
+           only `/var/lib/app`"],
+    );
+    // A stage file bringing the overlap is named with its own line.
+    let problems = |stage: &str| {
+        let (_tmp, root) = fixture::minimal();
+        fixture::write(&root, "libs/app/container.qa.env", "SNAPSHOT=/srv,/srv/x\n");
+        resolve_at(&root, stage).map_or_else(|p| p.iter().map(|p| p.to_string()).collect(), |_| vec![])
+    };
+    assert_eq!(problems("main"), Vec::<String>::new());
+    assert_eq!(
+        problems("qa"),
+        vec!["libs/app/container.qa.env:1 (SNAPSHOT): snapshot path `/srv/x` lies inside `/srv`: declare only `/srv`"]
+    );
+}
+
+#[test]
+fn hardening_empty_and_absent_required_keys_are_told_apart() {
+    exactly(
+        &[(APP, "IP=10.0.3.20/24\nID=\n")],
+        &["libs/app/container.env:2 (ID): ID is empty: a value is required (the PVE vmid, 100–999999999)"],
+    );
+    exactly(
+        &[(APP, "IP=\"\"\nID=120\n")],
+        &["libs/app/container.env:1 (IP): IP is empty: a value is required (an IPv4 address such as \
+           192.168.178.20/24, or `dhcp`)"],
+    );
+    // Emptied by an override: the override's line is named.
+    exactly(
+        &[("libs/app/container.local.env", "# local\nID=   # unset\n")],
+        &["libs/app/container.local.env:2 (ID): ID is empty: a value is required (the PVE vmid, 100–999999999)"],
+    );
+    exactly(
+        &[(APP, "IP=10.0.3.20/24\n")],
+        &["libs/app/container.env (ID): missing required key ID: the key is absent from every env file of this lib \
+           (the PVE vmid, 100–999999999)"],
+    );
+}
+
+#[test]
+fn hardening_control_characters_and_invalid_utf8_are_refused_at_their_line() {
+    let tail = ": env files hold printable text only (a tab is allowed inside quotes)";
+    exactly(
+        &[(APP, &app("TITLE=\"\u{1b}]0;pwned\u{7}\"\n"))],
+        &[&format!(
+            "libs/app/container.env:3: control character U+001B (ESC, starts a terminal escape sequence) at column 8{tail}"
+        )],
+    );
+    exactly(
+        &[("container.local.env", "# ok: \u{1b} in a comment\nNOTE='a\u{85}b'\n")],
+        &[&format!("container.local.env:2: control character U+0085 at column 8{tail}")],
+    );
+    // Through the CLI: exit 2, the line named, no raw escape on the terminal, nothing written.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, APP, &app("TITLE=\"\u{1b}[2J\"\n"));
+    std::fs::write(root.join("container.env"), b"IP=10.0.3.10/24\nID=100\nNAME=\xff\xfe\n").unwrap();
+    let r = run(&root, &["resolve"], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(!r.stderr.contains('\u{1b}'), "{:?}", r.stderr);
+    assert_eq!(
+        &r.stderr[r.stderr.find("error: ").unwrap()..],
+        format!(
+            "error: 2 problems in the input:\n  container.env:3: file is not valid UTF-8 text: byte 0xFF at column 6 is \
+             not UTF-8; save the file as UTF-8\n  libs/app/container.env:3: control character U+001B (ESC, starts a \
+             terminal escape sequence) at column 8{tail}\n"
+        )
+    );
+    assert!(!root.join(".proxmox-gitops").exists(), "nothing is written on bad input");
+}
+
+#[test]
+fn hardening_gitmodules_dangerous_urls_and_duplicate_paths_are_refused() {
+    let (_tmp, root) = fixture::minimal();
+    fixture::Repo::init(&root);
+    let gitmodules = "\
+[submodule \"vendor/a\"]
+\tpath = vendor/a
+\turl = https://git.example.com/a.git
+[submodule \"evil\"]
+\tpath = vendor/evil
+\turl = ext::sh -c touch% /tmp/pwned
+[submodule \"opt\"]
+\turl = --upload-pack=touch /tmp/pwned
+\tpath = vendor/opt
+[submodule \"fd\"]
+\tpath = vendor/fd
+\turl = fd::3,4
+[submodule \"again\"]
+\tpath = vendor/a/
+\turl = https://git.example.com/again.git
+";
+    fixture::write(&root, ".gitmodules", gitmodules);
+    let hint = "use an https://, ssh:// or scp-form (host:path) URL, or a relative path";
+    let expected = vec![
+        format!(
+            ".gitmodules:6 (submodule.evil.url): submodule `evil`: the URL uses git's remote-helper transport \
+             `ext::`, which runs an arbitrary command; {hint}"
+        ),
+        format!(
+            ".gitmodules:8 (submodule.opt.url): submodule `opt`: the URL starts with `-`, which git would read as a \
+             command-line option; {hint}"
+        ),
+        format!(
+            ".gitmodules:12 (submodule.fd.url): submodule `fd`: the URL uses git's remote-helper transport `fd::`, \
+             which talks to inherited file descriptors; {hint}"
+        ),
+        ".gitmodules:14 (submodule.again.path): submodule `again` has path `vendor/a`, already used by submodule \
+         `vendor/a` (line 2): each path may be registered once"
+            .to_string(),
+    ];
+    let p = resolve_at(&root, "main").unwrap_err();
+    assert_eq!(p.iter().map(|p| p.to_string()).collect::<Vec<_>>(), expected);
+
+    // Through the CLI: exit 2, nothing written, the URLs reach no output.
+    let r = run(&root, &["resolve", "--json"], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(r.stdout, "");
+    assert!(!r.stderr.contains("pwned") && !r.stderr.contains("3,4"), "{}", r.stderr);
+    assert!(!root.join(".proxmox-gitops").exists(), "nothing is written on bad input");
+
+    // The same in a nested submodule's .gitmodules names that file.
+    let f = fixture::standard();
+    fixture::write(
+        &f.root,
+        "libs/web/.gitmodules",
+        "[submodule \"vendor/theme\"]\n\tpath = vendor/theme\n\turl = ext::git-upload-pack %S\n",
+    );
+    let p = resolve_at(&f.root, "main").unwrap_err();
+    assert_eq!(
+        p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        vec![format!(
+            "libs/web/.gitmodules:3 (submodule.vendor/theme.url): submodule `vendor/theme`: the URL uses git's \
+             remote-helper transport `ext::`, which runs an arbitrary command; {hint}"
+        )]
+    );
+}
+
+#[test]
+fn hardening_proxmox_host_as_a_browser_url() {
+    let (_tmp, root) = fixture::minimal();
+    let artifacts = root.join("out");
+    let a = artifacts.to_str().unwrap();
+    // Accepted: the host and the port are taken from the URL.
+    let r = run(&root, &["resolve", "--artifacts", a], &[("PROXMOX_HOST", "https://pve.example:8007")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let inv: Value = serde_json::from_str(&std::fs::read_to_string(artifacts.join("inventory.json")).unwrap()).unwrap();
+    assert_eq!((&inv["settings"]["pve_host"], &inv["settings"]["pve_port"]), (&json!("pve.example"), &json!(8007)));
+    std::fs::remove_dir_all(&artifacts).unwrap();
+    // Refused, with the key and the forms expected; nothing written.
+    let forms = "expected a host name, an IPv4 address, an IPv6 address (in brackets) or an https URL, e.g. \
+                 `pve.example`, `10.0.0.2`, `[fd00::2]`, `https://pve.example:8006`";
+    for (value, why) in [
+        (
+            "http://pve.example:8006",
+            "`http://pve.example:8006` is not a PVE host: the scheme `http` is not supported: the PVE API is served over https only",
+        ),
+        (
+            "https://pve.example:8006/api2/json",
+            "`https://pve.example:8006/api2/json` is not a PVE host: a URL path, query or fragment is not supported (give `https://HOST[:PORT]`)",
+        ),
+        (
+            "pve.example:8006",
+            "`pve.example:8006` is not a PVE host: a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT",
+        ),
+    ] {
+        let r = run(&root, &["resolve", "--artifacts", a], &[("PROXMOX_HOST", value)]);
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        assert_eq!(
+            &r.stderr[r.stderr.find("error: ").unwrap()..],
+            format!("error: 1 problem in the input:\n  environment (PROXMOX_HOST): {why}; {forms}\n")
+        );
+        assert!(!artifacts.exists(), "nothing is written on bad input");
+    }
+}

@@ -66,14 +66,80 @@ pub fn read_tree(root: &Path) -> Result<Tree, Problems> {
     Ok(Tree { is_repo: true, head, submodules })
 }
 
-/// Reads `.gitmodules` of a working tree as written: `(name, path, url)` per section, in file order.
-fn read_gitmodules(workdir: &Path, display: &Path) -> Result<Vec<(String, String, Option<String>)>, String> {
+/// One `[submodule "name"]` section of `.gitmodules` as written.
+struct Entry {
+    name: String,
+    path: String,
+    url: Option<String>,
+    /// 1-based lines of the `path` and `url` keys (the last of each in the section), when found.
+    path_line: Option<usize>,
+    url_line: Option<usize>,
+}
+
+/// The 1-based line of the last `key = …` in section `[submodule "name"]` of a `.gitmodules`
+/// text. A plain scan for messages (gix does not report positions): the header is matched as
+/// git writes it, `[submodule "name"]`, keys case-insensitively.
+fn key_line(text: &str, name: &str, key: &str) -> Option<usize> {
+    let header = format!("[submodule \"{}\"]", name.replace('\\', "\\\\").replace('"', "\\\""));
+    let mut in_section = false;
+    let mut found = None;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_section = t.split_whitespace().collect::<Vec<_>>().join(" ") == header;
+            continue;
+        }
+        let k = t.split(['=', ' ', '\t']).next().unwrap_or("");
+        if in_section && k.eq_ignore_ascii_case(key) {
+            found = Some(i + 1);
+        }
+    }
+    found
+}
+
+/// Why git must never see `url` (a submodule URL from `.gitmodules`), or `None` when it is an
+/// ordinary URL or path. Refused:
+///
+/// * a URL starting with `-`: a `git` command line would read it as an option;
+/// * `<transport>::<address>`, git's remote-helper syntax (`ext::` runs any command, `fd::`
+///   talks over inherited file descriptors, any other name runs `git-remote-<name>`); git
+///   recognises it whenever the part before `::` consists of URL-scheme characters;
+/// * control characters (the URL is printed in tables and logs).
+///
+/// The URL itself is not quoted in the message: it may carry credentials.
+pub fn refused_url(url: &str) -> Option<String> {
+    const HINT: &str = "use an https://, ssh:// or scp-form (host:path) URL, or a relative path";
+    if url.starts_with('-') {
+        return Some(format!("the URL starts with `-`, which git would read as a command-line option; {HINT}"));
+    }
+    let scheme = url
+        .char_indices()
+        .take_while(|&(i, c)| c.is_ascii_alphabetic() || (i > 0 && (c.is_ascii_digit() || "+-.".contains(c))))
+        .count();
+    if scheme > 0 && url[scheme..].starts_with("::") {
+        let transport = &url[..scheme];
+        let what = match transport.to_ascii_lowercase().as_str() {
+            "ext" => "runs an arbitrary command".to_string(),
+            "fd" => "talks to inherited file descriptors".to_string(),
+            _ => format!("runs the remote helper `git-remote-{transport}`"),
+        };
+        return Some(format!("the URL uses git's remote-helper transport `{transport}::`, which {what}; {HINT}"));
+    }
+    if let Some(c) = url.chars().find(|c| c.is_control()) {
+        return Some(format!("the URL contains the control character U+{:04X}; {HINT}", c as u32));
+    }
+    None
+}
+
+/// Reads `.gitmodules` of a working tree as written, one [`Entry`] per section, in file order.
+fn read_gitmodules(workdir: &Path, display: &Path) -> Result<Vec<Entry>, String> {
     let file = workdir.join(".gitmodules");
     let bytes = match std::fs::read(&file) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(format!("cannot read {}: {e}", display.display())),
     };
+    let text = String::from_utf8_lossy(&bytes);
     let modules = gix::submodule::File::from_bytes(&bytes, file.clone(), &gix::config::File::default())
         .map_err(|e| format!("cannot parse: {e}"))?;
     let mut out = Vec::new();
@@ -81,9 +147,44 @@ fn read_gitmodules(workdir: &Path, display: &Path) -> Result<Vec<(String, String
         let path = modules.path(name).map_err(|e| format!("submodule `{name}`: {e}"))?;
         let url =
             modules.config().string_by("submodule", Some(name), "url").map(|u| u.to_string()).filter(|u| !u.is_empty());
-        out.push((name.to_string(), path.to_string(), url));
+        let name = name.to_string();
+        let (path_line, url_line) = (key_line(&text, &name, "path"), key_line(&text, &name, "url"));
+        out.push(Entry { path: path.to_string(), url, path_line, url_line, name });
     }
     Ok(out)
+}
+
+/// Drops the entries git must never act on, recording a problem at the line of each: a URL
+/// [`refused_url`] refuses, and a `path` already used by an earlier entry (git would check
+/// two submodules out into one directory, and which one an artifact names would be a guess).
+fn check_entries(entries: Vec<Entry>, display: &Path, problems: &mut Problems) -> Vec<Entry> {
+    let at = |line: Option<usize>, name: &str, key: &str| {
+        let mut loc = Location::file(display).with_key(format!("submodule.{name}.{key}"));
+        loc.line = line;
+        loc
+    };
+    let mut kept: Vec<Entry> = Vec::with_capacity(entries.len());
+    for e in entries {
+        if let Some(why) = e.url.as_deref().and_then(refused_url) {
+            problems.add(at(e.url_line, &e.name, "url"), format!("submodule `{}`: {why}", e.name));
+            continue;
+        }
+        let path = e.path.trim_end_matches('/');
+        if let Some(first) = kept.iter().find(|k| k.path.trim_end_matches('/') == path) {
+            let first_at = first.path_line.map(|l| format!(" (line {l})")).unwrap_or_default();
+            problems.add(
+                at(e.path_line, &e.name, "path"),
+                format!(
+                    "submodule `{}` has path `{path}`, already used by submodule `{}`{first_at}: each path may \
+                     be registered once",
+                    e.name, first.name
+                ),
+            );
+            continue;
+        }
+        kept.push(e);
+    }
+    kept
 }
 
 fn walk(
@@ -95,7 +196,7 @@ fn walk(
 ) -> Vec<Submodule> {
     let display = prefix.join(".gitmodules");
     let entries = match read_gitmodules(workdir, &display) {
-        Ok(e) => e,
+        Ok(e) => check_entries(e, &display, problems),
         Err(msg) => {
             problems.add(Location::file(&display), msg);
             return Vec::new();
@@ -106,7 +207,7 @@ fn walk(
     }
     let index = repo.index_or_load_from_head_or_empty().ok();
     let mut out = Vec::with_capacity(entries.len());
-    for (name, path, url) in entries {
+    for Entry { name, path, url, .. } in entries {
         let commit = index.as_ref().and_then(|idx| {
             idx.entry_by_path(path.as_str().into())
                 .filter(|e| e.mode == gix::index::entry::Mode::COMMIT)
@@ -154,4 +255,61 @@ pub fn flatten(tree: &[Submodule]) -> Vec<&Submodule> {
     }
     go(tree, &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_urls() {
+        let hint = "use an https://, ssh:// or scp-form (host:path) URL, or a relative path";
+        assert_eq!(
+            refused_url("ext::sh -c touch% /tmp/pwned").unwrap(),
+            format!("the URL uses git's remote-helper transport `ext::`, which runs an arbitrary command; {hint}")
+        );
+        assert_eq!(
+            refused_url("fd::3,4").unwrap(),
+            format!(
+                "the URL uses git's remote-helper transport `fd::`, which talks to inherited file descriptors; {hint}"
+            )
+        );
+        assert_eq!(
+            refused_url("persistent-https::https://host/x.git").unwrap(),
+            format!(
+                "the URL uses git's remote-helper transport `persistent-https::`, which runs the remote helper \
+                 `git-remote-persistent-https`; {hint}"
+            )
+        );
+        assert_eq!(
+            refused_url("--upload-pack=touch /tmp/pwned").unwrap(),
+            format!("the URL starts with `-`, which git would read as a command-line option; {hint}")
+        );
+        assert_eq!(
+            refused_url("https://host/\u{1b}[2J.git").unwrap(),
+            format!("the URL contains the control character U+001B; {hint}")
+        );
+        for ok in [
+            "https://git.example.com/a/b.git",
+            "ssh://git@host:2222/a.git",
+            "git@git.example.com:homelab/broker.git",
+            "../sibling.git",
+            "/srv/git/x.git",
+            "file:///srv/git/x.git",
+            "https://host/a::b.git",
+            "host:path::x",
+        ] {
+            assert_eq!(refused_url(ok), None, "{ok}");
+        }
+    }
+
+    #[test]
+    fn key_lines_follow_sections() {
+        let text = "[submodule \"a\"]\n\tpath = libs/a\n\turl = ../a.git\n[submodule \"b\"]\n\tURL=../b.git\n\tpath = libs/a\n";
+        assert_eq!(key_line(text, "a", "path"), Some(2));
+        assert_eq!(key_line(text, "a", "url"), Some(3));
+        assert_eq!(key_line(text, "b", "url"), Some(5));
+        assert_eq!(key_line(text, "b", "path"), Some(6));
+        assert_eq!(key_line(text, "c", "path"), None);
+    }
 }

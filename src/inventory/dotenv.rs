@@ -14,6 +14,8 @@
 //! * after a closing quote only whitespace and a `# comment` may follow;
 //! * `$(…)`, backticks, `$VAR` and `${VAR}` outside single quotes are input errors (a literal `$`
 //!   goes in single quotes or as `\$` in double quotes);
+//! * control characters (C0 but the tab, DEL, C1; ESC starts terminal escape sequences) are
+//!   refused outside whole-line comments: values are printed to terminals later;
 //! * keys match `[A-Za-z_][A-Za-z0-9_]*`; a key given twice in one file: the last one wins, as in
 //!   bash, with a warning naming both lines ([`lint`], which also warns about a known key written
 //!   in another case, e.g. `memory` for `MEMORY`).
@@ -54,6 +56,10 @@ pub fn parse(file: &Path, text: &str) -> Result<Entries, Problems> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (idx, raw) in text.lines().enumerate() {
         let line_no = idx + 1;
+        if let Some(msg) = control_character(raw) {
+            problems.add(Location::line(file, line_no), msg);
+            continue;
+        }
         match parse_line(raw) {
             Ok(None) => {}
             Ok(Some((key, value))) => entries.push(Entry { key, value, file: file.to_path_buf(), line: line_no }),
@@ -71,9 +77,13 @@ pub fn parse_file(path: &Path, display: &Path) -> Result<Entries, Problems> {
     match std::fs::read(path) {
         Ok(bytes) => match String::from_utf8(bytes) {
             Ok(text) => parse(display, &text),
-            Err(_) => {
+            Err(e) => {
+                let (line, column, byte) = first_invalid_byte(e.as_bytes(), e.utf8_error().valid_up_to());
                 let mut p = Problems::new();
-                p.add(Location::file(display), "file is not valid UTF-8 text");
+                p.add(
+                    Location::line(display, line),
+                    format!("file is not valid UTF-8 text: byte 0x{byte:02X} at column {column} is not UTF-8; save the file as UTF-8"),
+                );
                 Err(p)
             }
         },
@@ -83,6 +93,42 @@ pub fn parse_file(path: &Path, display: &Path) -> Result<Entries, Problems> {
             Err(p)
         }
     }
+}
+
+/// Where the first byte that is not UTF-8 sits: `(line, column, byte)`, both 1-based, the
+/// column counted in bytes; `at` is the offset of that byte (`Utf8Error::valid_up_to`).
+fn first_invalid_byte(bytes: &[u8], at: usize) -> (usize, usize, u8) {
+    let before = &bytes[..at];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+    (line, at - line_start + 1, bytes.get(at).copied().unwrap_or(0))
+}
+
+/// The problem with a line holding a control character, if it does: any C0 control but the
+/// tab (ESC starts terminal escape sequences), DEL, or a C1 control (U+0080–U+009F, which some
+/// terminals also read as escapes). Values end up in tables, logs and messages printed to a
+/// terminal, so they are refused rather than carried along. Whole-line comments are never
+/// printed and are not checked; a `\r` ending the line (a CRLF file) is not a problem; a tab is
+/// a problem only where whitespace is (outside quotes, see [`parse_value`]).
+fn control_character(raw: &str) -> Option<String> {
+    if raw.trim_start().starts_with('#') {
+        return None;
+    }
+    let raw = raw.strip_suffix('\r').unwrap_or(raw);
+    let (column, c) = raw.chars().enumerate().find(|&(_, c)| c.is_control() && c != '\t')?;
+    let name = match c {
+        '\u{1b}' => " (ESC, starts a terminal escape sequence)",
+        '\r' => " (carriage return)",
+        '\0' => " (NUL)",
+        '\u{7f}' => " (DEL)",
+        _ => "",
+    };
+    Some(format!(
+        "control character U+{:04X}{name} at column {}: env files hold printable text only (a tab is allowed inside \
+         quotes)",
+        c as u32,
+        column + 1
+    ))
 }
 
 /// Layers entry lists: later lists override earlier ones, key by key. The result maps each key to
@@ -442,6 +488,42 @@ mod tests {
         // Last one wins all the same.
         assert_eq!(layer([&entries])["CORES"].value, "0");
         assert_eq!(lint(&parse(file, "ID=1\nCORES=2\nOTHER=x\n").unwrap(), &["ID", "CORES"]), vec![]);
+    }
+
+    #[test]
+    fn control_characters_are_refused_with_their_column() {
+        let file = Path::new("libs/x/container.env");
+        let got = |text: &str| parse(file, text).unwrap_err().iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let tail = ": env files hold printable text only (a tab is allowed inside quotes)";
+        let esc = "U+001B (ESC, starts a terminal escape sequence) at column 8";
+        for (text, at) in [
+            ("A=1\nNAME=\"x\u{1b}[2Jy\"\n", format!("2: control character {esc}")),
+            ("A=a\u{7}b\n", "1: control character U+0007 at column 4".into()),
+            ("A='\u{7f}'\n", "1: control character U+007F (DEL) at column 4".into()),
+            ("A=\"\u{9b}31m\"\n", "1: control character U+009B at column 4".into()),
+            ("A=x\ry\n", "1: control character U+000D (carriage return) at column 4".into()),
+            ("A\0=x\n", "1: control character U+0000 (NUL) at column 2".into()),
+        ] {
+            assert_eq!(got(text), vec![format!("libs/x/container.env:{at}{tail}")], "{text:?}");
+        }
+        // Allowed: a tab inside quotes, CRLF line ends, anything in a whole-line comment.
+        let ok = parse(file, "A=\"a\tb\"\r\nB='c'\r\n# \u{1b}[31m comment\n").unwrap();
+        assert_eq!(ok.iter().map(|e| e.value.as_str()).collect::<Vec<_>>(), vec!["a\tb", "c"]);
+    }
+
+    #[test]
+    fn invalid_utf8_names_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("container.env");
+        std::fs::write(&path, b"ID=120\nIP=10.0.3.20\nNAME=caf\xe9\n").unwrap();
+        let got = parse_file(&path, Path::new("libs/x/container.env")).unwrap_err();
+        assert_eq!(
+            got.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            vec![
+                "libs/x/container.env:3: file is not valid UTF-8 text: byte 0xE9 at column 9 is not UTF-8; save the \
+                  file as UTF-8"
+            ]
+        );
     }
 
     #[test]

@@ -6,18 +6,19 @@
 //! |---|---|---|
 //! | `ID` | integer 100–999999999 (PVE `pve-vmid`) | required |
 //! | `IP` | IPv4 with optional `/prefix`, or `dhcp` | required |
-//! | `CORES` | integer ≥ 1 (PVE `cores` 1–8192) | 1 |
-//! | `MEMORY` | MiB, integer ≥ 16 (PVE `memory` minimum) | 512 |
-//! | `SWAP` | MiB, integer ≥ 0 | 512 |
-//! | `DISK` | `STORAGE:SIZE`, size in GiB, integer ≥ 1 | `local-lvm:8` |
+//! | `CORES` | integer 1–8192 (PVE `cores`) | 1 |
+//! | `MEMORY` | MiB, integer 16–4294967295 (PVE `memory` minimum 16) | 512 |
+//! | `SWAP` | MiB, integer 0–4294967295 (PVE `swap` minimum 0) | 512 |
+//! | `DISK` | `STORAGE:SIZE`, size in GiB, integer 1–8589934591 (bytes fit 64 bits) | `local-lvm:8` |
 //! | `BOOT` | yes/no, true/false, on/off or 1/0 (any case) | yes |
 //! | `MOUNT` | comma list of `name`, `HOST:CT`, `STORAGE:SIZE:CT`, `/dev/…` | empty |
 //! | `NODE` | PVE node name | none |
-//! | `SNAPSHOT` | comma list of absolute container paths | empty |
+//! | `SNAPSHOT` | comma list of absolute container paths, none twice or inside another | empty |
 //! | `REQUIRES` | comma list of names the lib's configuration needs set (`LOGIN`, `PASSWORD`, …) | empty |
 //!
 //! Other keys are kept in `extra`. Every problem names the file and line the value came from (or
-//! the lib's `container.env` for a missing key).
+//! the lib's `container.env` for a missing key). The PVE bounds and their source are in
+//! [`pve_bounds`]. A required key set to an empty value is named at that line.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -37,6 +38,30 @@ pub const DEFAULT_SWAP_MIB: u64 = 512;
 pub const DEFAULT_DISK_STORAGE: &str = "local-lvm";
 /// `DISK` size in GiB when the env files do not set it.
 pub const DEFAULT_DISK_GIB: u64 = 8;
+
+/// Bounds of the sizes Proxmox VE accepts, from the API schema of `POST /nodes/{node}/lxc` (the
+/// create call; `PUT /nodes/{node}/lxc/{vmid}/config` shares the schema): pve-container's
+/// `PVE/LXC/Config.pm` (`cores`, `memory`, `swap`, `rootfs`) and pve-common's
+/// `PVE/JSONSchema.pm` (`pve-vmid`). Checking them at resolve time turns what would be a
+/// failed create task into a problem with file and line.
+pub mod pve_bounds {
+    /// `ID`: the `pve-vmid` format, `^[1-9][0-9]{2,8}$`, i.e. 100–999999999.
+    pub const VMID: (u64, u64) = (100, 999_999_999);
+    /// `CORES`: `cores`, integer, minimum 1, maximum 8192.
+    pub const CORES: (u64, u64) = (1, 8192);
+    /// `MEMORY` in MiB: `memory`, integer, minimum 16. The schema sets no maximum; ours is the
+    /// largest `u32` (4 PiB), far above any host.
+    pub const MEMORY_MIB: (u64, u64) = (16, u32::MAX as u64);
+    /// `SWAP` in MiB: `swap`, integer, minimum 0. No schema maximum; ours as for memory.
+    pub const SWAP_MIB: (u64, u64) = (0, u32::MAX as u64);
+    /// `DISK` (and volume mounts) in GiB: a new volume is `STORAGE:SIZE_IN_GiB`
+    /// (`$NEW_DISK_RE` in `PVE/LXC.pm`) and PVE records its `size` in bytes as an integer. The
+    /// schema's `disk-size` format sets no maximum; the largest size whose byte count fits a
+    /// signed 64-bit integer is 2^33 − 1 GiB (planners here compute bytes from it, too).
+    pub const DISK_GIB: (u64, u64) = (1, (1 << 33) - 1);
+    /// Where the bounds come from, for messages.
+    pub const SOURCE: &str = "PVE API `POST /nodes/{node}/lxc`";
+}
 
 /// Keys this tool interprets; everything else goes to `extra`.
 pub const KNOWN_KEYS: &[&str] =
@@ -91,14 +116,18 @@ fn loc(e: &Entry) -> Location {
     Location::line(&e.file, e.line).with_key(&e.key)
 }
 
-fn parse_int(e: &Entry, min: u64, max: u64, what: &str, problems: &mut Problems) -> Option<u64> {
+/// Parses a whole number in `bounds` (inclusive); `source`, when given, names where the bounds
+/// come from and is appended to the out-of-range message.
+fn parse_int(e: &Entry, bounds: (u64, u64), what: &str, source: Option<&str>, problems: &mut Problems) -> Option<u64> {
+    let (min, max) = bounds;
     let v = e.value.trim();
     // Digits only: Rust's parser would also take `+5`, which PVE does not.
     let parsed = if v.bytes().all(|b| b.is_ascii_digit()) { v.parse::<u64>().map_err(|_| ()) } else { Err(()) };
     match parsed {
         Ok(v) if (min..=max).contains(&v) => Some(v),
         Ok(v) => {
-            problems.add(loc(e), format!("{what} must be between {min} and {max}, found {v}"));
+            let source = source.map(|s| format!(" ({s})")).unwrap_or_default();
+            problems.add(loc(e), format!("{what} must be between {min} and {max}, found {v}{source}"));
             None
         }
         Err(_) => {
@@ -117,8 +146,18 @@ fn parse_disk(s: &str) -> Result<Disk, String> {
         return Err(format!("`{storage}` is not a PVE storage id (lowercase letters, digits, `-_.`)"));
     }
     let size = size.trim().trim_end_matches(['G', 'g']);
+    let (min, max) = pve_bounds::DISK_GIB;
     match size.parse::<u64>() {
-        Ok(n) if n >= 1 => Ok(Disk { storage: storage.to_string(), size_gib: n }),
+        Ok(n) if (min..=max).contains(&n) => Ok(Disk { storage: storage.to_string(), size_gib: n }),
+        Ok(n) if n > max => Err(format!(
+            "size {n} GiB after `{storage}:` is larger than {max} GiB, the largest size {} can record \
+             (its size in bytes must fit a 64-bit integer)",
+            pve_bounds::SOURCE
+        )),
+        Err(_) if !size.is_empty() && size.bytes().all(|b| b.is_ascii_digit()) => Err(format!(
+            "size after `{storage}:` is larger than {max} GiB, the largest size {} can record",
+            pve_bounds::SOURCE
+        )),
         _ => Err(format!("expected a size in whole GiB ≥ 1 after `{storage}:`, found `{size}`")),
     }
 }
@@ -176,6 +215,26 @@ fn is_abs_path(s: &str) -> bool {
     s.starts_with('/') && !s.contains('\0') && !s.split('/').any(|c| c == "..")
 }
 
+/// The first overlap among snapshot paths (given without a trailing `/`), as a message: the
+/// same path twice, or one path inside another. An archive would hold the data twice and a
+/// restore would fight itself. `resolve` refuses it with the `SNAPSHOT` line; the snapshot step
+/// checks again before archiving.
+pub fn snapshot_overlap(paths: &[String]) -> Option<String> {
+    for (i, a) in paths.iter().enumerate() {
+        for b in &paths[i + 1..] {
+            if a == b {
+                return Some(format!("snapshot path `{a}` is declared twice"));
+            }
+            for (outer, inner) in [(a, b), (b, a)] {
+                if inner.starts_with(&format!("{outer}/")) {
+                    return Some(format!("snapshot path `{inner}` lies inside `{outer}`: declare only `{outer}`"));
+                }
+            }
+        }
+    }
+    None
+}
+
 /// Parses one `MOUNT` entry.
 pub fn parse_mount(item: &str) -> Result<Mount, String> {
     let item = item.trim();
@@ -224,10 +283,16 @@ pub fn parse_mount(item: &str) -> Result<Mount, String> {
 pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
     let mut problems = Problems::new();
     let env = input.env;
-    let missing = |key: &str, what: &str, problems: &mut Problems| {
-        problems.add(Location::file(&input.main_file).with_key(key), format!("missing required key {key} ({what})"));
+    // A required key no file sets is named at the lib's main file; one set to an empty value is
+    // named at the line that empties it.
+    let missing = |key: &str, what: &str, problems: &mut Problems| match env.get(key) {
+        Some(e) => problems.add(loc(e), format!("{key} is empty: a value is required ({what})")),
+        None => problems.add(
+            Location::file(&input.main_file).with_key(key),
+            format!("missing required key {key}: the key is absent from every env file of this lib ({what})"),
+        ),
     };
-    // Empty values mean "not set", as an empty shell variable would.
+    // Empty values of optional keys mean "not set", as an empty shell variable would.
     let get = |k: &str| env.get(k).filter(|e| !e.value.trim().is_empty());
 
     let hostname = hostname(input.name, input.stage);
@@ -242,7 +307,7 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
     }
 
     let vmid = match get("ID") {
-        Some(e) => parse_int(e, 100, 999_999_999, "ID (the vmid)", &mut problems).map(|v| v as u32),
+        Some(e) => parse_int(e, pve_bounds::VMID, "ID (the vmid)", None, &mut problems).map(|v| v as u32),
         None => {
             missing("ID", "the PVE vmid, 100–999999999", &mut problems);
             None
@@ -261,11 +326,13 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
             None
         }
     };
-    let cores = get("CORES").map_or(Some(DEFAULT_CORES as u64), |e| parse_int(e, 1, 8192, "CORES", &mut problems));
-    let memory = get("MEMORY")
-        .map_or(Some(DEFAULT_MEMORY_MIB), |e| parse_int(e, 16, u32::MAX as u64, "MEMORY (MiB)", &mut problems));
-    let swap =
-        get("SWAP").map_or(Some(DEFAULT_SWAP_MIB), |e| parse_int(e, 0, u32::MAX as u64, "SWAP (MiB)", &mut problems));
+    let size = |key: &str, default: u64, bounds: (u64, u64), what: &str, param: &str, problems: &mut Problems| {
+        let source = format!("{} parameter `{param}`", pve_bounds::SOURCE);
+        get(key).map_or(Some(default), |e| parse_int(e, bounds, what, Some(&source), problems))
+    };
+    let cores = size("CORES", DEFAULT_CORES as u64, pve_bounds::CORES, "CORES", "cores", &mut problems);
+    let memory = size("MEMORY", DEFAULT_MEMORY_MIB, pve_bounds::MEMORY_MIB, "MEMORY (MiB)", "memory", &mut problems);
+    let swap = size("SWAP", DEFAULT_SWAP_MIB, pve_bounds::SWAP_MIB, "SWAP (MiB)", "swap", &mut problems);
     let rootfs = match get("DISK") {
         Some(e) => match parse_disk(e.value.trim()) {
             Ok(d) => Some(d),
@@ -327,6 +394,9 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
             } else {
                 problems.add(loc(e), format!("snapshot path `{p}` must be absolute (not `/`, no `..`)"));
             }
+        }
+        if let Some(m) = snapshot_overlap(&snapshot_paths) {
+            problems.add(loc(e), m);
         }
     }
     let mut requires = Vec::new();
@@ -420,7 +490,7 @@ impl Identity {
             (v.bytes().all(|b| b.is_ascii_digit()))
                 .then(|| v.parse::<u32>().ok())
                 .flatten()
-                .filter(|v| (100..=999_999_999).contains(v))
+                .filter(|v| (pve_bounds::VMID.0..=pve_bounds::VMID.1).contains(&(*v as u64)))
                 .map(|v| (v, loc(e)))
         });
         let ip = env.get("IP").and_then(|e| parse_ip(&e.value).ok()?.address().map(|a| (a, loc(e))));
@@ -532,6 +602,42 @@ mod tests {
         assert!(parse_disk("local-lvm:0").is_err());
         assert!(parse_disk("Local:8").is_err());
         assert!(parse_disk("8").is_err());
+    }
+
+    #[test]
+    fn snapshot_overlaps() {
+        let v = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(snapshot_overlap(&v(&["/data", "/etc/app", "/data2"])), None);
+        assert_eq!(
+            snapshot_overlap(&v(&["/data", "/etc", "/data"])).unwrap(),
+            "snapshot path `/data` is declared twice"
+        );
+        assert_eq!(
+            snapshot_overlap(&v(&["/data/db", "/data"])).unwrap(),
+            "snapshot path `/data/db` lies inside `/data`: declare only `/data`"
+        );
+        assert_eq!(
+            snapshot_overlap(&v(&["/data", "/x", "/data/db"])).unwrap(),
+            "snapshot path `/data/db` lies inside `/data`: declare only `/data`"
+        );
+    }
+
+    #[test]
+    fn disk_sizes_within_pve_bounds() {
+        let max = pve_bounds::DISK_GIB.1;
+        assert_eq!(parse_disk(&format!("local-lvm:{max}")).unwrap().size_gib, max);
+        // The planner computes bytes from the size: the largest one must not overflow.
+        assert!(max.checked_mul(1 << 30).is_some());
+        assert_eq!(
+            parse_disk(&format!("local-lvm:{}", max + 1)).unwrap_err(),
+            "size 8589934592 GiB after `local-lvm:` is larger than 8589934591 GiB, the largest size PVE API \
+             `POST /nodes/{node}/lxc` can record (its size in bytes must fit a 64-bit integer)"
+        );
+        assert_eq!(
+            parse_disk("local-lvm:99999999999999999999999").unwrap_err(),
+            "size after `local-lvm:` is larger than 8589934591 GiB, the largest size PVE API `POST /nodes/{node}/lxc` \
+             can record"
+        );
     }
 
     #[test]

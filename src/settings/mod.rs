@@ -18,7 +18,8 @@
 //!   "host": "", "login": "", "password": "", "token": "" }
 //! ```
 //!
-//! Unknown keys are input errors (a typo must not silently drop a setting).
+//! Unknown keys are input errors (a typo must not silently drop a setting). `PROXMOX_HOST` takes
+//! a host name, an address or an `https://HOST[:PORT]` URL (see `host`).
 //!
 //! Secret values (`proxmox.password`, `proxmox.secret`, `password`, `token`) are held as
 //! [`SecretString`], are registered with [`crate::actions::mask`] the moment they are read, and the
@@ -29,6 +30,7 @@
 //! reads and checks one config file (every unknown key and wrong type, with its line).
 
 mod file;
+mod host;
 #[cfg(test)]
 mod tests;
 
@@ -68,7 +70,8 @@ pub enum GiteaAuthKind {
 /// Proxmox VE settings, secrets included (not serializable).
 #[derive(Debug, Clone, Default)]
 pub struct PveSettings {
-    /// API host name or address (`PROXMOX_HOST`), without scheme or port.
+    /// API host name or address (`PROXMOX_HOST`), without scheme or port: a URL given there
+    /// (`https://pve.example:8006`) is stored as its host, its port in `port`.
     pub host: Option<String>,
     /// API port (`PROXMOX_PORT`), default 8006.
     pub port: u16,
@@ -253,19 +256,45 @@ impl Settings {
             };
         }
 
-        let port = match nonempty(env.get("PROXMOX_PORT")) {
+        let explicit_port = match nonempty(env.get("PROXMOX_PORT")) {
             Some(p) => match p.parse::<u16>() {
-                Ok(p) if p > 0 => p,
+                Ok(p) if p > 0 => Some(p),
                 _ => {
                     problems.add(
                         Location::environment("PROXMOX_PORT"),
                         format!("expected a TCP port 1–65535, found `{p}`"),
                     );
-                    8006
+                    None
                 }
             },
-            None => local.proxmox.port.or(base.proxmox.port).unwrap_or(8006),
+            None => local.proxmox.port.or(base.proxmox.port),
         };
+        let mut port = explicit_port.unwrap_or(8006);
+        // The host, with where it was set: a URL's port sets the port unless one is set apart.
+        let host = [
+            (env.get("PROXMOX_HOST"), Location::environment("PROXMOX_HOST")),
+            (local.proxmox.host.clone(), Location::file(local_display).with_key("proxmox.host")),
+            (base.proxmox.host.clone(), Location::file(base_display).with_key("proxmox.host")),
+        ]
+        .into_iter()
+        .find_map(|(v, at)| nonempty(v).map(|v| (v, at)))
+        .and_then(|(raw, at)| match host::parse(&raw) {
+            Ok((host, url_port)) => {
+                match (url_port, explicit_port) {
+                    (Some(u), Some(p)) if u != p => problems.add(
+                        at,
+                        format!("the URL's port {u} differs from the port {p} set by PROXMOX_PORT or proxmox.port; set one of them"),
+                    ),
+                    (Some(u), _) => port = u,
+                    (None, _) => {}
+                }
+                Some(host)
+            }
+            Err(why) => {
+                problems.add(at, why);
+                None
+            }
+        });
         let mask = match nonempty(env.get("PROXMOX_MASK")) {
             Some(m) => {
                 parse_mask(Some(serde_json::Value::String(m)), Location::environment("PROXMOX_MASK"), &mut problems)
@@ -287,7 +316,7 @@ impl Settings {
         };
 
         let pve = PveSettings {
-            host: pick!("PROXMOX_HOST", proxmox.host),
+            host,
             port,
             user: pick!("PROXMOX_USER", proxmox.user),
             password: secret(pick!("PROXMOX_PASSWORD", proxmox.password)),

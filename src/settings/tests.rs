@@ -78,3 +78,38 @@ fn a_mistyped_secret_is_not_echoed() {
     assert!(text.contains("(token): expected a string, found an object"), "{text}");
     assert!(!text.contains("31415926") && !text.contains("zz-secret-zz"), "{text}");
 }
+
+#[test]
+fn a_pve_url_sets_host_and_port_and_a_contradicting_port_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let s = Settings::load(dir.path(), &env(&[("PROXMOX_HOST", "https://pve.example:8007/")])).unwrap();
+    assert_eq!((s.pve.host.as_deref(), s.pve.port), (Some("pve.example"), 8007));
+    let s =
+        Settings::load(dir.path(), &env(&[("PROXMOX_HOST", "https://pve.example"), ("PROXMOX_PORT", "8443")])).unwrap();
+    assert_eq!((s.pve.host.as_deref(), s.pve.port), (Some("pve.example"), 8443));
+    let s = Settings::load(dir.path(), &env(&[("PROXMOX_HOST", "https://pve.example:8006"), ("PROXMOX_PORT", "8006")]))
+        .unwrap();
+    assert_eq!((s.pve.host.as_deref(), s.pve.port), (Some("pve.example"), 8006));
+    let e = Settings::load(dir.path(), &env(&[("PROXMOX_HOST", "https://pve.example:8006"), ("PROXMOX_PORT", "8443")]))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "1 problem in the input:\n  environment (PROXMOX_HOST): the URL's port 8006 differs from the port 8443 set by \
+         PROXMOX_PORT or proxmox.port; set one of them\n"
+    );
+    // From a config file: the file and key are named.
+    std::fs::create_dir(dir.path().join("local")).unwrap();
+    std::fs::write(dir.path().join("local/config.json"), r#"{"proxmox": {"host": "http://pve.example"}}"#).unwrap();
+    let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "1 problem in the input:\n  local/config.json (proxmox.host): `http://pve.example` is not a PVE host: the \
+             scheme `http` is not supported: the PVE API is served over https only; expected {}\n",
+            host::FORMS
+        )
+    );
+}

@@ -175,18 +175,10 @@ pub fn check_paths(paths: &[String]) -> Result<Vec<String>, DataError> {
         }
         out.push(t.to_string());
     }
-    for a in &out {
-        for b in &out {
-            if a != b && b.starts_with(&format!("{a}/")) {
-                return Err(DataError::Input(format!("snapshot path `{b}` lies inside `{a}`: declare only `{a}`")));
-            }
-        }
-    }
-    let mut dedup = out.clone();
-    dedup.sort();
-    dedup.dedup();
-    if dedup.len() != out.len() {
-        return Err(DataError::Input("a snapshot path is declared twice".into()));
+    // The same rule `resolve` applies to `SNAPSHOT`, checked again here: the paths may come from
+    // an artifact or the command line.
+    if let Some(m) = crate::inventory::spec::snapshot_overlap(&out) {
+        return Err(DataError::Input(m));
     }
     Ok(out)
 }
