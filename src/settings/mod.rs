@@ -287,7 +287,7 @@ impl Settings {
         };
 
         let pve = PveSettings {
-            host: pick!("PROXMOX_HOST", proxmox.host),
+            host: pick!("PROXMOX_HOST", proxmox.host).inspect(|h| crate::remote_url::mask_userinfo(h)),
             port,
             user: pick!("PROXMOX_USER", proxmox.user),
             password: secret(pick!("PROXMOX_PASSWORD", proxmox.password)),
@@ -303,7 +303,7 @@ impl Settings {
         };
         let share = pick!("PROXMOX_SHARE", proxmox.share).unwrap_or_else(|| "/share".into());
         let gitea = GiteaSettings {
-            host: pick!("HOST", host),
+            host: pick!("HOST", host).inspect(|h| crate::remote_url::mask_userinfo(h)),
             login: pick!("LOGIN", login),
             password: secret(pick!("PASSWORD", password)),
             token: secret(pick!("GITEA_TOKEN", token)),
@@ -315,7 +315,7 @@ impl Settings {
     /// The non-secret view recorded in artifacts.
     pub fn public(&self) -> PublicSettings {
         PublicSettings {
-            pve_host: self.pve.host.clone(),
+            pve_host: self.pve.host.as_deref().map(|h| crate::remote_url::redact(h).into_owned()),
             pve_port: self.pve.port,
             pve_user: self.pve.user.clone(),
             pve_token: self.pve.token.clone(),
@@ -328,7 +328,7 @@ impl Settings {
             storage: self.pve.storage.clone(),
             template: self.pve.template.clone(),
             share: self.share.clone(),
-            gitea_host: self.gitea.host.clone(),
+            gitea_host: self.gitea.host.as_deref().map(|h| crate::remote_url::redact(h).into_owned()),
             gitea_login: self.gitea.login.clone(),
             gitea_auth: self.gitea.auth_kind(),
         }
