@@ -3,6 +3,15 @@
 //! One file per subcommand; each turns its arguments into a step's options and calls the step
 //! (see [`crate::steps`]). Exit codes: 0 success, 1 operational failure, 2 invalid input or
 //! usage (see [`crate::error`]).
+//!
+//! # Nothing written on bad input
+//!
+//! A run that ends with exit 2 leaves the artifacts directory as it found it. Each subcommand
+//! checks all its inputs (settings, credentials, selection, arguments) before its step writes
+//! anything, and the one artifact written on the way (`inventory.json`, when a command resolves
+//! the repository itself) is held back by [`Ctx::inventory`] until [`Ctx::inputs_checked`] — or,
+//! for commands whose step validates the selection itself, until the command ends without an
+//! input error ([`main`]).
 
 pub(crate) mod args;
 mod artifacts;
@@ -103,11 +112,15 @@ pub(crate) struct Ctx {
     pub stage: String,
     /// `--json`.
     pub json: bool,
+    /// A freshly resolved inventory not yet written to `inventory.json` (see the module docs).
+    pending_inventory: std::cell::RefCell<Option<Inventory>>,
 }
 
 impl Ctx {
     /// The inventory: read from `inventory` when given (an artifact from an earlier job),
-    /// otherwise resolved fresh from the repo and written to `inventory.json`.
+    /// otherwise resolved fresh from the repo; that one is written to `inventory.json` only once
+    /// the command's inputs are checked ([`Ctx::inputs_checked`]), or when the command ends
+    /// without an input error.
     pub fn inventory(&self, inventory: Option<&Path>) -> Result<Inventory> {
         if let Some(path) = inventory {
             // The file was named on the command line: a missing, foreign or too new artifact is
@@ -115,8 +128,20 @@ impl Ctx {
             return artifact::read::<Inventory>(path).map_err(|e| Error::Usage(format!("--inventory {e}")));
         }
         let inv = resolve(&ResolveOptions { repo: self.repo.clone(), stage: self.stage.clone() }, &ProcessEnv)?;
-        artifact::write(&self.artifacts.inventory(), &inv).map_err(|e| Error::Failed(e.into()))?;
+        *self.pending_inventory.borrow_mut() = Some(inv.clone());
         Ok(inv)
+    }
+
+    /// Declares the command's inputs checked: writes the inventory [`Ctx::inventory`] resolved
+    /// (if any, and not yet written). Call it before the step's first effect.
+    ///
+    /// # Errors
+    /// [`Error::Failed`] when the artifact cannot be written.
+    pub fn inputs_checked(&self) -> Result<()> {
+        match self.pending_inventory.borrow_mut().take() {
+            Some(inv) => artifact::write(&self.artifacts.inventory(), &inv).map_err(|e| Error::Failed(e.into())),
+            None => Ok(()),
+        }
     }
 
     /// Prints the artifact (with `--json`) or the human summary on stdout.
@@ -246,6 +271,7 @@ pub fn main() -> i32 {
         artifacts: ArtifactDir::new(artifacts),
         stage: cli.global.stage.clone(),
         json: cli.global.json,
+        pending_inventory: Default::default(),
     };
     let result = match cli.command {
         Command::Resolve(args) => resolve::run(&ctx, args),
@@ -260,6 +286,14 @@ pub fn main() -> i32 {
         Command::Snapshot(args) => snapshot::run(&ctx, args),
         Command::Configure(args) => configure::run(&ctx, args),
         Command::Destroy(args) => destroy::run(&ctx, args),
+    };
+    // The inputs were good unless the command says otherwise: write what was held back.
+    let result = match result {
+        Err(e @ (Error::Input(_) | Error::Usage(_))) => Err(e),
+        other => {
+            let written = ctx.inputs_checked();
+            other.and(written)
+        }
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,
