@@ -225,23 +225,26 @@ fn init_logging(global: &GlobalArgs) {
         .try_init();
 }
 
-/// Reports an error on stderr (and as Actions annotations) and returns its exit code.
+/// Reports an error on stderr (and as Actions annotations) and returns its exit code. Secrets
+/// are redacted and control characters escaped ([`crate::error::terminal_safe`]): the text
+/// quotes user files and remote systems.
 fn report(err: &Error, repo: &Path) -> i32 {
+    use crate::error::terminal_safe;
     match err {
         Error::Input(problems) => {
             for p in problems.iter() {
                 crate::actions::error_annotation(&crate::actions::workspace_relative(p, repo));
             }
-            eprint!("error: {}", crate::actions::redact(&problems.to_string()));
+            eprint!("error: {}", terminal_safe(&crate::actions::redact(&problems.to_string())));
         }
         Error::Usage(msg) => {
             crate::actions::error_message(msg);
-            eprintln!("error: {}", crate::actions::redact(msg));
+            eprintln!("error: {}", terminal_safe(&crate::actions::redact(msg)));
         }
         Error::Failed(e) => {
             let msg = format!("{e:#}");
             crate::actions::error_message(&msg);
-            eprintln!("error: {}", crate::actions::redact(&msg));
+            eprintln!("error: {}", terminal_safe(&crate::actions::redact(&msg)));
         }
     }
     err.exit_code()
@@ -312,10 +315,14 @@ pub(crate) fn table_of<T>(
     table(header, &rows)
 }
 
-/// Renders rows as a left-aligned text table with a header.
+/// Renders rows as a left-aligned text table with a header. Every cell is shown with control
+/// characters (newlines too) escaped ([`crate::error::terminal_safe_line`]): cells quote user
+/// files, remote systems and tool output.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|r| r.iter().map(|c| crate::error::terminal_safe_line(c).into_owned()).collect()).collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
+    for r in &rows {
         for (i, c) in r.iter().enumerate() {
             widths[i] = widths[i].max(c.chars().count());
         }
@@ -327,8 +334,31 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     };
     line(header.to_vec(), &mut out);
-    for r in rows {
+    for r in &rows {
         line(r.iter().map(String::as_str).collect(), &mut out);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_cells_are_escaped_and_aligned() {
+        let rows = vec![
+            vec!["a\u{1b}[2Jb".to_string(), "x".to_string()],
+            vec!["two\nlines".to_string(), "\u{202e}cba".to_string()],
+            vec!["plain".to_string(), "y".to_string()],
+        ];
+        let t = table(&["NAME", "VALUE"], &rows);
+        assert!(!t.contains('\u{1b}') && !t.contains('\u{202e}'), "{t}");
+        assert_eq!(
+            t,
+            "NAME         VALUE\n\
+             a\\u{1b}[2Jb  x\n\
+             two\\nlines   \\u{202e}cba\n\
+             plain        y\n"
+        );
+    }
 }

@@ -120,7 +120,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         if !ctx.json {
             for p in &results {
                 for w in &p.warnings {
-                    eprintln!("warning: {}: {w}", p.name);
+                    eprintln!("warning: {}: {}", p.name, crate::error::terminal_safe(w));
                 }
             }
         }
