@@ -28,7 +28,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::error::Problem;
+use crate::error::{Problem, terminal_safe};
 
 /// True when running under Gitea or GitHub Actions (`GITEA_ACTIONS` or `GITHUB_ACTIONS` set to
 /// a non-empty value other than `false`).
@@ -105,7 +105,8 @@ pub fn command(name: &str, props: &[(&str, &str)], message: &str) -> String {
 /// The `::error …::` workflow command for an input problem (without the trailing newline).
 ///
 /// `file=` names the problem's file and `line=` its line when known; a JSON or dotenv key is put
-/// in front of the message. Problems that are not about a file in the repository (the
+/// in front of the message (control characters escaped: the runner renders ANSI sequences).
+/// Problems that are not about a file in the repository (the
 /// environment, a command-line option: see [`crate::error::Location::is_file`]) get no `file=`
 /// and carry their source in the message instead. Secrets are redacted from the message.
 pub fn error_command(problem: &Problem) -> String {
@@ -137,7 +138,7 @@ fn annotation_command(kind: &str, problem: &Problem) -> String {
         msg.push_str(&format!("{key}: "));
     }
     msg.push_str(&problem.message);
-    command(kind, &props, &redact(&msg))
+    command(kind, &props, &terminal_safe(&redact(&msg)))
 }
 
 /// Prints [`error_command`] for an input problem on stderr when under Actions (no-op otherwise).
@@ -181,7 +182,7 @@ pub fn warn_problem(problem: &Problem, repo: &Path) {
 /// otherwise).
 pub fn error_message(msg: &str) {
     if in_actions() {
-        eprintln!("{}", command("error", &[], &redact(msg)));
+        eprintln!("{}", command("error", &[], &terminal_safe(&redact(msg))));
     }
 }
 
@@ -190,7 +191,7 @@ pub fn error_message(msg: &str) {
 /// the annotation.
 pub fn warning_message(msg: &str) {
     if in_actions() {
-        eprintln!("{}", command("warning", &[], &redact(msg)));
+        eprintln!("{}", command("warning", &[], &terminal_safe(&redact(msg))));
     }
 }
 
@@ -375,6 +376,13 @@ mod tests {
         assert_eq!(command("endgroup", &[], ""), "::endgroup::");
         assert_eq!(command("add-mask", &[], "p%25w"), "::add-mask::p%2525w");
         assert_eq!(command("error", &[("title", "a,b")], "x\ny"), "::error title=a%2Cb::x%0Ay");
+    }
+
+    #[test]
+    fn annotations_show_escape_sequences_escaped() {
+        use crate::error::Location;
+        let p = Problem::new(Location::line("libs/app/container.env", 2).with_key("X"), "value `\u{1b}[31mred`");
+        assert_eq!(error_command(&p), "::error file=libs/app/container.env,line=2::X: value `\\u{1b}[31mred`");
     }
 
     #[test]

@@ -28,6 +28,7 @@
 //!   failure with its whole context chain, secrets redacted) and exits with
 //!   [`Error::exit_code`].
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -116,9 +117,11 @@ impl Problem {
     }
 }
 
+/// Shown with control characters escaped ([`terminal_safe`]): file names, keys and messages
+/// quote the user's files.
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.location, self.message)
+        f.write_str(&terminal_safe(&format!("{}: {}", self.location, self.message)))
     }
 }
 
@@ -230,4 +233,79 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Renders `path` relative to `root` when it lies below it, for messages users can click.
 pub fn display_path(root: &Path, path: &Path) -> PathBuf {
     path.strip_prefix(root).map(Path::to_path_buf).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// True for a character that must not reach a terminal raw: C0 and C1 control characters and
+/// DEL (they start escape sequences, move the cursor, ring the bell …) and the Unicode
+/// bidirectional controls (which reorder what is shown, "Trojan Source").
+fn unsafe_for_terminal(c: char, keep_newlines: bool) -> bool {
+    (c.is_control() && !(keep_newlines && matches!(c, '\n' | '\t')))
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape_for_terminal(text: &str, keep_newlines: bool) -> Cow<'_, str> {
+    if !text.chars().any(|c| unsafe_for_terminal(c, keep_newlines)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_for_terminal(c, keep_newlines) {
+            // `\n`, `\r`, `\t` by name, everything else as `\u{1b}`.
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `text` made safe to print on a terminal (or into an Actions log, which renders ANSI
+/// sequences): every control character except newline and tab, and every Unicode bidirectional
+/// control, is shown escaped as Rust writes it (`\u{1b}`, `\r`, `\u{202e}`), so an escape
+/// sequence in a value from a user's file or in a remote system's error text is shown, never
+/// executed. Text without such characters is returned unchanged (borrowed).
+///
+/// For error reports and log text, which may span lines; see [`terminal_safe_line`] for a value
+/// that must stay on one line.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    escape_for_terminal(text, true)
+}
+
+/// As [`terminal_safe`], and newline and tab are escaped too (`\n`, `\t`): for one table cell or
+/// one value on a line of its own.
+pub fn terminal_safe_line(text: &str) -> Cow<'_, str> {
+    escape_for_terminal(text, false)
+}
+
+#[cfg(test)]
+mod terminal_tests {
+    use super::*;
+
+    #[test]
+    fn escape_sequences_are_shown_not_executed() {
+        assert_eq!(terminal_safe("red \u{1b}[31mX\u{1b}[0m"), "red \\u{1b}[31mX\\u{1b}[0m");
+        assert_eq!(terminal_safe("bell\u{7}del\u{7f}csi\u{9b}"), "bell\\u{7}del\\u{7f}csi\\u{9b}");
+        assert_eq!(terminal_safe("over\rwrite"), "over\\rwrite");
+        assert_eq!(terminal_safe("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(terminal_safe("two\nlines\tand a tab"), "two\nlines\tand a tab");
+        assert_eq!(terminal_safe_line("two\nlines\tand a tab"), "two\\nlines\\tand a tab");
+        assert_eq!(terminal_safe_line("\u{1b}]0;title\u{7}"), "\\u{1b}]0;title\\u{7}");
+    }
+
+    #[test]
+    fn safe_text_is_borrowed_unchanged() {
+        for t in ["", "plain", "ünïcödé ✓ 日本", "a: b (c) 50%", "x\ny"] {
+            assert!(matches!(terminal_safe(t), Cow::Borrowed(s) if s == t), "{t:?}");
+        }
+        assert!(matches!(terminal_safe_line("ünïcödé ✓"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn problems_display_escaped() {
+        let p = Problem::new(Location::line("libs/a\u{1b}[2J/container.env", 3).with_key("X"), "bad `\u{1b}[31m`");
+        let shown = p.to_string();
+        assert!(!shown.contains('\u{1b}'), "{shown}");
+        assert!(shown.contains("\\u{1b}[31m"), "{shown}");
+        assert!(shown.contains("\\u{1b}[2J"), "{shown}");
+    }
 }

@@ -22,7 +22,7 @@
 //!    over SSH, `lxc-attach` or locally, behind one trait).
 //! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`artifact`]
 //!    (the artifacts directory, every artifact path, and [`artifact::pack`] for job outputs),
-//!    [`settings`], [`error`], [`keys`], [`net`], [`pipe`], [`progress`].
+//!    [`settings`], [`remote_url`] (URLs with their credentials redacted), [`error`], [`keys`], [`net`], [`pipe`], [`progress`].
 
 pub mod actions;
 pub mod artifact;
@@ -39,6 +39,7 @@ pub mod net;
 pub mod pipe;
 pub mod progress;
 pub mod pve;
+pub mod remote_url;
 pub mod settings;
 pub mod snapshot;
 pub mod ssh;

@@ -647,3 +647,124 @@ fn env_get_and_set() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--repo: expected OWNER/REPO, found `a/b/c`"));
     d.assert_spec_conformant();
 }
+
+/// Issue 12: a submodule URL with a password and one with a token as the user part. Neither
+/// secret reaches an artifact, stdout, stderr or a process argument in `resolve`, `plan` (on
+/// resolve's standard monorepo), `rewrite` or `publish` (on this file's fixture, against the
+/// double); under Actions each part is registered with `::add-mask::` (the only line that may
+/// carry it).
+#[test]
+fn submodule_url_credentials_never_in_logs_artifacts_or_process_args() {
+    const PASSWORD: &str = "pw-Url-9c2e7b31";
+    const TOKEN: &str = "tok-url-4d8e1f2a";
+    let with_password = |host_path: &str| format!("https://alice-url:{PASSWORD}@{host_path}");
+    let with_token = |host_path: &str| format!("https://{TOKEN}@{host_path}");
+    // resolve/plan: the standard monorepo, two submodules with credentials.
+    let std_fx = support::fixture::standard();
+    let std_repo = support::fixture::Repo { dir: std_fx.root.clone() };
+    std_repo.set_submodule_url("libs/broker", &with_password("git.example.com/homelab/broker.git"));
+    std_repo.set_submodule_url("libs/web", &with_token("git.example.com/homelab/web.git"));
+    std_repo.commit("credentials in submodule URLs");
+    // rewrite/publish: this file's fixture.
+    let fx = fixture();
+    for (path, url) in [
+        ("libs/a", with_password("git.example.invalid/org/a.git")),
+        ("libs/b", with_token("git.example.invalid:8443/org/b/")),
+    ] {
+        git(&fx.mono, &["config", "-f", ".gitmodules", &format!("submodule.{path}.url"), &url]);
+    }
+    git(&fx.mono, &["commit", "-q", "-am", "credentials in submodule URLs"]);
+    let d = Double::start(Creds::basic("admin", "double-pw-u"));
+    let url = d.url();
+    let env = [("LOGIN", "admin"), ("PASSWORD", "double-pw-u")];
+    let (std_art, art) = (std_fx.tmp.path().join("artifacts"), fx.artifacts());
+
+    // Sample `ps -eo args` while the commands run.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || seen.is_empty() {
+                let out = std::process::Command::new("ps").args(["-eo", "args"]).output().unwrap();
+                seen.push(String::from_utf8_lossy(&out.stdout).into_owned());
+            }
+            seen
+        })
+    };
+    let (std_repo_arg, std_art_arg) = (s(&std_fx.root), s(&std_art));
+    let commands: [&[&str]; 4] = [
+        &["-v", "--repo", std_repo_arg, "--artifacts", std_art_arg, "resolve"],
+        &["-v", "--repo", std_repo_arg, "--artifacts", std_art_arg, "plan", "--ref", "refs/heads/main"],
+        &["-v", "--repo", s(&fx.mono), "--artifacts", s(&art), "rewrite", "--gitea", &url],
+        &["-v", "--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", &url],
+    ];
+    let mut logs = String::new();
+    for actions in [false, true] {
+        for args in commands {
+            let mut env = env.to_vec();
+            if actions {
+                env.push(("GITEA_ACTIONS", "true"));
+            }
+            let out = run(args, &env);
+            ok(&out);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            for secret in [PASSWORD, TOKEN] {
+                assert!(!stdout.contains(secret), "{args:?}: secret on stdout:\n{stdout}");
+                for line in stderr.lines().filter(|l| l.contains(secret)) {
+                    assert!(actions && line == format!("::add-mask::{secret}"), "{args:?}: secret on stderr: {line}");
+                }
+                if actions {
+                    assert!(
+                        stderr.contains(&format!("::add-mask::{secret}")),
+                        "{args:?}: {secret} not masked:\n{stderr}"
+                    );
+                }
+            }
+            logs.push_str(&stdout);
+            logs.push_str(&stderr);
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let all_ps = sampler.join().unwrap().join("\n");
+    assert!(all_ps.contains("--gitea"), "the sampler saw the commands");
+    for secret in [PASSWORD, TOKEN] {
+        assert!(!all_ps.contains(secret), "secret in process arguments");
+    }
+    assert!(logs.contains("git -C"), "debug log is on");
+
+    // The redacted form is what the artifacts record.
+    let inventory = read_json(&std_art.join("inventory.json"));
+    let urls = |v: &Value, list: &str, key: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        fn go(v: &Value, key: &str, out: &mut Vec<String>) {
+            for m in v.as_array().into_iter().flatten() {
+                out.extend(m[key].as_str().map(String::from));
+                go(&m["children"], key, out);
+            }
+        }
+        go(&v[list], key, &mut out);
+        out
+    };
+    let recorded = urls(&inventory, "submodules", "url");
+    assert!(recorded.contains(&"https://***@git.example.com/homelab/broker.git".into()), "{recorded:?}");
+    assert!(recorded.contains(&"https://***@git.example.com/homelab/web.git".into()), "{recorded:?}");
+    let old = urls(&read_json(&art.join("remotes.json")), "modules", "old_url");
+    assert!(old.contains(&"https://***@git.example.invalid/org/a.git".into()), "{old:?}");
+    assert!(old.contains(&"https://***@git.example.invalid:8443/org/b/".into()), "{old:?}");
+    assert!(old.contains(&"ssh://git@git.example.invalid:2222/org/c.git".into()), "unchanged: {old:?}");
+    // No artifact, and no file of the working copy, holds either secret.
+    let mut files = Vec::new();
+    all_files(&art, &mut files);
+    all_files(&std_art, &mut files);
+    assert!(files.iter().any(|f| f.ends_with("publish.json")));
+    assert!(files.iter().any(|f| f.ends_with("plan.json")));
+    for f in files {
+        let text = String::from_utf8_lossy(&std::fs::read(&f).unwrap()).into_owned();
+        for secret in [PASSWORD, TOKEN] {
+            assert!(!text.contains(secret), "secret in {}", f.display());
+        }
+    }
+    assert!(d.branch("main", "mono", "main").is_some());
+}

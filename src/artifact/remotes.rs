@@ -55,8 +55,9 @@ pub struct ModuleRemote {
     pub name: String,
     /// Repository name on Gitea.
     pub repo: String,
-    /// The URL as written before (`None` for a directory converted to a submodule).
-    pub old_url: Option<String>,
+    /// The URL as written before (`None` for a directory converted to a submodule), recorded
+    /// with its credentials redacted.
+    pub old_url: Option<crate::remote_url::RemoteUrl>,
     /// `<gitea>/<org>/<repo>.git`.
     pub new_url: String,
     /// The commit the parent recorded before (`None` for a converted directory).

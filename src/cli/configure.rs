@@ -106,8 +106,9 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
         );
         for c in &failed {
             eprintln!("\n{} failed; last log lines:", c.name);
+            // The container's own output: shown, never executed by the terminal.
             for l in &c.log_tail {
-                eprintln!("  {l}");
+                eprintln!("  {}", crate::error::terminal_safe_line(l));
             }
         }
     }

@@ -120,6 +120,15 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         backend,
         run_id: args.run_id.filter(|r| !r.is_empty()),
     };
+    // The ref, the selection and the PVE settings are input: refuse them (missing credentials
+    // too) before anything runs or is written, not once per container as a failure. The step
+    // checks the first two again; the runner opens its own backend.
+    let steps = crate::steps::deploy::steps_to_run(&opts.git_ref, &opts.steps)?;
+    inv.select(&opts.containers, true, crate::inventory::NotFound::InStage)?;
+    if backend == crate::backend::model::BackendKind::Pve && steps.contains(&Step::Provision) {
+        crate::backend::open(backend, &settings, &runner_opts.pve)?;
+    }
+    ctx.inputs_checked()?;
     let runner = BuiltinRunner::with_options(settings, runner_opts);
     let summary = block_on(Threads::Workers(opts.jobs.clamp(1, 8)), deploy(Arc::new(runner), inv, &opts))??;
     let path = ctx.artifacts.deploy();

@@ -38,6 +38,7 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
     let kind = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
     let backend = crate::backend::open(kind, &settings, &args.pve.connect()?)?;
+    ctx.inputs_checked()?;
     let opts = DestroyOptions { share: settings.share.clone(), no_snapshot: args.no_snapshot };
     let results = block_on(Threads::Default, step::destroy_all(&backend, &specs, &opts, &ctx.artifacts))??;
     ctx.emit_all(&results, || {

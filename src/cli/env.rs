@@ -118,6 +118,9 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
     };
     let client =
         Client::from_settings(&settings.gitea, sc.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
+    if let EnvCommand::Set { .. } = &args.command {
+        crate::steps::publish::require_credentials(&client)?;
+    }
     let rt = super::run::runtime(super::run::Threads::Current)?;
     match args.command {
         EnvCommand::Get { .. } => {

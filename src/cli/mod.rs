@@ -3,6 +3,15 @@
 //! One file per subcommand; each turns its arguments into a step's options and calls the step
 //! (see [`crate::steps`]). Exit codes: 0 success, 1 operational failure, 2 invalid input or
 //! usage (see [`crate::error`]).
+//!
+//! # Nothing written on bad input
+//!
+//! A run that ends with exit 2 leaves the artifacts directory as it found it. Each subcommand
+//! checks all its inputs (settings, credentials, selection, arguments) before its step writes
+//! anything, and the one artifact written on the way (`inventory.json`, when a command resolves
+//! the repository itself) is held back by [`Ctx::inventory`] until [`Ctx::inputs_checked`] — or,
+//! for commands whose step validates the selection itself, until the command ends without an
+//! input error ([`main`]).
 
 pub(crate) mod args;
 mod artifacts;
@@ -103,11 +112,15 @@ pub(crate) struct Ctx {
     pub stage: String,
     /// `--json`.
     pub json: bool,
+    /// A freshly resolved inventory not yet written to `inventory.json` (see the module docs).
+    pending_inventory: std::cell::RefCell<Option<Inventory>>,
 }
 
 impl Ctx {
     /// The inventory: read from `inventory` when given (an artifact from an earlier job),
-    /// otherwise resolved fresh from the repo and written to `inventory.json`.
+    /// otherwise resolved fresh from the repo; that one is written to `inventory.json` only once
+    /// the command's inputs are checked ([`Ctx::inputs_checked`]), or when the command ends
+    /// without an input error.
     pub fn inventory(&self, inventory: Option<&Path>) -> Result<Inventory> {
         if let Some(path) = inventory {
             // The file was named on the command line: a missing, foreign or too new artifact is
@@ -115,8 +128,20 @@ impl Ctx {
             return artifact::read::<Inventory>(path).map_err(|e| Error::Usage(format!("--inventory {e}")));
         }
         let inv = resolve(&ResolveOptions { repo: self.repo.clone(), stage: self.stage.clone() }, &ProcessEnv)?;
-        artifact::write(&self.artifacts.inventory(), &inv).map_err(|e| Error::Failed(e.into()))?;
+        *self.pending_inventory.borrow_mut() = Some(inv.clone());
         Ok(inv)
+    }
+
+    /// Declares the command's inputs checked: writes the inventory [`Ctx::inventory`] resolved
+    /// (if any, and not yet written). Call it before the step's first effect.
+    ///
+    /// # Errors
+    /// [`Error::Failed`] when the artifact cannot be written.
+    pub fn inputs_checked(&self) -> Result<()> {
+        match self.pending_inventory.borrow_mut().take() {
+            Some(inv) => artifact::write(&self.artifacts.inventory(), &inv).map_err(|e| Error::Failed(e.into())),
+            None => Ok(()),
+        }
     }
 
     /// Prints the artifact (with `--json`) or the human summary on stdout.
@@ -200,23 +225,26 @@ fn init_logging(global: &GlobalArgs) {
         .try_init();
 }
 
-/// Reports an error on stderr (and as Actions annotations) and returns its exit code.
+/// Reports an error on stderr (and as Actions annotations) and returns its exit code. Secrets
+/// are redacted and control characters escaped ([`crate::error::terminal_safe`]): the text
+/// quotes user files and remote systems.
 fn report(err: &Error, repo: &Path) -> i32 {
+    use crate::error::terminal_safe;
     match err {
         Error::Input(problems) => {
             for p in problems.iter() {
                 crate::actions::error_annotation(&crate::actions::workspace_relative(p, repo));
             }
-            eprint!("error: {}", crate::actions::redact(&problems.to_string()));
+            eprint!("error: {}", terminal_safe(&crate::actions::redact(&problems.to_string())));
         }
         Error::Usage(msg) => {
             crate::actions::error_message(msg);
-            eprintln!("error: {}", crate::actions::redact(msg));
+            eprintln!("error: {}", terminal_safe(&crate::actions::redact(msg)));
         }
         Error::Failed(e) => {
             let msg = format!("{e:#}");
             crate::actions::error_message(&msg);
-            eprintln!("error: {}", crate::actions::redact(&msg));
+            eprintln!("error: {}", terminal_safe(&crate::actions::redact(&msg)));
         }
     }
     err.exit_code()
@@ -246,6 +274,7 @@ pub fn main() -> i32 {
         artifacts: ArtifactDir::new(artifacts),
         stage: cli.global.stage.clone(),
         json: cli.global.json,
+        pending_inventory: Default::default(),
     };
     let result = match cli.command {
         Command::Resolve(args) => resolve::run(&ctx, args),
@@ -260,6 +289,14 @@ pub fn main() -> i32 {
         Command::Snapshot(args) => snapshot::run(&ctx, args),
         Command::Configure(args) => configure::run(&ctx, args),
         Command::Destroy(args) => destroy::run(&ctx, args),
+    };
+    // The inputs were good unless the command says otherwise: write what was held back.
+    let result = match result {
+        Err(e @ (Error::Input(_) | Error::Usage(_))) => Err(e),
+        other => {
+            let written = ctx.inputs_checked();
+            other.and(written)
+        }
     };
     match result {
         Ok(()) => crate::error::EXIT_OK,
@@ -278,10 +315,14 @@ pub(crate) fn table_of<T>(
     table(header, &rows)
 }
 
-/// Renders rows as a left-aligned text table with a header.
+/// Renders rows as a left-aligned text table with a header. Every cell is shown with control
+/// characters (newlines too) escaped ([`crate::error::terminal_safe_line`]): cells quote user
+/// files, remote systems and tool output.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|r| r.iter().map(|c| crate::error::terminal_safe_line(c).into_owned()).collect()).collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
+    for r in &rows {
         for (i, c) in r.iter().enumerate() {
             widths[i] = widths[i].max(c.chars().count());
         }
@@ -293,8 +334,31 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     };
     line(header.to_vec(), &mut out);
-    for r in rows {
+    for r in &rows {
         line(r.iter().map(String::as_str).collect(), &mut out);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_cells_are_escaped_and_aligned() {
+        let rows = vec![
+            vec!["a\u{1b}[2Jb".to_string(), "x".to_string()],
+            vec!["two\nlines".to_string(), "\u{202e}cba".to_string()],
+            vec!["plain".to_string(), "y".to_string()],
+        ];
+        let t = table(&["NAME", "VALUE"], &rows);
+        assert!(!t.contains('\u{1b}') && !t.contains('\u{202e}'), "{t}");
+        assert_eq!(
+            t,
+            "NAME         VALUE\n\
+             a\\u{1b}[2Jb  x\n\
+             two\\nlines   \\u{202e}cba\n\
+             plain        y\n"
+        );
+    }
 }

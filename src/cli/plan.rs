@@ -47,9 +47,13 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
         (true, false, false) => Some("PROXMOX_HOST is not set"),
         (true, false, true) => None,
     };
-    if offline.is_none() && provisions {
+    let backend = match offline.is_none() && provisions {
+        true => Some(crate::backend::open(crate::backend::model::BackendKind::Pve, &settings, &args.pve.connect()?)?),
+        false => None,
+    };
+    ctx.inputs_checked()?;
+    if let Some(backend) = backend {
         // Live state: what provision would do to each container (reads only).
-        let backend = crate::backend::open(crate::backend::model::BackendKind::Pve, &settings, &args.pve.connect()?)?;
         let live =
             crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.policy(), usize::from(args.jobs));
         super::run::block_on(super::run::Threads::Default, live)?;

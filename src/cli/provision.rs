@@ -67,6 +67,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
     let kind = args.backend.unwrap_or_else(|| backend::default_backend(&settings));
     let backend = backend::open(kind, &settings, &args.pve.connect()?)?;
+    ctx.inputs_checked()?;
     let jobs = usize::from(args.jobs);
     let policy = args.policy.policy();
     let opts = ApplyOptions {
@@ -119,7 +120,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         if !ctx.json {
             for p in &results {
                 for w in &p.warnings {
-                    eprintln!("warning: {}: {w}", p.name);
+                    eprintln!("warning: {}: {}", p.name, crate::error::terminal_safe(w));
                 }
             }
         }

@@ -11,7 +11,7 @@ use super::{Ctx, table_of};
 use crate::artifact;
 use crate::error::{Error, Result};
 use crate::gitea::Client;
-use crate::steps::publish::{PublishOptions, publish};
+use crate::steps::publish::{PublishOptions, publish, require_credentials};
 use crate::steps::rewrite::Remotes;
 
 /// Arguments of `publish`.
@@ -27,12 +27,22 @@ pub struct PublishArgs {
 pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
     let _group = crate::actions::Group::start("publish");
     let settings = settings(ctx)?;
-    let remotes: Remotes = match &args.remotes {
-        Some(p) => artifact::read(p).map_err(|e| Error::Failed(e.into()))?,
-        None => do_rewrite(ctx, &args.target, &settings)?,
+    let client = |gitea: Option<&str>| {
+        let client = Client::from_settings(&settings.gitea, gitea).map_err(|e| Error::Usage(e.to_string()))?;
+        require_credentials(&client).map(|()| client)
     };
-    let client =
-        Client::from_settings(&settings.gitea, Some(&remotes.gitea)).map_err(|e| Error::Usage(e.to_string()))?;
+    let (remotes, client): (Remotes, _) = match &args.remotes {
+        Some(p) => {
+            let remotes: Remotes = artifact::read(p).map_err(|e| Error::Failed(e.into()))?;
+            let client = client(Some(&remotes.gitea))?;
+            (remotes, client)
+        }
+        None => {
+            // Address and credentials are checked before the rewrite writes anything.
+            let client = client(args.target.gitea.as_deref())?;
+            (do_rewrite(ctx, &args.target, &settings)?, client)
+        }
+    };
     let opts = PublishOptions { repo: ctx.repo.clone(), artifacts: ctx.artifacts.clone() };
     let report = block_on(Threads::Current, publish(&client, &remotes, &opts))??;
     let path = ctx.artifacts.publish();

@@ -72,7 +72,7 @@ pub fn run(ctx: &Ctx, args: RewriteArgs) -> Result<()> {
         let mut s = table_of(&["PATH", "OLD URL", "NEW URL", "COMMIT"], &remotes.modules, |m| {
             vec![
                 m.path.display().to_string(),
-                m.old_url.clone().unwrap_or_else(|| "(directory)".into()),
+                m.old_url.as_ref().map_or_else(|| "(directory)".into(), |u| u.to_string()),
                 m.new_url.clone(),
                 m.commit[..m.commit.len().min(10)].to_string(),
             ]

@@ -239,6 +239,7 @@ fn walk(
                 ),
             }
         }
+        let url = url.map(crate::remote_url::RemoteUrl::new);
         out.push(Submodule { name, path: prefix.join(&path), url, commit, checked_out, head, children });
     }
     out

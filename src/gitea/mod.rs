@@ -159,13 +159,15 @@ impl Auth {
 /// # Errors
 /// A URL that does not parse, is not http(s), or carries credentials / query / fragment.
 pub fn base_url(host: &str) -> Result<Url, GiteaError> {
-    let host = host.trim();
-    let text = if host.contains("://") {
-        host.to_string()
-    } else if host.contains(':') {
-        format!("http://{host}")
+    let raw = host.trim();
+    // The text as shown in messages: credentials redacted (they are refused below anyway).
+    let host = crate::remote_url::redact(raw);
+    let text = if raw.contains("://") {
+        raw.to_string()
+    } else if raw.contains(':') {
+        format!("http://{raw}")
     } else {
-        format!("http://{host}:8080")
+        format!("http://{raw}:8080")
     };
     let mut url =
         Url::parse(&text).map_err(|e| GiteaError::Config(format!("`{host}` is not a valid Gitea URL: {e}")))?;

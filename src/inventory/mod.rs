@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
+use crate::remote_url::RemoteUrl;
 use crate::settings::PublicSettings;
 
 pub use select::NotFound;
@@ -246,8 +247,9 @@ pub struct Submodule {
     pub name: String,
     /// Its path relative to the **monorepo root** (not to its parent).
     pub path: PathBuf,
-    /// The URL exactly as written in `.gitmodules` (`None` when missing).
-    pub url: Option<String>,
+    /// The URL as written in `.gitmodules` (`None` when missing); recorded and shown with its
+    /// credentials redacted (see [`RemoteUrl`]).
+    pub url: Option<RemoteUrl>,
     /// The commit recorded in the parent's index (the gitlink), hex.
     pub commit: Option<String>,
     /// True when the submodule's repository and working tree are present.

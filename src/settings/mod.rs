@@ -278,6 +278,8 @@ impl Settings {
         ]
         .into_iter()
         .find_map(|(v, at)| nonempty(v).map(|v| (v, at)))
+        // Credentials in a pasted URL are refused below; mask them first, as any settings URL.
+        .inspect(|(v, _)| crate::remote_url::mask_userinfo(v))
         .and_then(|(raw, at)| match host::parse(&raw) {
             Ok((host, url_port)) => {
                 match (url_port, explicit_port) {
@@ -332,7 +334,7 @@ impl Settings {
         };
         let share = pick!("PROXMOX_SHARE", proxmox.share).unwrap_or_else(|| "/share".into());
         let gitea = GiteaSettings {
-            host: pick!("HOST", host),
+            host: pick!("HOST", host).inspect(|h| crate::remote_url::mask_userinfo(h)),
             login: pick!("LOGIN", login),
             password: secret(pick!("PASSWORD", password)),
             token: secret(pick!("GITEA_TOKEN", token)),
@@ -344,7 +346,7 @@ impl Settings {
     /// The non-secret view recorded in artifacts.
     pub fn public(&self) -> PublicSettings {
         PublicSettings {
-            pve_host: self.pve.host.clone(),
+            pve_host: self.pve.host.as_deref().map(|h| crate::remote_url::redact(h).into_owned()),
             pve_port: self.pve.port,
             pve_user: self.pve.user.clone(),
             pve_token: self.pve.token.clone(),
@@ -357,7 +359,7 @@ impl Settings {
             storage: self.pve.storage.clone(),
             template: self.pve.template.clone(),
             share: self.share.clone(),
-            gitea_host: self.gitea.host.clone(),
+            gitea_host: self.gitea.host.as_deref().map(|h| crate::remote_url::redact(h).into_owned()),
             gitea_login: self.gitea.login.clone(),
             gitea_auth: self.gitea.auth_kind(),
         }

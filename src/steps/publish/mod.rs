@@ -83,6 +83,22 @@ async fn git_credentials(client: &Client) -> anyhow::Result<Option<Credentials>>
     })
 }
 
+fn no_credentials() -> Error {
+    Error::Usage("no Gitea credentials: set GITEA_TOKEN, or LOGIN and PASSWORD".into())
+}
+
+/// Checks that `client` has credentials, which publishing needs (pushes and every write call).
+/// The CLI calls it before rewriting, so that nothing is written on this bad input.
+///
+/// # Errors
+/// [`Error::Usage`] naming the settings to set.
+pub fn require_credentials(client: &Client) -> Result<()> {
+    match client.auth() {
+        Some(_) => Ok(()),
+        None => Err(no_credentials()),
+    }
+}
+
 /// Runs the publish step for the working copy described by `remotes`.
 ///
 /// # Errors
@@ -91,11 +107,10 @@ async fn git_credentials(client: &Client) -> anyhow::Result<Option<Credentials>>
 /// failure stays (every operation is idempotent: run it again).
 pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) -> Result<PublishReport> {
     let variables = wanted_variables(remotes, opts)?;
+    require_credentials(client)?;
     let git = match git_credentials(client).await? {
         Some(c) => Git::with_credentials(c).map_err(|e| Error::Failed(e.into()))?,
-        None => {
-            return Err(Error::Usage("no Gitea credentials: set GITEA_TOKEN, or LOGIN and PASSWORD".into()));
-        }
+        None => return Err(no_credentials()),
     };
     let mut report = PublishReport {
         gitea: client.base().as_str().trim_end_matches('/').to_string(),

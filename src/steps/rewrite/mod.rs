@@ -186,7 +186,7 @@ mod tests {
             path: path.into(),
             name: path.into(),
             repo: repo.into(),
-            old_url: (!converted).then(|| format!("../{repo}.git")),
+            old_url: (!converted).then(|| crate::remote_url::RemoteUrl::new(format!("../{repo}.git"))),
             new_url: String::new(),
             source_commit: None,
             commit: commit.into(),

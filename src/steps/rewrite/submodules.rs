@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use super::{MAX_DEPTH, ModuleRemote, failed, new_url, repo_name_from_url, sanitize_repo_name};
 use crate::error::{Error, Location, Problems, Result};
 use crate::git::Git;
+use crate::remote_url::RemoteUrl;
 
 pub(super) struct Ctx<'a> {
     pub(super) git: Git,
@@ -141,11 +142,11 @@ pub(super) fn process(
         if ctx.modules.iter().any(|m| m.path == rel && m.converted) {
             continue; // added in step 1 above
         }
-        let Some(old) = e.url.clone() else {
+        let Some(old) = e.url.clone().map(RemoteUrl::new) else {
             ctx.problems.add(Location::file(&gm_display).with_key(&key), "submodule without a url");
             continue;
         };
-        let repo = match repo_name_from_url(&old) {
+        let repo = match repo_name_from_url(old.expose()) {
             Ok(r) => r,
             Err(m) => {
                 ctx.problems.add(Location::file(&gm_display).with_key(&key), m.to_string());
@@ -217,7 +218,7 @@ pub(super) fn process(
         });
         let commit = process(ctx, &sub, &sub_src, &rel, depth + 1, top_name)?;
         ctx.modules[index].commit = commit.clone();
-        if old != url {
+        if old.expose() != url {
             ctx.git.run(dir, ["config", "-f", ".gitmodules", &key, &url]).map_err(failed)?;
             changed = true;
         }
@@ -281,7 +282,7 @@ pub(super) fn check_collisions(modules: &[ModuleRemote], monorepo: &str, problem
                      as one Gitea repository; rename one of them",
                     m.repo,
                     first.path.display(),
-                    first.old_url.as_deref().unwrap_or("converted directory"),
+                    first.old_url.as_ref().map_or_else(|| "converted directory".into(), |u| u.to_string()),
                 ),
             ),
             Some(_) => {}

@@ -23,7 +23,7 @@ pub enum RepoNameError {
     /// The URL's path has no last component to name the repository after (`https://host/`, `../`).
     #[error("`{url}` has no repository name in its path")]
     NoNameInPath {
-        /// The URL as given.
+        /// The URL as given, credentials redacted ([`crate::remote_url::redact`]).
         url: String,
     },
 }
@@ -94,7 +94,7 @@ pub fn repo_name_from_url(url: &str) -> Result<String, RepoNameError> {
     let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
     let last = last.strip_suffix(".git").unwrap_or(last);
     if last.is_empty() || last == "." || last == ".." {
-        return Err(RepoNameError::NoNameInPath { url: url.to_string() });
+        return Err(RepoNameError::NoNameInPath { url: crate::remote_url::redact(url).into_owned() });
     }
     sanitize_repo_name(last)
 }
@@ -183,6 +183,10 @@ mod tests {
         );
         assert_eq!(e(repo_name_from_url(" ")), "the URL is empty");
         assert_eq!(e(repo_name_from_url("https://host/")), "`https://host/` has no repository name in its path");
+        assert_eq!(
+            e(repo_name_from_url("https://u:pw@host/")),
+            "`https://***@host/` has no repository name in its path"
+        );
     }
 
     #[test]
