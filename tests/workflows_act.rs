@@ -1,10 +1,12 @@
 //! The real workflows/pipeline.yml and action.yml, run by act (the engine of Gitea's act_runner)
 //! in host mode, offline, on a fixture monorepo, with the binary under test.
 //!
-//! Most tests here need no container: they run with backend `pve` and no `PROXMOX_HOST`
-//! (`PVE_UNSET`), so every provision fails naming the missing setting, and configure has no
-//! provision result to work from. They check everything around the steps: job order, outputs
-//! passed between jobs, one step call per container, blocking, masking, the binary input.
+//! Most tests here need no container: they run with backend `pve` (`PVE_UNSET`) and either no
+//! `PROXMOX_HOST` (provision refuses the input before any container) or a PVE API on a loopback
+//! port where nothing listens (`PVE_CLOSED`: every container's provision fails on its own), so
+//! configure has no provision result to work from. They check everything around the steps: job
+//! order, outputs passed between jobs, one step call per container, blocking, masking, the
+//! binary input.
 //!
 //! [`end_to_end_lxc_then_a_failing_lib_then_pve`] runs the whole pipeline for real: the shipped
 //! broker lib in a real LXC container (backend `lxc`), then against fakepve (backend `pve`) with
@@ -25,7 +27,20 @@ use workflows::{act, act_with, commit_all, monorepo, monorepo_with};
 /// Backend `pve` without `PROXMOX_HOST`: nothing is ever contacted (the default backend without a
 /// PVE host would be `lxc`, i.e. real containers on this host).
 const PVE_UNSET: [&str; 2] = ["--var", "PROXMOX_GITOPS_BACKEND=pve"];
-const NO_HOST: &str = "1 problem in the input:";
+/// A PVE API on loopback where nothing listens (port 9, discard): the settings are complete, so
+/// `deploy` starts, and every container's provision fails on its own (connection refused).
+const PVE_CLOSED: [&str; 10] = [
+    "--var",
+    "PROXMOX_HOST=127.0.0.1",
+    "--var",
+    "PROXMOX_PORT=9",
+    "--var",
+    "PROXMOX_USER=root@pam",
+    "--var",
+    "PROXMOX_TEMPLATE=debian-12-standard_12.7-1",
+    "-s",
+    "PROXMOX_PASSWORD=pve-secret-9f2c",
+];
 const NO_PROVISION: &str = "run `provision` first";
 
 fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
@@ -75,15 +90,14 @@ fn push_to_release_provisions_then_configures_with_the_provision_results() {
         "push",
         "workflows/pipeline.yml",
         &serde_json::json!({"ref": "refs/heads/release"}),
-        &args(&[]),
+        &args(&PVE_CLOSED),
     );
     let log = &run.log;
     assert!(run.job_has("pipeline", "resolve", "Job succeeded"), "{log}");
     for name in ["config", "alpha", "beta"] {
-        let line = format!("{name}: provision failed: {NO_HOST}");
+        let line = format!("{name}: provision failed: ");
         assert!(run.job_has("pipeline", "provision", &line), "{name}\n{log}");
     }
-    assert!(run.job_has("pipeline", "provision", "environment (PROXMOX_HOST): not set: the PVE API host"), "{log}");
     assert!(run.job_has("pipeline", "provision", "Job failed"), "{log}");
     // configure still runs after a failed provision and reads its results from the provision
     // job's bundle: every container's provision failed for these inputs, so each is blocked
@@ -112,12 +126,31 @@ fn dispatch_runs_the_chosen_step_for_the_chosen_container() {
         "workflow_dispatch",
         "workflows/pipeline.yml",
         &serde_json::json!({"ref": "refs/heads/main", "inputs": {"step": "provision", "container": "beta"}}),
+        &args(&PVE_CLOSED),
+    );
+    let log = &run.log;
+    assert!(run.job_has("pipeline", "provision", "beta: provision failed: "), "{log}");
+    assert!(!run.job_has("pipeline", "provision", "alpha:"), "{log}");
+    assert!(run.job("pipeline", "configure").is_empty(), "{log}");
+    assert_ne!(run.code, 0, "{log}");
+}
+
+/// A PVE backend without `PROXMOX_HOST` is bad input: the provision step refuses it before any
+/// container is planned (exit 2, no per-container failure, no artifact).
+#[test]
+fn a_pve_backend_without_a_host_is_refused_before_any_container() {
+    let repo = monorepo(&[]);
+    let run = act(
+        repo.path(),
+        "workflow_dispatch",
+        "workflows/pipeline.yml",
+        &serde_json::json!({"ref": "refs/heads/main", "inputs": {"step": "provision", "container": "beta"}}),
         &args(&[]),
     );
     let log = &run.log;
-    assert!(run.job_has("pipeline", "provision", &format!("beta: provision failed: {NO_HOST}")), "{log}");
-    assert!(!run.job_has("pipeline", "provision", "alpha:"), "{log}");
-    assert!(run.job("pipeline", "configure").is_empty(), "{log}");
+    assert!(run.job_has("pipeline", "provision", "environment (PROXMOX_HOST): not set: the PVE API host"), "{log}");
+    assert!(!run.job_has("pipeline", "provision", "provision failed"), "{log}");
+    assert!(run.job_has("pipeline", "provision", "rc=2"), "{log}");
     assert_ne!(run.code, 0, "{log}");
 }
 
