@@ -74,6 +74,15 @@ fn renders_every_lib_and_the_workflow_has_the_expected_structure() {
                 "options": ["deploy", "provision", "configure", "snapshot"]}}}
         })
     );
+    // One group per monorepo and stage, never cancelling a deploy: the monorepo is rendered in
+    // (`github.repository` is the lib's repository in this workflow).
+    assert_eq!(
+        wf["concurrency"],
+        serde_json::json!({
+            "group": "proxmox-gitops-srv/config-${{ vars.PROXMOX_GITOPS_STAGE || 'main' }}",
+            "cancel-in-progress": false
+        })
+    );
     let env = wf["env"].as_object().unwrap();
     assert_eq!(env["PROXMOX_PASSWORD"], "${{ secrets.PROXMOX_PASSWORD }}");
     assert_eq!(env["PROXMOX_HOST"], "${{ vars.PROXMOX_HOST }}");
@@ -210,4 +219,18 @@ fn the_cli_renders_for_one_lib() {
     );
     assert!(root.join("libs/beta/.gitea/workflows/pipeline.yml").is_file());
     assert!(!root.join("libs/alpha/.gitea").exists());
+}
+
+/// The monorepo's own workflows and a rendered lib pipeline land in the same concurrency group
+/// once `${{ github.repository }}` (the monorepo, in the monorepo's workflows) is substituted.
+#[test]
+fn lib_and_monorepo_workflows_share_one_concurrency_group_per_stage() {
+    let lib = yaml_to_json(&render(Path::new("t.hbs"), BUILTIN_TEMPLATE, &vars("alpha", "shell")).unwrap());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in ["workflows/pipeline.yml", "workflows/snapshot.yml"] {
+        let wf = yaml_to_json(&std::fs::read_to_string(root.join(file)).unwrap());
+        assert_eq!(wf["concurrency"]["cancel-in-progress"], false, "{file}");
+        let group = wf["concurrency"]["group"].as_str().unwrap_or_else(|| panic!("{file}: no concurrency group"));
+        assert_eq!(group.replace("${{ github.repository }}", "srv/config"), lib["concurrency"]["group"], "{file}");
+    }
 }
