@@ -156,7 +156,7 @@ print(f"  {p['name']}: container {p['hostname']} ({p['status']}) at {p['address'
 # The base role disables root logins and authorizes the container key for `config`.
 print(f"  ssh:    ssh -i {share}/.keys/{p['vmid']} config@{p['address']}")
 print(f"  shell:  lxc-attach -n {p['hostname']}")
-for w in p.get("warnings", []):
-    print(f"  note:   {w}")
+# The provision step's warnings (the IP and DISK notes …) were printed by `provision` itself:
+# not repeated here, so that each appears once per run.
 PY
 done

@@ -1085,3 +1085,86 @@ fn hardening_proxmox_host_as_a_browser_url() {
         assert!(!artifacts.exists(), "nothing is written on bad input");
     }
 }
+
+/// The CLI's `resolve` on `root`: exit code 2 and exactly `problems` after `error: `.
+fn refused_with(root: &Path, problems: &[&str]) {
+    let r = run(root, &["resolve", "--artifacts", root.join("out").to_str().unwrap()], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let n = problems.len();
+    let head = format!("error: {n} problem{} in the input:\n", if n == 1 { "" } else { "s" });
+    let body: String = problems.iter().map(|p| format!("  {p}\n")).collect();
+    assert_eq!(&r.stderr[r.stderr.find("error: ").unwrap()..], format!("{head}{body}"));
+    assert!(!root.join("out").exists(), "nothing is written on bad input");
+}
+
+#[test]
+fn issue16_two_configuration_engines_are_refused_naming_both_files() {
+    let rule = "a lib has at most one of `playbook.yml` (Ansible), `configure.sh` (shell) and `recipes/default.rb` \
+                (Cinc); remove the others";
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, "libs/app/playbook.yml", "- hosts: all\n");
+    fixture::write(&root, "libs/app/configure.sh", "true\n");
+    refused_with(
+        &root,
+        &[&format!("libs/app: two configuration engines, `libs/app/playbook.yml` and `libs/app/configure.sh`: {rule}")],
+    );
+    std::fs::remove_file(root.join("libs/app/playbook.yml")).unwrap();
+    fixture::write(&root, "libs/app/recipes/default.rb", "package 'curl'\n");
+    refused_with(
+        &root,
+        &[&format!(
+            "libs/app: two configuration engines, `libs/app/configure.sh` and `libs/app/recipes/default.rb`: {rule}"
+        )],
+    );
+    fixture::write(&root, "libs/app/playbook.yml", "- hosts: all\n");
+    refused_with(
+        &root,
+        &[&format!(
+            "libs/app: three configuration engines, `libs/app/playbook.yml`, `libs/app/configure.sh` and \
+             `libs/app/recipes/default.rb`: {rule}"
+        )],
+    );
+    // One engine: resolved as before.
+    std::fs::remove_file(root.join("libs/app/playbook.yml")).unwrap();
+    std::fs::remove_file(root.join("libs/app/configure.sh")).unwrap();
+    let inv = resolve_at(&root, "main").unwrap();
+    assert_eq!(inv.containers[1].engine, proxmox_gitops::inventory::Engine::Cinc);
+}
+
+#[test]
+fn issue16_original_config_env_gets_a_rename_hint() {
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, "libs/old/config.env", "IP=10.0.3.30/24\nID=130\n");
+    refused_with(
+        &root,
+        &[
+            "libs/old/config.env: lib `old` has no container.env: `libs/old/config.env` is the original project's name for this file: rename it to \
+           `container.env` (`git mv libs/old/config.env libs/old/container.env`)",
+        ],
+    );
+    // Without config.env either, the problem is the missing container.env, as before.
+    std::fs::remove_file(root.join("libs/old/config.env")).unwrap();
+    refused_with(
+        &root,
+        &["libs/old/container.env: lib `old` has no container.env (every directory under libs/ is a container)"],
+    );
+    // Both files: container.env is read, config.env is the lib's own (an extra file, not an error).
+    fixture::write(&root, "libs/old/config.env", "X=1\n");
+    fixture::write(&root, "libs/old/container.env", "IP=10.0.3.30/24\nID=130\n");
+    assert_eq!(resolve_at(&root, "main").unwrap().containers.len(), 3);
+}
+
+#[test]
+fn issue16_cinc_is_never_said_to_come_from_the_base_role() {
+    // A Cinc lib resolves (the engine is known before any container exists); the failure when the
+    // container has no cinc-client says that Cinc must already be there.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, "libs/app/recipes/default.rb", "package 'curl'\n");
+    assert_eq!(resolve_at(&root, "main").unwrap().containers[1].engine, proxmox_gitops::inventory::Engine::Cinc);
+    assert_eq!(
+        proxmox_gitops::steps::configure::cinc_missing(Path::new("libs/app")),
+        "libs/app has recipes/default.rb but cinc-client is not installed in the container: nothing here installs \
+         Cinc (the base role does not), it must already be there: use a template or image that has Cinc Client \
+         (https://cinc.sh), or install it from your own base/ role"
+    );
+}

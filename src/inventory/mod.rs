@@ -211,7 +211,8 @@ pub enum Mount {
     },
 }
 
-/// The lib's configuration engine, chosen by the files it has (first match wins).
+/// The lib's configuration engine, chosen by the one engine file it has (a lib with two is
+/// refused at resolve, see [`Engine::files`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
@@ -226,17 +227,20 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// Detects the engine of the lib directory `dir`.
+    /// The file that selects each engine, relative to the lib directory, in detection order.
+    pub const FILES: [(&'static str, Engine); 3] =
+        [("playbook.yml", Engine::Ansible), ("configure.sh", Engine::Shell), ("recipes/default.rb", Engine::Cinc)];
+
+    /// The engine files ([`Engine::FILES`]) present in the lib directory `dir`, in detection
+    /// order. More than one is an input problem (resolve names them all).
+    pub fn files(dir: &std::path::Path) -> Vec<&'static str> {
+        Self::FILES.iter().filter(|(f, _)| dir.join(f).is_file()).map(|(f, _)| *f).collect()
+    }
+
+    /// Detects the engine of the lib directory `dir`: the engine of its first engine file, or
+    /// [`Engine::None`].
     pub fn detect(dir: &std::path::Path) -> Engine {
-        if dir.join("playbook.yml").is_file() {
-            Engine::Ansible
-        } else if dir.join("configure.sh").is_file() {
-            Engine::Shell
-        } else if dir.join("recipes/default.rb").is_file() {
-            Engine::Cinc
-        } else {
-            Engine::None
-        }
+        Self::FILES.iter().find(|(f, _)| dir.join(f).is_file()).map_or(Engine::None, |(_, e)| *e)
     }
 }
 

@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::dotenv::Entry;
 use super::{ContainerSpec, Disk, Engine, IpConfig, Mount};
@@ -417,6 +417,8 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
         }
     }
 
+    engine_conflict(&input.dir, &Engine::files(&input.abs_dir), &mut problems);
+
     problems.into_result()?;
     let all: BTreeMap<String, String> = env.iter().map(|(k, e)| (k.clone(), e.value.clone())).collect();
     let extra =
@@ -442,6 +444,28 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
         env: all,
         extra,
     })
+}
+
+/// A problem when the lib directory `dir` (relative to the root) has more than one of the engine
+/// files `found` ([`Engine::files`]): the engine is never chosen silently.
+fn engine_conflict(dir: &Path, found: &[&str], problems: &mut Problems) {
+    if found.len() < 2 {
+        return;
+    }
+    let named: Vec<String> = found
+        .iter()
+        .map(|f| format!("`{}`", if dir == Path::new(".") { PathBuf::from(f) } else { dir.join(f) }.display()))
+        .collect();
+    let (last, rest) = named.split_last().expect("two or more");
+    let count = if found.len() == 2 { "two" } else { "three" };
+    problems.add(
+        Location::file(dir),
+        format!(
+            "{count} configuration engines, {} and {last}: a lib has at most one of `playbook.yml` (Ansible), \
+             `configure.sh` (shell) and `recipes/default.rb` (Cinc); remove the others",
+            rest.join(", ")
+        ),
+    );
 }
 
 /// Cross-checks within one stage: duplicate vmid, static address or hostname → a problem naming
@@ -554,6 +578,31 @@ fn check_duplicates(items: &[(&str, Option<Located>, Option<Located>, Located)],
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn engine_conflicts_name_every_file() {
+        let msgs = |dir: &str, found: &[&str]| {
+            let mut p = Problems::new();
+            engine_conflict(Path::new(dir), found, &mut p);
+            p.0.iter().map(|p| p.to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(msgs("libs/x", &[]), Vec::<String>::new());
+        assert_eq!(msgs("libs/x", &["configure.sh"]), Vec::<String>::new());
+        let rule = "a lib has at most one of `playbook.yml` (Ansible), `configure.sh` (shell) and \
+                    `recipes/default.rb` (Cinc); remove the others";
+        assert_eq!(
+            msgs("libs/x", &["playbook.yml", "recipes/default.rb"]),
+            vec![format!(
+                "libs/x: two configuration engines, `libs/x/playbook.yml` and `libs/x/recipes/default.rb`: {rule}"
+            )]
+        );
+        assert_eq!(
+            msgs(".", &["playbook.yml", "configure.sh", "recipes/default.rb"]),
+            vec![format!(
+                ".: three configuration engines, `playbook.yml`, `configure.sh` and `recipes/default.rb`: {rule}"
+            )]
+        );
+    }
 
     #[test]
     fn boot_message_lists_exactly_what_parses() {

@@ -109,6 +109,9 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         if !root.join(&rel).join("container.env").is_file() {
             match sm {
                 Some(sm) if !sm.checked_out => problems.add(Location::file(&rel), unchecked_submodule("lib", &name)),
+                _ if root.join(&rel).join(ORIGINAL_ENV).is_file() => {
+                    problems.add(Location::file(rel.join(ORIGINAL_ENV)), rename_original_env(&name, &rel, sm.is_some()))
+                }
                 _ => problems.add(
                     Location::file(rel.join("container.env")),
                     format!("lib `{name}` has no container.env (every directory under libs/ is a container)"),
@@ -158,6 +161,25 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         settings: settings.public(),
         root,
     })
+}
+
+/// The original project's name for a lib's `container.env`.
+pub const ORIGINAL_ENV: &str = "config.env";
+
+/// The problem of the lib at `rel` that has the original project's [`ORIGINAL_ENV`] and no
+/// `container.env`: how to rename it (inside the submodule when the lib is one).
+fn rename_original_env(name: &str, rel: &Path, submodule: bool) -> String {
+    let (old, new) = (rel.join(ORIGINAL_ENV), rel.join("container.env"));
+    let mv = if submodule {
+        format!("git -C {} mv {ORIGINAL_ENV} container.env", rel.display())
+    } else {
+        format!("git mv {} {}", old.display(), new.display())
+    };
+    format!(
+        "lib `{name}` has no container.env: `{}` is the original project's name for this file: rename it to \
+         `container.env` (`{mv}`)",
+        old.display()
+    )
 }
 
 /// The problem of a `what` (`lib`, `task`) directory that is a submodule not checked out.
@@ -330,5 +352,19 @@ mod tests {
         assert_eq!(find_cron("#!/bin/bash\n# ! cron '0 3 * * *'\necho"), Some((2, "0 3 * * *".into())));
         assert_eq!(find_cron("#! cron \"*/5 * * * *\""), Some((1, "*/5 * * * *".into())));
         assert_eq!(find_cron("#!/bin/bash\necho"), None);
+    }
+
+    #[test]
+    fn original_env_rename_hint() {
+        assert_eq!(
+            rename_original_env("x", Path::new("libs/x"), false),
+            "lib `x` has no container.env: `libs/x/config.env` is the original project's name for this file: rename it to `container.env` \
+             (`git mv libs/x/config.env libs/x/container.env`)"
+        );
+        assert_eq!(
+            rename_original_env("x", Path::new("libs/x"), true),
+            "lib `x` has no container.env: `libs/x/config.env` is the original project's name for this file: rename it to `container.env` \
+             (`git -C libs/x mv config.env container.env`)"
+        );
     }
 }

@@ -109,11 +109,7 @@ pub(super) async fn run_engines(
                 };
                 if code == Some(127) && text.lines().any(|l| l == "cinc-client: command not found") {
                     part.lib = Some(run);
-                    anyhow::bail!(
-                        "{} has recipes/default.rb but cinc-client is not installed on the container; \
-                         install Cinc Client (https://cinc.sh) there first, e.g. from the base role",
-                        spec.dir.display()
-                    );
+                    anyhow::bail!("{}", cinc_missing(&spec.dir));
                 }
                 Some(run)
             }
@@ -279,6 +275,17 @@ async fn ansible(
     })
 }
 
+/// The failure of a Cinc lib (`recipes/default.rb`) whose container has no `cinc-client`: the
+/// shipped base role does not install Cinc, so it must already be in the container.
+pub fn cinc_missing(lib_dir: &Path) -> String {
+    format!(
+        "{} has recipes/default.rb but cinc-client is not installed in the container: nothing here \
+         installs Cinc (the base role does not), it must already be there: use a template or image \
+         that has Cinc Client (https://cinc.sh), or install it from your own base/ role",
+        lib_dir.display()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,5 +295,15 @@ mod tests {
         assert_eq!(split_exit_marker("a\nb\n\n__pgo_exit_code=127\n", Some(0)), (Some(127), "a\nb\n".into()));
         assert_eq!(split_exit_marker("\n__pgo_exit_code=0\n", Some(0)), (Some(0), "".into()));
         assert_eq!(split_exit_marker("killed\n", Some(255)), (Some(255), "killed\n".into()));
+    }
+
+    #[test]
+    fn cinc_missing_says_it_must_already_be_there() {
+        assert_eq!(
+            cinc_missing(Path::new("libs/dns")),
+            "libs/dns has recipes/default.rb but cinc-client is not installed in the container: nothing here \
+             installs Cinc (the base role does not), it must already be there: use a template or image that \
+             has Cinc Client (https://cinc.sh), or install it from your own base/ role"
+        );
     }
 }

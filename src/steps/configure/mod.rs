@@ -33,6 +33,7 @@ mod recap;
 mod restore;
 
 pub use contract::{Contract, missing_requirements, requirements_error};
+pub use engines::cinc_missing;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
