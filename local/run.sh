@@ -94,7 +94,7 @@ ensure_lxc_net || exit 1
 if [ -x "$repo/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/proxmox-gitops" ]; then
   say "building proxmox-gitops ($profile)"
 else
-  say "building proxmox-gitops ($profile; the first build takes a few minutes)"
+  say "building proxmox-gitops ($profile; the first build can take 15 minutes on 2 cores, and prints nothing meanwhile)"
 fi
 if [ "$profile" = release ]; then
   cargo build --release --locked --quiet
