@@ -423,7 +423,10 @@ fn broker_and_proxy_end_to_end() {
     let r = rt.block_on(configure(&inv4, &options(&artifacts, &["chef"], &password))).unwrap();
     let Outcome::Failed { error } = &r[0].outcome else { panic!("chef should fail") };
     assert!(
-        error.contains("libs/chef has recipes/default.rb but cinc-client is not installed on the container"),
+        error.contains(
+            "libs/chef has recipes/default.rb but cinc-client is not installed in the container: nothing here \
+             installs Cinc (the base role does not)"
+        ),
         "{error}"
     );
     assert_eq!(r[0].lib.as_ref().unwrap().exit_code, Some(127));

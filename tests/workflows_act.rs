@@ -47,6 +47,13 @@ fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     PVE_UNSET.iter().copied().chain(extra.iter().copied()).collect()
 }
 
+/// act's `workflow_dispatch` of `pipeline.yml` on `refs/heads/<branch>` with the inputs
+/// `step=provision`, `container=beta`, and `extra` act arguments.
+fn dispatch_provision_beta(repo: &Path, branch: &str, extra: &[&str]) -> workflows::ActRun {
+    let event = serde_json::json!({"ref": format!("refs/heads/{branch}"), "inputs": {"step": "provision", "container": "beta"}});
+    act(repo, "workflow_dispatch", "workflows/pipeline.yml", &event, extra)
+}
+
 #[test]
 fn push_to_main_resolves_then_configures_every_container() {
     let repo = monorepo(&[]);
@@ -121,13 +128,7 @@ fn push_to_release_provisions_then_configures_with_the_provision_results() {
 #[test]
 fn dispatch_runs_the_chosen_step_for_the_chosen_container() {
     let repo = monorepo(&[]);
-    let run = act(
-        repo.path(),
-        "workflow_dispatch",
-        "workflows/pipeline.yml",
-        &serde_json::json!({"ref": "refs/heads/main", "inputs": {"step": "provision", "container": "beta"}}),
-        &args(&PVE_CLOSED),
-    );
+    let run = dispatch_provision_beta(repo.path(), "main", &args(&PVE_CLOSED));
     let log = &run.log;
     assert!(run.job_has("pipeline", "provision", "beta: provision failed: "), "{log}");
     assert!(!run.job_has("pipeline", "provision", "alpha:"), "{log}");
@@ -140,13 +141,7 @@ fn dispatch_runs_the_chosen_step_for_the_chosen_container() {
 #[test]
 fn a_pve_backend_without_a_host_is_refused_before_any_container() {
     let repo = monorepo(&[]);
-    let run = act(
-        repo.path(),
-        "workflow_dispatch",
-        "workflows/pipeline.yml",
-        &serde_json::json!({"ref": "refs/heads/main", "inputs": {"step": "provision", "container": "beta"}}),
-        &args(&[]),
-    );
+    let run = dispatch_provision_beta(repo.path(), "main", &args(&[]));
     let log = &run.log;
     assert!(run.job_has("pipeline", "provision", "environment (PROXMOX_HOST): not set: the PVE API host"), "{log}");
     assert!(!run.job_has("pipeline", "provision", "provision failed"), "{log}");
@@ -159,13 +154,7 @@ fn a_pve_backend_without_a_host_is_refused_before_any_container() {
 #[test]
 fn recreate_keep_and_tls_variables_reach_the_binary() {
     let repo = monorepo(&[]);
-    let run = act(
-        repo.path(),
-        "workflow_dispatch",
-        "workflows/pipeline.yml",
-        &serde_json::json!({"ref": "refs/heads/release", "inputs": {"step": "provision", "container": "beta"}}),
-        &args(&["--var", "PROXMOX_GITOPS_RECREATE=sometimes"]),
-    );
+    let run = dispatch_provision_beta(repo.path(), "release", &args(&["--var", "PROXMOX_GITOPS_RECREATE=sometimes"]));
     let log = &run.log;
     assert!(run.job_has("pipeline", "provision", "invalid value 'sometimes' for '--recreate"), "{log}");
     assert_ne!(run.code, 0, "{log}");
@@ -183,11 +172,9 @@ fn recreate_keep_and_tls_variables_reach_the_binary() {
 
     // PROXMOX_FINGERPRINT from a variable: a malformed one is named; unset ones (PROXMOX_CA here)
     // are not passed on as empty values.
-    let run = act(
+    let run = dispatch_provision_beta(
         repo.path(),
-        "workflow_dispatch",
-        "workflows/pipeline.yml",
-        &serde_json::json!({"ref": "refs/heads/release", "inputs": {"step": "provision", "container": "beta"}}),
+        "release",
         &args(&["--var", "PROXMOX_HOST=127.0.0.1", "--var", "PROXMOX_PORT=9", "--var", "PROXMOX_FINGERPRINT=00:11"]),
     );
     let log = &run.log;
