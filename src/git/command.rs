@@ -276,13 +276,20 @@ mod tests {
         let envs: Vec<_> = cmd.get_envs().collect();
         assert!(envs.iter().any(|(k, v)| *k == "PGO_GIT_PASSWORD" && v.unwrap() == "s3cret-value"));
         assert!(!cmd.get_args().any(|a| a.to_string_lossy().contains("s3cret-value")));
-        let out = Command::new(&script)
+        // git runs the script itself; here `sh` reads it. Executing a file this process has just
+        // written races with other test threads' fork+exec (the child holds the write descriptor
+        // until its exec: ETXTBSY), so the test checks the mode and runs the text.
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&script).unwrap().permissions().mode() & 0o777, 0o700);
+        let out = Command::new("sh")
+            .arg(&script)
             .arg("Password for 'http://alice@127.0.0.1': ")
             .env("PGO_GIT_PASSWORD", "pw")
             .output()
             .unwrap();
         assert_eq!(out.stdout, b"pw\n");
-        let out = Command::new(&script)
+        let out = Command::new("sh")
+            .arg(&script)
             .arg("Username for 'http://127.0.0.1': ")
             .env("PGO_GIT_USERNAME", "alice")
             .output()
