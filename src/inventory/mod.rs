@@ -5,6 +5,7 @@
 //! `container.env`, and one per `libs/<name>/`), the submodule tree, the globals, the tasks and
 //! the non-secret settings.
 
+pub mod cross_check;
 pub mod dotenv;
 pub mod globals;
 pub mod select;
