@@ -51,6 +51,17 @@ fn ensure_base() {
     std::fs::write(cfg, text).unwrap();
 }
 
+/// Polled until systemd has finished booting (at most 90 s per try, in the container).
+/// "Attachable" is not enough: early in boot `systemd-tmpfiles --remove` empties `/tmp` (`D /tmp`
+/// in `tmp.conf`), which deleted the snapshot script's working files when a test attached too
+/// soon; and early on `systemctl` cannot reach systemd at all (empty output).
+const WAIT_BOOTED: [&str; 5] = ["timeout", "90", "systemctl", "is-system-running", "--wait"];
+
+/// True when [`WAIT_BOOTED`] printed a booted state ("degraded", exit status 1, counts too).
+fn booted(stdout: &[u8]) -> bool {
+    matches!(String::from_utf8_lossy(stdout).trim(), "running" | "degraded")
+}
+
 /// A clone of the base, stopped and destroyed (with its snapshots) on drop.
 struct Clone {
     name: String,
@@ -71,10 +82,10 @@ impl Clone {
         let start = Instant::now();
         let mut delay = Duration::from_millis(100);
         loop {
-            if sh(&["lxc-attach", "-n", &self.name, "--", "true"]).status.success() {
+            if booted(&sh(&[&["lxc-attach", "-n", &self.name, "--"][..], &WAIT_BOOTED[..]].concat()).stdout) {
                 return;
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "{} did not become attachable", self.name);
+            assert!(start.elapsed() < Duration::from_secs(60), "{} did not finish booting", self.name);
             std::thread::sleep(delay);
             delay = (delay * 2).min(Duration::from_secs(2));
         }
@@ -343,8 +354,8 @@ fn snapshot_and_restore_under_a_non_default_lxc_path() {
     let exec = LxcAttach::new(client, &ct.name);
     let start = Instant::now();
     let mut delay = Duration::from_millis(100);
-    while !rt.block_on(run_collect(&exec, &["true"], b"")).is_ok_and(|(_, st)| st.success()) {
-        assert!(start.elapsed() < Duration::from_secs(60), "{} did not become attachable", ct.name);
+    while !rt.block_on(run_collect(&exec, &WAIT_BOOTED, b"")).is_ok_and(|(out, _)| booted(&out)) {
+        assert!(start.elapsed() < Duration::from_secs(60), "{} did not finish booting", ct.name);
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_secs(2));
     }
