@@ -26,6 +26,7 @@
 //! `types` the request and response bodies.
 
 mod client;
+pub mod names;
 mod repos;
 pub mod types;
 mod variables;

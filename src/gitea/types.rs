@@ -59,6 +59,9 @@ pub struct EditRepoOption {
     /// `default_branch`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_branch: Option<String>,
+    /// `description` (Gitea limits it to 2048 characters).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 impl EditRepoOption {

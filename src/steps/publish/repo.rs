@@ -23,6 +23,7 @@ fn wanted_units(r: &Repository) -> EditRepoOption {
         has_packages: off(r.has_packages),
         has_releases: off(r.has_releases),
         default_branch: None,
+        description: None,
     }
 }
 

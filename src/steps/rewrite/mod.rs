@@ -29,10 +29,9 @@
 //! Output: the artifact `remotes.json` ([`Remotes`]).
 
 mod submodules;
-mod urls;
 
 pub use crate::artifact::remotes::{ModuleRemote, MonorepoRemote, Remotes};
-pub use urls::{MAX_REPO_NAME, RepoNameError, new_url, repo_name_from_url, sanitize_repo_name};
+pub use crate::gitea::names::{MAX_REPO_NAME, RepoNameError, new_url, repo_name_from_url, sanitize_repo_name};
 
 use submodules::{Ctx, check_collisions, process};
 

@@ -1,5 +1,5 @@
-//! Pure URL logic: the Gitea repository name a submodule URL or a directory maps to, and the new
-//! URL on the control plane. No git, no I/O.
+//! Gitea repository names (pure, no I/O): the name a submodule URL or a directory maps to under
+//! Gitea's naming rule, and a repository's URL on the control plane.
 
 /// Why no Gitea repository name can be made of a name or URL ([`sanitize_repo_name`],
 /// [`repo_name_from_url`]). The message is one sentence for the user.
@@ -114,8 +114,60 @@ pub fn new_url(gitea: &url::Url, org: &str, repo: &str) -> String {
     format!("{}/{org}/{repo}.git", gitea.as_str().trim_end_matches('/'))
 }
 
+/// The Gitea repository `(owner, name)` that holds the lib `spec` of `inv`.
+///
+/// For a lib that is a submodule, both come from its URL in `.gitmodules` (after `publish` that
+/// is `<gitea>/<org>/<name>.git`): the last path component is the name ([`repo_name_from_url`]),
+/// the one before it the owner; a relative URL (`../name.git`) has no owner of its own and
+/// takes `org`. A plain directory is published as `org/<directory name>` (sanitized, as
+/// `rewrite` does). `None` for the control plane (the monorepo itself) and for a submodule
+/// whose URL gives no usable name.
+pub fn lib_repository(
+    inv: &crate::inventory::Inventory,
+    spec: &crate::inventory::ContainerSpec,
+    org: &str,
+) -> Option<(String, String)> {
+    if spec.name == crate::inventory::CONTROL_PLANE {
+        return None;
+    }
+    let Some(path) = &spec.submodule else {
+        let dir = spec.dir.file_name()?.to_string_lossy().into_owned();
+        return sanitize_repo_name(&dir).ok().map(|n| (org.to_string(), n));
+    };
+    let sub = crate::git::flatten(&inv.submodules).into_iter().find(|s| &s.path == path)?;
+    let url = sub.url.as_ref()?.expose().to_string();
+    let name = repo_name_from_url(&url).ok()?;
+    Some((url_owner(&url).unwrap_or_else(|| org.to_string()), name))
+}
+
+/// The path component before the repository name in an absolute URL or scp-like address
+/// (`https://host/org/name.git` → `org`); `None` for relative URLs and local paths.
+fn url_owner(url: &str) -> Option<String> {
+    let path = if let Some(idx) = url.find("://") {
+        let rest = &url[idx + 3..];
+        rest.find('/').map(|p| &rest[p..])?
+    } else if is_scp_like(url) {
+        &url[url.find(':')? + 1..]
+    } else {
+        return None;
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("").trim_end_matches('/');
+    let mut parts = path.rsplit('/').filter(|p| !p.is_empty());
+    parts.next()?;
+    let owner = parts.next()?;
+    sanitize_repo_name(owner).ok().filter(|o| o == owner)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn owners_of_urls() {
+        assert_eq!(url_owner("http://127.0.0.1:3000/main/broker.git").as_deref(), Some("main"));
+        assert_eq!(url_owner("git@host:srv/proxy.git").as_deref(), Some("srv"));
+        assert_eq!(url_owner("../broker.git"), None);
+        assert_eq!(url_owner("https://host/broker.git"), None);
+    }
+
     use super::*;
 
     #[test]
