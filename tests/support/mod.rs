@@ -6,7 +6,8 @@
 //! [`ContainerSpec`](proxmox_gitops::inventory::ContainerSpec) builder). Per area: [`fakepve`]
 //! (fakepve on loopback), [`gitea`] (the Gitea double), [`fixture`] (`resolve`'s monorepos),
 //! [`deploy`] (fake step runners), [`provision`] (provision artifacts), [`configure`], [`lxc`], [`snapshot`] and [`workflows`] (real
-//! LXC containers, data snapshots, act runs).
+//! LXC containers, data snapshots, act runs), [`runner`] (Gitea's runner dispatch played on the
+//! Gitea double: pushes run the published workflows with act).
 //!
 //! Each binary uses a part of the tree, so unused items are allowed here.
 #![allow(dead_code)]
@@ -20,6 +21,7 @@ pub mod git;
 pub mod gitea;
 pub mod lxc;
 pub mod provision;
+pub mod runner;
 pub mod snapshot;
 pub mod spec;
 pub mod workflows;
