@@ -129,15 +129,42 @@ jobs:
           echo "token=$TOKEN"
           echo "inputs=$NOTE,$MODE,$DRY"
       - name: the lib at its default branch
-        uses: actions/checkout@v4
+        uses: tasks/checkout@main
         with:
           repository: main/lib1
           path: libs/lib1
       - run: echo "lib head=$(git -C libs/lib1 rev-parse HEAD)"
 "#;
 
+/// Pushes a commit to `release` with the job token, on dispatch (the push is an event of the
+/// next step). The checkout action does not persist credentials: git gets the token from an
+/// inline credential helper that reads it from the environment.
+const BUMP: &str = r#"name: bump
+on: workflow_dispatch
+jobs:
+  bump:
+    runs-on: shell
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          token: ${{ secrets.GITEA_TOKEN }}
+      - name: push a commit
+        env:
+          TOKEN: ${{ secrets.GITEA_TOKEN }}
+        run: |
+          echo bumped > bumped.txt
+          git add bumped.txt
+          git -c user.name=bot -c user.email=bot@example.invalid commit -q -m "bump from a workflow"
+          git -c credential.helper='!f() { echo username=x-access-token; echo "password=$TOKEN"; }; f' push -q origin HEAD:release
+"#;
+
 /// Never runs: `.gitea/workflows` exists, so Gitea does not read `.github/workflows`.
 const IGNORED: &str = "name: ignored\non: [push, workflow_dispatch]\njobs:\n  never:\n    runs-on: shell\n    steps:\n      - run: echo never\n";
+
+/// The workflows of a delivery whose `on.push` matched.
+fn matched(d: &Delivery) -> Vec<&str> {
+    d.workflows.iter().filter(|(_, m)| *m).map(|(p, _)| p.as_str()).collect()
+}
 
 /// The one delivery of `deliveries`.
 fn only(deliveries: &[Delivery]) -> &Delivery {
@@ -157,6 +184,7 @@ fn the_runner_runs_published_workflows_as_gitea_would() {
             ("README.md", "monorepo\n"),
             ("docs/guide.md", "guide\n"),
             (".gitea/workflows/show.yml", SHOW),
+            (".gitea/workflows/bump.yml", BUMP),
             (".github/workflows/ignored.yml", IGNORED),
         ],
         "monorepo",
@@ -165,7 +193,10 @@ fn the_runner_runs_published_workflows_as_gitea_would() {
 
     let mut runner = Runner::new(
         &double,
-        RunnerConfig::for_double(&double).var("INSTANCE_VAR", "instance").var("LOOP_VAR", "instance"),
+        RunnerConfig::for_double(&double)
+            .var("INSTANCE_VAR", "instance")
+            .var("LOOP_VAR", "instance")
+            .checkout("tasks/checkout@main"),
     );
     publish(&double, &mono, &root.join("artifacts"));
 
@@ -209,7 +240,9 @@ fn the_runner_runs_published_workflows_as_gitea_would() {
     let d = only(&d);
     assert_eq!((d.event.repo.as_str(), d.event.git_ref.as_str()), ("main/mono", "refs/heads/release"));
     assert_eq!((d.event.before.as_str(), d.event.after.as_str()), (before.as_str(), sha.as_str()));
-    assert_eq!(d.workflows, vec![(".gitea/workflows/show.yml".to_string(), true)]);
+    let files: Vec<&str> = d.workflows.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(files, vec![".gitea/workflows/bump.yml", ".gitea/workflows/show.yml"]);
+    assert_eq!(matched(d), vec![".gitea/workflows/show.yml"]);
     assert_eq!(d.runs.len(), 1);
     let r = &d.runs[0];
     r.assert_ok();
@@ -237,7 +270,7 @@ fn the_runner_runs_published_workflows_as_gitea_would() {
     let d = only(&d);
     assert_eq!(d.event.git_ref, "refs/heads/main");
     assert_eq!((d.skipped.as_deref(), d.runs.len()), (None, 0));
-    assert_eq!(d.workflows, vec![(".gitea/workflows/show.yml".to_string(), false)]);
+    assert!(matched(d).is_empty() && d.workflows.len() == 2);
 
     std::fs::write(clone_dir.join("README.md"), "monorepo, changed again\n").unwrap();
     commit(&clone_dir, "readme again\n\nNothing to build here [ci skip]");
@@ -247,7 +280,7 @@ fn the_runner_runs_published_workflows_as_gitea_would() {
     std::fs::write(clone_dir.join("docs/guide.md"), "guide, changed\n").unwrap();
     commit(&clone_dir, "docs");
     let d = push(&mut runner, "release");
-    assert_eq!(only(&d).workflows, vec![(".gitea/workflows/show.yml".to_string(), false)]);
+    assert!(matched(only(&d)).is_empty());
 
     git(&clone_dir, &["tag", "v1"]);
     let d = push(&mut runner, "v1");
@@ -286,6 +319,16 @@ fn the_runner_runs_published_workflows_as_gitea_would() {
         "{}",
         r.act.log
     );
+    // A run's own push is an event of the next step: settle delivers it (and finds no more).
+    runner.dispatch("main/mono", "release", ".gitea/workflows/bump.yml", &[]).assert_ok();
+    let bumped = double.branch("main", "mono", "release").unwrap();
+    let d = runner.settle(3);
+    let d = only(&d);
+    assert_eq!((d.event.before.as_str(), d.event.after.as_str()), (release.as_str(), bumped.as_str()));
+    assert_eq!(matched(d), vec![".gitea/workflows/show.yml"]);
+    d.assert_ok();
+    assert!(d.runs[0].act.job_has("show", "show", "message=bump from a workflow"), "{}", d.runs[0].act.log);
+
     let scheduled = runner.schedule("main/mono", "main");
     assert_eq!(scheduled.iter().map(|r| r.workflow.as_str()).collect::<Vec<_>>(), vec![".gitea/workflows/show.yml"]);
     scheduled[0].assert_ok();
@@ -301,12 +344,12 @@ fn the_runner_runs_published_workflows_as_gitea_would() {
     runner.config_mut().skip_local_checkout = true;
     std::fs::write(clone_dir.join("README.md"), "monorepo, third\n").unwrap();
     let third = commit(&clone_dir, "readme, third");
-    let d = push(&mut runner, "HEAD:release");
+    let d = push(&mut runner, "HEAD:refs/heads/feature/copy");
     let d = only(&d);
     d.assert_ok();
     let r = &d.runs[0];
     let job = |text: &str| r.act.job_has("show", "show", text);
-    assert!(job(&format!("sha={third} head={third} branch=refs/heads/release")), "{}", r.act.log);
+    assert!(job(&format!("sha={third} head={third} branch=refs/heads/feature/copy")), "{}", r.act.log);
     assert!(job("lib=lib1 v1"), "{}", r.act.log);
     assert!(!job("checking out main/mono"), "{}", r.act.log);
     assert!(job("checking out main/lib1 refs/heads/main into libs/lib1"), "{}", r.act.log);

@@ -2,12 +2,28 @@
 //! do for the repositories on the Gitea double, so that a test can push and watch the pipeline
 //! run.
 //!
+//! # Using it
+//!
+//! ```text
+//! let mut runner = Runner::new(&double, RunnerConfig::for_double(&double).var(…).secret(…));
+//! publish(…);                      // or a `git push`, or a run that merges
+//! let delivered = runner.step();   // the push events since the last step, their runs
+//! for r in runs(&delivered) { r.assert_ok(); }
+//! runner.dispatch("main/mono", "release", ".gitea/workflows/pipeline.yml", &[("step", "deploy")]);
+//! runner.schedule("tasks/health", "main");
+//! runner.settle(3);                // deliver the runs' own pushes and merges too
+//! ```
+//!
+//! Create the runner before the action whose pushes it should see: what the double holds when
+//! it is created is its first snapshot. Every [`Run`] carries act's exit code and log (the
+//! [`ActRun`] job helpers find a job's lines).
+//!
 //! # How it maps to Gitea
 //!
 //! | Gitea + act_runner | here |
 //! |---|---|
 //! | the post-receive hook tells Gitea which refs a push moved | [`Runner::pending`] diffs every ref of every bare repository in the double's storage (`git for-each-ref`) against the last snapshot; the double's exchange log says which repositories received a push (`git-receive-pack`) or a merge (`POST …/pulls/{index}/merge`), and in which order |
-//! | no push event when a repository is forked | refs that appear in a fork created through `POST /repos/{owner}/{repo}/forks` are taken as they are |
+//! | no push event when a repository is forked | refs that appear in a fork created through `POST /repos/{owner}/{repo}/forks` are taken as they are (a fork created and pushed to between two steps: every ref of it is an event) |
 //! | `notify()` skips a push whose head commit message contains one of `[skip ci]`, `[ci skip]`, `[no ci]`, `[skip actions]`, `[actions skip]` (`setting.Actions.SkipWorkflowStrings`) | [`SKIP_STRINGS`], on the whole message of the pushed commit |
 //! | a deleted branch fires a `delete` event, no push workflows | a deletion is reported, nothing runs |
 //! | `DetectWorkflows` reads `*.yml`/`*.yaml` of the first existing directory of `.gitea/workflows`, `.github/workflows` at the pushed commit | [`WORKFLOW_DIRS`], read from the double's storage at that commit |
@@ -28,7 +44,9 @@
 //! clone of the repository at the pushed commit, on the pushed branch, with every submodule
 //! checked out (recursively, from the double), so the copy is what the checkout would have
 //! given. Other checkouts (another repository, another ref, or a `uses:` name other than
-//! `actions/checkout`) always run the local action.
+//! `actions/checkout`) always run the local action. (A copy into a `path` that already holds
+//! another checkout, e.g. a lib pipeline's own lib over the monorepo's submodule, is act's
+//! affair: use the default for such workflows.)
 //!
 //! # What differs
 //!
@@ -46,6 +64,8 @@
 //!   the settings); the double accepts [`RunnerConfig::token`] everywhere.
 //! * `paths` filters on a new branch compare with the empty tree (every file of the commit counts
 //!   as changed).
+//! * The checkout action never persists credentials (as with `persist-credentials: false`): a
+//!   job that pushes with git must give git the token itself (see `BUMP` in tests/loop_e2e.rs).
 //! * Commit status, job logs in Gitea's UI, artifacts and caches (`--no-cache-server`), `needs`
 //!   across workflows, `workflow_run`, `pull_request` events: not played.
 //! * The runner's git has no global or system configuration (`GIT_CONFIG_GLOBAL` = an empty
@@ -167,6 +187,15 @@ impl RunnerConfig {
     /// Sets a variable of every job's environment.
     pub fn env(mut self, name: &str, value: &str) -> Self {
         self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Serves the local checkout action under `uses` too (the `PROXMOX_GITOPS_CHECKOUT` the
+    /// workflows were published with, e.g. `tasks/checkout@main`).
+    pub fn checkout(mut self, uses: &str) -> Self {
+        if !self.checkout_uses.iter().any(|u| u == uses) {
+            self.checkout_uses.push(uses.into());
+        }
         self
     }
 }
@@ -367,10 +396,11 @@ impl<'a> Runner<'a> {
             } else if kind == Some("api") && method == Some("POST") {
                 if let Some(c) = merge.captures(path).filter(|_| e["status"] == 200) {
                     pushed.insert(key(c), i);
-                } else if e["template"] == "/repos/{owner}/{repo}/forks" && e["status"] == 202 {
-                    if let Some((o, n)) = e["response"]["full_name"].as_str().and_then(|f| f.split_once('/')) {
-                        forked.insert((o.to_lowercase(), n.to_lowercase()));
-                    }
+                } else if e["template"] == "/repos/{owner}/{repo}/forks"
+                    && e["status"] == 202
+                    && let Some((o, n)) = e["response"]["full_name"].as_str().and_then(|f| f.split_once('/'))
+                {
+                    forked.insert((o.to_lowercase(), n.to_lowercase()));
                 }
             }
         }
@@ -703,6 +733,9 @@ impl<'a> Runner<'a> {
             !log.contains("Skipping unsupported platform"),
             "act skipped a job for an unmapped runner label:\n{log}"
         );
+        for (name, value) in &secrets {
+            assert!(value.len() < 4 || !log.contains(value.as_str()), "the secret {name} is in act's log:\n{log}");
+        }
         let code = status.and_then(|s| s.code()).unwrap_or(-1);
         eprintln!(
             "runner: {event} {full} {git_ref} {} {workflow}: act exited {code} after {:.0}s",
