@@ -693,6 +693,13 @@ fn step5_update_rolls_back(_l: &mut Loop) {}
 
 /// Issue 13's scenario (see the module docs). Steps 3–5 are called once health, update and
 /// auto-merge have landed (TODO(integrator) in their functions).
+///
+/// TODO(integrator): on the branch that wrote it (i13-loop) this test fails by design in two
+/// places, each fixed by a merge: step 1's pipeline fails in resolve, which refuses
+/// `tasks/ondemand` without a cron line (i13-tasks makes the line optional); step 2's
+/// [`assert_lib_outputs_are_repository_variables`] fails until deploy sets lib outputs as
+/// repository variables (i13-gitea). With a cron line in `tasks/ondemand` everything before that
+/// assertion passed there (about 150 s).
 #[test]
 fn the_loop_publish_push_deploy() {
     let _cleanup = LxcCleanup::new();
