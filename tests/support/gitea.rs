@@ -101,6 +101,35 @@ impl Double {
             .collect()
     }
 
+    /// Every change of branches the double saw, oldest first: `(repo, via, ref, before, after)`
+    /// with `repo` = `owner/name`, `via` = `git` (a push) or `merge` (a merged pull request),
+    /// `before`/`after` empty when the branch was created/deleted.
+    pub fn pushes(&self) -> Vec<(String, String, String, String, String)> {
+        let mut out = Vec::new();
+        for e in self.exchanges().iter().filter(|e| e["kind"] == "push") {
+            for u in e["updates"].as_array().unwrap() {
+                let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+                out.push((s(&e["repo"]), s(&e["via"]), s(&u["ref"]), s(&u["before"]), s(&u["after"])));
+            }
+        }
+        out
+    }
+
+    /// A client of the crate for the double, with its credentials (basic auth, or the token) and
+    /// short retry delays.
+    pub fn client(&self) -> proxmox_gitops::gitea::Client {
+        use proxmox_gitops::gitea::{Auth, Client};
+        use secrecy::SecretString;
+        let auth = match (&self.creds.token, &self.creds.password) {
+            (Some(t), _) => Auth::Token(SecretString::from(t.clone())),
+            (None, Some(p)) => Auth::Basic { login: self.creds.login.clone(), password: SecretString::from(p.clone()) },
+            (None, None) => panic!("the double needs credentials"),
+        };
+        Client::new(&self.url(), Some(auth))
+            .unwrap()
+            .with_backoff(std::time::Duration::from_millis(5), std::time::Duration::from_millis(20))
+    }
+
     /// Runs check_spec.py over the exchange log; panics with its findings.
     pub fn assert_spec_conformant(&self) {
         let out = Command::new("python3")
