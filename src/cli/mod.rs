@@ -86,7 +86,7 @@ enum Command {
     Rewrite(rewrite::RewriteArgs),
     /// Publish the monorepo and its submodules to Gitea (repos, forks, release PR, variables).
     Publish(publish::PublishArgs),
-    /// Get or set a Gitea Actions variable (the seed's Env.get / Env.set).
+    /// Get, set, list or delete Gitea Actions variables (the seed's Env.get / Env.set).
     Env(env::EnvArgs),
     /// Run the ref's steps (or the given ones) for containers, resumably and in parallel.
     Deploy(deploy::DeployArgs),
