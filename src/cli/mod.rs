@@ -15,6 +15,7 @@
 
 pub(crate) mod args;
 mod artifacts;
+mod auto_merge;
 mod configure;
 mod deploy;
 pub mod describe;
@@ -100,6 +101,8 @@ enum Command {
     Configure(configure::ConfigureArgs),
     /// Destroy containers, after a verified snapshot of their data.
     Destroy(destroy::DestroyArgs),
+    /// Merge the open release pull requests whose deploy needs no refused recreate (AUTO_DEPLOY).
+    AutoMerge(auto_merge::AutoMergeArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -289,6 +292,7 @@ pub fn main() -> i32 {
         Command::Snapshot(args) => snapshot::run(&ctx, args),
         Command::Configure(args) => configure::run(&ctx, args),
         Command::Destroy(args) => destroy::run(&ctx, args),
+        Command::AutoMerge(args) => auto_merge::run(&ctx, args),
     };
     // The inputs were good unless the command says otherwise: write what was held back.
     let result = match result {
