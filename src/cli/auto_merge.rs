@@ -20,7 +20,9 @@ use crate::artifact;
 use crate::backend::model::{BackendKind, RecreatePolicy};
 use crate::error::{Error, Location, Result};
 use crate::gitea::Client;
-use crate::steps::auto_merge::{AutoMerge, AutoMergeOptions, MergeResult, RepoRef, Verdict, auto_deploy, auto_merge};
+use crate::steps::auto_merge::{
+    AutoMerge, AutoMergeOptions, MergeResult, RepoRef, Verdict, auto_deploy, auto_merge, policy_word,
+};
 
 /// Arguments of `auto-merge`. The three settings that fall back to an environment variable read
 /// it here ([`from_env`]) rather than through clap: a workflow passes an unset Actions variable as
@@ -218,14 +220,6 @@ fn append_job_summary(markdown: &str) -> std::io::Result<()> {
     let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else { return Ok(()) };
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
     f.write_all(markdown.as_bytes())
-}
-
-fn policy_word(p: RecreatePolicy) -> &'static str {
-    match p {
-        RecreatePolicy::Never => "never",
-        RecreatePolicy::WhenNeeded => "when-needed",
-        RecreatePolicy::Always => "always",
-    }
 }
 
 #[cfg(test)]

@@ -172,7 +172,7 @@ fn kind_word(v: &ContainerVerdict) -> &'static str {
 }
 
 /// The policy as `--recreate` spells it.
-pub(super) fn policy_word(p: RecreatePolicy) -> &'static str {
+pub fn policy_word(p: RecreatePolicy) -> &'static str {
     match p {
         RecreatePolicy::Never => "never",
         RecreatePolicy::WhenNeeded => "when-needed",

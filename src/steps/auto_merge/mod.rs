@@ -35,7 +35,7 @@
 
 mod decide;
 
-pub use decide::{Candidate, decide};
+pub use decide::{Candidate, decide, policy_word};
 
 use serde::{Deserialize, Serialize};
 
@@ -272,14 +272,20 @@ async fn release_pulls(client: &Client, repo: &RepoRef) -> anyhow::Result<Vec<Pu
     }
 }
 
-/// The lib repositories of `inv` (`owner/name` → containers, checkout path, planned commit), by
-/// name.
-fn lib_repositories(
-    inv: &Inventory,
-    org: &str,
-) -> std::collections::BTreeMap<RepoRef, (Vec<String>, String, Option<String>)> {
+/// A lib repository as the checkout has it.
+struct LibRepo {
+    /// The containers it deploys.
+    containers: Vec<String>,
+    /// Its directory in the checkout (`libs/web`).
+    path: String,
+    /// The commit the checkout has there (`None` for a plain directory).
+    planned: Option<String>,
+}
+
+/// The lib repositories of `inv`, by name.
+fn lib_repositories(inv: &Inventory, org: &str) -> std::collections::BTreeMap<RepoRef, LibRepo> {
     let subs = crate::git::flatten(&inv.submodules);
-    let mut out: std::collections::BTreeMap<RepoRef, (Vec<String>, String, Option<String>)> = Default::default();
+    let mut out: std::collections::BTreeMap<RepoRef, LibRepo> = Default::default();
     for spec in &inv.containers {
         let Some((owner, name)) = crate::gitea::names::lib_repository(inv, spec, org) else { continue };
         let planned = spec
@@ -287,9 +293,10 @@ fn lib_repositories(
             .as_ref()
             .and_then(|p| subs.iter().find(|s| &s.path == p))
             .and_then(|s| s.head.clone().or_else(|| s.commit.clone()));
-        let entry =
-            out.entry(RepoRef { owner, name }).or_insert_with(|| (Vec::new(), spec.dir.display().to_string(), planned));
-        entry.0.push(spec.name.clone());
+        out.entry(RepoRef { owner, name })
+            .or_insert_with(|| LibRepo { containers: Vec::new(), path: spec.dir.display().to_string(), planned })
+            .containers
+            .push(spec.name.clone());
     }
     out
 }
@@ -310,9 +317,9 @@ pub async fn auto_merge(
 ) -> Result<AutoMerge> {
     let libs = lib_repositories(inv, &opts.monorepo.owner);
     let mut candidates = Vec::new();
-    for (repo, (containers, path, planned)) in &libs {
+    for (repo, lib) in &libs {
         for p in release_pulls(client, repo).await.map_err(Error::Failed)? {
-            candidates.push(candidate(repo, PullKind::Lib, &p, containers.clone(), path, planned.clone()));
+            candidates.push(candidate(repo, PullKind::Lib, &p, lib.containers.clone(), &lib.path, lib.planned.clone()));
         }
     }
     for p in release_pulls(client, &opts.monorepo).await.map_err(Error::Failed)? {
@@ -343,7 +350,7 @@ pub async fn auto_merge(
     // Plan every container of the stage: the monorepo's release deploys them all.
     report.backend = Some(backend.kind());
     let repo_of =
-        |name: &str| libs.iter().find(|(_, (c, _, _))| c.iter().any(|x| x == name)).map(|(r, _)| r.to_string());
+        |name: &str| libs.iter().find(|(_, lib)| lib.containers.iter().any(|x| x == name)).map(|(r, _)| r.to_string());
     for p in plan_all(backend, inv.containers.clone(), opts.policy, opts.jobs).await {
         let (plan, plan_error) = match p.plan {
             Ok(plan) => (Some(plan), None),

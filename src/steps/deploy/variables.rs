@@ -85,9 +85,12 @@ pub struct VariableRecord {
     pub action: Action,
 }
 
-/// The `outputs` of the configure artifact at `path`: `(name, value)` pairs, and the problems of
-/// those that cannot be variables. `None` when the artifact has no outputs.
-fn outputs(path: &Path) -> Option<(Vec<(String, String)>, Vec<String>)> {
+/// The outputs that can be variables, `(name, value)`, and the problems of those that cannot.
+type Outputs = (Vec<(String, String)>, Vec<String>);
+
+/// The `outputs` of the configure artifact at `path` (see [`Outputs`]); `None` when the artifact
+/// has no outputs.
+fn outputs(path: &Path) -> Option<Outputs> {
     let text = std::fs::read_to_string(path).ok()?;
     let value: serde_json::Value = serde_json::from_str(&text).ok()?;
     let outputs = value.get("outputs")?.as_object()?;
