@@ -657,14 +657,14 @@ class Handler(BaseHTTPRequestHandler):
             pr.update(state="closed", merged=True, merge_commit_sha=merge_commit, merged_head=head_sha,
                       merge_base=merged_base, closed_at=now())
             self.log_push(repo, "merge", before, st.heads(repo))
+        # As Gitea: the head branch goes unless it is the default branch (CanDeleteBranch fails
+        # then, and the merge still answers 200) or another open pull request uses it.
         if b.get("delete_branch_after_merge") and pr["head"] != repo["default_branch"]:
             if not any(o["state"] == "open" and o["head"] == pr["head"] for o in st.pulls.get(key_of(repo), [])):
                 with st.git_lock(repo):
                     before = st.heads(repo)
                     st.git_run(repo, "update-ref", "-d", "refs/heads/" + pr["head"])
                     self.log_push(repo, "merge", before, st.heads(repo))
-        elif b.get("delete_branch_after_merge"):
-            raise HttpError(403, "can not delete default branch")
         return 200, None
 
     def merge_commits(self, repo, pr, do, base_sha, head_sha, message, b):
