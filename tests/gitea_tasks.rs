@@ -157,8 +157,13 @@ fn the_double_merges_pull_requests_as_gitea_does() {
     let hotfix = commit(&w, "hotfix");
     d.git_authed(&w, &["push", "-q", &remote, "hotfix:hotfix"]);
     rt.block_on(c.create_pull("main", "web", &pull("hotfix"))).unwrap();
-    rt.block_on(c.merge_pull("main", "web", 4, &MergePullRequestOption::new(MergeStyle::FastForwardOnly))).unwrap();
+    let opt = MergePullRequestOption {
+        delete_branch_after_merge: Some(true),
+        ..MergePullRequestOption::new(MergeStyle::FastForwardOnly)
+    };
+    rt.block_on(c.merge_pull("main", "web", 4, &opt)).unwrap();
     assert_eq!(d.branch("main", "web", "release"), Some(hotfix.clone()));
+    assert_eq!(d.branch("main", "web", "hotfix"), None, "deleted after the merge");
 
     // Listing by state.
     let numbers = |state: &str| -> Vec<i64> {
