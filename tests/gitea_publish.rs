@@ -28,7 +28,7 @@ fn spec_covers_every_route_the_double_serves() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "22 routes checked");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "25 routes checked");
 }
 
 #[test]

@@ -1,8 +1,15 @@
-//! `proxmox-gitops env get|set`: Gitea Actions variables, the seed's `Env.get` / `Env.set`.
+//! `proxmox-gitops env get|set|list|delete`: Gitea Actions variables, the seed's `Env.get` /
+//! `Env.set`, plus listing and deleting them.
 //!
 //! `get` prints the value of `KEY` from the process environment when set there (as the seed's
 //! `Env.get` prefers `ENV`), otherwise the variable of the organization (default `main`) or the
 //! repository. `set` creates the variable (`POST`) or, when it exists, updates it (`PUT`).
+//! `list` prints every variable of the scope (all pages of `getOrgVariablesList` /
+//! `getRepoVariablesList`) as a NAME/VALUE table, or with `--json` as a JSON array of
+//! `{"name", "value", "description"}`; `delete` removes one (`deleteOrgVariable` /
+//! `deleteRepoVariable`; a variable that does not exist is an error, exit 1). Variable values are
+//! not secrets (secrets are Actions secrets, which this tool never reads), but they are shown
+//! terminal-safe: control characters escaped.
 //!
 //! `--gitea-repo OWNER/REPO` selects a repository variable instead (it excludes `--org`); the
 //! settings (Gitea host, credentials) then still come from the monorepo at the global
@@ -15,8 +22,8 @@ use std::io::Read;
 
 use clap::{Args, Subcommand};
 
-use super::Ctx;
 use super::rewrite::settings;
+use super::{Ctx, table_of};
 use crate::error::{Error, Location, Result};
 use crate::gitea::{Client, VariableScope, valid_variable_name};
 use crate::steps::publish::{Action, ensure_variable};
@@ -64,6 +71,26 @@ pub enum EnvCommand {
         #[command(flatten)]
         scope: ScopeArgs,
     },
+    /// Print every variable of the organization or repository (NAME/VALUE table, or --json).
+    List {
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Delete the variable KEY.
+    Delete {
+        /// Variable name.
+        key: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+}
+
+/// One variable as `env list --json` prints it.
+#[derive(Debug, serde::Serialize)]
+struct Listed<'a> {
+    name: &'a str,
+    value: &'a str,
+    description: &'a str,
 }
 
 /// `Some("owner/name")` when the global `--repo` value names a Gitea repository rather than a
@@ -101,12 +128,17 @@ fn scope(ctx: &Ctx, s: &ScopeArgs) -> Result<VariableScope> {
 
 pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
     let (key, sc) = match &args.command {
-        EnvCommand::Get { key, scope, .. } | EnvCommand::Set { key, scope, .. } => (key.clone(), scope.clone()),
+        EnvCommand::Get { key, scope, .. } | EnvCommand::Set { key, scope, .. } | EnvCommand::Delete { key, scope } => {
+            (Some(key.clone()), scope.clone())
+        }
+        EnvCommand::List { scope } => (None, scope.clone()),
     };
-    valid_variable_name(&key).map_err(|m| Error::input(Location::file("KEY"), m.to_string()))?;
+    if let Some(key) = &key {
+        valid_variable_name(key).map_err(|m| Error::input(Location::file("KEY"), m.to_string()))?;
+    }
     let target = scope(ctx, &sc)?;
-    if let EnvCommand::Get { remote: false, .. } = &args.command
-        && let Some(v) = std::env::var(&key).ok().filter(|v| !v.is_empty())
+    if let (EnvCommand::Get { remote: false, .. }, Some(key)) = (&args.command, &key)
+        && let Some(v) = std::env::var(key).ok().filter(|v| !v.is_empty())
     {
         println!("{v}");
         return Ok(());
@@ -118,10 +150,12 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
     };
     let client =
         Client::from_settings(&settings.gitea, sc.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
-    if let EnvCommand::Set { .. } = &args.command {
+    if !matches!(&args.command, EnvCommand::Get { .. }) {
+        // Writing, and listing (Gitea shows an organization's variables to its admins only).
         crate::steps::publish::require_credentials(&client)?;
     }
     let rt = super::run::runtime(super::run::Threads::Current)?;
+    let key = key.unwrap_or_default();
     match args.command {
         EnvCommand::Get { .. } => {
             let v = rt.block_on(client.get_variable(&target, &key)).map_err(|e| Error::Failed(e.into()))?;
@@ -156,6 +190,36 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
             };
             eprintln!("{key} on {target}: {word}");
             Ok(())
+        }
+        EnvCommand::List { .. } => {
+            let mut vars = rt.block_on(client.list_variables(&target)).map_err(|e| Error::Failed(e.into()))?;
+            vars.sort_by(|a, b| a.name.cmp(&b.name));
+            if ctx.json {
+                let listed: Vec<Listed> = vars
+                    .iter()
+                    .map(|v| Listed { name: &v.name, value: &v.data, description: &v.description })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&listed).expect("strings serialize"));
+            } else {
+                print!("{}", table_of(&["NAME", "VALUE"], &vars, |v| vec![v.name.clone(), v.data.clone()]));
+                eprintln!("{} variable(s) on {target}", vars.len());
+            }
+            Ok(())
+        }
+        EnvCommand::Delete { .. } => {
+            let deleted = rt.block_on(client.delete_variable(&target, &key)).map_err(|e| Error::Failed(e.into()))?;
+            if deleted {
+                eprintln!("{key} on {target}: deleted");
+                Ok(())
+            } else {
+                Err(Error::Failed(anyhow::anyhow!(
+                    "variable {key} does not exist on {target} (list them: proxmox-gitops env list{})",
+                    match &target {
+                        VariableScope::Org { org } => format!(" --org {org}"),
+                        VariableScope::Repo { owner, repo } => format!(" --gitea-repo {owner}/{repo}"),
+                    }
+                )))
+            }
         }
     }
 }

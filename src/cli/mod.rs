@@ -15,6 +15,7 @@
 
 pub(crate) mod args;
 mod artifacts;
+mod auto_merge;
 mod configure;
 mod deploy;
 pub mod describe;
@@ -86,7 +87,7 @@ enum Command {
     Rewrite(rewrite::RewriteArgs),
     /// Publish the monorepo and its submodules to Gitea (repos, forks, release PR, variables).
     Publish(publish::PublishArgs),
-    /// Get or set a Gitea Actions variable (the seed's Env.get / Env.set).
+    /// Get, set, list or delete Gitea Actions variables (the seed's Env.get / Env.set).
     Env(env::EnvArgs),
     /// Run the ref's steps (or the given ones) for containers, resumably and in parallel.
     Deploy(deploy::DeployArgs),
@@ -100,6 +101,8 @@ enum Command {
     Configure(configure::ConfigureArgs),
     /// Destroy containers, after a verified snapshot of their data.
     Destroy(destroy::DestroyArgs),
+    /// Merge the open release pull requests whose deploy needs no refused recreate (AUTO_DEPLOY).
+    AutoMerge(auto_merge::AutoMergeArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -289,6 +292,7 @@ pub fn main() -> i32 {
         Command::Snapshot(args) => snapshot::run(&ctx, args),
         Command::Configure(args) => configure::run(&ctx, args),
         Command::Destroy(args) => destroy::run(&ctx, args),
+        Command::AutoMerge(args) => auto_merge::run(&ctx, args),
     };
     // The inputs were good unless the command says otherwise: write what was held back.
     let result = match result {

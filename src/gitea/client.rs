@@ -174,12 +174,29 @@ impl Client {
     }
 }
 
-/// Gitea's error message from an `APIError` body, or the start of the body; secrets redacted.
+/// Gitea's error message from an `APIError` body, from a merge conflict's body (`repoMergePullRequest`
+/// answers 409 with the conflict error's fields `Style`, `StdOut`, `StdErr`: the `CONFLICT …`
+/// lines of git are kept), or the start of the body; secrets redacted.
 fn error_message(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct ApiError {
         message: Option<String>,
         errors: Option<Vec<String>>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Conflict {
+        style: String,
+        std_out: String,
+        std_err: String,
+    }
+    if let Ok(c) = serde_json::from_slice::<Conflict>(body) {
+        let text = format!("{}\n{}", c.std_out, c.std_err);
+        let lines: Vec<&str> =
+            text.lines().map(str::trim).filter(|l| l.starts_with("CONFLICT") || l.starts_with("fatal:")).collect();
+        let detail = if lines.is_empty() { c.std_err.trim().chars().take(300).collect() } else { lines.join("; ") };
+        let what = if c.style.starts_with("rebase") { "rebase conflict" } else { "merge conflict" };
+        return crate::actions::redact(&if detail.is_empty() { what.to_string() } else { format!("{what}: {detail}") });
     }
     let text = match serde_json::from_slice::<ApiError>(body) {
         Ok(ApiError { message: Some(m), errors }) if !m.is_empty() => match errors {
@@ -215,6 +232,11 @@ mod tests {
         assert_eq!(error_message(br#"{"message":"bad","errors":["a","b"]}"#), "bad (a; b)");
         assert_eq!(error_message(b""), "(empty body)");
         assert_eq!(error_message(b"plain"), "plain");
+        let conflict = br#"{"Style":"merge","StdOut":"abc\n100644 1 2\ta\n\nAuto-merging a\nCONFLICT (add/add): Merge conflict in a","StdErr":"","Err":{}}"#;
+        assert_eq!(error_message(conflict), "merge conflict: CONFLICT (add/add): Merge conflict in a");
+        let unrelated =
+            br#"{"Style":"rebase","StdOut":"","StdErr":"fatal: refusing to merge unrelated histories","Err":{}}"#;
+        assert_eq!(error_message(unrelated), "rebase conflict: fatal: refusing to merge unrelated histories");
     }
 
     #[tokio::test]

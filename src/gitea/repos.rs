@@ -4,7 +4,7 @@ use reqwest::Method;
 
 use super::{
     Client, CreateForkOption, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, Created, EditRepoOption,
-    GiteaError, MAX_PAGES, Organization, PAGE_LIMIT, PullRequest, Repository, User,
+    GiteaError, MAX_PAGES, MergePullRequestOption, Organization, PAGE_LIMIT, PullRequest, Repository, User,
 };
 
 impl Client {
@@ -126,6 +126,54 @@ impl Client {
         let (a, path) = self.send(Method::POST, &["repos", owner, repo, "pulls"], &[], Self::json(opt)).await?;
         match a.status.as_u16() {
             201 => Self::decode(Method::POST, path, &a),
+            _ => Err(Self::status_error(Method::POST, path, &a)),
+        }
+    }
+
+    /// `GET /repos/{owner}/{repo}/pulls/{index}` (`repoGetPullRequest`, 200/404).
+    pub async fn get_pull(&self, owner: &str, repo: &str, index: i64) -> Result<Option<PullRequest>, GiteaError> {
+        let n = index.to_string();
+        let (a, path) = self.send(Method::GET, &["repos", owner, repo, "pulls", &n], &[], None).await?;
+        match a.status.as_u16() {
+            200 => Self::decode(Method::GET, path, &a).map(Some),
+            404 => Ok(None),
+            _ => Err(Self::status_error(Method::GET, path, &a)),
+        }
+    }
+
+    /// `GET /repos/{owner}/{repo}/pulls/{index}/merge` (`repoPullRequestIsMerged`): `true` for
+    /// 204 (merged), `false` for 404 (not merged, or no such pull request).
+    pub async fn is_pull_merged(&self, owner: &str, repo: &str, index: i64) -> Result<bool, GiteaError> {
+        let n = index.to_string();
+        let (a, path) = self.send(Method::GET, &["repos", owner, repo, "pulls", &n, "merge"], &[], None).await?;
+        match a.status.as_u16() {
+            204 => Ok(true),
+            404 => Ok(false),
+            _ => Err(Self::status_error(Method::GET, path, &a)),
+        }
+    }
+
+    /// `POST /repos/{owner}/{repo}/pulls/{index}/merge` (`repoMergePullRequest`, 200): merges
+    /// the pull request with `opt.style`; the base branch moves as with a push (which starts its
+    /// workflows).
+    ///
+    /// # Errors
+    /// [`GiteaError::Status`] with Gitea's answer otherwise: 404 (no such pull request, or it is
+    /// closed), 405 (already merged, or the style or the user is not allowed), 409 (conflicts,
+    /// or `head_commit_id` is not the head any more: "head out of date"), 423 (archived). A
+    /// POST is not retried once sent (see [`Client`]), so a merge is never done twice.
+    pub async fn merge_pull(
+        &self,
+        owner: &str,
+        repo: &str,
+        index: i64,
+        opt: &MergePullRequestOption,
+    ) -> Result<(), GiteaError> {
+        let n = index.to_string();
+        let (a, path) =
+            self.send(Method::POST, &["repos", owner, repo, "pulls", &n, "merge"], &[], Self::json(opt)).await?;
+        match a.status.as_u16() {
+            200 => Ok(()),
             _ => Err(Self::status_error(Method::POST, path, &a)),
         }
     }

@@ -96,6 +96,60 @@ pub struct CreatePullRequestOption {
     pub body: Option<String>,
 }
 
+/// How a pull request is merged: `MergePullRequestOption.do` (Gitea's `MergeStyle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MergeStyle {
+    /// A merge commit whose parents are the base and the head (Gitea never fast-forwards here).
+    Merge,
+    /// The head's commits replayed onto the base.
+    Rebase,
+    /// Replayed onto the base, then a merge commit.
+    RebaseMerge,
+    /// One commit on the base with the merged tree.
+    Squash,
+    /// Only when the base is an ancestor of the head: the base moves to the head.
+    FastForwardOnly,
+    /// Records the pull request as merged by `merge_commit_id`, changing no branch.
+    ManuallyMerged,
+}
+
+/// `MergePullRequestOption` (body of `POST /repos/{owner}/{repo}/pulls/{index}/merge`); only set
+/// fields are sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MergePullRequestOption {
+    /// `do` (required): the merge style.
+    #[serde(rename = "do")]
+    pub style: MergeStyle,
+    /// `merge_title_field`: the merge commit's first line (Gitea's default names the pull
+    /// request and its branches).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_title_field: Option<String>,
+    /// `merge_message_field`: the rest of the commit message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_message_field: Option<String>,
+    /// `head_commit_id`: merge only when the head is still this commit (else HTTP 409, "head
+    /// out of date"): what was checked is what is merged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head_commit_id: Option<String>,
+    /// `delete_branch_after_merge`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delete_branch_after_merge: Option<bool>,
+}
+
+impl MergePullRequestOption {
+    /// Merge with `style`, nothing else set.
+    pub fn new(style: MergeStyle) -> Self {
+        Self {
+            style,
+            merge_title_field: None,
+            merge_message_field: None,
+            head_commit_id: None,
+            delete_branch_after_merge: None,
+        }
+    }
+}
+
 /// `CreateVariableOption` (body of `POST …/actions/variables/{name}`).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CreateVariableOption {
@@ -169,6 +223,8 @@ pub struct Repository {
     pub has_packages: bool,
     /// `has_releases`.
     pub has_releases: bool,
+    /// `description`.
+    pub description: String,
 }
 
 /// `PRBranchInfo` (subset).
@@ -198,6 +254,12 @@ pub struct PullRequest {
     pub head: PrBranchInfo,
     /// `base`.
     pub base: PrBranchInfo,
+    /// `mergeable`: Gitea found no conflict between base and head (open pull requests).
+    pub mergeable: bool,
+    /// `merged`.
+    pub merged: bool,
+    /// `merge_commit_sha`: the commit that merged it (`None` until merged; Gitea sends `null`).
+    pub merge_commit_sha: Option<String>,
 }
 
 /// `ActionVariable`.

@@ -4,7 +4,9 @@
 use reqwest::Method;
 use serde::Serialize;
 
-use super::{ActionVariable, Client, CreateVariableOption, Created, GiteaError, UpdateVariableOption};
+use super::{
+    ActionVariable, Client, CreateVariableOption, Created, GiteaError, MAX_PAGES, PAGE_LIMIT, UpdateVariableOption,
+};
 
 /// Scope of an Actions variable.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
@@ -43,6 +45,44 @@ impl std::fmt::Display for VariableScope {
 }
 
 impl Client {
+    /// `GET …/actions/variables?page=…&limit=…` (`getOrgVariablesList` / `getRepoVariablesList`,
+    /// 200): every variable of `scope`, all pages (at most [`MAX_PAGES`] of [`PAGE_LIMIT`]), in
+    /// Gitea's order.
+    ///
+    /// # Errors
+    /// [`GiteaError::Status`] for any other answer (404: no such organization or repository).
+    pub async fn list_variables(&self, scope: &VariableScope) -> Result<Vec<ActionVariable>, GiteaError> {
+        let seg = scope.segments();
+        let mut out = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let q = [("page", page.to_string()), ("limit", PAGE_LIMIT.to_string())];
+            let (a, path) = self.send(Method::GET, &seg, &q, None).await?;
+            if a.status.as_u16() != 200 {
+                return Err(Self::status_error(Method::GET, path, &a));
+            }
+            let items: Vec<ActionVariable> = Self::decode(Method::GET, path, &a)?;
+            let n = items.len();
+            out.extend(items);
+            if n < PAGE_LIMIT as usize {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// `DELETE …/actions/variables/{variablename}` (`deleteOrgVariable` / `deleteRepoVariable`):
+    /// `true` when deleted (200/201/204), `false` when there was no such variable (404).
+    pub async fn delete_variable(&self, scope: &VariableScope, name: &str) -> Result<bool, GiteaError> {
+        let mut seg = scope.segments();
+        seg.push(name);
+        let (a, path) = self.send(Method::DELETE, &seg, &[], None).await?;
+        match a.status.as_u16() {
+            200 | 201 | 204 => Ok(true),
+            404 => Ok(false),
+            _ => Err(Self::status_error(Method::DELETE, path, &a)),
+        }
+    }
+
     /// `GET …/actions/variables/{variablename}` (`getOrgVariable` / `getRepoVariable`,
     /// 200/404).
     pub async fn get_variable(&self, scope: &VariableScope, name: &str) -> Result<Option<ActionVariable>, GiteaError> {

@@ -1,6 +1,7 @@
 //! The pipeline steps. Each step is a library function taking typed inputs (artifacts and
 //! options) and returning a typed artifact; the CLI only parses arguments and calls them.
 
+pub mod auto_merge;
 pub mod configure;
 pub mod deploy;
 pub mod destroy;

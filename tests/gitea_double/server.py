@@ -3,8 +3,23 @@
 
 Serves ONLY operations of Gitea's Swagger spec (ROUTES below; `check_spec.py` verifies every
 one against swagger.v1.json and every logged exchange against the spec's schemas), keeping
-orgs, repos, forks, pull requests and Actions variables in memory with Gitea's status codes,
-plus real git over smart HTTP through `git http-backend` (bare repos under --root).
+orgs, repos (with their description), forks, pull requests and Actions variables in memory with
+Gitea's status codes, plus real git over smart HTTP through `git http-backend` (bare repos under
+--root).
+
+Merging a pull request (`repoMergePullRequest`) makes real commits in the bare repository, as
+Gitea's merge styles do: `merge` always writes a merge commit (parents: base, head; never a
+fast-forward), `rebase` replays the head's commits onto the base (a fast-forward when the base
+is an ancestor), `rebase-merge` does that and then a merge commit, `squash` one commit with the
+merged tree, `fast-forward-only` only moves the base, `manually-merged` only records
+`merge_commit_id`. Conflicts answer 409 (with Gitea's conflict body), an already merged pull
+request 405 and a closed one 404 (Gitea's `ErrIsClosed`); a `head_commit_id` that is not the
+head any more 409 ("head out of date"). The base branch moves with a compare-and-swap, as a push.
+
+Log (--log FILE, one JSON object a line): every API exchange (`"kind": "api"`), every git HTTP
+request (`"kind": "git"`) and every change of branches (`"kind": "push"`: `repo` = `owner/name`,
+`via` = `git` for a push or `merge` for a merged pull request, `updates` = `[{"ref", "before",
+"after"}]` with `before`/`after` = null when created/deleted) — what a runner dispatch watches.
 
 Start: server.py --root DIR [--port 0] [--log FILE] [--faults FILE]
 Credentials come from the environment (never from arguments): GITEA_DOUBLE_LOGIN,
@@ -17,6 +32,7 @@ status (and logged with "fault": true) `times` times.
 
 import argparse
 import base64
+import datetime
 import json
 import os
 import re
@@ -43,6 +59,9 @@ ROUTES = [
     ("POST", "/repos/{owner}/{repo}/forks", "fork_create"),
     ("GET", "/repos/{owner}/{repo}/pulls", "pull_list"),
     ("POST", "/repos/{owner}/{repo}/pulls", "pull_create"),
+    ("GET", "/repos/{owner}/{repo}/pulls/{index}", "pull_get"),
+    ("GET", "/repos/{owner}/{repo}/pulls/{index}/merge", "pull_is_merged"),
+    ("POST", "/repos/{owner}/{repo}/pulls/{index}/merge", "pull_merge"),
     ("GET", "/orgs/{org}/actions/variables", "var_list"),
     ("GET", "/orgs/{org}/actions/variables/{variablename}", "var_get"),
     ("POST", "/orgs/{org}/actions/variables/{variablename}", "var_create"),
@@ -62,15 +81,36 @@ def compile_route(template):
 
 
 COMPILED = [(m, t, compile_route(t), h) for (m, t, h) in ROUTES]
+MERGE_STYLES = ("merge", "rebase", "rebase-merge", "squash", "fast-forward-only", "manually-merged")
+# Gitea's page sizes: `DEFAULT_PAGING_NUM` 30, `MAX_RESPONSE_ITEMS` 50.
+DEFAULT_LIMIT, MAX_LIMIT = 30, 50
 REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 VAR_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.I)
 
 
 class HttpError(Exception):
-    def __init__(self, status, message=None):
+    """An answer other than success: `message` becomes Gitea's APIError body; `conflict` is a
+    body of its own (Gitea answers merge conflicts with the conflict error's fields)."""
+
+    def __init__(self, status, message=None, conflict=None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.conflict = conflict
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def page_and_limit(q):
+    """`page` (from 1) and `limit` (1..MAX_LIMIT, default DEFAULT_LIMIT) as Gitea reads them."""
+    def number(name, default):
+        try:
+            return int((q.get(name) or [str(default)])[0])
+        except ValueError:
+            return default
+    return max(1, number("page", 1)), max(1, min(MAX_LIMIT, number("limit", DEFAULT_LIMIT)))
 
 
 class State:
@@ -86,6 +126,7 @@ class State:
         self.repos = {}  # (lower owner, lower name) -> dict
         self.pulls = {}  # repo key -> list of dicts
         self.vars = {}  # ("org", lower) | ("repo", lower owner, lower name) -> {NAME: {data, description}}
+        self.git_locks = {}  # repo key -> Lock held while a push or a merge changes its refs
 
     def new_id(self):
         self.next_id += 1
@@ -104,8 +145,28 @@ class State:
         r = subprocess.run(["git", "--git-dir", self.git_dir(repo), *args], capture_output=True, text=True)
         return r.stdout.strip() if r.returncode == 0 else None
 
+    def git_run(self, repo, *args, identity=False):
+        """(exit code, stdout, stderr) of git on the bare repository; `identity` makes the
+        authenticated user author and committer (merge commits)."""
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.root, "GIT_CONFIG_NOSYSTEM": "1"}
+        if identity:
+            for who in ("AUTHOR", "COMMITTER"):
+                env[f"GIT_{who}_NAME"] = self.login
+                env[f"GIT_{who}_EMAIL"] = f"{self.login}@example.invalid"
+        r = subprocess.run(["git", "--git-dir", self.git_dir(repo), *args], capture_output=True, text=True, env=env)
+        return r.returncode, r.stdout.strip(), r.stderr.strip()
+
     def branch_sha(self, repo, branch):
         return self.git(repo, "rev-parse", "--verify", "-q", "refs/heads/" + branch)
+
+    def heads(self, repo):
+        """{refname: sha} of the repository's branches."""
+        out = self.git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/") or ""
+        return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+    def git_lock(self, repo):
+        with self.lock:
+            return self.git_locks.setdefault(key_of(repo), threading.Lock())
 
     def repo_json(self, repo, depth=0):
         branches = self.git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/") or ""
@@ -115,7 +176,7 @@ class State:
         pulls = self.pulls.get(key_of(repo), [])
         d = {
             "id": repo["id"], "name": repo["name"], "full_name": full, "owner": self.owner_json(repo["owner"]),
-            "description": "", "empty": count == 0, "private": False, "fork": repo["parent"] is not None,
+            "description": repo.get("description", ""), "empty": count == 0, "private": False, "fork": repo["parent"] is not None,
             "template": False, "mirror": False, "size": 0, "language": "", "languages_url": f"{base}{API}/repos/{full}/languages",
             "html_url": f"{base}/{full}", "url": f"{base}{API}/repos/{full}", "link": "", "ssh_url": f"git@127.0.0.1:{full}.git",
             "clone_url": f"{base}/{full}.git", "original_url": "", "website": "", "stars_count": 0,
@@ -270,7 +331,7 @@ class Handler(BaseHTTPRequestHandler):
                 with self.state.lock:
                     status, payload = getattr(self, "h_" + handler)(params, query, request)
             except HttpError as e:
-                status, payload = e.status, {"message": e.message or "", "url": ""}
+                status, payload = e.status, e.conflict or {"message": e.message or "", "url": ""}
                 if e.status == 404 and not e.message:
                     payload = {"message": "The target couldn't be found.", "url": "", "errors": []}
             entry.update(status=status, response=payload)
@@ -328,7 +389,16 @@ class Handler(BaseHTTPRequestHandler):
             env["GIT_CONFIG_COUNT"] = "1"
             env["GIT_CONFIG_KEY_0"] = "http.receivepack"
             env["GIT_CONFIG_VALUE_0"] = "true"
-        r = subprocess.run(["git", "http-backend"], input=body, capture_output=True, env=env)
+        receive = method == "POST" and rest == "/git-receive-pack"
+        if receive:
+            # One push (or merge) at a time per repository, so that the branches it changed are
+            # exactly the difference of before and after.
+            with st.git_lock(repo):
+                before = st.heads(repo)
+                r = subprocess.run(["git", "http-backend"], input=body, capture_output=True, env=env)
+                after = st.heads(repo)
+        else:
+            r = subprocess.run(["git", "http-backend"], input=body, capture_output=True, env=env)
         head, _, payload = r.stdout.partition(b"\r\n\r\n")
         if not _:
             head, _, payload = r.stdout.partition(b"\n\n")
@@ -342,7 +412,17 @@ class Handler(BaseHTTPRequestHandler):
         ctype = headers.pop("Content-Type", "application/octet-stream")
         entry["status"] = status
         self.log_exchange(entry)
+        if receive:
+            self.log_push(repo, "git", before, after)
         self.send(status, payload, ctype, headers)
+
+    def log_push(self, repo, via, before, after):
+        """Logs the branches that changed between the `before` and `after` {ref: sha} maps."""
+        updates = [{"ref": ref, "before": before.get(ref), "after": after.get(ref)}
+                   for ref in sorted(set(before) | set(after)) if before.get(ref) != after.get(ref)]
+        if updates:
+            self.log_exchange({"kind": "push", "via": via, "repo": f"{repo['owner']}/{repo['name']}",
+                               "updates": updates})
 
     # ---------------------------------------------------------------- API handlers
     def h_version(self, p, q, b):
@@ -402,6 +482,7 @@ class Handler(BaseHTTPRequestHandler):
         if (org["name"].lower(), low) in st.repos:
             raise HttpError(409, "The repository with the same name already exists.")
         r = self.new_repo(org["name"], name, default_branch=(b or {}).get("default_branch") or "main")
+        r["description"] = (b or {}).get("description") or ""
         return 201, st.repo_json(r)
 
     def h_repo_get(self, p, q, b):
@@ -414,6 +495,11 @@ class Handler(BaseHTTPRequestHandler):
                 r[k] = bool(b[k])
         if (b or {}).get("default_branch"):
             r["default_branch"] = b["default_branch"]
+        if "description" in (b or {}):
+            description = b["description"] or ""
+            if len(description) > 2048:  # EditRepoOption.description: binding MaxSize(2048)
+                raise HttpError(422, "[Description]: MaxSize")
+            r["description"] = description
         return 200, self.state.repo_json(r)
 
     def h_repo_delete(self, p, q, b):
@@ -449,29 +535,62 @@ class Handler(BaseHTTPRequestHandler):
         st = self.state
         rj = st.repo_json(repo)
 
-        def info(ref):
-            return {"label": ref, "ref": ref, "sha": st.branch_sha(repo, ref) or "", "repo_id": repo["id"], "repo": rj}
+        def info(ref, sha):
+            return {"label": ref, "ref": ref, "sha": sha or "", "repo_id": repo["id"], "repo": rj}
 
         base = st.base_url
         full = f"{repo['owner']}/{repo['name']}"
-        return {
+        # An open pull request follows its branches; a merged one shows the head it merged.
+        head_sha = pr.get("merged_head") or st.branch_sha(repo, pr["head"])
+        base_sha = st.branch_sha(repo, pr["base"])
+        d = {
             "id": pr["id"], "number": pr["number"], "url": f"{base}{API}/repos/{full}/pulls/{pr['number']}",
             "html_url": f"{base}/{full}/pulls/{pr['number']}", "diff_url": f"{base}/{full}/pulls/{pr['number']}.diff",
             "patch_url": f"{base}/{full}/pulls/{pr['number']}.patch", "title": pr["title"], "body": pr["body"],
             "state": pr["state"], "user": user_json(st.user["id"], st.user["login"], True), "labels": [], "assignees": [],
             "requested_reviewers": [], "requested_reviewers_teams": [], "comments": 0, "review_comments": 0,
             "additions": 0, "deletions": 0, "changed_files": 0, "is_locked": False, "draft": False,
-            "mergeable": True, "merged": False, "allow_maintainer_edit": False, "head": info(pr["head"]),
-            "base": info(pr["base"]), "merge_base": st.branch_sha(repo, pr["base"]) or "", "created_at": DATE,
-            "updated_at": DATE, "pin_order": 0,
+            "mergeable": self.mergeable(repo, pr, base_sha, head_sha), "merged": pr.get("merged", False),
+            "allow_maintainer_edit": False, "head": info(pr["head"], head_sha), "base": info(pr["base"], base_sha),
+            "merge_base": pr.get("merge_base") or self.merge_base(repo, base_sha, head_sha) or "",
+            "created_at": DATE, "updated_at": pr.get("closed_at") or DATE, "pin_order": 0,
         }
+        if pr.get("closed_at"):
+            d["closed_at"] = pr["closed_at"]
+        if pr.get("merged"):
+            d.update(merged_at=pr["closed_at"], merge_commit_sha=pr["merge_commit_sha"],
+                     merged_by=user_json(st.user["id"], st.user["login"], True))
+        return d
+
+    def merge_base(self, repo, a, b):
+        if not a or not b:
+            return None
+        code, out, _ = self.state.git_run(repo, "merge-base", a, b)
+        return out if code == 0 else None
+
+    def mergeable(self, repo, pr, base_sha, head_sha):
+        """Gitea's `mergeable`: an open pull request whose branches merge without conflict."""
+        if pr["state"] != "open" or not base_sha or not head_sha:
+            return False
+        code, _, _ = self.state.git_run(repo, "merge-tree", "--write-tree", base_sha, head_sha)
+        return code == 0
+
+    def pull(self, repo, index):
+        """The pull request `index` of `repo`; 404 when there is none (or `index` is no number)."""
+        try:
+            n = int(index)
+        except ValueError:
+            raise HttpError(404)
+        for pr in self.state.pulls.get(key_of(repo), []):
+            if pr["number"] == n:
+                return pr
+        raise HttpError(404)
 
     def h_pull_list(self, p, q, b):
         repo = self.repo(p["owner"], p["repo"])
         state = (q.get("state") or ["open"])[0]
         base_branch = (q.get("base_branch") or [None])[0]
-        page = max(1, int((q.get("page") or ["1"])[0]))
-        limit = max(1, min(50, int((q.get("limit") or ["30"])[0])))
+        page, limit = page_and_limit(q)
         items = [pr for pr in self.state.pulls.get(key_of(repo), [])
                  if (state == "all" or pr["state"] == state) and (base_branch is None or pr["base"] == base_branch)]
         items = items[(page - 1) * limit: page * limit]
@@ -493,6 +612,120 @@ class Handler(BaseHTTPRequestHandler):
         pulls.append(pr)
         return 201, self.pull_json(repo, pr)
 
+    def h_pull_get(self, p, q, b):
+        repo = self.repo(p["owner"], p["repo"])
+        return 200, self.pull_json(repo, self.pull(repo, p["index"]))
+
+    def h_pull_is_merged(self, p, q, b):
+        repo = self.repo(p["owner"], p["repo"])
+        if self.pull(repo, p["index"]).get("merged"):
+            return 204, None
+        raise HttpError(404)
+
+    def h_pull_merge(self, p, q, b):
+        """`repoMergePullRequest`, in the order of Gitea's `MergePullRequest`: the form
+        (`do` required), merged (405) or closed (404), then the merge itself."""
+        st = self.state
+        repo = self.repo(p["owner"], p["repo"])
+        pr = self.pull(repo, p["index"])
+        b = b or {}
+        do = b.get("do") or ""
+        if do not in MERGE_STYLES:
+            raise HttpError(422, f"[Do]: {'Required' if not do else 'In'}")
+        if pr.get("merged"):
+            raise HttpError(405, "")
+        if pr["state"] != "open":
+            raise HttpError(404)
+        with st.git_lock(repo):
+            before = st.heads(repo)
+            base_sha, head_sha = st.branch_sha(repo, pr["base"]), st.branch_sha(repo, pr["head"])
+            if not base_sha or not head_sha:
+                raise HttpError(404)
+            if b.get("head_commit_id") and b["head_commit_id"] != head_sha:
+                raise HttpError(409, "head out of date")
+            title = (b.get("merge_title_field") or "").strip() or (
+                f"Merge pull request '{pr['title']}' (#{pr['number']}) from {pr['head']} into {pr['base']}")
+            message = title
+            if (b.get("merge_message_field") or "").strip():
+                message += "\n\n" + b["merge_message_field"].strip()
+            merged_base = self.merge_base(repo, base_sha, head_sha)
+            new, merge_commit = self.merge_commits(repo, pr, do, base_sha, head_sha, message, b)
+            if new != base_sha:
+                code, _, err = st.git_run(repo, "update-ref", "refs/heads/" + pr["base"], new, base_sha)
+                if code != 0:
+                    raise HttpError(409, "merge push out of date")
+            pr.update(state="closed", merged=True, merge_commit_sha=merge_commit, merged_head=head_sha,
+                      merge_base=merged_base, closed_at=now())
+            self.log_push(repo, "merge", before, st.heads(repo))
+        # As Gitea: the head branch goes unless it is the default branch (CanDeleteBranch fails
+        # then, and the merge still answers 200) or another open pull request uses it.
+        if b.get("delete_branch_after_merge") and pr["head"] != repo["default_branch"]:
+            if not any(o["state"] == "open" and o["head"] == pr["head"] for o in st.pulls.get(key_of(repo), [])):
+                with st.git_lock(repo):
+                    before = st.heads(repo)
+                    st.git_run(repo, "update-ref", "-d", "refs/heads/" + pr["head"])
+                    self.log_push(repo, "merge", before, st.heads(repo))
+        return 200, None
+
+    def merge_commits(self, repo, pr, do, base_sha, head_sha, message, b):
+        """The new base commit and the pull request's `merge_commit_sha` for merge style `do`;
+        raises Gitea's 409 answers for conflicts and diverging fast-forwards."""
+        st = self.state
+
+        def tree_of_merge(ours, theirs):
+            code, out, err = st.git_run(repo, "merge-tree", "--write-tree", "--messages", ours, theirs)
+            if code == 1:
+                raise HttpError(409, conflict={"Style": do, "StdOut": out, "StdErr": err, "Err": {}})
+            if code != 0:  # unrelated histories and the like
+                raise HttpError(409, conflict={"Style": do, "StdOut": "", "StdErr": err, "Err": {}})
+            return out.splitlines()[0]
+
+        def commit(tree, *parents):
+            args = ["commit-tree", tree, "-m", message]
+            for parent in parents:
+                args += ["-p", parent]
+            code, out, err = st.git_run(repo, *args, identity=True)
+            if code != 0:
+                raise RuntimeError(f"commit-tree failed: {err}")
+            return out
+
+        def is_ancestor(a, b):
+            return st.git_run(repo, "merge-base", "--is-ancestor", a, b)[0] == 0
+
+        def rebased():
+            if is_ancestor(base_sha, head_sha):
+                return head_sha
+            # Under the repository's lock the branches are at base_sha and head_sha.
+            code, out, err = st.git_run(repo, "replay", "--onto", base_sha,
+                                        f"refs/heads/{pr['base']}..refs/heads/{pr['head']}", identity=True)
+            if code != 0:
+                raise HttpError(409, conflict={"Style": do, "StdOut": out, "StdErr": err, "Err": {}})
+            # `update <ref> <new> <old>` lines; the head branch itself is left where it is.
+            return out.splitlines()[-1].split()[2] if out else base_sha
+
+        if do == "merge":
+            new = commit(tree_of_merge(base_sha, head_sha), base_sha, head_sha)
+            return new, new
+        if do == "squash":
+            new = commit(tree_of_merge(base_sha, head_sha), base_sha)
+            return new, new
+        if do == "fast-forward-only":
+            if not is_ancestor(base_sha, head_sha):
+                raise HttpError(409, "fast-forward only: the base branch has diverged from the head")
+            return head_sha, head_sha
+        if do == "rebase":
+            new = rebased()
+            return new, new
+        if do == "rebase-merge":
+            top = rebased()
+            new = commit(st.git(repo, "rev-parse", top + "^{tree}"), base_sha, top)
+            return new, new
+        # manually-merged: the commit must be on the base branch and contain the head.
+        commit_id = b.get("merge_commit_id") or ""
+        if not commit_id or not is_ancestor(commit_id, base_sha) or not is_ancestor(head_sha, commit_id):
+            raise HttpError(409, conflict={"message": "Wrong commit ID", "url": ""})
+        return base_sha, commit_id
+
     def var_scope(self, p):
         st = self.state
         if "org" in p:
@@ -510,9 +743,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def h_var_list(self, p, q, b):
         scope, oid, rid = self.var_scope(p)
-        vs = self.state.vars.get(scope, {})
+        page, limit = page_and_limit(q)
+        vs = sorted(self.state.vars.get(scope, {}).items())[(page - 1) * limit: page * limit]
         return 200, [{"owner_id": oid, "repo_id": rid, "name": k, "data": v["data"], "description": v["description"]}
-                     for k, v in sorted(vs.items())]
+                     for k, v in vs]
 
     def h_var_get(self, p, q, b):
         scope, oid, rid = self.var_scope(p)

@@ -101,6 +101,56 @@ impl Double {
             .collect()
     }
 
+    /// Every change of branches the double saw, oldest first: `(repo, via, ref, before, after)`
+    /// with `repo` = `owner/name`, `via` = `git` (a push) or `merge` (a merged pull request),
+    /// `before`/`after` empty when the branch was created/deleted.
+    pub fn pushes(&self) -> Vec<(String, String, String, String, String)> {
+        let mut out = Vec::new();
+        for e in self.exchanges().iter().filter(|e| e["kind"] == "push") {
+            for u in e["updates"].as_array().unwrap() {
+                let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+                out.push((s(&e["repo"]), s(&e["via"]), s(&u["ref"]), s(&u["before"]), s(&u["after"])));
+            }
+        }
+        out
+    }
+
+    /// A client of the crate for the double, with its credentials (basic auth, or the token) and
+    /// short retry delays.
+    pub fn client(&self) -> proxmox_gitops::gitea::Client {
+        use proxmox_gitops::gitea::{Auth, Client};
+        use secrecy::SecretString;
+        let auth = match (&self.creds.token, &self.creds.password) {
+            (Some(t), _) => Auth::Token(SecretString::from(t.clone())),
+            (None, Some(p)) => Auth::Basic { login: self.creds.login.clone(), password: SecretString::from(p.clone()) },
+            (None, None) => panic!("the double needs credentials"),
+        };
+        Client::new(&self.url(), Some(auth))
+            .unwrap()
+            .with_backoff(std::time::Duration::from_millis(5), std::time::Duration::from_millis(20))
+    }
+
+    /// Runs `git args…` in `dir` with the double's credentials in an `Authorization` header
+    /// passed through the environment (never the arguments): pushes to `<url>/<owner>/<repo>.git`.
+    pub fn git_authed(&self, dir: &Path, args: &[&str]) -> String {
+        use base64::Engine;
+        let secret = self.creds.password.clone().or_else(|| self.creds.token.clone()).unwrap();
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{}:{secret}", self.creds.login));
+        let mut cmd = super::git::command(dir);
+        // One more entry after the isolated environment's GIT_CONFIG_KEY_n.
+        let n: usize = cmd
+            .get_envs()
+            .find(|(k, _)| *k == "GIT_CONFIG_COUNT")
+            .and_then(|(_, v)| v?.to_str()?.parse().ok())
+            .unwrap_or(0);
+        cmd.env("GIT_CONFIG_COUNT", (n + 1).to_string())
+            .env(format!("GIT_CONFIG_KEY_{n}"), "http.extraHeader")
+            .env(format!("GIT_CONFIG_VALUE_{n}"), format!("Authorization: Basic {basic}"));
+        let out = cmd.args(args).output().unwrap();
+        assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// Runs check_spec.py over the exchange log; panics with its findings.
     pub fn assert_spec_conformant(&self) {
         let out = Command::new("python3")
@@ -246,9 +296,21 @@ impl Fixture {
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"));
     cmd.args(args);
-    for k in
-        ["HOST", "LOGIN", "PASSWORD", "GITEA_TOKEN", "GITHUB_OUTPUT", "GITEA_ACTIONS", "GITHUB_ACTIONS", "RUST_LOG"]
-    {
+    for k in [
+        "HOST",
+        "LOGIN",
+        "PASSWORD",
+        "GITEA_TOKEN",
+        "GITHUB_OUTPUT",
+        "GITHUB_STEP_SUMMARY",
+        "GITEA_ACTIONS",
+        "GITHUB_ACTIONS",
+        "RUST_LOG",
+        "AUTO_DEPLOY",
+        "PROXMOX_GITOPS_MONOREPO",
+        "PROXMOX_GITOPS_RECREATE",
+        "PROXMOX_GITOPS_BACKEND",
+    ] {
         cmd.env_remove(k);
     }
     for (k, v) in env {

@@ -63,6 +63,7 @@ impl<R: StepRunner> ContainerJob<R> {
             steps: Vec::new(),
             skipped_steps: Vec::new(),
             error: None,
+            variables: None,
         };
         let root = self.inventory.root.clone();
         let inv = self.inventory.clone();
@@ -128,6 +129,9 @@ impl<R: StepRunner> ContainerJob<R> {
                     record.actions = status.actions;
                     rec.skipped_steps.push(step);
                     rec.steps.push(record);
+                    if step == Step::Configure {
+                        rec.variables = self.outputs_to_variables(&path).await;
+                    }
                     continue;
                 }
             }
@@ -162,10 +166,21 @@ impl<R: StepRunner> ContainerJob<R> {
                     stopped = Some(format!("{step} failed"));
                 }
             }
+            let configured = step == Step::Configure && record.state == StepState::Ok;
             rec.steps.push(record);
+            if configured {
+                rec.variables = self.outputs_to_variables(&written).await;
+            }
         }
         rec.duration_ms = started.elapsed().as_millis() as u64;
         rec
+    }
+
+    /// Sets the outputs in the configure artifact at `artifact` as variables of the lib's
+    /// repository, when the runner has somewhere to put them (see [`super::variables`]).
+    async fn outputs_to_variables(&self, artifact: &Path) -> Option<super::variables::VariablesRecord> {
+        let target = self.runner.output_variables()?;
+        super::variables::set_outputs(target, &self.inventory, &self.spec, artifact).await
     }
 
     /// Why `step` must not run for these inputs, if so (see the module docs).

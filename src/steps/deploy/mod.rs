@@ -31,6 +31,13 @@
 //! `blocked` (the container is in an unknown state); `force` runs it anyway. This keeps the
 //! per-container failure isolation when provision and configure run in separate workflow jobs.
 //!
+//! # Outputs become variables
+//!
+//! After a container's `configure` succeeded (or was skipped as already done), its lib's outputs
+//! are set as variables of the lib's Gitea repository when the runner has Gitea settings
+//! ([`StepRunner::output_variables`]); what was set, or why not, is the container's `variables`
+//! in `deploy.json`. A failure there is a warning, never a failed deploy (see [`variables`]).
+//!
 //! # Steps are pluggable
 //!
 
@@ -39,11 +46,13 @@ mod job;
 mod records;
 mod runner;
 mod status;
+mod variables;
 
 pub use digest::{ShapingSettings, inputs_digest, run_digest};
 pub use records::{ContainerRecord, Deploy, RunResult, StepRecord, StepState};
 pub use runner::{BuiltinRunner, RunnerOptions, StepContext, StepResult, StepRunner, StepSuccess, step_artifact};
 pub use status::{StepStatus, read_step_status};
+pub use variables::{OutputVariables, VariableRecord, VariablesRecord, set_outputs};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -167,6 +176,7 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
                     steps: Vec::new(),
                     skipped_steps: Vec::new(),
                     error: Some(format!("the deploy task crashed: {e}")),
+                    variables: None,
                 });
             }
         }

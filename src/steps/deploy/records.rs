@@ -72,6 +72,11 @@ pub struct ContainerRecord {
     pub skipped_steps: Vec<Step>,
     /// The first error, when the container failed.
     pub error: Option<String>,
+    /// The lib's configure outputs set as variables of its Gitea repository, when configure
+    /// succeeded (or was skipped) with Gitea settings and the lib has outputs (see
+    /// [`super::variables`]); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables: Option<super::variables::VariablesRecord>,
 }
 
 /// The `deploy.json` artifact.

@@ -51,6 +51,12 @@ pub type StepResult = std::result::Result<StepSuccess, Error>;
 pub trait StepRunner: Send + Sync + 'static {
     /// Runs `step` for `spec`.
     fn run(&self, step: Step, spec: &ContainerSpec, ctx: &StepContext) -> impl Future<Output = StepResult> + Send;
+
+    /// Where the outputs of a successful `configure` go as variables of the lib's Gitea
+    /// repository (see [`super::variables`]); `None`, the default: nowhere.
+    fn output_variables(&self) -> Option<&super::variables::OutputVariables> {
+        None
+    }
 }
 
 /// How [`BuiltinRunner`] runs the steps: the options the `provision`, `configure` and `snapshot`
@@ -116,12 +122,19 @@ impl Default for RunnerOptions {
 ///
 /// Every artifact records `inputs_digest` = `ctx.digest` (failures too); a step whose outcome is
 /// `failed` returns [`Error::Failed`] with the artifact's error.
+///
+/// With Gitea settings (`HOST` and credentials) a successful configure's outputs become variables
+/// of the lib's repository ([`StepRunner::output_variables`]); the organization of libs whose
+/// submodule URL names none is the owner of `PROXMOX_GITOPS_MONOREPO` (read from the process
+/// environment when the runner is built), else `main`. [`BuiltinRunner::with_output_variables`]
+/// overrides that.
 pub struct BuiltinRunner {
     /// Settings with secrets (PVE, Gitea, share), loaded once by the CLI.
     pub settings: Arc<Settings>,
     /// Step options.
     pub options: RunnerOptions,
     backend: tokio::sync::OnceCell<crate::backend::Backend>,
+    variables: Option<super::variables::OutputVariables>,
 }
 
 impl std::fmt::Debug for BuiltinRunner {
@@ -130,6 +143,7 @@ impl std::fmt::Debug for BuiltinRunner {
             .field("settings", &self.settings)
             .field("options", &self.options)
             .field("backend", &self.backend.get().map(|b| b.kind()))
+            .field("variables", &self.variables)
             .finish()
     }
 }
@@ -142,7 +156,15 @@ impl BuiltinRunner {
 
     /// A runner using `settings` and `options`.
     pub fn with_options(settings: Settings, options: RunnerOptions) -> Self {
-        Self { settings: Arc::new(settings), options, backend: tokio::sync::OnceCell::new() }
+        let monorepo = std::env::var("PROXMOX_GITOPS_MONOREPO").ok();
+        let variables = super::variables::OutputVariables::from_settings(&settings.gitea, monorepo.as_deref());
+        Self { settings: Arc::new(settings), options, backend: tokio::sync::OnceCell::new(), variables }
+    }
+
+    /// Sends configure outputs to `variables` instead (`None`: keep them local).
+    pub fn with_output_variables(mut self, variables: Option<super::variables::OutputVariables>) -> Self {
+        self.variables = variables;
+        self
     }
 
     async fn backend(&self, kind: BackendKind) -> Result<&crate::backend::Backend> {
@@ -305,6 +327,10 @@ impl StepRunner for BuiltinRunner {
             Step::Configure => self.configure(spec, ctx).await,
             Step::Snapshot => self.snapshot(spec, ctx).await,
         }
+    }
+
+    fn output_variables(&self) -> Option<&super::variables::OutputVariables> {
+        self.variables.as_ref()
     }
 }
 

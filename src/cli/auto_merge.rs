@@ -1,0 +1,258 @@
+//! `proxmox-gitops auto-merge`: merge the open release pull requests whose deploy needs no refused
+//! recreate, when `AUTO_DEPLOY` is true (see [`crate::steps::auto_merge`]).
+//!
+//! Off unless the environment variable `AUTO_DEPLOY` is `true`, `1` or `yes` (the task workflow
+//! passes the Actions variable of that name) or `--force` is given: then it says so, writes an
+//! `auto-merge.json` that records it, and exits 0. Otherwise the monorepo (`--monorepo`, else
+//! `PROXMOX_GITOPS_MONOREPO`) and its lib repositories are searched for open release pull
+//! requests, every container of the stage is planned with the recreate policy (`--recreate`,
+//! else `PROXMOX_GITOPS_RECREATE`, else `never`) on the backend (`--backend`, else
+//! `PROXMOX_GITOPS_BACKEND`, else pve when `PROXMOX_HOST` is set, else lxc), and what may be
+//! merged is merged. Output: a table (or `--json`, the artifact), `auto-merge.json`, the job
+//! summary, and `$GITHUB_OUTPUT` (`artifact`, `merged`, `blocked`, `failed`: `owner/repo#N`
+//! lists). Exit 0 unless a merge failed (blocked pull requests are not failures).
+
+use clap::Args;
+
+use super::args::PveTlsArgs;
+use super::{Ctx, table_of};
+use crate::artifact;
+use crate::backend::model::{BackendKind, RecreatePolicy};
+use crate::error::{Error, Location, Result};
+use crate::gitea::Client;
+use crate::steps::auto_merge::{
+    AutoMerge, AutoMergeOptions, MergeResult, RepoRef, Verdict, auto_deploy, auto_merge, policy_word,
+};
+
+/// Arguments of `auto-merge`. The three settings that fall back to an environment variable read
+/// it here ([`from_env`]) rather than through clap: a workflow passes an unset Actions variable as
+/// an empty value, which must mean "not set".
+#[derive(Debug, Args)]
+pub struct AutoMergeArgs {
+    /// The monorepo on Gitea [default: PROXMOX_GITOPS_MONOREPO].
+    #[arg(long, value_name = "OWNER/REPO")]
+    monorepo: Option<String>,
+    /// Recreate policy of the plan, as provision's: never (a change that needs a recreate blocks
+    /// the merge), when-needed, always [default: PROXMOX_GITOPS_RECREATE, else never].
+    #[arg(long, value_enum)]
+    recreate: Option<RecreatePolicy>,
+    /// Decide and report, merge nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Run although AUTO_DEPLOY is not true.
+    #[arg(long)]
+    force: bool,
+    /// Backend that plans [default: PROXMOX_GITOPS_BACKEND, else pve when PROXMOX_HOST is
+    /// configured, else lxc].
+    #[arg(long, value_enum)]
+    backend: Option<BackendKind>,
+    /// Gitea base URL [default: HOST from the settings].
+    #[arg(long, value_name = "URL")]
+    gitea: Option<String>,
+    /// How many containers are planned at the same time.
+    #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    jobs: u16,
+    /// PVE API trust (the plan only reads).
+    #[command(flatten)]
+    pve: PveTlsArgs,
+}
+
+/// The value of the environment variable `var` as a `T` (a clap value enum); unset or empty is
+/// `None`.
+///
+/// # Errors
+/// [`Error::Input`] naming the variable and the accepted values.
+fn from_env<T: clap::ValueEnum>(var: &str) -> Result<Option<T>> {
+    let Some(v) = std::env::var(var).ok().filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+    T::from_str(v.trim(), true).map(Some).map_err(|_| {
+        let accepted: Vec<String> = T::value_variants()
+            .iter()
+            .filter_map(|x| x.to_possible_value())
+            .map(|p| p.get_name().to_string())
+            .collect();
+        Error::input(Location::environment(var), format!("expected one of {}, found `{v}`", accepted.join(", ")))
+    })
+}
+
+pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
+    // Checked below, once auto-merge is on (an unusable value must not fail a run that does nothing).
+    let policy = match args.recreate {
+        Some(p) => Ok(p),
+        None => from_env("PROXMOX_GITOPS_RECREATE").map(Option::unwrap_or_default),
+    };
+    let monorepo_text = args.monorepo.clone().or_else(|| std::env::var("PROXMOX_GITOPS_MONOREPO").ok());
+    let path = ctx.artifacts.root().join("auto-merge.json");
+    let enabled = match auto_deploy(std::env::var("AUTO_DEPLOY").ok().as_deref()) {
+        Ok(on) => on,
+        Err(other) => {
+            tracing::warn!("AUTO_DEPLOY=`{other}` is not true, 1 or yes: auto-merge stays off");
+            false
+        }
+    };
+    if !enabled && !args.force {
+        let note = "auto-merge is off: AUTO_DEPLOY is not true, so no pull request was merged. Turn it on with \
+                    `proxmox-gitops env set AUTO_DEPLOY true --org tasks` (the task workflows read the variables of \
+                    the tasks organization), or run `proxmox-gitops auto-merge --force`."
+            .to_string();
+        let monorepo = monorepo_text.filter(|m| !m.trim().is_empty());
+        let mut report = AutoMerge::off(&ctx.stage, monorepo, policy.unwrap_or_default(), note);
+        report.dry_run = args.dry_run;
+        return finish(ctx, &report, &path);
+    }
+    let policy = policy?;
+    let monorepo = match monorepo_text.as_deref().filter(|m| !m.trim().is_empty()) {
+        Some(m) => RepoRef::parse(m, "--monorepo / PROXMOX_GITOPS_MONOREPO")?,
+        None => {
+            return Err(Error::Usage(
+                "which monorepo? Set PROXMOX_GITOPS_MONOREPO=OWNER/REPO (the task workflow does) or pass --monorepo \
+                 OWNER/REPO"
+                    .into(),
+            ));
+        }
+    };
+    let inv = ctx.inventory(None)?;
+    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let client =
+        Client::from_settings(&settings.gitea, args.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
+    if !args.dry_run {
+        crate::steps::publish::require_credentials(&client)?;
+    }
+    let kind = match args.backend {
+        Some(k) => k,
+        None => from_env("PROXMOX_GITOPS_BACKEND")?.unwrap_or_else(|| crate::backend::default_backend(&settings)),
+    };
+    let backend = crate::backend::open(kind, &settings, &args.pve.connect()?)?;
+    ctx.inputs_checked()?;
+    let opts = AutoMergeOptions { monorepo, policy, dry_run: args.dry_run, jobs: usize::from(args.jobs) };
+    let mut report = super::run::block_on(super::run::Threads::Default, auto_merge(&client, &backend, &inv, &opts))??;
+    report.forced = args.force && !enabled;
+    finish(ctx, &report, &path)?;
+    match report.result {
+        MergeResult::Ok => Ok(()),
+        MergeResult::Failed => {
+            let failed: Vec<String> = report
+                .pulls_with(Verdict::Failed)
+                .iter()
+                .map(|p| format!("{}#{}: {}", p.repository, p.number, p.reason))
+                .collect();
+            Err(Error::Failed(anyhow::anyhow!("{} merge(s) failed:\n{}", failed.len(), failed.join("\n"))))
+        }
+    }
+}
+
+/// Writes the artifact, the job summary and the step outputs, and prints the report.
+fn finish(ctx: &Ctx, report: &AutoMerge, path: &std::path::Path) -> Result<()> {
+    artifact::write(path, report).map_err(|e| Error::Failed(e.into()))?;
+    // TODO(integrator): use actions::summary
+    append_job_summary(&summary(report))
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write the job summary: {e}")))?;
+    let list = |v: Verdict| {
+        report.pulls_with(v).iter().map(|p| format!("{}#{}", p.repository, p.number)).collect::<Vec<_>>().join(",")
+    };
+    super::run::outputs(&[
+        ("artifact", path.display().to_string()),
+        ("merged", list(if report.dry_run { Verdict::WouldMerge } else { Verdict::Merged })),
+        ("blocked", list(Verdict::Blocked)),
+        ("failed", list(Verdict::Failed)),
+    ])?;
+    ctx.emit(report, || human(report, path));
+    Ok(())
+}
+
+/// The human report: one row per open release pull request, then a summary line.
+fn human(r: &AutoMerge, path: &std::path::Path) -> String {
+    let mut s = String::new();
+    if !r.pulls.is_empty() {
+        s.push_str(&table_of(&["REPOSITORY", "PR", "VERDICT", "REASON"], &r.pulls, |p| {
+            vec![p.repository.clone(), format!("#{}", p.number), p.verdict.to_string(), p.reason.clone()]
+        }));
+        s.push('\n');
+    }
+    if let Some(note) = &r.note {
+        s.push_str(note);
+        s.push('\n');
+    }
+    if r.enabled {
+        let merged = if r.dry_run { r.pulls_with(Verdict::WouldMerge) } else { r.pulls_with(Verdict::Merged) };
+        s.push_str(&format!(
+            "{} pull request(s): {} {}, {} blocked, {} failed (recreate policy {}{}); wrote {}\n",
+            r.pulls.len(),
+            merged.len(),
+            if r.dry_run { "would be merged" } else { "merged" },
+            r.pulls_with(Verdict::Blocked).len(),
+            r.pulls_with(Verdict::Failed).len(),
+            policy_word(r.recreate),
+            if r.forced { ", --force: AUTO_DEPLOY is not true" } else { "" },
+            path.display()
+        ));
+    }
+    s
+}
+
+/// The job summary (Markdown): the table of pull requests, or the note.
+fn summary(r: &AutoMerge) -> String {
+    let cell = |s: &str| crate::error::terminal_safe_line(s).replace('|', "\\|");
+    let mut md = String::from("### proxmox-gitops auto-merge\n\n");
+    if let Some(note) = &r.note {
+        md.push_str(&cell(note));
+        md.push_str("\n\n");
+    }
+    if !r.pulls.is_empty() {
+        md.push_str("| Repository | Pull request | Verdict | Reason |\n|---|---|---|---|\n");
+        for p in &r.pulls {
+            md.push_str(&format!(
+                "| {} | [#{}]({}) | {} | {} |\n",
+                cell(&p.repository),
+                p.number,
+                cell(&p.url),
+                p.verdict,
+                cell(&p.reason)
+            ));
+        }
+        md.push('\n');
+    }
+    md
+}
+
+/// Appends `markdown` to `$GITHUB_STEP_SUMMARY` when it is set (no-op otherwise).
+fn append_job_summary(markdown: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else { return Ok(()) };
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    f.write_all(markdown.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::steps::auto_merge::{PullKind, PullVerdict};
+
+    #[test]
+    fn summary_escapes_cells() {
+        let mut r = AutoMerge::off("main", Some("main/mono".into()), RecreatePolicy::Never, "off".into());
+        r.note = None;
+        r.enabled = true;
+        r.pulls.push(PullVerdict {
+            repository: "main/web".into(),
+            kind: PullKind::Lib,
+            number: 3,
+            title: "Release Pull Request".into(),
+            url: "http://g/main/web/pulls/3".into(),
+            head: "abc".into(),
+            containers: vec!["web".into()],
+            verdict: Verdict::Blocked,
+            reason: "a | b\nc".into(),
+            merge_commit: None,
+        });
+        assert_eq!(
+            summary(&r),
+            "### proxmox-gitops auto-merge\n\n| Repository | Pull request | Verdict | Reason |\n|---|---|---|---|\n\
+             | main/web | [#3](http://g/main/web/pulls/3) | blocked | a \\| b\\nc |\n\n"
+        );
+        assert_eq!(
+            human(&r, std::path::Path::new("a/auto-merge.json")),
+            "REPOSITORY  PR  VERDICT  REASON\nmain/web    #3  blocked  a | b\\nc\n\n1 pull request(s): 0 merged, 1 \
+             blocked, 0 failed (recreate policy never); wrote a/auto-merge.json\n"
+        );
+    }
+}
