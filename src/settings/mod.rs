@@ -7,7 +7,8 @@
 //! 3. environment variables: `PROXMOX_HOST`, `PROXMOX_PORT`, `PROXMOX_USER`, `PROXMOX_PASSWORD`,
 //!    `PROXMOX_TOKEN`, `PROXMOX_SECRET`, `PROXMOX_NODE`, `PROXMOX_GATEWAY`, `PROXMOX_MASK`,
 //!    `PROXMOX_INTERFACE`, `PROXMOX_BRIDGE`, `PROXMOX_STORAGE`, `PROXMOX_TEMPLATE`,
-//!    `PROXMOX_SHARE`, and for Gitea `HOST`, `LOGIN`, `PASSWORD`, `GITEA_TOKEN`.
+//!    `PROXMOX_SHARE`, and for Gitea `HOST`, `LOGIN`, `PASSWORD`, `GITEA_TOKEN`; the checkout
+//!    action the workflows use, `PROXMOX_GITOPS_CHECKOUT` (see [`CheckoutAction`]).
 //!
 //! An empty string anywhere means "not set". The JSON files have the shape
 //!
@@ -15,7 +16,7 @@
 //! { "proxmox": { "host": "", "port": 8006, "user": "root@pam", "password": "", "token": "",
 //!                "secret": "", "node": "", "gateway": "", "mask": "24", "interface": "eth0",
 //!                "bridge": "vmbr0", "storage": "local:vztmpl", "template": "", "share": "" },
-//!   "host": "", "login": "", "password": "", "token": "" }
+//!   "host": "", "login": "", "password": "", "token": "", "checkout": "actions/checkout@v4" }
 //! ```
 //!
 //! Unknown keys are input errors (a typo must not silently drop a setting). `PROXMOX_HOST` takes
@@ -29,6 +30,7 @@
 //! Layout: this file holds the settings types and their precedence ([`Settings::load`]); `file`
 //! reads and checks one config file (every unknown key and wrong type, with its line).
 
+mod checkout;
 mod file;
 mod host;
 #[cfg(test)]
@@ -42,6 +44,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Location, Problems};
 
 use file::{parse_mask, read_config};
+
+pub use checkout::{CheckoutAction, DEFAULT_CHECKOUT};
 
 /// How the PVE API is authenticated, as recorded in artifacts (never the secret itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,6 +153,9 @@ pub struct Settings {
     /// The share directory on the runner (`PROXMOX_SHARE`, default `/share`): holds
     /// `.keys/<vmid>` and the snapshot store.
     pub share: std::path::PathBuf,
+    /// The action the workflows' checkout steps use (`PROXMOX_GITOPS_CHECKOUT`, or `checkout`
+    /// in the config files; default `actions/checkout@v4`).
+    pub checkout: CheckoutAction,
 }
 
 /// The non-secret view of [`Settings`] recorded in the inventory.
@@ -187,6 +194,9 @@ pub struct PublicSettings {
     /// Which Gitea auth is configured.
     pub gitea_auth: GiteaAuthKind,
 }
+
+/// The environment variable naming the checkout action (see [`CheckoutAction`]).
+pub const CHECKOUT_VAR: &str = "PROXMOX_GITOPS_CHECKOUT";
 
 /// The environment variables holding secrets (masked as soon as they are read).
 pub const SECRET_VARS: &[&str] = &["PROXMOX_PASSWORD", "PROXMOX_SECRET", "PASSWORD", "GITEA_TOKEN"];
@@ -333,6 +343,19 @@ impl Settings {
             template: pick!("PROXMOX_TEMPLATE", proxmox.template),
         };
         let share = pick!("PROXMOX_SHARE", proxmox.share).unwrap_or_else(|| "/share".into());
+        let checkout = [
+            (env.get(CHECKOUT_VAR), Location::environment(CHECKOUT_VAR)),
+            (local.checkout.clone(), Location::file(local_display).with_key("checkout")),
+            (base.checkout.clone(), Location::file(base_display).with_key("checkout")),
+        ]
+        .into_iter()
+        .find_map(|(v, at)| nonempty(v).map(|v| (v, at)))
+        .map_or_else(CheckoutAction::default, |(v, at)| {
+            CheckoutAction::parse(&v).unwrap_or_else(|why| {
+                problems.add(at, why);
+                CheckoutAction::default()
+            })
+        });
         let gitea = GiteaSettings {
             host: pick!("HOST", host).inspect(|h| crate::remote_url::mask_userinfo(h)),
             login: pick!("LOGIN", login),
@@ -340,7 +363,7 @@ impl Settings {
             token: secret(pick!("GITEA_TOKEN", token)),
         };
         problems.into_result()?;
-        Ok(Settings { pve, gitea, share: share.into() })
+        Ok(Settings { pve, gitea, share: share.into(), checkout })
     }
 
     /// The non-secret view recorded in artifacts.
