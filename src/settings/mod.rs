@@ -153,9 +153,6 @@ pub struct Settings {
     /// The share directory on the runner (`PROXMOX_SHARE`, default `/share`): holds
     /// `.keys/<vmid>` and the snapshot store.
     pub share: std::path::PathBuf,
-    /// The action the workflows' checkout steps use (`PROXMOX_GITOPS_CHECKOUT`, or `checkout`
-    /// in the config files; default `actions/checkout@v4`).
-    pub checkout: CheckoutAction,
 }
 
 /// The non-secret view of [`Settings`] recorded in the inventory.
@@ -197,6 +194,49 @@ pub struct PublicSettings {
 
 /// The environment variable naming the checkout action (see [`CheckoutAction`]).
 pub const CHECKOUT_VAR: &str = "PROXMOX_GITOPS_CHECKOUT";
+
+/// The checkout action of `PROXMOX_GITOPS_CHECKOUT`, else `checkout` of
+/// `local/config.local.json`, else of `local/config.json`, else the default; a bad value is a
+/// problem naming the variable or the file and key.
+fn pick_checkout(
+    env: &dyn EnvSource,
+    base: &file::RawConfig,
+    local: &file::RawConfig,
+    problems: &mut Problems,
+) -> CheckoutAction {
+    [
+        (env.get(CHECKOUT_VAR), Location::environment(CHECKOUT_VAR)),
+        (local.checkout.clone(), Location::file("local/config.local.json").with_key("checkout")),
+        (base.checkout.clone(), Location::file("local/config.json").with_key("checkout")),
+    ]
+    .into_iter()
+    .find_map(|(v, at)| nonempty(v).map(|v| (v, at)))
+    .map_or_else(CheckoutAction::default, |(v, at)| {
+        CheckoutAction::parse(&v).unwrap_or_else(|why| {
+            problems.add(at, why);
+            CheckoutAction::default()
+        })
+    })
+}
+
+/// The checkout action the workflows use, for the monorepo at `root` with the environment `env`:
+/// `PROXMOX_GITOPS_CHECKOUT`, else `checkout` in `local/config.local.json` or `local/config.json`,
+/// else `actions/checkout@v4`. (Kept apart from [`Settings`], which holds what the steps talk to
+/// PVE and Gitea with; [`Settings::load`] checks it too.)
+///
+/// # Errors
+/// The value is not a checkout action ([`CheckoutAction::parse`]), naming where it was set, or a
+/// config file cannot be read or parsed.
+pub fn load_checkout(root: &Path, env: &dyn EnvSource) -> Result<CheckoutAction, Problems> {
+    let mut problems = Problems::new();
+    let base_display = Path::new("local/config.json");
+    let local_display = Path::new("local/config.local.json");
+    let base = read_config(&root.join(base_display), base_display, &mut problems);
+    let local = read_config(&root.join(local_display), local_display, &mut problems);
+    let checkout = pick_checkout(env, &base, &local, &mut problems);
+    problems.into_result()?;
+    Ok(checkout)
+}
 
 /// The environment variables holding secrets (masked as soon as they are read).
 pub const SECRET_VARS: &[&str] = &["PROXMOX_PASSWORD", "PROXMOX_SECRET", "PASSWORD", "GITEA_TOKEN"];
@@ -343,19 +383,8 @@ impl Settings {
             template: pick!("PROXMOX_TEMPLATE", proxmox.template),
         };
         let share = pick!("PROXMOX_SHARE", proxmox.share).unwrap_or_else(|| "/share".into());
-        let checkout = [
-            (env.get(CHECKOUT_VAR), Location::environment(CHECKOUT_VAR)),
-            (local.checkout.clone(), Location::file(local_display).with_key("checkout")),
-            (base.checkout.clone(), Location::file(base_display).with_key("checkout")),
-        ]
-        .into_iter()
-        .find_map(|(v, at)| nonempty(v).map(|v| (v, at)))
-        .map_or_else(CheckoutAction::default, |(v, at)| {
-            CheckoutAction::parse(&v).unwrap_or_else(|why| {
-                problems.add(at, why);
-                CheckoutAction::default()
-            })
-        });
+        // Checked here with every other setting; read with [`load_checkout`].
+        pick_checkout(env, &base, &local, &mut problems);
         let gitea = GiteaSettings {
             host: pick!("HOST", host).inspect(|h| crate::remote_url::mask_userinfo(h)),
             login: pick!("LOGIN", login),
@@ -363,7 +392,7 @@ impl Settings {
             token: secret(pick!("GITEA_TOKEN", token)),
         };
         problems.into_result()?;
-        Ok(Settings { pve, gitea, share: share.into(), checkout })
+        Ok(Settings { pve, gitea, share: share.into() })
     }
 
     /// The non-secret view recorded in artifacts.
