@@ -1,7 +1,7 @@
 //! The `remotes.json` artifact: where each repository of a monorepo lives on Gitea.
 //!
 //! Written by the `rewrite` step (which builds the working copy whose submodule URLs point at
-//! Gitea) and read by `publish` (which pushes each repository in [`Remotes::publish_order`]).
+//! Gitea, with the workflows installed) and read by `publish` (which pushes each repository in [`Remotes::publish_order`]).
 //! It lives here, beside the other artifact plumbing, because two steps share it and a step
 //! never imports another step.
 
@@ -30,7 +30,8 @@ pub struct Remotes {
 
 impl Artifact for Remotes {
     const KIND: &'static str = "remotes";
-    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+    /// 1.1: `workflows` of the monorepo and of each module.
+    const SCHEMA_VERSION: (u32, u32) = (1, 1);
 }
 
 /// The monorepo's entry in [`Remotes`].
@@ -44,6 +45,11 @@ pub struct MonorepoRemote {
     pub source_commit: String,
     /// The working copy's `main` (equal to `source_commit` when nothing was rewritten).
     pub commit: String,
+    /// The workflow files `rewrite` installed (relative to the repository: `.gitea/workflows/
+    /// pipeline.yml` and `.gitea/workflows/snapshot.yml`), present in `commit`; empty when
+    /// rewrite ran with `--no-workflows` (or the artifact predates 1.1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workflows: Vec<PathBuf>,
 }
 
 /// One submodule in [`Remotes`].
@@ -68,6 +74,11 @@ pub struct ModuleRemote {
     pub converted: bool,
     /// The parent submodule's path, `None` for the monorepo.
     pub parent: Option<PathBuf>,
+    /// The workflow files `rewrite` installed in this repository (relative to it): a lib's
+    /// `.gitea/workflows/pipeline.yml`, a task's `.gitea/workflows/task.yml`; empty for other
+    /// repositories.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workflows: Vec<PathBuf>,
 }
 
 impl Remotes {
