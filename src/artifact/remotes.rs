@@ -84,14 +84,24 @@ pub struct ModuleRemote {
 impl Remotes {
     /// Every repository to publish, once each: modules deepest first, the monorepo last, as
     /// `(repo name, working directory, commit, module path or None for the monorepo)`.
+    ///
+    /// One repository at several paths (same name, same content: `rewrite` refuses anything
+    /// else) is published from its deepest path, unless another path of it had workflows
+    /// installed: that one's commit builds on the others', so it is the one pushed.
     pub fn publish_order(&self) -> Vec<(String, PathBuf, String, Option<PathBuf>)> {
         let mut mods: Vec<&ModuleRemote> = self.modules.iter().collect();
         mods.sort_by_key(|m| std::cmp::Reverse(m.path.components().count()));
-        let mut seen = std::collections::HashSet::new();
+        let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         let mut out = Vec::new();
         for m in mods {
-            if seen.insert(m.repo.to_lowercase()) {
-                out.push((m.repo.clone(), self.workdir.join(&m.path), m.commit.clone(), Some(m.path.clone())));
+            let entry = (m.repo.clone(), self.workdir.join(&m.path), m.commit.clone(), Some(m.path.clone()));
+            match seen.get(&m.repo.to_lowercase()) {
+                None => {
+                    seen.insert(m.repo.to_lowercase(), out.len());
+                    out.push(entry);
+                }
+                Some(&i) if !m.workflows.is_empty() => out[i] = entry,
+                Some(_) => {}
             }
         }
         out.push((self.monorepo.repo.clone(), self.workdir.clone(), self.monorepo.commit.clone(), None));

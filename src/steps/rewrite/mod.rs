@@ -211,6 +211,38 @@ mod tests {
     }
 
     #[test]
+    fn a_repo_at_two_paths_is_pushed_from_the_one_with_workflows() {
+        let mut nested = module("libs/b/vendor/a", "a", "1", false);
+        nested.parent = Some("libs/b".into());
+        let mut top = module("libs/a", "a", "2", false);
+        top.workflows = vec![".gitea/workflows/pipeline.yml".into()];
+        let r = Remotes {
+            gitea: "http://g".into(),
+            org: "main".into(),
+            source: "/src".into(),
+            workdir: "/wc".into(),
+            monorepo: MonorepoRemote {
+                repo: "mono".into(),
+                new_url: String::new(),
+                source_commit: "0".into(),
+                commit: "9".into(),
+                workflows: Vec::new(),
+            },
+            modules: vec![top, module("libs/b", "b", "3", false), nested],
+        };
+        let order: Vec<(String, PathBuf, String)> =
+            r.publish_order().into_iter().map(|(n, d, c, _)| (n, d, c)).collect();
+        assert_eq!(
+            order,
+            vec![
+                ("a".to_string(), PathBuf::from("/wc/libs/a"), "2".to_string()),
+                ("b".into(), "/wc/libs/b".into(), "3".into()),
+                ("mono".into(), "/wc".into(), "9".into()),
+            ]
+        );
+    }
+
+    #[test]
     fn publish_order_is_deepest_first_once_per_repo_monorepo_last() {
         let mut nested = module("libs/e/vendor/f", "f", "2", false);
         nested.parent = Some("libs/e".into());
