@@ -20,7 +20,7 @@
 //!    message ends in `[skip ci]`, children before parents;
 //! 5. the workflows are installed (unless switched off): the monorepo's `pipeline.yml` and
 //!    `snapshot.yml`, each lib's pipeline, each task's workflow, under `.gitea/workflows/` (see
-//!    [`workflows`]); a repository whose files change gets one more `[skip ci]` tool commit.
+//!    [`crate::workflows`]); a repository whose files change gets one more `[skip ci]` tool commit.
 //!
 //! The same input always produces the same commit ids, so publishing twice changes nothing.
 //!
