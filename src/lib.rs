@@ -22,7 +22,8 @@
 //!    over SSH, `lxc-attach` or locally, behind one trait).
 //! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`artifact`]
 //!    (the artifacts directory, every artifact path, and [`artifact::pack`] for job outputs),
-//!    [`settings`], [`remote_url`] (URLs with their credentials redacted), [`error`], [`keys`], [`net`], [`pipe`], [`progress`].
+//!    [`settings`], [`remote_url`] (URLs with their credentials redacted), [`error`], [`keys`], [`net`], [`pipe`], [`progress`],
+//!    [`workflows`] (the workflow files proxmox-gitops renders and installs).
 
 pub mod actions;
 pub mod artifact;
@@ -44,3 +45,4 @@ pub mod settings;
 pub mod snapshot;
 pub mod ssh;
 pub mod steps;
+pub mod workflows;

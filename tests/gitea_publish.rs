@@ -104,32 +104,72 @@ fn rewrite_every_url_form_recursively() {
         );
         assert_eq!(url, m["new_url"].as_str().unwrap());
         if !m["converted"].as_bool().unwrap() {
-            // Leaves (a, b, c, d, g, base) keep their commit; e and f get a [skip ci] rewrite commit.
+            // Leaves that are no top-level lib (base, g) keep their commit; e and f get a
+            // [skip ci] rewrite commit; each top-level lib (a–e) gets its pipeline installed.
             let src = git(&fx.mono.join(path), &["rev-parse", "HEAD"]);
             assert_eq!(m["source_commit"].as_str().unwrap(), src, "{path}");
-            let rewritten = ["libs/e", "libs/e/vendor/f"].contains(&path);
-            assert_eq!(m["commit"] != m["source_commit"], rewritten, "{path}");
-            if rewritten {
-                let msg = git(&workdir.join(path), &["log", "-1", "--format=%s"]);
-                assert_eq!(msg, "Point submodules at http://127.0.0.1:9/gitea/main [skip ci]");
-            }
+            let point = "Point submodules at http://127.0.0.1:9/gitea/main [skip ci]";
+            let install = "Install .gitea/workflows/pipeline.yml [skip ci]";
+            let want: Vec<&str> = match path {
+                "libs/e" => vec![install, point],
+                "libs/e/vendor/f" => vec![point],
+                "base" | "libs/e/vendor/f/deep/g" => vec![],
+                _ => vec![install],
+            };
+            let log = git(&workdir.join(path), &["log", "--format=%s", &format!("{src}..HEAD")]);
+            assert_eq!(log.lines().collect::<Vec<_>>(), want, "{path}");
         }
+        // The workflows installed per repository: libs their pipeline, tasks their task.yml.
+        let want_workflows = if path.starts_with("libs/") && m["parent"].is_null() {
+            json!([".gitea/workflows/pipeline.yml"])
+        } else if path.starts_with("tasks/") {
+            json!([".gitea/workflows/task.yml"])
+        } else {
+            Value::Null
+        };
+        assert_eq!(m["workflows"], want_workflows, "{path}");
     }
-    // The plain directory became its own repository with the directory's content.
+    // The plain directory became its own repository with the directory's content, and its
+    // pipeline on top.
     let plain = workdir.join("libs/plain");
-    assert_eq!(git(&plain, &["ls-tree", "--name-only", "HEAD"]), "container.env");
-    assert_eq!(git(&plain, &["log", "--format=%s"]), "Import libs/plain from mono [skip ci]");
+    assert_eq!(git(&plain, &["ls-tree", "-r", "--name-only", "HEAD"]), ".gitea/workflows/pipeline.yml\ncontainer.env");
+    assert_eq!(
+        git(&plain, &["log", "--format=%s"]),
+        "Install .gitea/workflows/pipeline.yml [skip ci]\nImport libs/plain from mono [skip ci]"
+    );
+    let pipeline = std::fs::read_to_string(plain.join(".gitea/workflows/pipeline.yml")).unwrap();
+    assert!(pipeline.contains("container: \"plain\"") && pipeline.contains("repository: \"main/mono\""), "{pipeline}");
     let task = workdir.join("tasks/nightly");
-    assert_eq!(git(&task, &["ls-tree", "--name-only", "HEAD"]), "run.sh");
-    assert_eq!(git(&task, &["log", "--format=%s"]), "Import tasks/nightly from mono [skip ci]");
+    assert_eq!(git(&task, &["ls-tree", "-r", "--name-only", "HEAD"]), ".gitea/workflows/task.yml\nrun.sh");
+    assert_eq!(
+        git(&task, &["log", "--format=%s"]),
+        "Install .gitea/workflows/task.yml [skip ci]\nImport tasks/nightly from mono [skip ci]"
+    );
+    let task_yml = std::fs::read_to_string(task.join(".gitea/workflows/task.yml")).unwrap();
+    assert!(
+        task_yml.contains("- cron: \"0 3 * * *\"") && task_yml.contains("PGO_TASK_SCRIPT: \"tasks/nightly/run.sh\"")
+    );
     assert_eq!(git(&workdir.join("config/libraries"), &["ls-tree", "--name-only", "HEAD"]), "common.sh");
     assert_eq!(remotes["monorepo"]["repo"], "mono");
     assert_eq!(remotes["monorepo"]["source_commit"].as_str().unwrap(), before_head);
     assert_eq!(remotes["monorepo"]["commit"].as_str().unwrap(), git(&workdir, &["rev-parse", "HEAD"]));
     assert_eq!(
-        git(&workdir, &["log", "-1", "--format=%s"]),
-        "Point submodules at http://127.0.0.1:9/gitea/main [skip ci]"
+        git(&workdir, &["log", "-2", "--format=%s"]),
+        "Install the proxmox-gitops workflows [skip ci]\nPoint submodules at http://127.0.0.1:9/gitea/main [skip ci]"
     );
+    // The monorepo's workflows: this repository's (the fixture has no workflows/ of its own).
+    assert_eq!(
+        remotes["monorepo"]["workflows"],
+        json!([".gitea/workflows/pipeline.yml", ".gitea/workflows/snapshot.yml"])
+    );
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for f in ["pipeline.yml", "snapshot.yml"] {
+        assert_eq!(
+            std::fs::read_to_string(workdir.join(".gitea/workflows").join(f)).unwrap(),
+            std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap(),
+            "{f}"
+        );
+    }
 
     // The user's checkout is untouched.
     assert_eq!(git(&fx.mono, &["status", "--porcelain", "--ignore-submodules=none"]), before_status);
@@ -192,6 +232,23 @@ fn run_publish(fx: &gitea::Fixture, url: &str, extra: &[&str], env: &[(&str, &st
     let mut args = vec!["--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", url];
     args.extend_from_slice(extra);
     run(&args, env)
+}
+
+/// How many pushes (`git-receive-pack` requests) the double received.
+fn pushes(d: &Double) -> usize {
+    d.exchanges()
+        .iter()
+        .filter(|e| {
+            e["kind"] == "git" && e["method"] == "POST" && e["path"].as_str().unwrap().ends_with("/git-receive-pack")
+        })
+        .count()
+}
+
+/// The commit `remotes.json` of the last rewrite of `fx` records for the module at `path`.
+fn module_commit(fx: &gitea::Fixture, path: &str) -> String {
+    let remotes = read_json(&fx.artifacts().join("remotes.json"));
+    let m = remotes["modules"].as_array().unwrap().iter().find(|m| m["path"] == path).unwrap().clone();
+    m["commit"].as_str().unwrap().to_string()
 }
 
 /// `(full_name, repo action, [(branch, action)], fork action, pull)` per repository.
@@ -270,20 +327,16 @@ fn publish_from_scratch_again_and_after_a_change() {
     let writes: Vec<String> =
         d.api_calls()[calls_before..].iter().filter(|c| !c.starts_with("GET ")).cloned().collect();
     assert_eq!(writes, Vec::<String>::new());
-    let pushes = d
-        .exchanges()
-        .iter()
-        .filter(|e| {
-            e["kind"] == "git" && e["method"] == "POST" && e["path"].as_str().unwrap().ends_with("/git-receive-pack")
-        })
-        .count();
-    assert_eq!(pushes, 12, "one push per repository, all in the first publish");
+    assert_eq!(pushes(&d), 12, "one push per repository, all in the first publish");
 
     // 3. After a change in lib a: rollback holds the old head, a release PR opens.
     let old_a = d.branch("main", "a", "main").unwrap();
     let old_mono = d.branch("main", "mono", "main").unwrap();
-    let new_a = fx.change_lib("libs/a", "v2");
+    let new_a_source = fx.change_lib("libs/a", "v2");
     let r3 = publish(&fx, &d, &[]);
+    // What is published is the lib's commit with its pipeline installed on top.
+    let new_a = module_commit(&fx, "libs/a");
+    assert_eq!(git(&d.bare("main", "a"), &["rev-parse", &format!("{new_a}^")]), new_a_source);
     assert_eq!(d.branch("main", "a", "main").as_deref(), Some(new_a.as_str()));
     assert_eq!(d.branch("main", "a", "rollback").as_deref(), Some(old_a.as_str()));
     assert_eq!(d.branch("main", "a", "release").as_deref(), Some(old_a.as_str()), "release moves only by the PR");
@@ -767,4 +820,154 @@ fn submodule_url_credentials_never_in_logs_artifacts_or_process_args() {
         }
     }
     assert!(d.branch("main", "mono", "main").is_some());
+}
+
+/// `path` on `branch` of `owner/repo` on the double, as bytes turned text; `None` when absent.
+fn file_on(d: &Double, owner: &str, repo: &str, branch: &str, path: &str) -> Option<String> {
+    let out = support::git::git_output(&d.bare(owner, repo), &["show", &format!("{branch}:{path}")]);
+    out.status.success().then(|| String::from_utf8(out.stdout).unwrap())
+}
+
+fn yaml(text: &str) -> yaml_rust2::Yaml {
+    let mut docs = yaml_rust2::YamlLoader::load_from_str(text).unwrap();
+    assert_eq!(docs.len(), 1);
+    docs.remove(0)
+}
+
+/// Issue 13: publish leaves a working setup. The monorepo gets pipeline.yml and snapshot.yml,
+/// each lib repository (a submodule lib, a converted directory) its pipeline, each task
+/// repository (a converted task with a cron line, a submodule task without one) its task.yml,
+/// all on `main` on the double; publishing again pushes nothing; a new checkout setting
+/// re-renders every workflow once.
+#[test]
+fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
+    let fx = fixture();
+    // A task without a cron line, as a submodule: the original project's tasks/deploy/default.rb.
+    let manual = gitea::upstream(fx.root.path(), "manual");
+    std::fs::write(manual.join("default.rb"), "# dispatched, not scheduled\nputs 'deploy'\n").unwrap();
+    git(&manual, &["add", "default.rb"]);
+    git(&manual, &["commit", "-q", "-m", "script"]);
+    gitea::add_submodule(&fx.mono, &manual, "tasks/manual", "https://git.example.invalid/org/manual.git");
+    let d = Double::start(Creds::basic("admin", "double-pw-w"));
+    let env = [("LOGIN", "admin"), ("PASSWORD", "double-pw-w")];
+
+    let out = run_publish(&fx, &d.url(), &["--runs-on", "shell"], &env);
+    let table = ok(&out);
+    let report = read_json(&fx.artifacts().join("publish.json"));
+    assert_eq!(report["schema_version"], "1.1");
+    let workflows: Vec<Value> = report["repos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| json!([r["full_name"], r["workflows"]]))
+        .filter(|v| !v[1].is_null())
+        .collect();
+    let pipeline = json!([".gitea/workflows/pipeline.yml"]);
+    let task = json!([".gitea/workflows/task.yml"]);
+    assert_eq!(
+        workflows,
+        vec![
+            json!(["main/plain", pipeline]),
+            json!(["main/nightly", task]),
+            json!(["main/a", pipeline]),
+            json!(["main/b", pipeline]),
+            json!(["main/c", pipeline]),
+            json!(["main/d", pipeline]),
+            json!(["main/e", pipeline]),
+            json!(["main/manual", task]),
+            json!(["main/mono", [".gitea/workflows/pipeline.yml", ".gitea/workflows/snapshot.yml"]]),
+        ]
+    );
+    let row = |name: &str| table.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{table}")).to_string();
+    assert!(row("main/nightly ").trim_end().ends_with("task.yml"), "{table}");
+    assert!(row("main/mono ").trim_end().ends_with("pipeline.yml,snapshot.yml"), "{table}");
+    assert!(row("main/base ").trim_end().ends_with('-'), "{table}");
+
+    // On the double: the monorepo's workflows are this repository's.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for f in ["pipeline.yml", "snapshot.yml"] {
+        let want = std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap();
+        assert_eq!(file_on(&d, "main", "mono", "main", &format!(".gitea/workflows/{f}")), Some(want), "{f}");
+    }
+    // Each lib's pipeline deploys that lib from the monorepo main/mono.
+    for lib in ["a", "plain"] {
+        let text = file_on(&d, "main", lib, "main", ".gitea/workflows/pipeline.yml").expect(lib);
+        let wf = yaml(&text);
+        let steps = &wf["jobs"]["deploy"]["steps"];
+        assert_eq!(steps[0]["with"]["repository"].as_str(), Some("main/mono"), "{lib}");
+        assert_eq!(steps[1]["with"]["path"].as_str(), Some(format!("libs/{lib}").as_str()), "{lib}");
+        assert_eq!(steps[2]["with"]["container"].as_str(), Some(lib), "{lib}");
+        assert_eq!(wf["jobs"]["deploy"]["runs-on"].as_str(), Some("shell"));
+    }
+    // The scheduled task has `schedule`, the other one does not.
+    let nightly = yaml(&file_on(&d, "main", "nightly", "main", ".gitea/workflows/task.yml").unwrap());
+    assert_eq!(nightly["on"]["schedule"][0]["cron"].as_str(), Some("0 3 * * *"));
+    assert_eq!(nightly["jobs"]["task"]["steps"][3]["env"]["PGO_TASK_SCRIPT"].as_str(), Some("tasks/nightly/run.sh"));
+    let manual_wf = yaml(&file_on(&d, "main", "manual", "main", ".gitea/workflows/task.yml").unwrap());
+    assert!(manual_wf["on"]["schedule"].is_badvalue(), "no cron line, no schedule");
+    assert!(!manual_wf["on"]["workflow_dispatch"].is_badvalue());
+    assert_eq!(manual_wf["on"]["push"]["branches"][0].as_str(), Some("main"));
+    assert_eq!(
+        manual_wf["jobs"]["task"]["steps"][3]["env"]["PGO_TASK_SCRIPT"].as_str(),
+        Some("tasks/manual/default.rb")
+    );
+    assert_eq!(manual_wf["env"]["PROXMOX_GITOPS_MONOREPO"].as_str(), Some("main/mono"));
+    // The task repository keeps the user's script; the workflow came in a [skip ci] commit.
+    assert_eq!(
+        file_on(&d, "main", "manual", "main", "default.rb").as_deref(),
+        Some("# dispatched, not scheduled\nputs 'deploy'\n")
+    );
+    assert_eq!(
+        git(&d.bare("main", "manual"), &["log", "-1", "--format=%s", "main"]),
+        "Install .gitea/workflows/task.yml [skip ci]"
+    );
+    // Repositories that are neither libs nor tasks get none.
+    for repo in ["base", "libraries", "f", "g"] {
+        assert_eq!(file_on(&d, "main", repo, "main", ".gitea/workflows/pipeline.yml"), None, "{repo}");
+    }
+
+    // 2. Again: everything unchanged, nothing pushed.
+    let before = pushes(&d);
+    let r2 = publish(&fx, &d, &[]);
+    assert_eq!((r2["summary"]["created"].clone(), r2["summary"]["updated"].clone()), (json!(0), json!(0)));
+    assert_eq!(pushes(&d), before, "re-publishing pushes nothing");
+
+    // 3. Another checkout action: every workflow is rendered anew, once.
+    let mut env2 = env.to_vec();
+    env2.push(("PROXMOX_GITOPS_CHECKOUT", "tasks/checkout@main"));
+    ok(&run_publish(&fx, &d.url(), &[], &env2));
+    let mono = file_on(&d, "main", "mono", "main", ".gitea/workflows/pipeline.yml").unwrap();
+    assert!(!mono.contains("actions/checkout@v4"), "{mono}");
+    assert_eq!(mono.matches("uses: \"tasks/checkout@main\"").count(), 3);
+    let nightly = yaml(&file_on(&d, "main", "nightly", "main", ".gitea/workflows/task.yml").unwrap());
+    assert_eq!(nightly["jobs"]["task"]["steps"][0]["uses"].as_str(), Some("tasks/checkout@main"));
+    let a = yaml(&file_on(&d, "main", "a", "main", ".gitea/workflows/pipeline.yml").unwrap());
+    assert_eq!(a["jobs"]["deploy"]["steps"][1]["uses"].as_str(), Some("tasks/checkout@main"));
+    let before = pushes(&d);
+    ok(&run_publish(&fx, &d.url(), &[], &env2));
+    assert_eq!(pushes(&d), before, "re-publishing with the same setting pushes nothing");
+
+    // A bad setting is refused before anything is written or sent.
+    let calls = d.api_calls().len();
+    let mut env3 = env.to_vec();
+    env3.push(("PROXMOX_GITOPS_CHECKOUT", "actions/checkout"));
+    let out = run_publish(&fx, &d.url(), &[], &env3);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("environment (PROXMOX_GITOPS_CHECKOUT): expected the checkout action as OWNER/REPO@REF"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(pushes(&d), before);
+    assert_eq!(d.api_calls().len(), calls, "nothing sent");
+
+    // `rewrite --no-workflows` leaves the repositories' workflows alone.
+    let art = fx.artifacts();
+    ok(&run(&["--repo", s(&fx.mono), "--artifacts", s(&art), "rewrite", "--gitea", &d.url(), "--no-workflows"], &[]));
+    let remotes = read_json(&art.join("remotes.json"));
+    assert!(remotes["monorepo"]["workflows"].is_null());
+    assert!(remotes["modules"].as_array().unwrap().iter().all(|m| m["workflows"].is_null()));
+    assert_eq!(module_commit(&fx, "libs/a"), git(&fx.mono.join("libs/a"), &["rev-parse", "HEAD"]));
+    d.assert_spec_conformant();
 }

@@ -64,7 +64,7 @@ fn expected(ids: &fixture::Ids, stage: &str) -> Value {
     let dns_files = with_stage(&["container.env"]);
     json!({
       "kind": "inventory",
-      "schema_version": "1.0",
+      "schema_version": "1.1",
       "root": "$TMP/mono",
       "stage": stage,
       "head": ids.root,
@@ -687,11 +687,63 @@ fn rule_cron_line() {
         "tasks/backup/run.sh:2",
         "invalid cron expression `61 * * * *`",
     );
+    // The cron line is read from the task's script only.
     one_problem(
-        &[("tasks/backup/run.sh", "#!/bin/bash\necho\n")],
-        "tasks/backup",
-        "no file in this task has a `# ! cron '<expr>'` line",
+        &[
+            ("tasks/backup/default.sh", "#!/bin/sh\n\n# ! cron '* * *'\n"),
+            ("tasks/backup/other.sh", "# ! cron '0 3 * * *'\n"),
+        ],
+        "tasks/backup/default.sh:3",
+        "invalid cron expression `* * *`",
     );
+}
+
+#[test]
+fn rule_task_script() {
+    one_problem(
+        &[("tasks/backup/README.md", "no script here\n")],
+        "tasks/backup",
+        "no script: expected `default.*`, `main.*` or a single script",
+    );
+    one_problem(
+        &[("tasks/backup/a.sh", "echo a\n"), ("tasks/backup/b.rb", "puts 'b'\n")],
+        "tasks/backup",
+        "several scripts (`a.sh`, `b.rb`) and none named `default.*` or `main.*`",
+    );
+    one_problem(
+        &[("tasks/backup/main.sh", "echo a\n"), ("tasks/backup/main.py", "print(1)\n")],
+        "tasks/backup",
+        "several `main.*` scripts (`main.py`, `main.sh`)",
+    );
+}
+
+/// The original project's layout: `tasks/deploy/default.rb` has no cron line (it is dispatched,
+/// not scheduled) and resolves; the script is chosen by the rules (`default.*`, `main.*`, the
+/// only script), whether the task has a cron line or not.
+#[test]
+fn tasks_with_and_without_a_cron_line() {
+    let (_tmp, root) = fixture::minimal();
+    for (rel, text) in [
+        ("tasks/deploy/default.rb", "# Merges the release pull requests.\nputs 'deploy'\n"),
+        ("tasks/deploy/README.md", "# ! cron '0 3 * * *' (in a file that is not the script)\n"),
+        ("tasks/health/main.sh", "#!/bin/sh\n# ! cron '0 */3 * * *'\nexec \"$PROXMOX_GITOPS\" health\n"),
+        ("tasks/health/helper.sh", "echo helper\n"),
+        ("tasks/update/weekly", "#!/usr/bin/env bash\n# ! cron \"0 4 * * 0\"\n"),
+        ("tasks/update/notes.txt", "not a script\n"),
+    ] {
+        fixture::write(&root, rel, text);
+    }
+    let inv = resolve_at(&root, "main").unwrap();
+    let got: Vec<Value> = inv.tasks.iter().map(|t| serde_json::to_value(t).unwrap()).collect();
+    assert_eq!(
+        got,
+        vec![
+            json!({"name": "deploy", "dir": "tasks/deploy", "script": "tasks/deploy/default.rb", "cron": null}),
+            json!({"name": "health", "dir": "tasks/health", "script": "tasks/health/main.sh", "cron": "0 */3 * * *"}),
+            json!({"name": "update", "dir": "tasks/update", "script": "tasks/update/weekly", "cron": "0 4 * * 0"}),
+        ]
+    );
+    assert_eq!(inv.tasks.iter().map(|t| t.scheduled()).collect::<Vec<_>>(), vec![false, true, true]);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The `remotes.json` artifact: where each repository of a monorepo lives on Gitea.
 //!
 //! Written by the `rewrite` step (which builds the working copy whose submodule URLs point at
-//! Gitea) and read by `publish` (which pushes each repository in [`Remotes::publish_order`]).
+//! Gitea, with the workflows installed) and read by `publish` (which pushes each repository in [`Remotes::publish_order`]).
 //! It lives here, beside the other artifact plumbing, because two steps share it and a step
 //! never imports another step.
 
@@ -30,7 +30,8 @@ pub struct Remotes {
 
 impl Artifact for Remotes {
     const KIND: &'static str = "remotes";
-    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+    /// 1.1: `workflows` of the monorepo and of each module.
+    const SCHEMA_VERSION: (u32, u32) = (1, 1);
 }
 
 /// The monorepo's entry in [`Remotes`].
@@ -44,6 +45,11 @@ pub struct MonorepoRemote {
     pub source_commit: String,
     /// The working copy's `main` (equal to `source_commit` when nothing was rewritten).
     pub commit: String,
+    /// The workflow files `rewrite` installed (relative to the repository: `.gitea/workflows/
+    /// pipeline.yml` and `.gitea/workflows/snapshot.yml`), present in `commit`; empty when
+    /// rewrite ran with `--no-workflows` (or the artifact predates 1.1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workflows: Vec<PathBuf>,
 }
 
 /// One submodule in [`Remotes`].
@@ -68,19 +74,34 @@ pub struct ModuleRemote {
     pub converted: bool,
     /// The parent submodule's path, `None` for the monorepo.
     pub parent: Option<PathBuf>,
+    /// The workflow files `rewrite` installed in this repository (relative to it): a lib's
+    /// `.gitea/workflows/pipeline.yml`, a task's `.gitea/workflows/task.yml`; empty for other
+    /// repositories.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workflows: Vec<PathBuf>,
 }
 
 impl Remotes {
     /// Every repository to publish, once each: modules deepest first, the monorepo last, as
     /// `(repo name, working directory, commit, module path or None for the monorepo)`.
+    ///
+    /// One repository at several paths (same name, same content: `rewrite` refuses anything
+    /// else) is published from its deepest path, unless another path of it had workflows
+    /// installed: that one's commit builds on the others', so it is the one pushed.
     pub fn publish_order(&self) -> Vec<(String, PathBuf, String, Option<PathBuf>)> {
         let mut mods: Vec<&ModuleRemote> = self.modules.iter().collect();
         mods.sort_by_key(|m| std::cmp::Reverse(m.path.components().count()));
-        let mut seen = std::collections::HashSet::new();
+        let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         let mut out = Vec::new();
         for m in mods {
-            if seen.insert(m.repo.to_lowercase()) {
-                out.push((m.repo.clone(), self.workdir.join(&m.path), m.commit.clone(), Some(m.path.clone())));
+            let entry = (m.repo.clone(), self.workdir.join(&m.path), m.commit.clone(), Some(m.path.clone()));
+            match seen.get(&m.repo.to_lowercase()) {
+                None => {
+                    seen.insert(m.repo.to_lowercase(), out.len());
+                    out.push(entry);
+                }
+                Some(&i) if !m.workflows.is_empty() => out[i] = entry,
+                Some(_) => {}
             }
         }
         out.push((self.monorepo.repo.clone(), self.workdir.clone(), self.monorepo.commit.clone(), None));

@@ -91,7 +91,7 @@ enum Command {
     Env(env::EnvArgs),
     /// Run the ref's steps (or the given ones) for containers, resumably and in parallel.
     Deploy(deploy::DeployArgs),
-    /// Render the per-lib workflow into libs' `.gitea/workflows/pipeline.yml`.
+    /// Render the lib pipelines and task workflows into their `.gitea/workflows/`.
     RenderWorkflows(render_workflows::RenderWorkflowsArgs),
     /// Pack or unpack artifacts handed between workflow jobs.
     Artifacts(artifacts::ArtifactsArgs),

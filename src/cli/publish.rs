@@ -50,24 +50,26 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
     outputs(&[("publish", path.display().to_string())])?;
     ctx.emit(&report, || {
         let word = |a: crate::steps::publish::Action| format!("{a:?}").to_lowercase();
-        let mut s = table_of(&["REPOSITORY", "REPO", "BRANCHES", "FORK", "RELEASE PR"], &report.repos, |r| {
-            let changed: Vec<String> = r
-                .refs
-                .iter()
-                .filter(|x| x.action != crate::steps::publish::Action::Unchanged)
-                .map(|x| format!("{}:{}", x.branch, word(x.action)))
-                .collect();
-            vec![
-                r.full_name.clone(),
-                word(r.action),
-                if changed.is_empty() { "-".into() } else { changed.join(",") },
-                r.fork.as_ref().map(|f| word(f.action)).unwrap_or_else(|| "-".into()),
-                r.pull
-                    .as_ref()
-                    .and_then(|p| p.number.map(|n| format!("#{n} {}", word(p.action))))
-                    .unwrap_or_else(|| "-".into()),
-            ]
-        });
+        let mut s =
+            table_of(&["REPOSITORY", "REPO", "BRANCHES", "FORK", "RELEASE PR", "WORKFLOWS"], &report.repos, |r| {
+                let changed: Vec<String> = r
+                    .refs
+                    .iter()
+                    .filter(|x| x.action != crate::steps::publish::Action::Unchanged)
+                    .map(|x| format!("{}:{}", x.branch, word(x.action)))
+                    .collect();
+                vec![
+                    r.full_name.clone(),
+                    word(r.action),
+                    if changed.is_empty() { "-".into() } else { changed.join(",") },
+                    r.fork.as_ref().map(|f| word(f.action)).unwrap_or_else(|| "-".into()),
+                    r.pull
+                        .as_ref()
+                        .and_then(|p| p.number.map(|n| format!("#{n} {}", word(p.action))))
+                        .unwrap_or_else(|| "-".into()),
+                    super::rewrite::workflow_names(&r.workflows),
+                ]
+            });
         s.push_str(&format!(
             "\n{} created, {} updated, {} unchanged ({} variables); wrote {}\n",
             report.summary.created,

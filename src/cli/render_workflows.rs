@@ -1,22 +1,26 @@
-//! `proxmox-gitops render-workflows`: write the per-lib pipeline into lib trees.
+//! `proxmox-gitops render-workflows`: write the per-lib pipeline into lib trees and the task
+//! workflow into task trees.
 
 use clap::Args;
 
 use super::{Ctx, table_of};
 use crate::error::Result;
-use crate::steps::render_workflows::{RenderOptions, render_workflows};
+use crate::steps::render_workflows::{RenderOptions, WorkflowKind, render_workflows};
 
 /// Arguments of `render-workflows`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("which").required(true).args(["libs", "all"])))]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["libs", "tasks", "all"])))]
 pub struct RenderWorkflowsArgs {
-    /// The lib to render for; repeatable or comma-separated.
+    /// The lib to render the pipeline for; repeatable or comma-separated.
     #[arg(long = "lib", value_delimiter = ',')]
     libs: Vec<String>,
-    /// Render for every lib of the stage.
+    /// The task to render the workflow for; repeatable or comma-separated.
+    #[arg(long = "task", value_delimiter = ',')]
+    tasks: Vec<String>,
+    /// Render for every lib and every task of the stage.
     #[arg(long)]
     all: bool,
-    /// The monorepo on Gitea as owner/repo (the lib pipelines check it out).
+    /// The monorepo on Gitea as owner/repo (the workflows check it out).
     #[arg(long, env = "GITHUB_REPOSITORY")]
     monorepo: String,
     /// The runner label the jobs run on.
@@ -26,19 +30,34 @@ pub struct RenderWorkflowsArgs {
 
 pub fn run(ctx: &Ctx, args: RenderWorkflowsArgs) -> Result<()> {
     let inv = ctx.inventory(None)?;
+    // The checkout action (PROXMOX_GITOPS_CHECKOUT) is a setting: resolve checked it already.
+    let root = ctx.repo.canonicalize().unwrap_or_else(|_| ctx.repo.clone());
+    let checkout = crate::settings::load_checkout(&root, &crate::settings::ProcessEnv)?;
     let written = render_workflows(
         &ctx.repo,
         &inv,
         &RenderOptions {
-            libs: if args.all { Vec::new() } else { args.libs },
+            libs: args.libs,
+            tasks: args.tasks,
+            all: args.all,
             monorepo: args.monorepo,
             runs_on: args.runs_on,
+            checkout,
         },
     )?;
     print!(
         "{}",
-        table_of(&["LIB", "FILE", "STATE"], &written, |r| {
-            vec![r.lib.clone(), r.path.display().to_string(), if r.changed { "written" } else { "unchanged" }.into()]
+        table_of(&["NAME", "KIND", "FILE", "STATE"], &written, |r| {
+            vec![
+                r.name.clone(),
+                match r.kind {
+                    WorkflowKind::Lib => "lib",
+                    WorkflowKind::Task => "task",
+                }
+                .into(),
+                r.path.display().to_string(),
+                if r.changed { "written" } else { "unchanged" }.into(),
+            ]
         })
     );
     Ok(())

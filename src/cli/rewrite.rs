@@ -9,7 +9,7 @@ use super::{Ctx, table_of};
 use crate::artifact;
 use crate::error::{Error, Result};
 use crate::settings::{ProcessEnv, Settings};
-use crate::steps::rewrite::{Remotes, RewriteOptions, rewrite};
+use crate::steps::rewrite::{Remotes, RewriteOptions, WorkflowOptions, rewrite};
 
 /// Arguments shared by `rewrite` and `publish`.
 #[derive(Debug, Args, Clone)]
@@ -26,6 +26,13 @@ pub struct TargetArgs {
     /// Repository name of the monorepo [default: the checkout's directory name].
     #[arg(long)]
     pub name: Option<String>,
+    /// The runner label the installed workflows' jobs run on.
+    #[arg(long, default_value = "shell")]
+    pub runs_on: String,
+    /// Do not install the workflows (the monorepo's pipeline.yml and snapshot.yml, each lib's
+    /// pipeline, each task's task.yml under .gitea/workflows/).
+    #[arg(long)]
+    pub no_workflows: bool,
 }
 
 /// Arguments of `rewrite`.
@@ -48,16 +55,33 @@ pub(crate) fn do_rewrite(ctx: &Ctx, target: &TargetArgs, settings: &Settings) ->
         .clone()
         .or_else(|| settings.gitea.host.clone())
         .ok_or_else(|| Error::Usage("no Gitea address: pass --gitea URL or set HOST".into()))?;
+    let workflows = if target.no_workflows {
+        None
+    } else {
+        // The checkout action (PROXMOX_GITOPS_CHECKOUT) the installed workflows use.
+        let root = ctx.repo.canonicalize().unwrap_or_else(|_| ctx.repo.clone());
+        let checkout = crate::settings::load_checkout(&root, &ProcessEnv)?;
+        Some(WorkflowOptions { runs_on: target.runs_on.clone(), checkout })
+    };
     let opts = RewriteOptions {
         repo: ctx.repo.clone(),
         workdir: target.workdir.clone().unwrap_or_else(|| ctx.artifacts.worktree()),
         gitea,
         org: target.org.clone(),
         name: target.name.clone(),
+        workflows,
     };
     let remotes = rewrite(&opts)?;
     artifact::write(&ctx.artifacts.remotes(), &remotes).map_err(|e| Error::Failed(e.into()))?;
     Ok(remotes)
+}
+
+/// The file names of installed workflows, comma-separated (`-` for none), for the tables.
+pub(crate) fn workflow_names(files: &[PathBuf]) -> String {
+    if files.is_empty() {
+        return "-".into();
+    }
+    files.iter().map(|f| f.file_name().unwrap_or(f.as_os_str()).to_string_lossy()).collect::<Vec<_>>().join(",")
 }
 
 pub fn run(ctx: &Ctx, args: RewriteArgs) -> Result<()> {
@@ -69,18 +93,20 @@ pub fn run(ctx: &Ctx, args: RewriteArgs) -> Result<()> {
         ("workdir", remotes.workdir.display().to_string()),
     ])?;
     ctx.emit(&remotes, || {
-        let mut s = table_of(&["PATH", "OLD URL", "NEW URL", "COMMIT"], &remotes.modules, |m| {
+        let mut s = table_of(&["PATH", "OLD URL", "NEW URL", "COMMIT", "WORKFLOWS"], &remotes.modules, |m| {
             vec![
                 m.path.display().to_string(),
                 m.old_url.as_ref().map_or_else(|| "(directory)".into(), |u| u.to_string()),
                 m.new_url.clone(),
                 m.commit[..m.commit.len().min(10)].to_string(),
+                workflow_names(&m.workflows),
             ]
         });
         s.push_str(&format!(
-            "\nmonorepo {} at {}; working copy {}; wrote {}\n",
+            "\nmonorepo {} at {} (workflows: {}); working copy {}; wrote {}\n",
             remotes.monorepo.new_url,
             &remotes.monorepo.commit[..10.min(remotes.monorepo.commit.len())],
+            workflow_names(&remotes.monorepo.workflows),
             remotes.workdir.display(),
             ctx.artifacts.remotes().display()
         ));

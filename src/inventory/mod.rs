@@ -10,6 +10,7 @@ pub mod dotenv;
 pub mod globals;
 pub mod select;
 pub mod spec;
+pub mod task;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -41,7 +42,7 @@ pub struct Inventory {
     pub submodules: Vec<Submodule>,
     /// Globals from `globals.json` overlaid by `globals.local.json` (empty values dropped).
     pub globals: BTreeMap<String, String>,
-    /// Scheduled tasks (`tasks/<name>/`).
+    /// Tasks (`tasks/<name>/`), by name.
     pub tasks: Vec<Task>,
     /// The baseline role directory (`base/`), relative to `root`, when present.
     pub base: Option<PathBuf>,
@@ -53,7 +54,8 @@ pub struct Inventory {
 
 impl Artifact for Inventory {
     const KIND: &'static str = "inventory";
-    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+    /// 1.1: a task's `cron` may be `null` (a task without a cron line).
+    const SCHEMA_VERSION: (u32, u32) = (1, 1);
 }
 
 impl Inventory {
@@ -265,15 +267,26 @@ pub struct Submodule {
     pub children: Vec<Submodule>,
 }
 
-/// A scheduled task repo: `tasks/<name>/` with a script carrying `# ! cron '<expr>'`.
+/// A task: `tasks/<name>/` (a plain directory or a submodule) holding one script, which its
+/// workflow runs (see [`task`] for how the script is chosen and the cron line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
     /// The task's name (directory name).
     pub name: String,
     /// The task's directory, relative to the root.
     pub dir: PathBuf,
-    /// The script file holding the cron line, relative to the root.
+    /// The script the task runs (`default.*`, `main.*`, else the only script), relative to the
+    /// root.
     pub script: PathBuf,
-    /// The cron expression (five fields).
-    pub cron: String,
+    /// The script's cron expression (five fields) from its `# ! cron '<expr>'` line: the task is
+    /// scheduled. `null` when the script has none: the task runs on workflow dispatch and on a
+    /// push to its repository's `main` only.
+    pub cron: Option<String>,
+}
+
+impl Task {
+    /// True when the task runs on a schedule (its script has a cron line).
+    pub fn scheduled(&self) -> bool {
+        self.cron.is_some()
+    }
 }

@@ -37,6 +37,8 @@ pub(super) struct RawConfig {
     pub(super) login: Option<String>,
     pub(super) password: Option<String>,
     pub(super) token: Option<String>,
+    /// The checkout action (`PROXMOX_GITOPS_CHECKOUT`), checked by `Settings::load`.
+    pub(super) checkout: Option<String>,
 }
 
 /// Keys of the `proxmox` section and whether each is a string (`false`: string or number).
@@ -58,7 +60,7 @@ const PROXMOX_KEYS: &[(&str, bool)] = &[
 ];
 
 /// Top-level keys of a config file besides `proxmox` (all strings).
-const TOP_KEYS: &[&str] = &["host", "login", "password", "token"];
+const TOP_KEYS: &[&str] = &["host", "login", "password", "token", "checkout"];
 
 /// 1-based line of the first `"key":` at or after byte `from` of `text`, and the byte offset
 /// after it. A heuristic for messages (JSON parsers do not report key positions): a key that
@@ -114,7 +116,7 @@ pub(super) fn read_config(path: &Path, display: &Path, problems: &mut Problems) 
     let serde_json::Value::Object(mut top) = value else {
         problems.add(
             Location::file(display),
-            "expected a JSON object with `proxmox`, `host`, `login`, `password`, `token`",
+            "expected a JSON object with `proxmox`, `host`, `login`, `password`, `token`, `checkout`",
         );
         return RawConfig::default();
     };
@@ -160,7 +162,10 @@ pub(super) fn read_config(path: &Path, display: &Path, problems: &mut Problems) 
         if !TOP_KEYS.contains(&k.as_str()) {
             bad(
                 at(&k, &k, 0),
-                format!("unknown key `{k}`; a config file takes `proxmox`, `host`, `login`, `password`, `token`"),
+                format!(
+                    "unknown key `{k}`; a config file takes `proxmox`, `host`, `login`, `password`, `token`, \
+                     `checkout`"
+                ),
                 problems,
             );
         } else if !(v.is_string() || v.is_null()) {

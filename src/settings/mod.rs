@@ -7,7 +7,8 @@
 //! 3. environment variables: `PROXMOX_HOST`, `PROXMOX_PORT`, `PROXMOX_USER`, `PROXMOX_PASSWORD`,
 //!    `PROXMOX_TOKEN`, `PROXMOX_SECRET`, `PROXMOX_NODE`, `PROXMOX_GATEWAY`, `PROXMOX_MASK`,
 //!    `PROXMOX_INTERFACE`, `PROXMOX_BRIDGE`, `PROXMOX_STORAGE`, `PROXMOX_TEMPLATE`,
-//!    `PROXMOX_SHARE`, and for Gitea `HOST`, `LOGIN`, `PASSWORD`, `GITEA_TOKEN`.
+//!    `PROXMOX_SHARE`, and for Gitea `HOST`, `LOGIN`, `PASSWORD`, `GITEA_TOKEN`; the checkout
+//!    action the workflows use, `PROXMOX_GITOPS_CHECKOUT` (see [`CheckoutAction`]).
 //!
 //! An empty string anywhere means "not set". The JSON files have the shape
 //!
@@ -15,7 +16,7 @@
 //! { "proxmox": { "host": "", "port": 8006, "user": "root@pam", "password": "", "token": "",
 //!                "secret": "", "node": "", "gateway": "", "mask": "24", "interface": "eth0",
 //!                "bridge": "vmbr0", "storage": "local:vztmpl", "template": "", "share": "" },
-//!   "host": "", "login": "", "password": "", "token": "" }
+//!   "host": "", "login": "", "password": "", "token": "", "checkout": "actions/checkout@v4" }
 //! ```
 //!
 //! Unknown keys are input errors (a typo must not silently drop a setting). `PROXMOX_HOST` takes
@@ -29,6 +30,7 @@
 //! Layout: this file holds the settings types and their precedence ([`Settings::load`]); `file`
 //! reads and checks one config file (every unknown key and wrong type, with its line).
 
+mod checkout;
 mod file;
 mod host;
 #[cfg(test)]
@@ -42,6 +44,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Location, Problems};
 
 use file::{parse_mask, read_config};
+
+pub use checkout::{CheckoutAction, DEFAULT_CHECKOUT};
 
 /// How the PVE API is authenticated, as recorded in artifacts (never the secret itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,6 +190,52 @@ pub struct PublicSettings {
     pub gitea_login: Option<String>,
     /// Which Gitea auth is configured.
     pub gitea_auth: GiteaAuthKind,
+}
+
+/// The environment variable naming the checkout action (see [`CheckoutAction`]).
+pub const CHECKOUT_VAR: &str = "PROXMOX_GITOPS_CHECKOUT";
+
+/// The checkout action of `PROXMOX_GITOPS_CHECKOUT`, else `checkout` of
+/// `local/config.local.json`, else of `local/config.json`, else the default; a bad value is a
+/// problem naming the variable or the file and key.
+fn pick_checkout(
+    env: &dyn EnvSource,
+    base: &file::RawConfig,
+    local: &file::RawConfig,
+    problems: &mut Problems,
+) -> CheckoutAction {
+    [
+        (env.get(CHECKOUT_VAR), Location::environment(CHECKOUT_VAR)),
+        (local.checkout.clone(), Location::file("local/config.local.json").with_key("checkout")),
+        (base.checkout.clone(), Location::file("local/config.json").with_key("checkout")),
+    ]
+    .into_iter()
+    .find_map(|(v, at)| nonempty(v).map(|v| (v, at)))
+    .map_or_else(CheckoutAction::default, |(v, at)| {
+        CheckoutAction::parse(&v).unwrap_or_else(|why| {
+            problems.add(at, why);
+            CheckoutAction::default()
+        })
+    })
+}
+
+/// The checkout action the workflows use, for the monorepo at `root` with the environment `env`:
+/// `PROXMOX_GITOPS_CHECKOUT`, else `checkout` in `local/config.local.json` or `local/config.json`,
+/// else `actions/checkout@v4`. (Kept apart from [`Settings`], which holds what the steps talk to
+/// PVE and Gitea with; [`Settings::load`] checks it too.)
+///
+/// # Errors
+/// The value is not a checkout action ([`CheckoutAction::parse`]), naming where it was set, or a
+/// config file cannot be read or parsed.
+pub fn load_checkout(root: &Path, env: &dyn EnvSource) -> Result<CheckoutAction, Problems> {
+    let mut problems = Problems::new();
+    let base_display = Path::new("local/config.json");
+    let local_display = Path::new("local/config.local.json");
+    let base = read_config(&root.join(base_display), base_display, &mut problems);
+    let local = read_config(&root.join(local_display), local_display, &mut problems);
+    let checkout = pick_checkout(env, &base, &local, &mut problems);
+    problems.into_result()?;
+    Ok(checkout)
 }
 
 /// The environment variables holding secrets (masked as soon as they are read).
@@ -333,6 +383,8 @@ impl Settings {
             template: pick!("PROXMOX_TEMPLATE", proxmox.template),
         };
         let share = pick!("PROXMOX_SHARE", proxmox.share).unwrap_or_else(|| "/share".into());
+        // Checked here with every other setting; read with [`load_checkout`].
+        pick_checkout(env, &base, &local, &mut problems);
         let gitea = GiteaSettings {
             host: pick!("HOST", host).inspect(|h| crate::remote_url::mask_userinfo(h)),
             login: pick!("LOGIN", login),

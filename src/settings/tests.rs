@@ -113,3 +113,33 @@ fn a_pve_url_sets_host_and_port_and_a_contradicting_port_is_refused() {
         )
     );
 }
+
+#[test]
+fn checkout_action_from_env_or_config_and_a_bad_value_names_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("local")).unwrap();
+    let none: BTreeMap<String, String> = BTreeMap::new();
+    assert_eq!(load_checkout(dir.path(), &none).unwrap().as_str(), "actions/checkout@v4");
+    std::fs::write(dir.path().join("local/config.json"), "{\"checkout\": \"tasks/checkout@main\"}").unwrap();
+    assert_eq!(load_checkout(dir.path(), &none).unwrap().as_str(), "tasks/checkout@main");
+    let env: BTreeMap<String, String> =
+        [("PROXMOX_GITOPS_CHECKOUT".to_string(), "http://10.0.3.2:8080/tasks/checkout@v4".to_string())].into();
+    assert_eq!(load_checkout(dir.path(), &env).unwrap().as_str(), "http://10.0.3.2:8080/tasks/checkout@v4");
+
+    let bad: BTreeMap<String, String> = [("PROXMOX_GITOPS_CHECKOUT".to_string(), "checkout".to_string())].into();
+    let e = Settings::load(dir.path(), &bad).unwrap_err();
+    assert_eq!(e.0, load_checkout(dir.path(), &bad).unwrap_err().0, "load checks it, load_checkout reads it");
+    assert_eq!(
+        e.0.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        vec![
+            "environment (PROXMOX_GITOPS_CHECKOUT): expected the checkout action as OWNER/REPO@REF (e.g. \
+             actions/checkout@v4), ./PATH, or https://HOST/OWNER/REPO@REF, found `checkout`"
+        ]
+    );
+    std::fs::write(dir.path().join("local/config.local.json"), "{\"checkout\": \"a b@v1\"}").unwrap();
+    let e = load_checkout(dir.path(), &none).unwrap_err();
+    assert_eq!(e.0[0].location, Location::file("local/config.local.json").with_key("checkout"));
+    std::fs::write(dir.path().join("local/config.local.json"), "{\"checkout\": 4}").unwrap();
+    let e = Settings::load(dir.path(), &none).unwrap_err();
+    assert_eq!(e.0[0].to_string(), "local/config.local.json:1 (checkout): expected a string, found 4");
+}

@@ -34,7 +34,8 @@ pub struct ResolveOptions {
 ///
 /// # Errors
 /// [`Error::Input`] with every problem found: malformed env/JSON files, invalid values, duplicate
-/// vmid/IP/hostname, task scripts without a cron line, a broken `.gitmodules`.
+/// vmid/IP/hostname, a task without a script (or with several and none named `default.*` or
+/// `main.*`), an invalid cron line, a broken `.gitmodules`.
 pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> {
     let root = opts
         .repo
@@ -261,83 +262,29 @@ fn container(
     }
 }
 
-/// Finds the `# ! cron '<expr>'` line in a script's text: `(line, expr)`.
-pub fn find_cron(text: &str) -> Option<(usize, String)> {
-    for (i, line) in text.lines().enumerate() {
-        let t = line.trim_start();
-        let Some(rest) = t.strip_prefix('#') else {
-            continue;
-        };
-        let Some(rest) = rest.trim_start().strip_prefix('!') else {
-            continue;
-        };
-        let Some(rest) = rest.trim_start().strip_prefix("cron") else {
-            continue;
-        };
-        let rest = rest.trim();
-        let expr = rest
-            .strip_prefix('\'')
-            .and_then(|r| r.strip_suffix('\''))
-            .or_else(|| rest.strip_prefix('"').and_then(|r| r.strip_suffix('"')))
-            .unwrap_or(rest);
-        return Some((i + 1, expr.trim().to_string()));
-    }
-    None
-}
+pub use crate::inventory::task::find_cron;
 
-fn read_tasks(
-    root: &Path,
-    submodules: &[&crate::inventory::Submodule],
-    problems: &mut Problems,
-) -> Vec<crate::inventory::Task> {
-    let mut dirs: Vec<PathBuf> = match std::fs::read_dir(root.join("tasks")) {
-        Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect(),
-        Err(_) => return Vec::new(),
+/// Reads every task directory `tasks/<name>/` (hidden ones skipped), by name: a submodule that is
+/// not checked out is named as such; otherwise see [`crate::inventory::task::read_task`].
+fn read_tasks(root: &Path, submodules: &[&crate::inventory::Submodule], problems: &mut Problems) -> Vec<Task> {
+    let mut names: Vec<String> = match std::fs::read_dir(root.join("tasks")) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
     };
-    dirs.sort();
+    names.sort();
     let mut tasks = Vec::new();
-    for abs in dirs {
-        let name = abs.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    for name in names {
         if name.starts_with('.') {
             continue;
         }
         let rel = Path::new("tasks").join(&name);
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&abs)
-            .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()).collect())
-            .unwrap_or_default();
-        files.sort();
-        let mut found = None;
-        for f in files {
-            let Ok(text) = std::fs::read_to_string(&f) else {
-                continue;
-            };
-            if let Some((line, expr)) = find_cron(&text) {
-                let script = rel.join(f.file_name().unwrap_or_default());
-                found = Some((script, line, expr));
-                break;
-            }
-        }
-        match found {
-            Some((script, line, expr)) => {
-                match croner::parser::CronParser::builder()
-                    .seconds(croner::parser::Seconds::Disallowed)
-                    .build()
-                    .parse(&expr)
-                {
-                    Ok(_) => tasks.push(Task { name, dir: rel, script, cron: expr }),
-                    Err(e) => problems.add(
-                        Location::line(&script, line),
-                        format!("invalid cron expression `{expr}`: {e} (expected five fields, e.g. '0 3 * * *')"),
-                    ),
-                }
-            }
-            None => match submodules.iter().find(|s| s.path == rel) {
-                Some(sm) if !sm.checked_out => problems.add(Location::file(&rel), unchecked_submodule("task", &name)),
-                _ => problems.add(
-                    Location::file(&rel),
-                    "no file in this task has a `# ! cron '<expr>'` line (e.g. `# ! cron '0 3 * * *'`)",
-                ),
-            },
+        match submodules.iter().find(|s| s.path == rel) {
+            Some(sm) if !sm.checked_out => problems.add(Location::file(&rel), unchecked_submodule("task", &name)),
+            _ => tasks.extend(crate::inventory::task::read_task(root, &rel, problems)),
         }
     }
     tasks
@@ -346,13 +293,6 @@ fn read_tasks(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cron_lines() {
-        assert_eq!(find_cron("#!/bin/bash\n# ! cron '0 3 * * *'\necho"), Some((2, "0 3 * * *".into())));
-        assert_eq!(find_cron("#! cron \"*/5 * * * *\""), Some((1, "*/5 * * * *".into())));
-        assert_eq!(find_cron("#!/bin/bash\necho"), None);
-    }
 
     #[test]
     fn original_env_rename_hint() {

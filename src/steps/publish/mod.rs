@@ -1,6 +1,7 @@
 //! Step `publish`: put the rewritten monorepo and its submodules on the Gitea control plane.
 //!
-//! Input: the working copy and `remotes.json` of [`super::rewrite`]. In order:
+//! Input: the working copy and `remotes.json` of [`super::rewrite`] (which also installed the
+//! workflows: the report lists each repository's, see [`RepoReport::workflows`]). In order:
 //!
 //! 1. **Organizations** `main` (the `--org`), `stage`, `tasks` exist (`orgCreate`; Gitea's
 //!    422 "already exists" is fine).
@@ -153,9 +154,14 @@ pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) 
     // 2.–4. repositories
     for (repo, dir, commit, path) in remotes.publish_order() {
         let staged = path.as_ref().is_none_or(|p| p.starts_with("libs") && p.components().count() == 2);
-        let r = publish_repo(client, &git, &remotes.org, &repo, &dir, &commit, path, staged)
+        let workflows = match &path {
+            None => remotes.monorepo.workflows.clone(),
+            Some(p) => remotes.modules.iter().find(|m| &m.path == p).map(|m| m.workflows.clone()).unwrap_or_default(),
+        };
+        let mut r = publish_repo(client, &git, &remotes.org, &repo, &dir, &commit, path, staged)
             .await
             .map_err(|e| Error::Failed(e.context(format!("publishing {}/{repo}", remotes.org))))?;
+        r.workflows = workflows;
         report.repos.push(r);
     }
 

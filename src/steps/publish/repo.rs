@@ -177,7 +177,18 @@ pub(super) async fn publish_repo(
             }
         });
     }
-    Ok(RepoReport { full_name, path, url, commit: commit.to_string(), action, settings, refs, fork, pull })
+    Ok(RepoReport {
+        full_name,
+        path,
+        url,
+        commit: commit.to_string(),
+        action,
+        settings,
+        refs,
+        fork,
+        pull,
+        workflows: Vec::new(),
+    })
 }
 
 /// Brings `stage/<repo>`'s `main` to `commit` (what `main/<repo>` now holds) when the fork has

@@ -84,6 +84,10 @@ pub struct RepoReport {
     pub fork: Option<ForkReport>,
     /// The release pull request, for lib repositories and the monorepo.
     pub pull: Option<PullReport>,
+    /// The workflow files the published commit has installed (from `remotes.json`, relative to
+    /// the repository), e.g. `.gitea/workflows/task.yml`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workflows: Vec<PathBuf>,
 }
 
 /// One variable (never its value).
@@ -128,7 +132,8 @@ pub struct PublishReport {
 
 impl Artifact for PublishReport {
     const KIND: &'static str = "publish";
-    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+    /// 1.1: `workflows` of each repository.
+    const SCHEMA_VERSION: (u32, u32) = (1, 1);
 }
 
 impl PublishReport {

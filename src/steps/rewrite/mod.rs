@@ -17,7 +17,10 @@
 //!    its parent records, and its URL in `.gitmodules` is rewritten to
 //!    `<gitea>/<org>/<name>.git`;
 //! 4. each repository whose `.gitmodules` or gitlinks changed gets one tool commit whose
-//!    message ends in `[skip ci]`, children before parents.
+//!    message ends in `[skip ci]`, children before parents;
+//! 5. the workflows are installed (unless switched off): the monorepo's `pipeline.yml` and
+//!    `snapshot.yml`, each lib's pipeline, each task's workflow, under `.gitea/workflows/` (see
+//!    [`crate::workflows`]); a repository whose files change gets one more `[skip ci]` tool commit.
 //!
 //! The same input always produces the same commit ids, so publishing twice changes nothing.
 //!
@@ -29,9 +32,12 @@
 //! Output: the artifact `remotes.json` ([`Remotes`]).
 
 mod submodules;
+mod workflows;
 
 pub use crate::artifact::remotes::{ModuleRemote, MonorepoRemote, Remotes};
 pub use crate::gitea::names::{MAX_REPO_NAME, RepoNameError, new_url, repo_name_from_url, sanitize_repo_name};
+
+pub use workflows::WorkflowOptions;
 
 use submodules::{Ctx, check_collisions, process};
 
@@ -58,6 +64,9 @@ pub struct RewriteOptions {
     pub org: String,
     /// The monorepo's repository name; default: the checkout's directory name, sanitized.
     pub name: Option<String>,
+    /// Install the workflows with these options; `None`: leave the repositories' workflows as
+    /// they are.
+    pub workflows: Option<WorkflowOptions>,
 }
 
 fn failed(e: GitError) -> Error {
@@ -69,8 +78,8 @@ fn failed(e: GitError) -> Error {
 /// # Errors
 /// [`Error::Input`] for a checkout that is not a git repository, a submodule that is not
 /// checked out or lacks its recorded commit, a URL without a usable name, name collisions, a
-/// work directory that is the checkout (or holds something else); [`Error::Failed`] when git
-/// fails.
+/// work directory that is the checkout (or holds something else), a broken workflow template or
+/// a task without a script; [`Error::Failed`] when git fails.
 pub fn rewrite(opts: &RewriteOptions) -> Result<Remotes> {
     let gitea =
         crate::gitea::base_url(&opts.gitea).map_err(|e| Error::input(Location::file("--gitea"), e.to_string()))?;
@@ -133,10 +142,15 @@ pub fn rewrite(opts: &RewriteOptions) -> Result<Remotes> {
     let source_commit = git.run(&wc, ["rev-parse", "HEAD"]).map_err(failed)?;
 
     let mut ctx = Ctx { git, gitea: gitea.clone(), org: &opts.org, modules: Vec::new(), problems: Problems::new() };
-    let commit = process(&mut ctx, &wc, &source, Path::new(""), 0, &repo_name)?;
+    let mut commit = process(&mut ctx, &wc, &source, Path::new(""), 0, &repo_name)?;
     check_collisions(&ctx.modules, &repo_name, &mut ctx.problems);
-    let Ctx { modules, problems, .. } = ctx;
+    let Ctx { git, mut modules, problems, .. } = ctx;
     problems.into_result()?;
+    let mut monorepo_workflows = Vec::new();
+    if let Some(w) = &opts.workflows {
+        monorepo_workflows = workflows::install(&git, &wc, &format!("{}/{repo_name}", opts.org), &mut modules, w)?;
+        commit = git.run(&wc, ["rev-parse", "HEAD"]).map_err(failed)?;
+    }
 
     // Replace the previous working copy only now that the new one is complete.
     if workdir.exists() {
@@ -158,6 +172,7 @@ pub fn rewrite(opts: &RewriteOptions) -> Result<Remotes> {
             repo: repo_name,
             source_commit,
             commit,
+            workflows: monorepo_workflows,
         },
         modules,
     })
@@ -191,7 +206,40 @@ mod tests {
             commit: commit.into(),
             converted,
             parent: None,
+            workflows: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_repo_at_two_paths_is_pushed_from_the_one_with_workflows() {
+        let mut nested = module("libs/b/vendor/a", "a", "1", false);
+        nested.parent = Some("libs/b".into());
+        let mut top = module("libs/a", "a", "2", false);
+        top.workflows = vec![".gitea/workflows/pipeline.yml".into()];
+        let r = Remotes {
+            gitea: "http://g".into(),
+            org: "main".into(),
+            source: "/src".into(),
+            workdir: "/wc".into(),
+            monorepo: MonorepoRemote {
+                repo: "mono".into(),
+                new_url: String::new(),
+                source_commit: "0".into(),
+                commit: "9".into(),
+                workflows: Vec::new(),
+            },
+            modules: vec![top, module("libs/b", "b", "3", false), nested],
+        };
+        let order: Vec<(String, PathBuf, String)> =
+            r.publish_order().into_iter().map(|(n, d, c, _)| (n, d, c)).collect();
+        assert_eq!(
+            order,
+            vec![
+                ("a".to_string(), PathBuf::from("/wc/libs/a"), "2".to_string()),
+                ("b".into(), "/wc/libs/b".into(), "3".into()),
+                ("mono".into(), "/wc".into(), "9".into()),
+            ]
+        );
     }
 
     #[test]
@@ -208,6 +256,7 @@ mod tests {
                 new_url: String::new(),
                 source_commit: "0".into(),
                 commit: "9".into(),
+                workflows: Vec::new(),
             },
             modules: vec![
                 module("libs/a", "a", "1", false),

@@ -66,7 +66,7 @@ fn gitlink(git: &Git, dir: &Path, path: &str) -> Result<Option<String>> {
 }
 
 /// The commit date of `HEAD` in `dir`, as `@<unix> +0000` (the date of tool commits).
-fn head_date(git: &Git, dir: &Path) -> Result<String> {
+pub(super) fn head_date(git: &Git, dir: &Path) -> Result<String> {
     let ct = git.run(dir, ["log", "-1", "--format=%ct", "HEAD"]).map_err(failed)?;
     Ok(format!("@{} +0000", ct.trim()))
 }
@@ -122,6 +122,7 @@ pub(super) fn process(
                 commit,
                 converted: true,
                 parent: None,
+                workflows: Vec::new(),
             });
             changed = true;
         }
@@ -215,6 +216,7 @@ pub(super) fn process(
             commit: recorded.clone(),
             converted: false,
             parent: (!prefix.as_os_str().is_empty()).then(|| prefix.to_path_buf()),
+            workflows: Vec::new(),
         });
         let commit = process(ctx, &sub, &sub_src, &rel, depth + 1, top_name)?;
         ctx.modules[index].commit = commit.clone();
