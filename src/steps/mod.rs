@@ -4,6 +4,7 @@
 pub mod configure;
 pub mod deploy;
 pub mod destroy;
+pub mod health;
 pub mod plan;
 pub mod provision;
 pub mod publish;
@@ -11,3 +12,4 @@ pub mod render_workflows;
 pub mod resolve;
 pub mod rewrite;
 pub mod snapshot;
+pub mod update;
