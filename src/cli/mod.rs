@@ -20,6 +20,7 @@ mod deploy;
 pub mod describe;
 mod destroy;
 mod env;
+mod health;
 mod plan;
 pub(crate) mod provision;
 mod publish;
@@ -28,6 +29,7 @@ mod resolve;
 mod rewrite;
 pub(crate) mod run;
 mod snapshot;
+mod update;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -100,6 +102,10 @@ enum Command {
     Configure(configure::ConfigureArgs),
     /// Destroy containers, after a verified snapshot of their data.
     Destroy(destroy::DestroyArgs),
+    /// Check that containers run, answer and have their services active (exit 1 when not).
+    Health(health::HealthArgs),
+    /// Upgrade containers' packages with a snapshot first and an automatic rollback on failure.
+    Update(update::UpdateArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -289,6 +295,8 @@ pub fn main() -> i32 {
         Command::Snapshot(args) => snapshot::run(&ctx, args),
         Command::Configure(args) => configure::run(&ctx, args),
         Command::Destroy(args) => destroy::run(&ctx, args),
+        Command::Health(args) => health::run(&ctx, args),
+        Command::Update(args) => update::run(&ctx, args),
     };
     // The inputs were good unless the command says otherwise: write what was held back.
     let result = match result {

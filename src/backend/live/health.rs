@@ -187,14 +187,17 @@ pub enum Probe {
 }
 
 /// Reads the answer of `systemctl is-system-running` (any exit code: it is non-zero for every
-/// state but `running`).
+/// state but `running`). Early in a boot systemd is not reachable yet ("Failed to connect to
+/// bus: No such file or directory", nothing on stdout): that is [`Probe::NoAnswer`], not a
+/// missing `systemctl` (exit code 127, or a message naming `systemctl` as not found).
 pub fn read_probe(stdout: &[u8], status: &ExecStatus) -> Probe {
     let out = String::from_utf8_lossy(stdout);
     let state = out.lines().map(str::trim).find(|l| !l.is_empty());
     match state {
         Some(s) => Probe::System(s.to_string()),
         None if status.code == Some(127)
-            || (status.stderr.contains("not found") || status.stderr.contains("No such file")) =>
+            || (status.stderr.contains("systemctl")
+                && (status.stderr.contains("not found") || status.stderr.contains("Failed to exec"))) =>
         {
             Probe::NoSystemd
         }
@@ -392,7 +395,11 @@ mod tests {
         assert_eq!(read_probe(b"running\n", &st(Some(0), "")), Probe::System("running".into()));
         assert_eq!(read_probe(b"degraded\n", &st(Some(1), "")), Probe::System("degraded".into()));
         assert_eq!(read_probe(b"", &st(Some(127), "")), Probe::NoSystemd);
-        assert_eq!(read_probe(b"", &st(Some(1), "sh: systemctl: not found")), Probe::NoSystemd);
+        assert_eq!(read_probe(b"", &st(Some(1), "sudo: systemctl: command not found")), Probe::NoSystemd);
+        assert_eq!(
+            read_probe(b"", &st(Some(1), "Failed to connect to bus: No such file or directory")),
+            Probe::NoAnswer("exit code 1: Failed to connect to bus: No such file or directory".into())
+        );
         assert_eq!(
             read_probe(b"", &st(Some(1), "Failed to connect to bus: No such device\n")),
             Probe::NoAnswer("exit code 1: Failed to connect to bus: No such device".into())
