@@ -152,7 +152,7 @@ async fn failed_upgrade_rolls_back_and_a_good_one_reboots_and_prunes() {
     let md = std::fs::read_to_string(&summary).unwrap();
     assert!(md.starts_with(&format!("### Update of stage `{}`: 0 updated, 1 rolled back, 0 failed", stage_for(KIND))));
     assert!(md.contains(&format!("| app | **rolled-back** | {first} | - | healthy | ")), "{md}");
-    assert_eq!(snapshot_names(&client, &host).await, [first.clone()], "the snapshot is kept after a rollback");
+    assert_eq!(snapshot_names(&client, &host).await, [first.as_str()], "the snapshot is kept after a rollback");
     // The container is still the lxc backend's (lxc-snapshot -r would have dropped its metadata).
     assert!(lxc_path.join(&host).join("proxmox-gitops.json").is_file());
 
@@ -192,7 +192,7 @@ async fn failed_upgrade_rolls_back_and_a_good_one_reboots_and_prunes() {
     );
     assert!(!exists(&lab, &host, "/var/run/reboot-required"), "the reboot cleared /run");
     assert_eq!(sh(&lab, &host, "cat /root/marker"), "kept\n");
-    assert_eq!(snapshot_names(&client, &host).await, [second.clone()]);
+    assert_eq!(snapshot_names(&client, &host).await, [second.as_str()]);
     let table: Vec<Vec<&str>> = run.stdout.lines().take(2).map(|l| l.split_whitespace().collect()).collect();
     assert_eq!(table[0], ["CONTAINER", "RESULT", "SNAPSHOT", "REBOOT", "HEALTH", "DETAIL"]);
     assert_eq!(table[1], ["app", "updated", second.as_str(), "yes", "healthy"]);

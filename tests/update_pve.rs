@@ -264,6 +264,7 @@ fn opts() -> UpdateOptions {
         boot_timeout: Duration::from_secs(60),
         settle_timeout: Duration::ZERO,
         now: time::macros::datetime!(2026-12-01 17:00:00 UTC),
+        this_host: None,
     }
 }
 

@@ -92,6 +92,7 @@ pub fn run(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
         boot_timeout: Duration::from_secs(args.boot_timeout),
         settle_timeout: Duration::from_secs(args.settle_timeout),
         now: OffsetDateTime::now_utc(),
+        this_host: std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string()),
     };
     let report = block_on(
         Threads::Workers((args.jobs as usize).clamp(1, 8)),

@@ -521,7 +521,8 @@ mod check_tests {
 
     #[tokio::test]
     async fn states_before_the_services() {
-        let cases: Vec<(Box<dyn Fn(&mut super::super::fake::State)>, HealthState, Option<&str>)> = vec![
+        type Case = (Box<dyn Fn(&mut super::super::fake::State)>, HealthState, Option<&'static str>);
+        let cases: Vec<Case> = vec![
             (Box::new(|s| s.exists = false), HealthState::NotDeployed, None),
             (Box::new(|s| s.running = false), HealthState::Stopped, Some("container is stopped")),
             (Box::new(|s| s.foreign = true), HealthState::Foreign, Some("CT 120 holds hostname `other`")),

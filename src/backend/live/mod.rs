@@ -167,7 +167,7 @@ pub struct LiveOptions {
 /// The real [`Containers`] of a backend, opened once per run.
 pub enum Live {
     /// Proxmox VE over its API (SSH into the containers).
-    Pve(pve::PveLive),
+    Pve(Box<pve::PveLive>),
     /// LXC on this host (`lxc-attach` into the containers).
     Lxc(lxc::LxcLive),
 }
@@ -183,12 +183,12 @@ pub fn open(kind: BackendKind, settings: &Settings, opts: LiveOptions) -> Result
     match kind {
         BackendKind::Pve => {
             let client = super::pve_client(settings, &opts.pve)?;
-            Ok(Live::Pve(pve::PveLive::new(
+            Ok(Live::Pve(Box::new(pve::PveLive::new(
                 std::sync::Arc::new(client),
                 settings.pve.node.clone(),
                 settings.pve.interface.clone(),
                 opts,
-            )))
+            ))))
         }
         BackendKind::Lxc => Ok(Live::Lxc(lxc::LxcLive::new(super::lxc_backend(settings)?))),
     }
@@ -202,7 +202,7 @@ impl Live {
         interface: String,
         opts: LiveOptions,
     ) -> Live {
-        Live::Pve(pve::PveLive::new(client, node, interface, opts))
+        Live::Pve(Box::new(pve::PveLive::new(client, node, interface, opts)))
     }
 
     /// Operations over an opened LXC backend.

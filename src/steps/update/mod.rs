@@ -3,6 +3,8 @@
 //!
 //! Per container (at most `jobs` at once; one container's failure never stops the others):
 //!
+//! 0. a container whose hostname is this machine's is the one the run is in: skipped
+//!    ([`plan::runs_inside`]);
 //! 1. **health before** ([`crate::backend::live::check`]): only a healthy container is
 //!    updated ([`plan::start`]); not deployed is reported, a stopped one is skipped (neither
 //!    is a failure), anything else fails with nothing changed;
@@ -240,6 +242,10 @@ pub struct UpdateOptions {
     pub settle_timeout: Duration,
     /// The run's start: names the snapshots.
     pub now: OffsetDateTime,
+    /// The hostname of the machine this run is on (`/proc/sys/kernel/hostname`): a container with
+    /// that hostname is the one the run is in (a runner inside the control plane), and is
+    /// skipped — its snapshot, reboot or rollback would end the run.
+    pub this_host: Option<String>,
 }
 
 /// Updates `specs` through `containers`, at most `opts.jobs` at a time, each independently (see
@@ -282,6 +288,9 @@ pub async fn update_one(c: &dyn Containers, spec: &ContainerSpec, opts: &UpdateO
 }
 
 async fn run(c: &dyn Containers, spec: &ContainerSpec, opts: &UpdateOptions, u: &mut ContainerUpdate) {
+    if let Some(why) = plan::runs_inside(spec, opts.this_host.as_deref()) {
+        return u.fail(UpdateResult::Skipped, why);
+    }
     let t = Instant::now();
     let before = check(c, spec, &opts.check).await;
     u.act("check", t, None, Ok(Some(format!("before: {}", before.state))));

@@ -118,6 +118,20 @@ pub fn to_prune(existing: &[CtSnapshotInfo], kept: &str) -> Vec<String> {
     ours.into_iter().map(|(_, n)| n).collect()
 }
 
+/// Why `spec` is not updated when the run itself is inside it (its hostname is `this_host`, the
+/// machine's own): a snapshot of an LXC container stops it, a reboot or rollback restarts it —
+/// any of them would end the run half-way (the usual case: the runner lives in the control plane
+/// container). `None` otherwise.
+pub fn runs_inside(spec: &crate::inventory::ContainerSpec, this_host: Option<&str>) -> Option<String> {
+    let host = this_host?.trim();
+    (!host.is_empty() && host.eq_ignore_ascii_case(&spec.hostname)).then(|| {
+        format!(
+            "this run is inside it (this machine's hostname is `{host}`): its snapshot, reboot or rollback would end \
+             the run; update it from another machine"
+        )
+    })
+}
+
 /// Whether a container is updated, from its health before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Start {
@@ -220,6 +234,15 @@ mod tests {
         assert_eq!(parse_name("pgo-20250101-000000"), None);
         // The snapshot step's retention never takes ours either.
         assert_eq!(crate::snapshot::ct::parse_name("pgo-update-20261201-170005"), None);
+    }
+
+    #[test]
+    fn the_container_the_run_is_in_is_skipped() {
+        let spec = crate::inventory::ContainerSpec::new("config", 100, crate::inventory::IpConfig::Dhcp);
+        assert_eq!(runs_inside(&spec, None), None);
+        assert_eq!(runs_inside(&spec, Some("runner-host")), None);
+        assert_eq!(runs_inside(&spec, Some("")), None);
+        assert!(runs_inside(&spec, Some("config\n")).unwrap().starts_with("this run is inside it"));
     }
 
     #[test]

@@ -27,6 +27,7 @@ fn opts() -> UpdateOptions {
         boot_timeout: Duration::from_secs(30),
         settle_timeout: Duration::ZERO,
         now: datetime!(2026-12-01 17:00:00 UTC),
+        this_host: Some("runner".into()),
     }
 }
 
@@ -239,6 +240,16 @@ async fn not_deployed_and_stopped_containers_are_reported_not_failed() {
     );
     assert_eq!(fake.calls(), ["status"]);
     assert!(!u.result.is_failure());
+}
+
+#[tokio::test]
+async fn the_container_this_run_is_in_is_not_touched() {
+    let fake = Fake::new(BackendKind::Pve, debian());
+    let o = UpdateOptions { this_host: Some("broker".into()), ..opts() };
+    let u = update_one(&fake, &spec("broker"), &o).await;
+    assert_eq!(u.result, UpdateResult::Skipped);
+    assert!(u.error.as_deref().unwrap().starts_with("this run is inside it"), "{u:?}");
+    assert_eq!(fake.calls(), Vec::<String>::new());
 }
 
 /// Several containers behind one backend: a fake per container name.
