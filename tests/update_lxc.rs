@@ -4,8 +4,8 @@
 //! 1. an upgrade that fails with a side effect (an APT hook run by `apt-get update` removes a
 //!    marker file, leaves another, then fails) is rolled back to the snapshot taken before: the
 //!    marker is back, the side effect is gone, the report says `rolled-back`, the exit code is 1;
-//! 2. an upgrade that succeeds (no package sources: `apt-get update` and `dist-upgrade` have
-//!    nothing to do) and asks for a reboot (a hook touches `/var/run/reboot-required`) is
+//! 2. an upgrade that succeeds (`apt-get update` and `dist-upgrade` have nothing to do: the
+//!    container's package sources are removed first, so nothing is fetched in either phase) and asks for a reboot (a hook touches `/var/run/reboot-required`) is
 //!    rebooted, checked healthy, and the older update snapshot is deleted while the new one is
 //!    kept.
 //!
@@ -113,7 +113,8 @@ async fn failed_upgrade_rolls_back_and_a_good_one_reboots_and_prunes() {
     let client = LxcClient::open(Some(lxc_path.clone())).unwrap();
 
     // 1. The upgrade fails after changing the container: rolled back.
-    sh(&lab, &host, "echo kept > /root/marker");
+    // No package sources: apt-get fetches nothing (apt runs the hook and still fetches).
+    sh(&lab, &host, "echo kept > /root/marker; rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*");
     sh(&lab, &host, &format!("printf '%s\\n' '{FAILING_HOOK}' > /etc/apt/apt.conf.d/99pgo-test"));
     let run = update(&root, &artifacts, &share, &summary, &["--json"]);
     assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
@@ -127,6 +128,7 @@ async fn failed_upgrade_rolls_back_and_a_good_one_reboots_and_prunes() {
     assert_eq!(c["rollback"]["result"], "ok");
     assert_eq!(c["commands"].as_array().unwrap().len(), 1, "dist-upgrade is not run after a failed update");
     assert_eq!(c["commands"][0]["exit_code"], 100);
+    assert!(!c["commands"][0]["output_tail"].as_str().unwrap().contains("Get:"), "nothing fetched: {c:#}");
     assert!(c["commands"][0]["stderr_tail"].as_str().unwrap().contains("APT::Update::Pre-Invoke"), "{c:#}");
     let reason = c["rollback"]["reason"].as_str().unwrap();
     assert!(
@@ -157,14 +159,7 @@ async fn failed_upgrade_rolls_back_and_a_good_one_reboots_and_prunes() {
     assert!(lxc_path.join(&host).join("proxmox-gitops.json").is_file());
 
     // 2. An upgrade with nothing to fetch that asks for a reboot: updated, rebooted, pruned.
-    sh(
-        &lab,
-        &host,
-        &format!(
-            "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*; printf '%s\\n' '{REBOOT_HOOK}' > \
-             /etc/apt/apt.conf.d/99pgo-test"
-        ),
-    );
+    sh(&lab, &host, &format!("printf '%s\\n' '{REBOOT_HOOK}' > /etc/apt/apt.conf.d/99pgo-test"));
     let run = update(&root, &artifacts, &share, &summary, &[]);
     assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
     let report: Value = serde_json::from_str(&std::fs::read_to_string(artifacts.join("update.json")).unwrap()).unwrap();

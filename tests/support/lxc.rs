@@ -48,10 +48,10 @@ pub fn list(lxc_path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Stops (kill) and destroys a container; best effort, for cleanup.
+/// Stops (kill) and destroys a container with its snapshots; best effort, for cleanup.
 pub fn force_remove(lxc_path: &Path, name: &str) {
     let _ = lxc_cmd("lxc-stop", lxc_path, &["-n", name, "-k"]);
-    let _ = lxc_cmd("lxc-destroy", lxc_path, &["-n", name]);
+    let _ = lxc_cmd("lxc-destroy", lxc_path, &["-s", "-n", name]);
 }
 
 /// Removes every container with `prefix`, clones first, the base (`…base`) last.
