@@ -44,8 +44,14 @@ impl LxcLive {
         if !client.exists(name) {
             return Ok(CtState::Absent);
         }
-        if let Err(e) = self.backend.owned(spec) {
-            return Ok(CtState::Foreign { detail: format!("{e:#}") });
+        match self.backend.not_ours(spec) {
+            Ok(None) => {}
+            Ok(Some(why)) => {
+                return Ok(CtState::Foreign { detail: format!("{why}: it is not {}'s container", spec.name) });
+            }
+            Err(e) => {
+                return Ok(CtState::Foreign { detail: format!("{e:#}: cannot tell whether it is {}'s", spec.name) });
+            }
         }
         let state = client.state(name).await.with_context(|| format!("cannot read the state of `{name}`"))?;
         Ok(match state {
