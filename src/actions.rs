@@ -19,7 +19,9 @@
 //! * [`error_annotation`] — `::error file=F,line=L::MSG` for input problems;
 //! * [`warn_problem`] — `::warning file=F,line=L::MSG` (and a log line) for input warnings;
 //! * [`error_message`], [`warning_message`] — `::error::MSG`, `::warning::MSG` without a file;
-//! * [`set_outputs`] — appends `key=value` (or a heredoc for multi-line values) to `$GITHUB_OUTPUT`.
+//! * [`set_outputs`] — appends `key=value` (or a heredoc for multi-line values) to `$GITHUB_OUTPUT`;
+//! * [`summary`] — appends Markdown to the job summary (`$GITHUB_STEP_SUMMARY`), with
+//!   [`markdown_cell`] to put any text into a table cell.
 
 use std::collections::HashSet;
 use std::fs::OpenOptions;
@@ -282,8 +284,70 @@ pub fn write_outputs(path: &Path, outputs: &[(&str, String)]) -> std::io::Result
     f.write_all(text.as_bytes())
 }
 
+/// Appends `markdown` to the job summary: the file named by `$GITHUB_STEP_SUMMARY`, when that
+/// variable is set and not empty (GitHub docs, "Adding a job summary"; Gitea's act_runner sets
+/// the same variable). Outside Actions it does nothing. A newline is added when `markdown` does
+/// not end with one, so blocks appended by several steps stay apart; nothing is escaped here
+/// (put user or tool text into table cells with [`markdown_cell`]). Secrets registered with
+/// [`mask`] are redacted.
+///
+/// # Errors
+/// The file cannot be opened or written.
+pub fn summary(markdown: &str) -> std::io::Result<()> {
+    match std::env::var_os("GITHUB_STEP_SUMMARY") {
+        Some(path) if !path.is_empty() => write_summary(Path::new(&path), markdown),
+        _ => Ok(()),
+    }
+}
+
+/// Appends `markdown` to the summary file `path` (see [`summary`]).
+///
+/// # Errors
+/// The file cannot be opened or written.
+pub fn write_summary(path: &Path, markdown: &str) -> std::io::Result<()> {
+    let mut text = redact(markdown);
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    f.write_all(text.as_bytes())
+}
+
+/// `text` made safe for one cell of a Markdown table: one line (CR/LF become spaces), `|` and
+/// the backslash escaped with a backslash, `&`, `<` and `>` as HTML entities (the summary
+/// renders HTML), other control characters escaped ([`crate::error::terminal_safe_line`]); an
+/// empty text becomes a single space so the row keeps its columns.
+pub fn markdown_cell(text: &str) -> String {
+    let one_line = text.replace("\r\n", " ").replace(['\r', '\n'], " ");
+    let safe = crate::error::terminal_safe_line(&one_line);
+    let cell =
+        safe.replace('\\', "\\\\").replace('|', "\\|").replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    if cell.is_empty() { " ".into() } else { cell }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn summary_is_appended_with_a_final_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("summary.md");
+        write_summary(&p, "### one\n").unwrap();
+        write_summary(&p, "| a | b |\n|---|---|\n| 1 | 2 |").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "### one\n| a | b |\n|---|---|\n| 1 | 2 |\n");
+    }
+
+    #[test]
+    fn markdown_cells_stay_one_cell() {
+        assert_eq!(markdown_cell("plain"), "plain");
+        assert_eq!(markdown_cell("a|b"), "a\\|b");
+        assert_eq!(markdown_cell("two\nlines\r\nhere"), "two lines here");
+        assert_eq!(markdown_cell("<script>"), "&lt;script&gt;");
+        assert_eq!(markdown_cell("a&lt;b"), "a&amp;lt;b");
+        assert_eq!(markdown_cell("back\\slash"), "back\\\\slash");
+        assert_eq!(markdown_cell(""), " ");
+        assert!(!markdown_cell("\u{1b}[31mred").contains('\u{1b}'));
+    }
 
     #[test]
     fn only_the_outermost_group_is_written() {

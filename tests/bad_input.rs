@@ -121,6 +121,14 @@ fn cases() -> Vec<Case> {
         case("render-workflows: unknown lib", &["render-workflows", "--lib", "nosuch"]),
         case("render-workflows: bad container.env", &["render-workflows", "--all"]).file(BAD_ENV.0, BAD_ENV.1),
         case("artifacts: bundle that does not decode", &["artifacts", "unpack", "--bundle", "not-a-bundle"]),
+        case("health: unknown container", &["health", "-c", "nosuch"]),
+        case("health: PVE host without credentials", &["health"]).env(PVE_NO_CREDENTIALS),
+        case("health: bad container.env", &["health"]).file(BAD_ENV.0, BAD_ENV.1),
+        case("health: PROXMOX_GITOPS_MONOREPO not OWNER/REPO", &["health", "--backend", "lxc"])
+            .env(&[("PROXMOX_GITOPS_MONOREPO", "no-slash")]),
+        case("update: no selection", &["update"]),
+        case("update: unknown container", &["update", "-c", "nosuch"]),
+        case("update: PVE host without credentials", &["update", "--all"]).env(PVE_NO_CREDENTIALS),
     ]
 }
 
@@ -184,6 +192,7 @@ fn every_subcommand_has_a_case() {
         "deploy",
         "destroy",
         "env",
+        "health",
         "plan",
         "provision",
         "publish",
@@ -191,6 +200,7 @@ fn every_subcommand_has_a_case() {
         "resolve",
         "rewrite",
         "snapshot",
+        "update",
     ];
     assert_eq!(covered, all.into_iter().collect());
 }

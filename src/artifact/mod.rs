@@ -18,6 +18,8 @@
 //! | `deploy.json` | `deploy` | `deploy` |
 //! | `publish.json` | `publish` | `publish` |
 //! | `destroy/<name>.json` | `destroy` | `destroy` |
+//! | `health.json` | `health` | `health` |
+//! | `update.json` | `update` | `update` |
 //!
 //! Besides the artifacts the directory holds two working files: `known_hosts/<name>` (the host
 //! key recorded on the first SSH connection to a container) and `worktree/` (the default working
@@ -225,6 +227,16 @@ impl ArtifactDir {
     /// `publish.json`.
     pub fn publish(&self) -> PathBuf {
         self.root.join("publish.json")
+    }
+
+    /// `health.json`.
+    pub fn health(&self) -> PathBuf {
+        self.root.join("health.json")
+    }
+
+    /// `update.json`.
+    pub fn update(&self) -> PathBuf {
+        self.root.join("update.json")
     }
 
     /// `provision/<name>.json`.

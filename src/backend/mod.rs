@@ -9,7 +9,10 @@
 //! * [`select`] — which backend a run uses and how it is opened from the settings;
 //! * [`dispatch`] — [`Backend`], the enum over both, with the safety rule before a recreate, and
 //!   [`plan_all`];
-//! * [`reach`](mod@reach) — how the safety rule reaches a live container for its data snapshot.
+//! * [`reach`](mod@reach) — how the safety rule reaches a live container for its data snapshot;
+//! * [`live`] — operations on existing containers from the inventory and the settings alone
+//!   (state, a way in, container snapshots, reboot, rollback) and the container health check,
+//!   for `health` and `update`.
 //!
 //! Each backend offers the same three methods, so [`Backend`] dispatches over them:
 //!
@@ -21,6 +24,7 @@
 //! Steps (`plan`, `provision`, `destroy`, `deploy`) use this module; it never calls a step.
 
 pub mod dispatch;
+pub mod live;
 pub mod lxc;
 pub mod model;
 pub mod pve;

@@ -21,6 +21,7 @@ mod deploy;
 pub mod describe;
 mod destroy;
 mod env;
+mod health;
 mod plan;
 pub(crate) mod provision;
 mod publish;
@@ -29,6 +30,7 @@ mod resolve;
 mod rewrite;
 pub(crate) mod run;
 mod snapshot;
+mod update;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -103,6 +105,10 @@ enum Command {
     Destroy(destroy::DestroyArgs),
     /// Merge the open release pull requests whose deploy needs no refused recreate (AUTO_DEPLOY).
     AutoMerge(auto_merge::AutoMergeArgs),
+    /// Check that containers run, answer and have their services active (exit 1 when not).
+    Health(health::HealthArgs),
+    /// Upgrade containers' packages with a snapshot first and an automatic rollback on failure.
+    Update(update::UpdateArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -293,6 +299,8 @@ pub fn main() -> i32 {
         Command::Configure(args) => configure::run(&ctx, args),
         Command::Destroy(args) => destroy::run(&ctx, args),
         Command::AutoMerge(args) => auto_merge::run(&ctx, args),
+        Command::Health(args) => health::run(&ctx, args),
+        Command::Update(args) => update::run(&ctx, args),
     };
     // The inputs were good unless the command says otherwise: write what was held back.
     let result = match result {

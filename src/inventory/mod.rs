@@ -99,6 +99,11 @@ pub struct ContainerSpec {
     /// or configured (see `steps::configure::missing_requirements`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<String>,
+    /// The systemd units the `health` check requires active (`SERVICES`, comma-separated), as
+    /// full unit names (`mosquitto` → `mosquitto.service`, see
+    /// [`spec::parse_unit`]); empty: health requires that no unit has failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
     /// How the lib configures itself, from the files it has.
     pub engine: Engine,
     /// The lib's directory, relative to the monorepo root (`.` for the control plane).
@@ -135,6 +140,7 @@ impl ContainerSpec {
             node: None,
             snapshot_paths: Vec::new(),
             requires: Vec::new(),
+            services: Vec::new(),
             engine: Engine::None,
             dir: PathBuf::from(format!("libs/{name}")),
             sources: vec![PathBuf::from(format!("libs/{name}/container.env"))],

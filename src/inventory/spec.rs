@@ -15,6 +15,7 @@
 //! | `NODE` | PVE node name | none |
 //! | `SNAPSHOT` | comma list of absolute container paths, none twice or inside another | empty |
 //! | `REQUIRES` | comma list of names the lib's configuration needs set (`LOGIN`, `PASSWORD`, …) | empty |
+//! | `SERVICES` | comma list of systemd units `[A-Za-z0-9@._:-]+` the `health` check requires active (`.service` implied without a unit suffix) | empty: no failed unit |
 //!
 //! Other keys are kept in `extra`. Every problem names the file and line the value came from (or
 //! the lib's `container.env` for a missing key). The PVE bounds and their source are in
@@ -67,7 +68,53 @@ pub mod pve_bounds {
 
 /// Keys this tool interprets; everything else goes to `extra`.
 pub const KNOWN_KEYS: &[&str] =
-    &["ID", "IP", "CORES", "MEMORY", "SWAP", "DISK", "BOOT", "MOUNT", "NODE", "SNAPSHOT", "REQUIRES"];
+    &["ID", "IP", "CORES", "MEMORY", "SWAP", "DISK", "BOOT", "MOUNT", "NODE", "SNAPSHOT", "REQUIRES", "SERVICES"];
+
+/// The unit type suffixes of systemd (`systemd.unit(5)`): a `SERVICES` entry ending in one of
+/// them is taken as it is, any other gets `.service` appended.
+pub const UNIT_SUFFIXES: &[&str] = &[
+    ".service",
+    ".socket",
+    ".device",
+    ".mount",
+    ".automount",
+    ".swap",
+    ".target",
+    ".path",
+    ".timer",
+    ".slice",
+    ".scope",
+];
+
+/// The longest unit name systemd accepts (`UNIT_NAME_MAX` in systemd's `unit-name.h`: 256
+/// bytes including the terminating NUL).
+pub const UNIT_NAME_MAX: usize = 255;
+
+/// Checks one `SERVICES` entry and returns the full unit name: `.service` appended when the
+/// name has no unit type suffix ([`UNIT_SUFFIXES`]), so `mosquitto` becomes
+/// `mosquitto.service` and `getty@tty1` becomes `getty@tty1.service`, while `cron.timer` stays.
+///
+/// The rule: 1–255 characters of `[A-Za-z0-9@._:-]` (the characters systemd allows in unit
+/// names, `unit_name_is_valid`), not starting with `-` or `.` (a leading `-` would read as an
+/// option of `systemctl`), and not a bare suffix such as `.service`.
+///
+/// # Errors
+/// A one-sentence message naming the entry and what is expected.
+pub fn parse_unit(item: &str) -> Result<String, String> {
+    let valid_chars = item.bytes().all(|b| b.is_ascii_alphanumeric() || b"@._:-".contains(&b));
+    if item.is_empty() || !valid_chars || item.starts_with(['-', '.']) {
+        return Err(format!(
+            "`{item}` is not a systemd unit name: expected letters, digits and `@._:-`, not starting with `-` or `.` \
+             (e.g. mosquitto or mosquitto.service)"
+        ));
+    }
+    let unit =
+        if UNIT_SUFFIXES.iter().any(|s| item.ends_with(s)) { item.to_string() } else { format!("{item}.service") };
+    if unit.len() > UNIT_NAME_MAX {
+        return Err(format!("unit name `{item}` is longer than systemd's {UNIT_NAME_MAX} characters"));
+    }
+    Ok(unit)
+}
 
 /// What [`build`] needs to know about a container besides its env.
 #[derive(Debug, Clone)]
@@ -419,6 +466,20 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
         }
     }
 
+    let mut services: Vec<String> = Vec::new();
+    if let Some(e) = get("SERVICES") {
+        for item in e.value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match parse_unit(item) {
+                Ok(unit) => {
+                    if !services.contains(&unit) {
+                        services.push(unit);
+                    }
+                }
+                Err(m) => problems.add(loc(e), m),
+            }
+        }
+    }
+
     engine_conflict(&input.dir, &Engine::files(&input.abs_dir), &mut problems);
 
     problems.into_result()?;
@@ -439,6 +500,7 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
         node,
         snapshot_paths,
         requires,
+        services,
         engine: Engine::detect(&input.abs_dir),
         dir: input.dir,
         sources: input.sources,
@@ -582,6 +644,69 @@ mod tests {
             "size after `local-lvm:` is larger than 8589934591 GiB, the largest size PVE API `POST /nodes/{node}/lxc` \
              can record"
         );
+    }
+
+    #[test]
+    fn unit_names() {
+        assert_eq!(parse_unit("mosquitto").unwrap(), "mosquitto.service");
+        assert_eq!(parse_unit("mosquitto.service").unwrap(), "mosquitto.service");
+        assert_eq!(parse_unit("getty@tty1").unwrap(), "getty@tty1.service");
+        assert_eq!(parse_unit("php8.2-fpm").unwrap(), "php8.2-fpm.service");
+        assert_eq!(parse_unit("cron.timer").unwrap(), "cron.timer");
+        assert_eq!(parse_unit("dev-sda1.device").unwrap(), "dev-sda1.device");
+        assert_eq!(parse_unit("a:b_c").unwrap(), "a:b_c.service");
+        for bad in ["", "-h", ".service", "two words", "a;b", "$(x)", "ü", "a/b", "a\\b"] {
+            assert!(parse_unit(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_unit("--now").unwrap_err(),
+            "`--now` is not a systemd unit name: expected letters, digits and `@._:-`, not starting with `-` or `.` \
+             (e.g. mosquitto or mosquitto.service)"
+        );
+        assert!(parse_unit(&"a".repeat(247)).is_ok());
+        assert!(parse_unit(&"a".repeat(248)).unwrap_err().contains("longer than systemd's 255"));
+    }
+
+    fn build_with(pairs: &[(&str, &str)]) -> Result<ContainerSpec, Problems> {
+        let file = PathBuf::from("libs/app/container.env");
+        let env: BTreeMap<String, Entry> = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, (k, v))| {
+                (k.to_string(), Entry { key: k.to_string(), value: v.to_string(), file: file.clone(), line: i + 1 })
+            })
+            .collect();
+        build(SpecInput {
+            name: "app",
+            stage: "main",
+            dir: PathBuf::from("libs/app"),
+            abs_dir: PathBuf::from("/nonexistent/libs/app"),
+            env: &env,
+            sources: vec![file.clone()],
+            main_file: file,
+            submodule: None,
+        })
+    }
+
+    #[test]
+    fn services_key() {
+        let s =
+            build_with(&[("ID", "120"), ("IP", "dhcp"), ("SERVICES", " mosquitto, cron.timer,,mosquitto.service ")])
+                .unwrap();
+        assert_eq!(s.services, vec!["mosquitto.service".to_string(), "cron.timer".to_string()]);
+        assert!(!s.extra.contains_key("SERVICES"), "SERVICES is interpreted, not extra");
+        assert_eq!(
+            build_with(&[("ID", "120"), ("IP", "dhcp"), ("SERVICES", "")]).unwrap().services,
+            Vec::<String>::new()
+        );
+        let e = build_with(&[("ID", "120"), ("IP", "dhcp"), ("SERVICES", "ok,-x,a b")]).unwrap_err();
+        let msgs: Vec<String> = e.0.iter().map(|p| p.to_string()).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(
+            msgs[0].starts_with("libs/app/container.env:3 (SERVICES): `-x` is not a systemd unit name"),
+            "{msgs:?}"
+        );
+        assert!(msgs[1].contains("`a b` is not a systemd unit name"), "{msgs:?}");
     }
 
     #[test]

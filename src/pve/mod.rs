@@ -8,6 +8,8 @@
 //! * [`tls`] — certificate verification: system roots, a CA file, or a pinned SHA-256
 //!   fingerprint (the usual self-signed PVE node), or `--insecure`;
 //! * [`task`] — waiting for asynchronous tasks (UPIDs) with backoff and a timeout;
+//! * [`ct`] — typed calls on one existing container: status, interfaces, reboot, start, a
+//!   rollback that starts it again;
 //! * [`error`] — [`PveError`], which names method, path, HTTP status, PVE's message and its
 //!   per-field `errors`.
 //!
@@ -15,11 +17,13 @@
 //! what to call.
 
 pub mod client;
+pub mod ct;
 pub mod error;
 pub mod task;
 pub mod tls;
 
 pub use client::{Auth, ClientOptions, PveClient, Replay};
+pub use ct::{CtInterface, CtStatus};
 pub use error::PveError;
 pub use task::TaskOutcome;
 pub use tls::TlsMode;

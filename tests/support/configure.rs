@@ -108,13 +108,14 @@ fn list(lxc_path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Stops and destroys every container named `prefix…`, the base last.
+/// Stops and destroys every container named `prefix…` with its snapshots (`lxc-destroy -s`:
+/// `update` leaves container snapshots), the base last.
 fn remove_with_prefix(lxc_path: &Path, prefix: &str) {
     let mut names: Vec<String> = list(lxc_path).into_iter().filter(|n| n.starts_with(prefix)).collect();
     names.sort_by_key(|n| n.ends_with("-base"));
     for n in names {
         let _ = Command::new("lxc-stop").arg("-P").arg(lxc_path).args(["-k", "-n", &n]).output();
-        let _ = Command::new("lxc-destroy").arg("-P").arg(lxc_path).args(["-n", &n]).output();
+        let _ = Command::new("lxc-destroy").arg("-P").arg(lxc_path).args(["-s", "-n", &n]).output();
     }
 }
 

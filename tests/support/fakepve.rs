@@ -2,7 +2,7 @@
 //!
 //! [`FakePve::start`] runs `python3 tests/support/fakepve_driver.py DIR`, which makes a
 //! certificate for 127.0.0.1 with `fakepve.certs.make_cert`, listens on `127.0.0.1:<free port>`
-//! with time scale 0 (tasks finish before the answer) and takes Python snippets on stdin
+//! with time scale 0 (tasks finish before the answer; [`FakePve::start_scaled`] for another) and takes Python snippets on stdin
 //! ([`FakePve::exec`]) to set up scenarios: templates, API tokens, locks, task errors, expired
 //! tickets, a flaky network. The process is killed when the value is dropped.
 
@@ -45,11 +45,18 @@ pub struct FakePve {
 impl FakePve {
     /// Starts a fakepve (root@pam / secret, node pve1, storages local and local-lvm).
     pub fn start() -> FakePve {
+        FakePve::start_scaled(0.0)
+    }
+
+    /// [`FakePve::start`] with fakepve's `time_scale`: real seconds per PVE second of a task
+    /// (0: tasks finish before the answer; > 0: tasks run, and waiting on them really polls).
+    pub fn start_scaled(time_scale: f64) -> FakePve {
         let dir = tempfile::tempdir().expect("tempdir");
         let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/fakepve_driver.py");
         let mut child = Command::new("python3")
             .arg(&driver)
             .arg(dir.path())
+            .arg(time_scale.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -48,10 +48,10 @@ pub fn list(lxc_path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Stops (kill) and destroys a container; best effort, for cleanup.
+/// Stops (kill) and destroys a container with its snapshots; best effort, for cleanup.
 pub fn force_remove(lxc_path: &Path, name: &str) {
     let _ = lxc_cmd("lxc-stop", lxc_path, &["-n", name, "-k"]);
-    let _ = lxc_cmd("lxc-destroy", lxc_path, &["-n", name]);
+    let _ = lxc_cmd("lxc-destroy", lxc_path, &["-s", "-n", name]);
 }
 
 /// Removes every container with `prefix`, clones first, the base (`…base`) last.
@@ -174,6 +174,34 @@ impl Drop for Guard {
     fn drop(&mut self) {
         force_remove(&self.lxc_path, &self.name);
     }
+}
+
+/// A base of the lxc backend that is ready to clone (its `proxmox-gitops-base.json` written):
+/// `$PGO_TEST_LXC_BASE`, else the backend's default `pgo-base-bookworm` when ready (what
+/// `local/run.sh` caches), else any ready base under `lxc_path`, else `fallback` (which the
+/// backend then bootstraps, from Debian's mirror).
+pub fn ready_base(lxc_path: &Path, fallback: &str) -> String {
+    if let Ok(b) = std::env::var("PGO_TEST_LXC_BASE") {
+        return b;
+    }
+    let mut ready: Vec<String> = std::fs::read_dir(lxc_path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.path().join(proxmox_gitops::backend::lxc::BASE_READY_FILE).is_file() && e.path().join("config").is_file()
+        })
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    let default = LxcOptions::default().base;
+    ready.sort_by_key(|n| (*n != default, n.clone()));
+    ready.into_iter().next().unwrap_or_else(|| fallback.to_string())
+}
+
+/// The LXC path (`lxc-config lxc.lxcpath`, normally `/var/lib/lxc`).
+pub fn lxc_path() -> PathBuf {
+    let out = Command::new("lxc-config").arg("lxc.lxcpath").output().expect("lxc-config (is lxc installed?)");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// Bound for tests waiting on something they caused.

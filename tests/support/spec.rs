@@ -71,6 +71,12 @@ impl SpecBuilder {
         self
     }
 
+    /// The `SERVICES` units, as `resolve` stores them (full unit names).
+    pub fn services<S: AsRef<str>>(mut self, units: &[S]) -> Self {
+        self.0.services = units.iter().map(|u| u.as_ref().to_string()).collect();
+        self
+    }
+
     /// The spec.
     pub fn build(self) -> ContainerSpec {
         self.0

@@ -214,21 +214,33 @@ impl LxcBackend {
     /// It exists but was not made by proxmox-gitops, or belongs to another vmid; unreadable
     /// metadata.
     pub fn owned(&self, spec: &ContainerSpec) -> Result<bool> {
-        let name = spec.hostname.as_str();
-        if !self.client.exists(name) {
+        if !self.client.exists(&spec.hostname) {
             return Ok(false);
         }
-        match self.read_meta(name)? {
-            None => bail!(
-                "container `{name}` in {} was not made by proxmox-gitops (no {META_FILE}): not destroying it",
-                self.client.path().display()
-            ),
-            Some(m) if m.vmid != spec.vmid => {
-                bail!("container `{name}` belongs to vmid {}, not {}: not destroying it", m.vmid, spec.vmid)
-            }
-            Some(_) => {}
+        match self.not_ours(spec)? {
+            Some(why) => bail!("{why}: not destroying it"),
+            None => Ok(true),
         }
-        Ok(true)
+    }
+
+    /// Why the existing container named after `spec`'s hostname is not the one `spec`
+    /// describes — made by something else (no `proxmox-gitops.json`) or for another vmid —
+    /// or `None` when it is ours. Call it for a container that exists.
+    ///
+    /// # Errors
+    /// Unreadable metadata.
+    pub fn not_ours(&self, spec: &ContainerSpec) -> Result<Option<String>> {
+        let name = spec.hostname.as_str();
+        Ok(match self.read_meta(name)? {
+            None => Some(format!(
+                "container `{name}` in {} was not made by proxmox-gitops (no {META_FILE})",
+                self.client.path().display()
+            )),
+            Some(m) if m.vmid != spec.vmid => {
+                Some(format!("container `{name}` belongs to vmid {}, not {}", m.vmid, spec.vmid))
+            }
+            Some(_) => None,
+        })
     }
 }
 

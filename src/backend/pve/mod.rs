@@ -140,6 +140,30 @@ fn upid_of(v: &Value, what: &str) -> Result<String, PveError> {
     })
 }
 
+/// The only online node of the cluster (`GET /nodes`), for runs where neither a spec's `NODE`
+/// nor `PROXMOX_NODE` names one.
+///
+/// # Errors
+/// API errors; no online node, or several (the message says to set `PROXMOX_NODE`).
+pub async fn discover_node(client: &PveClient) -> anyhow::Result<String> {
+    let nodes = client.get("/nodes", &[]).await?;
+    let online: Vec<String> = nodes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n.get("status").and_then(Value::as_str) == Some("online"))
+        .filter_map(|n| n.get("node").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    match online.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(anyhow!("GET /nodes lists no online node; set PROXMOX_NODE")),
+        many => Err(anyhow!(
+            "the cluster has several online nodes ({}); set PROXMOX_NODE, or NODE in a lib's container.env",
+            many.join(", ")
+        )),
+    }
+}
+
 fn value_string(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -202,27 +226,7 @@ impl PveBackend {
         if let Some(n) = spec.node.clone().or_else(|| self.opts.node.clone()) {
             return Ok(n);
         }
-        let n = self
-            .discovered
-            .get_or_try_init(|| async {
-                let nodes = self.client.get("/nodes", &[]).await?;
-                let online: Vec<String> = nodes
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|n| n.get("status").and_then(Value::as_str) == Some("online"))
-                    .filter_map(|n| n.get("node").and_then(Value::as_str).map(str::to_string))
-                    .collect();
-                match online.as_slice() {
-                    [one] => Ok(one.clone()),
-                    [] => Err(anyhow!("GET /nodes lists no online node; set PROXMOX_NODE")),
-                    many => Err(anyhow!(
-                        "the cluster has several online nodes ({}); set PROXMOX_NODE, or NODE in a lib's container.env",
-                        many.join(", ")
-                    )),
-                }
-            })
-            .await?;
+        let n = self.discovered.get_or_try_init(|| discover_node(&self.client)).await?;
         Ok(n.clone())
     }
 

@@ -1,0 +1,139 @@
+//! [`super::Containers`] for the local LXC backend, over its [`LxcClient`] (the only door to
+//! the `lxc-*` tools): state with `lxc-info`, identity from the backend's `proxmox-gitops.json`,
+//! commands with `lxc-attach`, snapshots with `lxc-snapshot` through [`LxcSnapshots`] (our
+//! `pgo-…` names kept in the snapshot's comment).
+//!
+//! `lxc-snapshot` copies a directory-backed rootfs only while the container is stopped, and its
+//! restore replaces the container's directory: a snapshot stops and restarts a running
+//! container, and a rollback keeps the backend's `proxmox-gitops.json` (which `lxc-snapshot -r`
+//! would drop) so the container stays recognisably ours.
+
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::{CtState, SnapshotTaken};
+use crate::backend::lxc::{LxcBackend, META_FILE};
+use crate::exec::{LxcAttach, RemoteExec};
+use crate::inventory::ContainerSpec;
+use crate::lxc::State;
+use crate::snapshot::ct::{CtSnapshotInfo, CtSnapshots};
+use crate::snapshot::lxc::LxcSnapshots;
+
+/// Operations on the LXC containers of one LXC path.
+pub struct LxcLive {
+    backend: LxcBackend,
+}
+
+impl LxcLive {
+    pub(super) fn new(backend: LxcBackend) -> Self {
+        Self { backend }
+    }
+
+    fn snaps(&self, spec: &ContainerSpec) -> LxcSnapshots {
+        LxcSnapshots::new(self.backend.client().clone(), &spec.hostname)
+    }
+
+    fn stop_timeout(&self) -> Duration {
+        self.backend.options().stop_timeout
+    }
+
+    pub(super) async fn status(&self, spec: &ContainerSpec) -> anyhow::Result<CtState> {
+        let client = self.backend.client();
+        let name = spec.hostname.as_str();
+        if !client.exists(name) {
+            return Ok(CtState::Absent);
+        }
+        match self.backend.not_ours(spec) {
+            Ok(None) => {}
+            Ok(Some(why)) => {
+                return Ok(CtState::Foreign { detail: format!("{why}: it is not {}'s container", spec.name) });
+            }
+            Err(e) => {
+                return Ok(CtState::Foreign { detail: format!("{e:#}: cannot tell whether it is {}'s", spec.name) });
+            }
+        }
+        let state = client.state(name).await.with_context(|| format!("cannot read the state of `{name}`"))?;
+        Ok(match state {
+            State::Running => CtState::Running,
+            other => CtState::NotRunning { state: other.as_str().to_string() },
+        })
+    }
+
+    pub(super) async fn exec(&self, spec: &ContainerSpec, timeout: Duration) -> anyhow::Result<Box<dyn RemoteExec>> {
+        let client = self.backend.client();
+        let name = spec.hostname.as_str();
+        let state = client.state(name).await.with_context(|| format!("cannot read the state of `{name}`"))?;
+        if state != State::Running {
+            anyhow::bail!("LXC container `{name}` is {}, not running: lxc-attach needs it running", state.as_str());
+        }
+        Ok(Box::new(LxcAttach::new(client.clone(), name).with_timeout(timeout)))
+    }
+
+    async fn start(&self, name: &str) -> anyhow::Result<()> {
+        self.backend.client().start(name).await.with_context(|| format!("cannot start `{name}`"))
+    }
+
+    async fn stop(&self, name: &str) -> anyhow::Result<()> {
+        self.backend.client().stop(name, self.stop_timeout()).await.with_context(|| format!("cannot stop `{name}`"))
+    }
+
+    pub(super) async fn snapshot(
+        &self,
+        spec: &ContainerSpec,
+        name: &str,
+        description: &str,
+    ) -> anyhow::Result<SnapshotTaken> {
+        let host = spec.hostname.as_str();
+        let running = self.backend.client().state(host).await? == State::Running;
+        if running {
+            self.stop(host).await?;
+        }
+        let created = self.snaps(spec).create(name, description).await;
+        if running {
+            // Started again whatever the snapshot did: a failed snapshot must not leave the
+            // container down.
+            let started = self.start(host).await;
+            created?;
+            started?;
+        } else {
+            created?;
+        }
+        Ok(SnapshotTaken { upid: None, restarted: running })
+    }
+
+    pub(super) async fn snapshots(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<CtSnapshotInfo>> {
+        Ok(self.snaps(spec).list().await?)
+    }
+
+    pub(super) async fn delete_snapshot(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
+        Ok(self.snaps(spec).delete(name).await?)
+    }
+
+    pub(super) async fn rollback(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
+        let host = spec.hostname.as_str();
+        let client = self.backend.client();
+        let meta_path = client.container_dir(host).join(META_FILE);
+        let meta = std::fs::read(&meta_path).with_context(|| format!("cannot read {}", meta_path.display()))?;
+        // The snapshot must exist before the container is stopped.
+        if !self.snaps(spec).list().await?.iter().any(|s| s.name == name) {
+            anyhow::bail!("LXC container {host}: no snapshot named `{name}`");
+        }
+        self.stop(host).await?;
+        let restored = self.snaps(spec).rollback(name).await;
+        if !meta_path.exists() {
+            crate::lxc::write_atomic(&meta_path, &meta, 0o644)
+                .with_context(|| format!("cannot write back {}", meta_path.display()))?;
+        }
+        restored?;
+        self.start(host).await?;
+        Ok(None)
+    }
+
+    pub(super) async fn reboot(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
+        let host = spec.hostname.as_str();
+        self.stop(host).await?;
+        self.start(host).await?;
+        Ok(None)
+    }
+}

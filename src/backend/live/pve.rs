@@ -1,0 +1,206 @@
+//! [`super::Containers`] on Proxmox VE: state and identity from `GET …/status/current`,
+//! snapshots through [`PveSnapshots`] (`…/lxc/{vmid}/snapshot`), reboot (`POST
+//! …/status/reboot`) and rollback with start (`POST …/snapshot/{snapname}/rollback`, `start=1`)
+//! through [`crate::pve::ct`], each task waited for; commands over SSH (see the parent's docs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use tokio::sync::OnceCell;
+
+use super::{CtState, LiveOptions, SnapshotTaken};
+use crate::exec::{ReachError, RemoteExec, SshTransport};
+use crate::inventory::ContainerSpec;
+use crate::pve::PveClient;
+use crate::snapshot::ct::{CtSnapshotInfo, CtSnapshots};
+use crate::snapshot::pve::PveSnapshots;
+
+/// Operations on PVE containers through one client (one session for the run).
+pub struct PveLive {
+    client: Arc<PveClient>,
+    node: Option<String>,
+    discovered: OnceCell<String>,
+    interface: String,
+    opts: LiveOptions,
+}
+
+impl PveLive {
+    pub(super) fn new(client: Arc<PveClient>, node: Option<String>, interface: String, opts: LiveOptions) -> Self {
+        Self { client, node, discovered: OnceCell::new(), interface, opts }
+    }
+
+    /// The spec's `NODE`, else `PROXMOX_NODE`, else the only online node.
+    async fn node(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
+        if let Some(n) = spec.node.clone().or_else(|| self.node.clone()) {
+            return Ok(n);
+        }
+        Ok(self.discovered.get_or_try_init(|| crate::backend::pve::discover_node(&self.client)).await?.clone())
+    }
+
+    fn snaps(&self, node: &str, spec: &ContainerSpec) -> PveSnapshots {
+        PveSnapshots::new(self.client.clone(), node, spec.vmid).with_timeout(self.opts.snapshot_timeout)
+    }
+
+    pub(super) async fn status(&self, spec: &ContainerSpec) -> anyhow::Result<CtState> {
+        let node = self.node(spec).await?;
+        let vmid = spec.vmid;
+        let Some(st) = self
+            .client
+            .ct_status(&node, vmid)
+            .await
+            .with_context(|| format!("cannot read the status of CT {vmid} on node {node}"))?
+        else {
+            return Ok(CtState::Absent);
+        };
+        // PVE reports the hostname as `name`; an old answer without it is checked on the config.
+        let hostname = match st.name.clone() {
+            Some(n) => n,
+            None => {
+                let c = self
+                    .client
+                    .get(&format!("/nodes/{node}/lxc/{vmid}/config"), &[])
+                    .await
+                    .with_context(|| format!("cannot read the config of CT {vmid} on node {node}"))?;
+                c.get("hostname").and_then(serde_json::Value::as_str).unwrap_or("").to_string()
+            }
+        };
+        if hostname != spec.hostname {
+            return Ok(CtState::Foreign {
+                detail: format!(
+                    "CT {vmid} on node {node} holds hostname `{hostname}`, not `{}`: it is not {}'s container",
+                    spec.hostname, spec.name
+                ),
+            });
+        }
+        Ok(if st.running() { CtState::Running } else { CtState::NotRunning { state: st.status.clone() } })
+    }
+
+    /// The address to reach: the spec's static one, else the configured interface's IPv4 from
+    /// `GET …/interfaces`.
+    async fn address(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
+        if let Some(a) = spec.ip.address() {
+            return Ok(a.to_string());
+        }
+        let node = self.node(spec).await?;
+        let ifs = self
+            .client
+            .ct_interfaces(&node, spec.vmid)
+            .await
+            .with_context(|| format!("cannot read the interfaces of CT {} on node {node}", spec.vmid))?;
+        ifs.iter()
+            .filter(|i| i.name == self.interface)
+            .find_map(|i| i.inet.as_deref().and_then(|c| c.split('/').next()).map(str::to_string))
+            .ok_or_else(|| {
+                anyhow!(
+                    "{} (IP=dhcp): CT {} reports no IPv4 address on {} (GET /nodes/{node}/lxc/{}/interfaces); \
+                     is it on the network?",
+                    spec.name,
+                    spec.vmid,
+                    self.interface,
+                    spec.vmid
+                )
+            })
+    }
+
+    pub(super) async fn exec(&self, spec: &ContainerSpec, timeout: Duration) -> anyhow::Result<Box<dyn RemoteExec>> {
+        let address = self.address(spec).await?;
+        let key = crate::keys::key_dir(&self.opts.share).join(spec.vmid.to_string());
+        if !key.is_file() {
+            return Err(ReachError::NoKey { name: spec.name.clone(), vmid: spec.vmid, key }.into());
+        }
+        let target = crate::ssh::Target {
+            name: spec.name.clone(),
+            address,
+            port: self.opts.ssh_port,
+            key,
+            known_hosts: self.opts.artifacts.known_hosts(&spec.name),
+            replace_host_key: false,
+            users: vec!["config".into(), "root".into()],
+        };
+        let exec = SshTransport::connect(&target, &self.opts.ssh, timeout).await?;
+        tracing::debug!("{}: connected over SSH as {}", spec.name, exec.connection().user());
+        Ok(Box::new(exec))
+    }
+
+    pub(super) async fn snapshot(
+        &self,
+        spec: &ContainerSpec,
+        name: &str,
+        description: &str,
+    ) -> anyhow::Result<SnapshotTaken> {
+        let node = self.node(spec).await?;
+        let upid = self.snaps(&node, spec).create(name, description).await?;
+        Ok(SnapshotTaken { upid, restarted: false })
+    }
+
+    pub(super) async fn snapshots(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<CtSnapshotInfo>> {
+        let node = self.node(spec).await?;
+        Ok(self.snaps(&node, spec).list().await?)
+    }
+
+    pub(super) async fn delete_snapshot(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
+        let node = self.node(spec).await?;
+        Ok(self.snaps(&node, spec).delete(name).await?)
+    }
+
+    pub(super) async fn rollback(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
+        let node = self.node(spec).await?;
+        let vmid = spec.vmid;
+        if !valid_snapname(name) {
+            bail!("`{name}` is not a valid PVE snapshot name");
+        }
+        let upid = self
+            .client
+            .ct_rollback(&node, vmid, name, true)
+            .await
+            .with_context(|| format!("cannot roll CT {vmid} on node {node} back to {name}"))?;
+        // The rollback task stops, restores and starts: bound it by the snapshot and the start
+        // timeouts together.
+        let bound = self.opts.snapshot_timeout + self.opts.pve.timeouts.start;
+        let out = self
+            .client
+            .wait_task(&upid, bound, &format!("rollback CT {vmid} to {name}"))
+            .await
+            .with_context(|| format!("rolling CT {vmid} on node {node} back to {name} failed"))?;
+        Ok(Some(out.upid))
+    }
+
+    pub(super) async fn reboot(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
+        let node = self.node(spec).await?;
+        let vmid = spec.vmid;
+        let shutdown = self.opts.pve.timeouts.shutdown;
+        let upid = self
+            .client
+            .ct_reboot(&node, vmid, shutdown.as_secs())
+            .await
+            .with_context(|| format!("cannot reboot CT {vmid} on node {node}"))?;
+        let bound = shutdown + self.opts.pve.timeouts.start + Duration::from_secs(30);
+        let out = self
+            .client
+            .wait_task(&upid, bound, &format!("reboot CT {vmid}"))
+            .await
+            .with_context(|| format!("rebooting CT {vmid} on node {node} failed"))?;
+        Ok(Some(out.upid))
+    }
+}
+
+/// A PVE `pve-configid`: a letter, then letters, digits, `-`, `_`; at most 40 (checked before
+/// the name goes into a path).
+fn valid_snapname(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 40
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn snapshot_names_for_paths() {
+        assert!(super::valid_snapname("pgo-update-20261201-170000"));
+        assert!(!super::valid_snapname("../x"));
+        assert!(!super::valid_snapname("1abc"));
+        assert!(!super::valid_snapname(&"a".repeat(41)));
+    }
+}
