@@ -68,7 +68,16 @@ fn rewrite_every_url_form_recursively() {
     let mut want = vec![
         json!(["config/libraries", "config/libraries", "libraries", null, new("libraries"), true, null]),
         json!(["libs/plain", "libs/plain", "plain", null, new("plain"), true, null]),
-        json!(["tasks/nightly", "tasks/nightly", "nightly", null, new("nightly"), true, null]),
+        // a task lives in the org `tasks`, as in the seed
+        json!([
+            "tasks/nightly",
+            "tasks/nightly",
+            "nightly",
+            null,
+            "http://127.0.0.1:9/gitea/tasks/nightly.git",
+            true,
+            null
+        ]),
     ];
     for (path, url) in FIXTURE_URLS {
         let name = path.rsplit('/').next().unwrap();
@@ -294,7 +303,8 @@ fn publish_from_scratch_again_and_after_a_change() {
     ] {
         let (refs, f) = created(fork);
         let pull = if fork { json!({"number": null, "action": "unchanged"}) } else { Value::Null };
-        want.push(json!([format!("main/{name}"), "created", refs, f, pull]));
+        let org = if name == "nightly" { "tasks" } else { "main" };
+        want.push(json!([format!("{org}/{name}"), "created", refs, f, pull]));
     }
     assert_eq!(shape(&r1), want);
     assert_eq!(
@@ -868,18 +878,18 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
         workflows,
         vec![
             json!(["main/plain", pipeline]),
-            json!(["main/nightly", task]),
+            json!(["tasks/nightly", task]),
             json!(["main/a", pipeline]),
             json!(["main/b", pipeline]),
             json!(["main/c", pipeline]),
             json!(["main/d", pipeline]),
             json!(["main/e", pipeline]),
-            json!(["main/manual", task]),
+            json!(["tasks/manual", task]),
             json!(["main/mono", [".gitea/workflows/pipeline.yml", ".gitea/workflows/snapshot.yml"]]),
         ]
     );
     let row = |name: &str| table.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{table}")).to_string();
-    assert!(row("main/nightly ").trim_end().ends_with("task.yml"), "{table}");
+    assert!(row("tasks/nightly ").trim_end().ends_with("task.yml"), "{table}");
     assert!(row("main/mono ").trim_end().ends_with("pipeline.yml,snapshot.yml"), "{table}");
     assert!(row("main/base ").trim_end().ends_with('-'), "{table}");
 
@@ -900,10 +910,10 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
         assert_eq!(wf["jobs"]["deploy"]["runs-on"].as_str(), Some("shell"));
     }
     // The scheduled task has `schedule`, the other one does not.
-    let nightly = yaml(&file_on(&d, "main", "nightly", "main", ".gitea/workflows/task.yml").unwrap());
+    let nightly = yaml(&file_on(&d, "tasks", "nightly", "main", ".gitea/workflows/task.yml").unwrap());
     assert_eq!(nightly["on"]["schedule"][0]["cron"].as_str(), Some("0 3 * * *"));
     assert_eq!(nightly["jobs"]["task"]["steps"][3]["env"]["PGO_TASK_SCRIPT"].as_str(), Some("tasks/nightly/run.sh"));
-    let manual_wf = yaml(&file_on(&d, "main", "manual", "main", ".gitea/workflows/task.yml").unwrap());
+    let manual_wf = yaml(&file_on(&d, "tasks", "manual", "main", ".gitea/workflows/task.yml").unwrap());
     assert!(manual_wf["on"]["schedule"].is_badvalue(), "no cron line, no schedule");
     assert!(!manual_wf["on"]["workflow_dispatch"].is_badvalue());
     assert_eq!(manual_wf["on"]["push"]["branches"][0].as_str(), Some("main"));
@@ -914,11 +924,11 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
     assert_eq!(manual_wf["env"]["PROXMOX_GITOPS_MONOREPO"].as_str(), Some("main/mono"));
     // The task repository keeps the user's script; the workflow came in a [skip ci] commit.
     assert_eq!(
-        file_on(&d, "main", "manual", "main", "default.rb").as_deref(),
+        file_on(&d, "tasks", "manual", "main", "default.rb").as_deref(),
         Some("# dispatched, not scheduled\nputs 'deploy'\n")
     );
     assert_eq!(
-        git(&d.bare("main", "manual"), &["log", "-1", "--format=%s", "main"]),
+        git(&d.bare("tasks", "manual"), &["log", "-1", "--format=%s", "main"]),
         "Install .gitea/workflows/task.yml [skip ci]"
     );
     // Repositories that are neither libs nor tasks get none.
@@ -939,7 +949,7 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
     let mono = file_on(&d, "main", "mono", "main", ".gitea/workflows/pipeline.yml").unwrap();
     assert!(!mono.contains("actions/checkout@v4"), "{mono}");
     assert_eq!(mono.matches("uses: \"tasks/checkout@main\"").count(), 3);
-    let nightly = yaml(&file_on(&d, "main", "nightly", "main", ".gitea/workflows/task.yml").unwrap());
+    let nightly = yaml(&file_on(&d, "tasks", "nightly", "main", ".gitea/workflows/task.yml").unwrap());
     assert_eq!(nightly["jobs"]["task"]["steps"][0]["uses"].as_str(), Some("tasks/checkout@main"));
     let a = yaml(&file_on(&d, "main", "a", "main", ".gitea/workflows/pipeline.yml").unwrap());
     assert_eq!(a["jobs"]["deploy"]["steps"][1]["uses"].as_str(), Some("tasks/checkout@main"));

@@ -31,7 +31,7 @@ pub struct Remotes {
 impl Artifact for Remotes {
     const KIND: &'static str = "remotes";
     /// 1.1: `workflows` of the monorepo and of each module.
-    const SCHEMA_VERSION: (u32, u32) = (1, 1);
+    const SCHEMA_VERSION: (u32, u32) = (1, 2);
 }
 
 /// The monorepo's entry in [`Remotes`].
@@ -74,6 +74,11 @@ pub struct ModuleRemote {
     pub converted: bool,
     /// The parent submodule's path, `None` for the monorepo.
     pub parent: Option<PathBuf>,
+    /// The organization the repository lives in when it is not [`Remotes::org`]: the
+    /// monorepo's tasks (`tasks/<name>`) live in [`TASKS_ORG`], as in the seed. `None` for
+    /// every other repository (and in artifacts before 1.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// The workflow files `rewrite` installed in this repository (relative to it): a lib's
     /// `.gitea/workflows/pipeline.yml`, a task's `.gitea/workflows/task.yml`; empty for other
     /// repositories.
@@ -81,30 +86,50 @@ pub struct ModuleRemote {
     pub workflows: Vec<PathBuf>,
 }
 
+/// The organization of the monorepo's task repositories (the seed's `tasks`).
+pub const TASKS_ORG: &str = "tasks";
+
+impl ModuleRemote {
+    /// The organization holding this repository: [`ModuleRemote::owner`], else `org` (the
+    /// monorepo's).
+    pub fn owner_or<'a>(&'a self, org: &'a str) -> &'a str {
+        self.owner.as_deref().unwrap_or(org)
+    }
+}
+
 impl Remotes {
     /// Every repository to publish, once each: modules deepest first, the monorepo last, as
-    /// `(repo name, working directory, commit, module path or None for the monorepo)`.
+    /// `(organization, repo name, working directory, commit, module path or None for the
+    /// monorepo)`.
     ///
     /// One repository at several paths (same name, same content: `rewrite` refuses anything
     /// else) is published from its deepest path, unless another path of it had workflows
     /// installed: that one's commit builds on the others', so it is the one pushed.
-    pub fn publish_order(&self) -> Vec<(String, PathBuf, String, Option<PathBuf>)> {
+    pub fn publish_order(&self) -> Vec<(String, String, PathBuf, String, Option<PathBuf>)> {
         let mut mods: Vec<&ModuleRemote> = self.modules.iter().collect();
         mods.sort_by_key(|m| std::cmp::Reverse(m.path.components().count()));
         let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         let mut out = Vec::new();
         for m in mods {
-            let entry = (m.repo.clone(), self.workdir.join(&m.path), m.commit.clone(), Some(m.path.clone()));
-            match seen.get(&m.repo.to_lowercase()) {
+            let owner = m.owner_or(&self.org).to_string();
+            let key = format!("{}/{}", owner.to_lowercase(), m.repo.to_lowercase());
+            let entry = (owner, m.repo.clone(), self.workdir.join(&m.path), m.commit.clone(), Some(m.path.clone()));
+            match seen.get(&key) {
                 None => {
-                    seen.insert(m.repo.to_lowercase(), out.len());
+                    seen.insert(key, out.len());
                     out.push(entry);
                 }
                 Some(&i) if !m.workflows.is_empty() => out[i] = entry,
                 Some(_) => {}
             }
         }
-        out.push((self.monorepo.repo.clone(), self.workdir.clone(), self.monorepo.commit.clone(), None));
+        out.push((
+            self.org.clone(),
+            self.monorepo.repo.clone(),
+            self.workdir.clone(),
+            self.monorepo.commit.clone(),
+            None,
+        ));
         out
     }
 }

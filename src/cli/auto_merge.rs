@@ -143,8 +143,7 @@ pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
 /// Writes the artifact, the job summary and the step outputs, and prints the report.
 fn finish(ctx: &Ctx, report: &AutoMerge, path: &std::path::Path) -> Result<()> {
     artifact::write(path, report).map_err(|e| Error::Failed(e.into()))?;
-    // TODO(integrator): use actions::summary
-    append_job_summary(&summary(report))
+    crate::actions::summary(&summary(report))
         .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write the job summary: {e}")))?;
     let list = |v: Verdict| {
         report.pulls_with(v).iter().map(|p| format!("{}#{}", p.repository, p.number)).collect::<Vec<_>>().join(",")
@@ -191,7 +190,7 @@ fn human(r: &AutoMerge, path: &std::path::Path) -> String {
 
 /// The job summary (Markdown): the table of pull requests, or the note.
 fn summary(r: &AutoMerge) -> String {
-    let cell = |s: &str| crate::error::terminal_safe_line(s).replace('|', "\\|");
+    let cell = crate::actions::markdown_cell;
     let mut md = String::from("### proxmox-gitops auto-merge\n\n");
     if let Some(note) = &r.note {
         md.push_str(&cell(note));
@@ -214,14 +213,6 @@ fn summary(r: &AutoMerge) -> String {
     md
 }
 
-/// Appends `markdown` to `$GITHUB_STEP_SUMMARY` when it is set (no-op otherwise).
-fn append_job_summary(markdown: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else { return Ok(()) };
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-    f.write_all(markdown.as_bytes())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,17 +232,17 @@ mod tests {
             head: "abc".into(),
             containers: vec!["web".into()],
             verdict: Verdict::Blocked,
-            reason: "a | b\nc".into(),
+            reason: "a | b\nc <d>".into(),
             merge_commit: None,
         });
         assert_eq!(
             summary(&r),
             "### proxmox-gitops auto-merge\n\n| Repository | Pull request | Verdict | Reason |\n|---|---|---|---|\n\
-             | main/web | [#3](http://g/main/web/pulls/3) | blocked | a \\| b\\nc |\n\n"
+             | main/web | [#3](http://g/main/web/pulls/3) | blocked | a \\| b c &lt;d&gt; |\n\n"
         );
         assert_eq!(
             human(&r, std::path::Path::new("a/auto-merge.json")),
-            "REPOSITORY  PR  VERDICT  REASON\nmain/web    #3  blocked  a | b\\nc\n\n1 pull request(s): 0 merged, 1 \
+            "REPOSITORY  PR  VERDICT  REASON\nmain/web    #3  blocked  a | b\\nc <d>\n\n1 pull request(s): 0 merged, 1 \
              blocked, 0 failed (recreate policy never); wrote a/auto-merge.json\n"
         );
     }

@@ -57,7 +57,7 @@ use repo::publish_repo;
 /// The organization that receives forks (the seed's `stage`).
 pub const STAGE_ORG: &str = "stage";
 /// The organization of scheduled-task repositories (the seed's `tasks`).
-pub const TASKS_ORG: &str = "tasks";
+pub use crate::artifact::remotes::TASKS_ORG;
 /// Title of the release pull request (the seed's).
 pub const RELEASE_PR_TITLE: &str = "Release Pull Request";
 
@@ -152,15 +152,15 @@ pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) 
     }
 
     // 2.–4. repositories
-    for (repo, dir, commit, path) in remotes.publish_order() {
+    for (owner, repo, dir, commit, path) in remotes.publish_order() {
         let staged = path.as_ref().is_none_or(|p| p.starts_with("libs") && p.components().count() == 2);
         let workflows = match &path {
             None => remotes.monorepo.workflows.clone(),
             Some(p) => remotes.modules.iter().find(|m| &m.path == p).map(|m| m.workflows.clone()).unwrap_or_default(),
         };
-        let mut r = publish_repo(client, &git, &remotes.org, &repo, &dir, &commit, path, staged)
+        let mut r = publish_repo(client, &git, &owner, &repo, &dir, &commit, path, staged)
             .await
-            .map_err(|e| Error::Failed(e.context(format!("publishing {}/{repo}", remotes.org))))?;
+            .map_err(|e| Error::Failed(e.context(format!("publishing {owner}/{repo}"))))?;
         r.workflows = workflows;
         report.repos.push(r);
     }

@@ -87,7 +87,11 @@ pub fn wanted_variables(remotes: &Remotes, opts: &PublishOptions) -> Result<Want
                 problems.add(Location::file(&display).with_key(&key), "empty value (Gitea refuses empty variables)");
                 continue;
             }
-            out.push((VariableScope::Repo { owner: remotes.org.clone(), repo: m.repo.clone() }, k.clone(), value));
+            out.push((
+                VariableScope::Repo { owner: m.owner_or(&remotes.org).to_string(), repo: m.repo.clone() },
+                k.clone(),
+                value,
+            ));
         }
     }
     problems.into_result()?;

@@ -194,6 +194,7 @@ fn absolute(p: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::artifact::remotes::TASKS_ORG;
 
     pub(super) fn module(path: &str, repo: &str, commit: &str, converted: bool) -> ModuleRemote {
         ModuleRemote {
@@ -206,6 +207,7 @@ mod tests {
             commit: commit.into(),
             converted,
             parent: None,
+            owner: None,
             workflows: Vec::new(),
         }
     }
@@ -231,7 +233,7 @@ mod tests {
             modules: vec![top, module("libs/b", "b", "3", false), nested],
         };
         let order: Vec<(String, PathBuf, String)> =
-            r.publish_order().into_iter().map(|(n, d, c, _)| (n, d, c)).collect();
+            r.publish_order().into_iter().map(|(_, n, d, c, _)| (n, d, c)).collect();
         assert_eq!(
             order,
             vec![
@@ -266,7 +268,7 @@ mod tests {
             ],
         };
         let order: Vec<(String, PathBuf, String)> =
-            r.publish_order().into_iter().map(|(n, d, c, _)| (n, d, c)).collect();
+            r.publish_order().into_iter().map(|(_, n, d, c, _)| (n, d, c)).collect();
         assert_eq!(
             order,
             vec![
@@ -276,5 +278,33 @@ mod tests {
                 ("mono".into(), "/wc".into(), "9".into()),
             ]
         );
+    }
+
+    #[test]
+    fn tasks_are_published_in_the_tasks_org_apart_from_a_lib_of_the_same_name() {
+        let mut task = module("tasks/a", "a", "5", true);
+        task.owner = Some(TASKS_ORG.into());
+        let r = Remotes {
+            gitea: "http://g".into(),
+            org: "main".into(),
+            source: "/src".into(),
+            workdir: "/wc".into(),
+            monorepo: MonorepoRemote {
+                repo: "mono".into(),
+                new_url: String::new(),
+                source_commit: "0".into(),
+                commit: "9".into(),
+                workflows: Vec::new(),
+            },
+            modules: vec![module("libs/a", "a", "1", true), task],
+        };
+        let order: Vec<(String, String)> = r.publish_order().into_iter().map(|(o, n, ..)| (o, n)).collect();
+        assert_eq!(
+            order,
+            vec![("main".to_string(), "a".to_string()), ("tasks".into(), "a".into()), ("main".into(), "mono".into())]
+        );
+        let mut p = Problems::new();
+        submodules::check_collisions(&r.modules, "mono", &mut p);
+        assert!(p.is_empty(), "a task and a lib of one name live in two orgs");
     }
 }

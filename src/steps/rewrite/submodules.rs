@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{MAX_DEPTH, ModuleRemote, failed, new_url, repo_name_from_url, sanitize_repo_name};
+use crate::artifact::remotes::TASKS_ORG;
 use crate::error::{Error, Location, Problems, Result};
 use crate::git::Git;
 use crate::remote_url::RemoteUrl;
@@ -110,7 +111,8 @@ pub(super) fn process(
                     continue;
                 }
             };
-            let url = new_url(&ctx.gitea, ctx.org, &repo);
+            let owner = owner_of(Path::new(path));
+            let url = new_url(&ctx.gitea, owner.as_deref().unwrap_or(ctx.org), &repo);
             let commit = convert_dir(ctx, dir, path, tree, top_name, &url, &date)?;
             ctx.modules.push(ModuleRemote {
                 path: PathBuf::from(path),
@@ -122,6 +124,7 @@ pub(super) fn process(
                 commit,
                 converted: true,
                 parent: None,
+                owner,
                 workflows: Vec::new(),
             });
             changed = true;
@@ -205,7 +208,8 @@ pub(super) fn process(
             ctx.git.run(&sub, ["update-ref", "-d", r]).map_err(failed)?;
         }
         let index = ctx.modules.len();
-        let url = new_url(&ctx.gitea, ctx.org, &repo);
+        let owner = if depth == 0 { owner_of(&rel) } else { None };
+        let url = new_url(&ctx.gitea, owner.as_deref().unwrap_or(ctx.org), &repo);
         ctx.modules.push(ModuleRemote {
             path: rel.clone(),
             name: e.name.clone(),
@@ -215,6 +219,7 @@ pub(super) fn process(
             source_commit: Some(recorded.clone()),
             commit: recorded.clone(),
             converted: false,
+            owner,
             parent: (!prefix.as_os_str().is_empty()).then(|| prefix.to_path_buf()),
             workflows: Vec::new(),
         });
@@ -239,6 +244,14 @@ pub(super) fn process(
         }
     }
     ctx.git.run(dir, ["rev-parse", "HEAD"]).map_err(failed)
+}
+
+/// The organization of the monorepo's top-level repository at `path` when it is not the
+/// monorepo's own: a task (`tasks/<name>`) lives in [`TASKS_ORG`], as in the seed.
+fn owner_of(path: &Path) -> Option<String> {
+    let mut c = path.components();
+    (c.next().is_some_and(|f| f.as_os_str() == "tasks") && c.next().is_some() && c.next().is_none())
+        .then(|| TASKS_ORG.to_string())
 }
 
 /// Turns the directory `path` (tree `tree`) of the monorepo working copy `dir` into a submodule
@@ -268,8 +281,8 @@ fn convert_dir(ctx: &Ctx<'_>, dir: &Path, path: &str, tree: &str, top: &str, url
 pub(super) fn check_collisions(modules: &[ModuleRemote], monorepo: &str, problems: &mut Problems) {
     let mut by_name: BTreeMap<String, &ModuleRemote> = BTreeMap::new();
     for m in modules {
-        let key = m.repo.to_lowercase();
-        if key == monorepo.to_lowercase() {
+        let key = format!("{}/{}", m.owner.as_deref().unwrap_or("").to_lowercase(), m.repo.to_lowercase());
+        if m.owner.is_none() && m.repo.to_lowercase() == monorepo.to_lowercase() {
             problems.add(
                 Location::file(&m.path),
                 format!("repository name `{}` collides with the monorepo's own repository name", m.repo),
