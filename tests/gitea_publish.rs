@@ -347,7 +347,21 @@ fn publish_from_scratch_again_and_after_a_change() {
     // What is published is the lib's commit with its pipeline installed on top.
     let new_a = module_commit(&fx, "libs/a");
     assert_eq!(git(&d.bare("main", "a"), &["rev-parse", &format!("{new_a}^")]), new_a_source);
-    assert_eq!(d.branch("main", "a", "main").as_deref(), Some(new_a.as_str()));
+    // main is that commit over the previous main (rewrite made it anew, so it does not contain
+    // the old one): same tree, parents old main and the new commit, so that the release pull
+    // request (release is at the old main) merges without conflicts.
+    let main_a = d.branch("main", "a", "main").unwrap();
+    let bare_a = d.bare("main", "a");
+    assert_eq!(
+        git(&bare_a, &["rev-parse", &format!("{main_a}^{{tree}}")]),
+        git(&bare_a, &["rev-parse", &format!("{new_a}^{{tree}}")])
+    );
+    assert_eq!(
+        git(&bare_a, &["rev-parse", &format!("{main_a}^1"), &format!("{main_a}^2")]),
+        format!("{old_a}\n{new_a}")
+    );
+    let main_mono = d.branch("main", "mono", "main").unwrap();
+    assert_eq!(git(&d.bare("main", "mono"), &["rev-parse", &format!("{main_mono}^1")]), old_mono);
     assert_eq!(d.branch("main", "a", "rollback").as_deref(), Some(old_a.as_str()));
     assert_eq!(d.branch("main", "a", "release").as_deref(), Some(old_a.as_str()), "release moves only by the PR");
     assert_eq!(d.branch("main", "mono", "rollback").as_deref(), Some(old_mono.as_str()));
@@ -365,7 +379,7 @@ fn publish_from_scratch_again_and_after_a_change() {
     );
     // The stage forks followed main, though the rewritten monorepo's history is not a
     // fast-forward (its tool commit is made anew on the new HEAD).
-    assert_eq!(d.branch("stage", "a", "main").as_deref(), Some(new_a.as_str()));
+    assert_eq!(d.branch("stage", "a", "main").as_deref(), Some(main_a.as_str()));
     assert_eq!(d.branch("stage", "mono", "main"), d.branch("main", "mono", "main"));
     let pulls: Vec<Value> = d
         .exchanges()

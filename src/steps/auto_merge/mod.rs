@@ -319,7 +319,8 @@ pub async fn auto_merge(
     let mut candidates = Vec::new();
     for (repo, lib) in &libs {
         for p in release_pulls(client, repo).await.map_err(Error::Failed)? {
-            candidates.push(candidate(repo, PullKind::Lib, &p, lib.containers.clone(), &lib.path, lib.planned.clone()));
+            let planned = lib.planned.clone().map(|c| same_content(&inv.root.join(&lib.path), c, &p.head.sha));
+            candidates.push(candidate(repo, PullKind::Lib, &p, lib.containers.clone(), &lib.path, planned));
         }
     }
     for p in release_pulls(client, &opts.monorepo).await.map_err(Error::Failed)? {
@@ -405,6 +406,22 @@ pub async fn auto_merge(
     }
     report.pulls = pulls;
     Ok(report)
+}
+
+/// `head` when the checked-out submodule at `dir` has that commit and it holds the same tree as
+/// `planned` (publish puts a lib's rewritten commit over the previous `main` with a commit of
+/// the same tree, while the monorepo records the rewritten one: see
+/// `steps::publish`), else `planned`.
+fn same_content(dir: &std::path::Path, planned: String, head: &str) -> String {
+    if planned == head {
+        return planned;
+    }
+    let git = crate::git::Git::new();
+    let tree = |c: &str| git.run(dir, ["rev-parse", "--verify", "-q", &format!("{c}^{{tree}}")]).ok();
+    match (tree(&planned), tree(head)) {
+        (Some(a), Some(b)) if a == b => head.to_string(),
+        _ => planned,
+    }
 }
 
 fn candidate(

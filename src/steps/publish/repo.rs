@@ -79,9 +79,19 @@ pub(super) async fn publish_repo(
     let mut refspecs = Vec::new();
     let mut refs = Vec::new();
     let old_main = head("main");
+    let mut fetched = false;
     if let Some(old) = old_main.as_deref().filter(|o| *o != commit) {
-        // Keep the previous state: fetch it (the push needs the object locally) → rollback.
         git.run(dir, ["fetch", "-q", "--no-tags", "--", &url, "refs/heads/main"])?;
+        fetched = true;
+    }
+    // What `main` becomes: the rewritten commit, or that commit on top of the previous `main`.
+    let published = match old_main.as_deref() {
+        Some(old) if fetched => chain_on_previous(git, dir, commit, old)?,
+        _ => commit.to_string(),
+    };
+    let commit = published.as_str();
+    if let Some(old) = old_main.as_deref().filter(|o| *o != commit) {
+        // Keep the previous state (fetched above: the push needs the object locally) → rollback.
         refspecs.push(format!("+{old}:refs/heads/rollback"));
         refs.push(RefReport {
             branch: "rollback".into(),
@@ -189,6 +199,38 @@ pub(super) async fn publish_repo(
         pull,
         workflows: Vec::new(),
     })
+}
+
+/// The commit `main` of a repository becomes when publishing `commit` over the previous `main`
+/// `old` (fetched into `dir`):
+///
+/// * `commit` itself when it already contains `old` (a fast-forward); `old` when it contains
+///   `commit` and has its tree (an earlier publish of the same input chained it);
+/// * otherwise a tool commit with the tree of `commit` and the parents `old` and `commit`
+///   ("Publish … [skip ci]", dated like `commit`, so the same input gives the same id).
+///
+/// `rewrite` re-creates its tool commits from the user's history on every run, so two
+/// publishes of a changed monorepo give two commits that only share the user's commit. Both
+/// change the rewritten paths (submodule gitlinks, converted directories, installed
+/// workflows), and merging the release pull request (`main` into `release`, which holds an
+/// earlier publish) would conflict on each of them. Chained, the new `main` descends from
+/// every earlier published `main`, so the release pull request always merges cleanly and
+/// `release` never has to be forced.
+///
+/// # Errors
+/// A failed git call.
+fn chain_on_previous(git: &Git, dir: &Path, commit: &str, old: &str) -> anyhow::Result<String> {
+    if old == commit || git.check(dir, ["merge-base", "--is-ancestor", old, commit])? {
+        return Ok(commit.to_string());
+    }
+    let tree = git.run(dir, ["rev-parse", &format!("{commit}^{{tree}}")])?;
+    let old_tree = git.run(dir, ["rev-parse", &format!("{old}^{{tree}}")])?;
+    if tree.trim() == old_tree.trim() && git.check(dir, ["merge-base", "--is-ancestor", commit, old])? {
+        return Ok(old.to_string());
+    }
+    let date = git.run(dir, ["log", "-1", "--format=%ct", commit])?;
+    let msg = format!("Publish {} over the previous main [skip ci]", short(commit));
+    Ok(git.commit_tree(dir, tree.trim(), &[old, commit], &msg, &format!("@{} +0000", date.trim()))?)
 }
 
 /// Brings `stage/<repo>`'s `main` to `commit` (what `main/<repo>` now holds) when the fork has
