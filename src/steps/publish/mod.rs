@@ -5,14 +5,18 @@
 //!
 //! 1. **Organizations** `main` (the `--org`), `stage`, `tasks` exist (`orgCreate`; Gitea's
 //!    422 "already exists" is fine).
-//! 2. **Repositories**, each module deepest first, the monorepo last: created when missing
+//! 2. **Repositories** (the tasks in the org `tasks`, the others in the `--org`), each module
+//!    deepest first, the monorepo last: created when missing
 //!    (`createOrgRepo`, `auto_init: false`, `default_branch: main`) and, like the seed, with
 //!    issues, wiki, projects, packages and releases switched off (`repoEdit`, sent only when a
 //!    setting differs). Then, with the git CLI (credentials through `GIT_ASKPASS`):
 //!    * when the repository already had a different `main`, that previous head is pushed to
 //!      `rollback` first;
-//!    * `main` and `snapshot` are set to the published commit; `release` is created at it when
-//!      missing (the first publish is the bootstrap deploy, as in the seed), and otherwise left
+//!    * `main` and `snapshot` are set to the published commit — put over the previous `main` when
+//!      `rewrite` made it anew (a tool commit with the same tree and both parents, so the release
+//!      pull request merges cleanly); `release` is created at it when
+//!      missing (its first deploy is a workflow dispatch on `release`: the pushed commits are
+//!      `[skip ci]` tool commits), and otherwise left
 //!      for the release pull request to move;
 //!    * all ref updates of one repository go in one atomic push; refs already right are not
 //!      pushed. Tool commits (made by `rewrite`) end in `[skip ci]`.
