@@ -8,12 +8,15 @@
 //!    one async runner and `$GITHUB_OUTPUT` writer (`cli/run.rs`), exit codes, human wording
 //!    (tables, `cli/describe.rs`).
 //! 2. [`steps`] — the pipeline steps (`resolve`, `rewrite`, `publish`, `plan`, `provision`,
-//!    `configure`, `snapshot`, `destroy`, `render_workflows`) as library functions: typed
+//!    `configure`, `snapshot`, `destroy`, `render_workflows`) and the tasks' steps (`health`,
+//!    `update`, `auto_merge`) as library functions: typed
 //!    artifact in → plan → effects → typed artifact out. A step never imports another step;
 //!    only [`steps::deploy`] composes them.
 //! 3. [`backend`] — provisioning backends (PVE, local LXC) behind one enum ([`backend::Backend`],
 //!    chosen by [`backend::open`]), each a pure planner over desired state plus a thin executor;
-//!    the backend-neutral provision model ([`backend::model`]). [`snapshot`] — data archives,
+//!    the backend-neutral provision model ([`backend::model`]); the live side of deployed
+//!    containers without artifacts — state, way in, health check, snapshots, reboot, rollback
+//!    ([`backend::live`]). [`snapshot`] — data archives,
 //!    container snapshots and the protect-before-destroy rule ([`snapshot::guard`]).
 //! 4. Clients, one per external system, unaware of the pipeline and of each other:
 //!    [`pve`] (Proxmox VE API), [`gitea`] (Gitea API), [`actions`] (Gitea/GitHub Actions:

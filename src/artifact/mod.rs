@@ -239,6 +239,11 @@ impl ArtifactDir {
         self.root.join("update.json")
     }
 
+    /// `auto-merge.json`.
+    pub fn auto_merge(&self) -> PathBuf {
+        self.root.join("auto-merge.json")
+    }
+
     /// `provision/<name>.json`.
     pub fn provision(&self, name: &str) -> PathBuf {
         self.provision_dir().join(format!("{name}.json"))
