@@ -80,7 +80,7 @@ pub(super) async fn publish_repo(
     let mut refs = Vec::new();
     let old_main = head("main");
     let mut fetched = false;
-    if let Some(old) = old_main.as_deref().filter(|o| *o != commit) {
+    if old_main.as_deref().is_some_and(|o| o != commit) {
         git.run(dir, ["fetch", "-q", "--no-tags", "--", &url, "refs/heads/main"])?;
         fetched = true;
     }
