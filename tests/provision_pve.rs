@@ -248,7 +248,8 @@ async fn create_from_nothing_with_ticket_auth() {
         json!({
             "hostname": "broker", "cores": 2, "memory": 1024, "swap": 256, "net0": net0, "unprivileged": 1, "onboot": 1,
             "description": format!("managed by proxmox-gitops: lib `broker`\nostemplate: local:vztmpl/{TEMPLATE_FILE}\n"),
-            "rootfs": "local-lvm:vm-101-disk-0,size=8G", "ostype": "debian", "arch": "amd64", "status": "running"
+            "rootfs": "local-lvm:vm-101-disk-0,size=8G", "ostype": "debian", "arch": "amd64", "status": "running",
+            "tags": "proxmox-gitops"
         })
     );
     // The create request carried the container's public key.
@@ -256,6 +257,7 @@ async fn create_from_nothing_with_ticket_auth() {
     let sent: BTreeMap<String, String> = url::form_urlencoded::parse(create_body.as_bytes()).into_owned().collect();
     assert_eq!(sent["ssh-public-keys"], key.trim());
     assert_eq!(sent["rootfs"], "local-lvm:8");
+    assert_eq!(sent["tags"], "proxmox-gitops", "the ownership tag");
     assert!(!sent.contains_key("features"), "features only when set: {sent:?}");
 }
 

@@ -234,6 +234,11 @@ impl ArtifactDir {
         self.root.join("health.json")
     }
 
+    /// `drift.json` (`proxmox-gitops drift`).
+    pub fn drift(&self) -> PathBuf {
+        self.root.join("drift.json")
+    }
+
     /// `update.json`.
     pub fn update(&self) -> PathBuf {
         self.root.join("update.json")

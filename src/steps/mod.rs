@@ -5,6 +5,7 @@ pub mod auto_merge;
 pub mod configure;
 pub mod deploy;
 pub mod destroy;
+pub mod drift;
 pub mod health;
 pub mod plan;
 pub mod provision;

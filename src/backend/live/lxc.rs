@@ -30,6 +30,11 @@ impl LxcLive {
         Self { backend }
     }
 
+    /// The LXC backend (client, options).
+    pub(super) fn backend(&self) -> &LxcBackend {
+        &self.backend
+    }
+
     fn snaps(&self, spec: &ContainerSpec) -> LxcSnapshots {
         LxcSnapshots::new(self.backend.client().clone(), &spec.hostname)
     }

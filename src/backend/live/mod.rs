@@ -25,9 +25,12 @@
 //! * this file — [`CtState`], the [`Containers`] trait (the one seam the steps use, so tests can
 //!   replace the way in), [`Live`] (the real one) and [`open`];
 //! * `pve` / `lxc` — the two implementations;
+//! * [`drift`] — how a deployed container differs from its spec, key by key, and the
+//!   containers carrying our mark whose lib is gone (`proxmox-gitops drift`);
 //! * [`health`] — the container health check (state, answer, services) and waiting until a
 //!   container answers after a start; `health` and `update` share it.
 
+pub mod drift;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod health;
@@ -44,6 +47,7 @@ use crate::inventory::ContainerSpec;
 use crate::settings::Settings;
 use crate::snapshot::ct::CtSnapshotInfo;
 
+pub use drift::{KeyDrift, Orphan};
 pub use health::{CheckOptions, ContainerHealth, HealthState, ServiceCheck, check, wait_ready};
 
 /// What the backend says about the container a spec describes.

@@ -30,8 +30,18 @@ impl PveLive {
         Self { client, node, discovered: OnceCell::new(), interface, opts }
     }
 
+    /// The client (one session for the run).
+    pub(super) fn client(&self) -> &PveClient {
+        &self.client
+    }
+
+    /// The configured node (`PROXMOX_NODE`), if any.
+    pub(super) fn configured_node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
     /// The spec's `NODE`, else `PROXMOX_NODE`, else the only online node.
-    async fn node(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
+    pub(super) async fn node(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
         if let Some(n) = spec.node.clone().or_else(|| self.node.clone()) {
             return Ok(n);
         }

@@ -14,9 +14,12 @@
 //! | `MOUNT` share name | `features: mount=cifs`, privileged (as the seed) |
 //! | `FEATURES` (e.g. `nesting,keyctl`) | `features=keyctl=1,nesting=1` (only those set) |
 //! | `BOOT` | `onboot` |
+//! | (ownership) | `tags` includes [`OWNER_TAG`] (`proxmox-gitops`) |
 //!
 //! `description` records the lib and the ostemplate (PVE does not keep the template in the
 //! config), so a later plan can tell a template change.
+
+pub mod drift;
 
 use std::collections::BTreeMap;
 
@@ -38,6 +41,22 @@ pub struct PveDefaults {
     pub interface: String,
     /// Host bridge (`vmbr0`).
     pub bridge: String,
+}
+
+impl PveDefaults {
+    /// The defaults from the PVE settings (`PROXMOX_STORAGE`, default `local`;
+    /// `PROXMOX_TEMPLATE`; `PROXMOX_GATEWAY`, `PROXMOX_MASK`, `PROXMOX_INTERFACE`,
+    /// `PROXMOX_BRIDGE`); `None` when `PROXMOX_TEMPLATE` is not set.
+    pub fn from_settings(s: &crate::settings::PveSettings) -> Option<PveDefaults> {
+        Some(PveDefaults {
+            storage: s.storage.clone().unwrap_or_else(|| "local".into()),
+            template: s.template.clone()?,
+            gateway: s.gateway.clone(),
+            mask: s.mask,
+            interface: s.interface.clone(),
+            bridge: s.bridge.clone(),
+        })
+    }
 }
 
 /// A mount point `mpN`.
@@ -98,6 +117,41 @@ pub struct Desired {
     pub unprivileged: bool,
     /// The `description`.
     pub description: String,
+}
+
+/// The PVE tag every container this tool creates carries (`tags`, a `;`-separated list in
+/// pve-container's `POST /nodes/{node}/lxc`; PVE stores tags lowercase and sorted): visible and
+/// filterable in the PVE UI, and how `drift` finds containers whose lib is gone.
+pub const OWNER_TAG: &str = "proxmox-gitops";
+
+/// The tags of a PVE `tags` value (split on `;`, `,` and spaces as PVE's `pve-tag-list` does),
+/// lowercase, empty entries dropped, in their order.
+pub fn split_tags(tags: &str) -> Vec<String> {
+    tags.split([';', ',', ' ']).map(str::trim).filter(|t| !t.is_empty()).map(str::to_lowercase).collect()
+}
+
+/// Whether a PVE `tags` value includes [`OWNER_TAG`].
+pub fn has_owner_tag(tags: Option<&str>) -> bool {
+    tags.is_some_and(|t| split_tags(t).iter().any(|t| t == OWNER_TAG))
+}
+
+/// The `tags` value that keeps the user's own tags of `live` and adds [`OWNER_TAG`], or `None`
+/// when it is there already.
+pub fn tags_with_owner(live: Option<&str>) -> Option<String> {
+    if has_owner_tag(live) {
+        return None;
+    }
+    let mut tags = live.map(split_tags).unwrap_or_default();
+    tags.push(OWNER_TAG.to_string());
+    Some(tags.join(";"))
+}
+
+/// Start of the description's first line, followed by the lib's name in backquotes.
+pub const LIB_MARKER: &str = "managed by proxmox-gitops: lib `";
+
+/// The lib name recorded in a description written by [`desired()`], if any.
+pub fn recorded_lib(description: &str) -> Option<&str> {
+    description.lines().find_map(|l| l.trim().strip_prefix(LIB_MARKER)).and_then(|r| r.split('`').next())
 }
 
 /// Marker line in the description that records the ostemplate.
@@ -232,7 +286,7 @@ pub fn desired(spec: &ContainerSpec, d: &PveDefaults, arch: &str) -> Result<Desi
     problems.into_result()?;
     let file = template_file(&d.template, arch);
     let (_, ostemplate) = template_volid(&d.storage, &file);
-    let description = format!("managed by proxmox-gitops: lib `{}`\n{OSTEMPLATE_MARKER}{ostemplate}\n", spec.name);
+    let description = format!("{LIB_MARKER}{}`\n{OSTEMPLATE_MARKER}{ostemplate}\n", spec.name);
     Ok(Desired {
         vmid: spec.vmid,
         hostname: spec.hostname.clone(),
@@ -303,6 +357,7 @@ pub fn create_params(d: &Desired, ssh_key: &str) -> Vec<(String, String)> {
         ("unprivileged", if d.unprivileged { "1" } else { "0" }.into()),
         ("onboot", if d.onboot { "1" } else { "0" }.into()),
         ("description", d.description.clone()),
+        ("tags", OWNER_TAG.to_string()),
         ("ssh-public-keys", ssh_key.trim().to_string()),
     ];
     if !d.features.is_empty() {

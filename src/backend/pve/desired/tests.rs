@@ -49,6 +49,7 @@ fn create_parameters() {
             "unprivileged=1",
             "onboot=1",
             "description=managed by proxmox-gitops: lib `broker`\nostemplate: local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst\n",
+            "tags=proxmox-gitops",
             "ssh-public-keys=ssh-ed25519 AAAA x",
             "features=keyctl=1,nesting=1",
             "mp0=local-lvm:4,mp=/data",
@@ -93,4 +94,15 @@ fn dhcp_share_and_errors() {
     assert_eq!(arch_of_machine("fake"), "amd64");
     assert_eq!(arch_of_machine("aarch64"), "arm64");
     assert_eq!(template_volid("local", "t.tar.zst"), ("local".into(), "local:vztmpl/t.tar.zst".into()));
+}
+
+#[test]
+fn owner_tag_is_added_to_the_users_tags() {
+    assert_eq!(tags_with_owner(None).as_deref(), Some("proxmox-gitops"));
+    assert_eq!(tags_with_owner(Some("")).as_deref(), Some("proxmox-gitops"));
+    assert_eq!(tags_with_owner(Some("prod;Web")).as_deref(), Some("prod;web;proxmox-gitops"));
+    assert_eq!(tags_with_owner(Some("prod;proxmox-gitops")), None);
+    assert!(has_owner_tag(Some("a, proxmox-gitops")));
+    assert!(!has_owner_tag(Some("proxmox")));
+    assert!(!has_owner_tag(None));
 }

@@ -6,8 +6,9 @@
 //!
 //! * absent → **create**;
 //! * identical → **nothing**;
-//! * only `cores`, `memory`, `swap`, `onboot`, `description`, `net0` or feature flags the caller
-//!   may change differ → **update** in place (`PUT …/config` with the digest, only those keys);
+//! * only `cores`, `memory`, `swap`, `onboot`, `description`, `net0`, `tags` (the
+//!   [`OWNER_TAG`](super::desired::OWNER_TAG) missing — added to the user's own tags, which are kept) or feature flags the
+//!   caller may change differ → **update** in place (`PUT …/config` with the digest, only those keys);
 //!   feature changes on a running container need a reboot (they go to `pending`);
 //! * `rootfs`/`mpN` grow → **resize** (`PUT …/resize`; PVE keeps a volume id in `rootfs`, so a
 //!   `STORAGE:SIZE` value is never PUT on an existing container);
@@ -20,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::desired::{Desired, DesiredMount, OSTEMPLATE_MARKER, features_string, props_string};
+use super::desired::{Desired, DesiredMount, OSTEMPLATE_MARKER, features_string, props_string, tags_with_owner};
 use crate::backend::model::{Action, Change, RecreatePolicy, Resize};
 
 /// A live container as read from PVE.
@@ -282,6 +283,9 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
     }
     if recorded.is_some() && live_desc.trim() != d.description.trim() {
         set("description", cfg.get("description"), d.description.clone());
+    }
+    if let Some(tags) = tags_with_owner(cfg.get("tags").map(String::as_str)) {
+        set("tags", cfg.get("tags"), tags);
     }
     // net0: compare the properties we manage; keep the MAC address and anything else PVE added.
     let (_, mut net) = split_props(cfg.get("net0").map(String::as_str).unwrap_or(""));

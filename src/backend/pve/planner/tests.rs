@@ -21,6 +21,7 @@ fn live_of(d: &Desired) -> LiveCt {
     c.insert("swap".into(), d.swap_mib.to_string());
     c.insert("onboot".into(), if d.onboot { "1" } else { "0" }.into());
     c.insert("description".into(), d.description.clone());
+    c.insert("tags".into(), "proxmox-gitops".into());
     c.insert("rootfs".into(), format!("{}:vm-{}-disk-0,size={}G", d.rootfs_storage, d.vmid, d.rootfs_gib));
     c.insert(
         "net0".into(),
@@ -283,4 +284,46 @@ fn sizes() {
     assert_eq!(parse_size("1024"), Some(1024));
     assert_eq!(parse_size("x"), None);
     assert_eq!(split_props("local-lvm:vm-1-disk-0,size=8G").0.as_deref(), Some("local-lvm:vm-1-disk-0"));
+}
+
+#[test]
+fn missing_owner_tag_is_added_in_place_keeping_the_users_tags() {
+    let d = want();
+    let mut ct = live_of(&d);
+    ct.config.insert("tags".into(), "prod;web".into());
+    let p = run(&d, ct, RecreatePolicy::Never, false);
+    assert_eq!(
+        p.action,
+        Action::Update {
+            changes: vec![Change {
+                key: "tags".into(),
+                from: Some("prod;web".into()),
+                to: Some("prod;web;proxmox-gitops".into())
+            }],
+            resizes: vec![],
+            reboot_needed: false,
+        }
+    );
+    let mut ct = live_of(&d);
+    ct.config.remove("tags");
+    let p = run(&d, ct, RecreatePolicy::Never, false);
+    assert_eq!(
+        p.action,
+        Action::Update {
+            changes: vec![Change { key: "tags".into(), from: None, to: Some("proxmox-gitops".into()) }],
+            resizes: vec![],
+            reboot_needed: false,
+        }
+    );
+    // Already there among others (any case, any separator): nothing to do.
+    let mut ct = live_of(&d);
+    ct.config.insert("tags".into(), "a,Proxmox-GitOps b".into());
+    assert_eq!(run(&d, ct, RecreatePolicy::Never, false).action, Action::Nothing);
+    assert!(create_params_have_tag(&d));
+}
+
+fn create_params_have_tag(d: &Desired) -> bool {
+    crate::backend::pve::desired::create_params(d, "ssh-ed25519 AAAA k")
+        .iter()
+        .any(|(k, v)| k == "tags" && v == crate::backend::pve::desired::OWNER_TAG)
 }
