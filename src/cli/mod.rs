@@ -20,6 +20,7 @@ mod configure;
 mod deploy;
 pub mod describe;
 mod destroy;
+mod drift;
 mod env;
 mod health;
 mod plan;
@@ -109,6 +110,8 @@ enum Command {
     Health(health::HealthArgs),
     /// Upgrade containers' packages with a snapshot first and an automatic rollback on failure.
     Update(update::UpdateArgs),
+    /// Compare the deployed containers with the desired state, key by key (changes nothing).
+    Drift(drift::DriftArgs),
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -285,6 +288,8 @@ pub fn main() -> i32 {
         json: cli.global.json,
         pending_inventory: Default::default(),
     };
+    // A subcommand's own exit code on success (`drift --detailed-exitcode`: 2 for drift).
+    let mut code = crate::error::EXIT_OK;
     let result = match cli.command {
         Command::Resolve(args) => resolve::run(&ctx, args),
         Command::Plan(args) => plan::run(&ctx, args),
@@ -301,6 +306,7 @@ pub fn main() -> i32 {
         Command::AutoMerge(args) => auto_merge::run(&ctx, args),
         Command::Health(args) => health::run(&ctx, args),
         Command::Update(args) => update::run(&ctx, args),
+        Command::Drift(args) => drift::run(&ctx, args).map(|c| code = c),
     };
     // The inputs were good unless the command says otherwise: write what was held back.
     let result = match result {
@@ -311,7 +317,7 @@ pub fn main() -> i32 {
         }
     };
     match result {
-        Ok(()) => crate::error::EXIT_OK,
+        Ok(()) => code,
         Err(e) => report(&e, &cli.global.repo),
     }
 }
