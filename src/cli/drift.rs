@@ -134,6 +134,20 @@ fn run_inner(ctx: &Ctx, args: DriftArgs) -> Result<i32> {
         ));
         s
     });
+    if report.drifted {
+        // An annotation on the run's page (under Actions), not only a table in the log.
+        let msg = format!(
+            "drift: {} difference(s) between the live containers and the desired state ({}); see the job summary or {}",
+            report.rows().len(),
+            drifted.join(", "),
+            path.display()
+        );
+        if args.detailed_exitcode {
+            crate::actions::error_message(&msg);
+        } else {
+            crate::actions::warning_message(&msg);
+        }
+    }
     result(&report, args.detailed_exitcode)
 }
 

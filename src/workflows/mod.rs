@@ -1,8 +1,8 @@
-//! The Gitea Actions workflow files proxmox-gitops installs: the monorepo's own `pipeline.yml`
-//! and `snapshot.yml`, each lib's pipeline and each task's workflow.
+//! The Gitea Actions workflow files proxmox-gitops installs: the monorepo's own `pipeline.yml`,
+//! `snapshot.yml` and `drift.yml`, each lib's pipeline and each task's workflow.
 //!
-//! The monorepo's two workflows are static files (`workflows/pipeline.yml`,
-//! `workflows/snapshot.yml`); the lib pipeline and the task workflow are rendered with
+//! The monorepo's workflows are static files (`workflows/pipeline.yml`,
+//! `workflows/snapshot.yml`, `workflows/drift.yml`); the lib pipeline and the task workflow are rendered with
 //! **handlebars** from `workflows/templates/lib_pipeline.yml.hbs` and
 //! `workflows/templates/task.yml.hbs`. Each comes from the monorepo when it has the file (a
 //! user may edit them), else from the built-in copy compiled into the binary ([`Source`]).
@@ -49,14 +49,20 @@ pub const SNAPSHOT_PATH: &str = "workflows/snapshot.yml";
 /// The built-in snapshot workflow.
 pub const SNAPSHOT: &str = include_str!("../../workflows/snapshot.yml");
 
+/// The monorepo's drift workflow, relative to the monorepo root.
+pub const DRIFT_PATH: &str = "workflows/drift.yml";
+/// The built-in drift workflow.
+pub const DRIFT: &str = include_str!("../../workflows/drift.yml");
+
 /// Where a lib's pipeline goes, relative to the lib's repository.
 pub const LIB_OUTPUT: &str = ".gitea/workflows/pipeline.yml";
 /// Where a task's workflow goes, relative to the task's repository.
 pub const TASK_OUTPUT: &str = ".gitea/workflows/task.yml";
 /// The monorepo's installed workflows: (installed path, source path, built-in text).
-pub const MONOREPO_FILES: [(&str, &str, &str); 2] = [
+pub const MONOREPO_FILES: [(&str, &str, &str); 3] = [
     (".gitea/workflows/pipeline.yml", PIPELINE_PATH, PIPELINE),
     (".gitea/workflows/snapshot.yml", SNAPSHOT_PATH, SNAPSHOT),
+    (".gitea/workflows/drift.yml", DRIFT_PATH, DRIFT),
 ];
 
 /// The text of a template or static workflow and where it came from.
