@@ -450,6 +450,11 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
     let msg = format!("{e:#}");
     assert!(msg.contains("POST /access/ticket") && msg.to_lowercase().contains("certificate"), "{msg}");
     assert!(env.pve.requests(false).is_empty(), "no request got through");
+    // The refusal names the certificate fakepve really presents, as openssl computes it, and the
+    // exact setting that trusts it.
+    let presented = openssl_fingerprint(&env.pve.ca);
+    assert!(msg.lines().next().unwrap().ends_with(&format!("PROXMOX_FINGERPRINT={presented}")), "{msg}");
+    assert!(msg.contains("PROXMOX_CA="), "{msg}");
 
     // Pinning the certificate's SHA-256 works; another fingerprint fails.
     use rustls::pki_types::{CertificateDer, pem::PemObject};
@@ -465,6 +470,23 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
         backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let msg = format!("{:#}", b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err());
     assert!(msg.contains("does not match the pinned --pve-fingerprint"), "{msg}");
+    // A renewed certificate: the message says which fingerprint to pin now.
+    assert!(msg.contains(&format!("PROXMOX_FINGERPRINT={presented}")), "{msg}");
+}
+
+/// `openssl x509 -fingerprint -sha256` of the PEM certificate at `pem`: `AA:BB:…`.
+fn openssl_fingerprint(pem: &std::path::Path) -> String {
+    let out = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(pem)
+        .output()
+        .expect("openssl runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // `sha256 Fingerprint=AA:BB:…` (the label's case varies between OpenSSL versions).
+    let text = String::from_utf8(out.stdout).unwrap();
+    let fp = text.trim().rsplit_once('=').expect("Fingerprint=").1.to_string();
+    assert_eq!(fp.len(), 32 * 3 - 1, "{text}");
+    fp
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -754,6 +776,12 @@ fn cli_plan_then_provision_then_converged() {
     let (code, _, stderr) = run(&["provision", "--all"]);
     assert_eq!(code, Some(1), "system roots do not trust fakepve's certificate: {stderr}");
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+    let presented = openssl_fingerprint(&pve.ca);
+    assert!(stderr.contains(&format!("PROXMOX_FINGERPRINT={presented}")), "{stderr}");
+    // … and that setting, copied as printed, is what makes the next run work.
+    let (code, stdout, stderr) =
+        run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[("PROXMOX_FINGERPRINT", presented.as_ref())], &["plan"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(!stderr.contains("secret"), "{stderr}");
 
     let (code, stdout, stderr) = run(&["provision", "--all", "--pve-ca", &ca, "--ssh-port", &ssh_port]);
@@ -1217,4 +1245,63 @@ fn under_actions_the_no_snapshot_warning_goes_to_stderr_and_stdout_stays_json() 
         "{stderr}");
     assert!(stderr.lines().any(|l| l.starts_with("::add-mask::")), "{stderr}");
     assert!(pve.ct_config(101).is_none());
+}
+
+/// Runs `plan` on a one-lib repo against `pve` (trusting its certificate) with only `PATH`, the
+/// PVE host and template settings and `creds` in the environment. Returns (exit code, stderr).
+fn plan_with_credentials(pve: &FakePve, creds: &[(&str, &str)]) -> (Option<i32>, String) {
+    let (repo, share) = broker_repo("ID=101\nIP=127.0.0.1/8\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .args(["plan", "--repo"])
+        .arg(repo.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PROXMOX_HOST", "127.0.0.1")
+        .env("PROXMOX_PORT", pve.port.to_string())
+        .env("PROXMOX_CA", &pve.ca)
+        .env("PROXMOX_TEMPLATE", TEMPLATE)
+        .env("PROXMOX_SHARE", share.path())
+        .envs(creds.iter().copied())
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn a_whole_api_token_in_one_variable_authenticates() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let secret = "0b8e5a72-5e0c-4d4b-9a3a-2f4f1d8c9e11";
+    pve.exec(&format!("pve.apitokens['root@pam!ci'] = '{secret}'"));
+    let whole = format!("root@pam!ci={secret}");
+    for creds in [
+        vec![("PROXMOX_TOKEN", whole.as_str())],
+        vec![("PROXMOX_TOKEN_SECRET", whole.as_str())],
+        vec![("PROXMOX_TOKEN_ID", "root@pam!ci"), ("PROXMOX_TOKEN_SECRET", secret)],
+        vec![("PROXMOX_USER", "root@pam"), ("PROXMOX_TOKEN", "ci"), ("PROXMOX_SECRET", secret)],
+    ] {
+        let (code, out) = plan_with_credentials(&pve, &creds);
+        assert_eq!(code, Some(0), "{creds:?}: {out}");
+        assert!(out.lines().any(|l| l.starts_with("broker") && l.ends_with("create")), "{creds:?}: {out}");
+        assert!(!out.contains(secret), "{out}");
+        let reqs = pve.requests(true);
+        assert!(reqs.iter().any(|(m, p, _)| m == "GET" && p.starts_with("/nodes")), "{creds:?}: {reqs:?}");
+        assert!(reqs.iter().all(|(_, p, _)| p != "/access/ticket"), "token auth, no ticket: {reqs:?}");
+    }
+    // A wrong secret in the whole form is PVE's 401, not a success.
+    let (code, out) = plan_with_credentials(&pve, &[("PROXMOX_TOKEN", "root@pam!ci=wrong-secret-00")]);
+    assert!(out.contains("401") && !out.contains("wrong-secret-00"), "{code:?}: {out}");
+}
+
+#[test]
+fn a_user_given_twice_is_refused_before_any_request() {
+    let pve = FakePve::start();
+    let (code, out) = plan_with_credentials(
+        &pve,
+        &[("PROXMOX_USER", "ci@pve"), ("PROXMOX_TOKEN", "root@pam!ci"), ("PROXMOX_SECRET", "s-0b8e5a72")],
+    );
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("PROXMOX_USER") && out.contains("PROXMOX_TOKEN") && out.contains("given twice"), "{out}");
+    assert!(!out.contains("s-0b8e5a72"), "{out}");
+    assert!(pve.requests(false).is_empty(), "nothing was sent to PVE");
 }

@@ -111,7 +111,9 @@ fn renders_every_lib_and_the_workflow_has_the_expected_structure() {
     assert_eq!(env["LOGIN"], "${{ vars.LOGIN }}");
     assert_eq!(env["PROXMOX_FINGERPRINT"], "${{ vars.PROXMOX_FINGERPRINT }}");
     assert_eq!(env["PROXMOX_CA"], "${{ vars.PROXMOX_CA }}");
-    assert_eq!(env.len(), 20);
+    assert_eq!(env["PROXMOX_TOKEN_ID"], "${{ vars.PROXMOX_TOKEN_ID }}");
+    assert_eq!(env["PROXMOX_TOKEN_SECRET"], "${{ secrets.PROXMOX_TOKEN_SECRET }}");
+    assert_eq!(env.len(), 22);
     assert_eq!(
         wf["jobs"],
         serde_json::json!({"deploy": {

@@ -36,7 +36,8 @@ pub fn run(ctx: &Ctx, args: ArtifactsArgs) -> Result<()> {
             let text = crate::artifact::pack::pack(ctx.artifacts.root()).map_err(|e| Error::Failed(e.into()))?;
             match output {
                 Some(key) => super::run::outputs(&[(key.as_str(), text)])?,
-                None => println!("{text}"),
+                // `--json`: `{"bundle": "pgo1:…"}`.
+                None => ctx.emit_json(&serde_json::json!({ "bundle": text }), || format!("{text}\n")),
             }
             Ok(())
         }
@@ -49,6 +50,10 @@ pub fn run(ctx: &Ctx, args: ArtifactsArgs) -> Result<()> {
                 ctx.artifacts.root().display(),
                 written.join(", ")
             );
+            // `--json`: `{"restored": [artifact paths relative to the artifacts directory]}`.
+            if ctx.json {
+                ctx.emit_json(&serde_json::json!({ "restored": written }), String::new);
+            }
             Ok(())
         }
     }

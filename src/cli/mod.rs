@@ -16,6 +16,7 @@
 pub(crate) mod args;
 mod artifacts;
 mod auto_merge;
+mod completions;
 mod configure;
 mod deploy;
 pub mod describe;
@@ -112,6 +113,27 @@ enum Command {
     Update(update::UpdateArgs),
     /// Compare the deployed containers with the desired state, key by key (changes nothing).
     Drift(drift::DriftArgs),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
+    /// Print the man page, or write all of them into a directory.
+    Man(completions::ManArgs),
+}
+
+/// The command definition the parser, the completion scripts and the man pages share: the
+/// derived [`Cli`] with the conventions every subcommand follows applied — every container
+/// selection (`--container`/`-c`, argument id `containers`) takes comma-separated names as well
+/// as repeated options (`-c a,b` = `-c a -c b`).
+pub(crate) fn command() -> clap::Command {
+    fn conventions(cmd: clap::Command) -> clap::Command {
+        let selects = cmd.get_arguments().any(|a| a.get_id() == "containers");
+        let mut cmd = if selects { cmd.mut_arg("containers", |a| a.value_delimiter(',')) } else { cmd };
+        let subs: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+        for name in subs {
+            cmd = cmd.mut_subcommand(name, conventions);
+        }
+        cmd
+    }
+    conventions(Cli::command())
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -162,6 +184,16 @@ impl Ctx {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
+    }
+
+    /// Prints `value` as pretty JSON (with `--json`) or the human summary on stdout: for output
+    /// that is not an artifact (a dry-run plan, the files `render-workflows` wrote).
+    pub fn emit_json(&self, value: &serde_json::Value, human: impl FnOnce() -> String) {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+        } else {
+            print!("{}", human());
+        }
     }
 
     /// Prints the artifacts of a per-container step: with `--json` one pretty JSON array of them,
@@ -267,7 +299,7 @@ fn report(err: &Error, repo: &Path) -> i32 {
 /// Under Actions the whole subcommand, including its error report, runs inside one
 /// `::group::<subcommand>` (subcommands do not open their own).
 pub fn main() -> i32 {
-    let parsed = Cli::command().try_get_matches().and_then(|m| {
+    let parsed = command().try_get_matches().and_then(|m| {
         let name = m.subcommand_name().unwrap_or("proxmox-gitops").to_string();
         Cli::from_arg_matches(&m).map(|c| (c, name))
     });
@@ -307,6 +339,8 @@ pub fn main() -> i32 {
         Command::Health(args) => health::run(&ctx, args),
         Command::Update(args) => update::run(&ctx, args),
         Command::Drift(args) => drift::run(&ctx, args).map(|c| code = c),
+        Command::Completions(args) => completions::completions(&ctx, args),
+        Command::Man(args) => completions::man(&ctx, args),
     };
     // The inputs were good unless the command says otherwise: write what was held back.
     let result = match result {

@@ -61,6 +61,24 @@ pub(crate) fn plan_rows(planned: &[backend::Planned]) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The plan as JSON (`provision --dry-run --json`): one object per container, in order — the
+/// [`crate::backend::model::ContainerPlan`] (`name`, `vmid`, `hostname`, the action's fields,
+/// `start`), or `{"name", "hostname", "vmid", "error"}` when it could not be planned.
+pub(crate) fn plan_json(planned: &[backend::Planned]) -> serde_json::Value {
+    planned
+        .iter()
+        .map(|p| match &p.plan {
+            Ok(cp) => serde_json::to_value(cp).unwrap_or_default(),
+            Err(e) => serde_json::json!({
+                "name": p.spec.name,
+                "hostname": p.spec.hostname,
+                "vmid": p.spec.vmid,
+                "error": crate::actions::redact(&format!("{e:#}")),
+            }),
+        })
+        .collect()
+}
+
 pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let specs: Vec<_> = inv.select(&args.containers, args.all, NotFound::InStage)?.into_iter().cloned().collect();
@@ -86,6 +104,9 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
             print!("{s}");
         }
         if args.dry_run {
+            if ctx.json {
+                ctx.emit_json(&plan_json(&planned), String::new);
+            }
             return Ok(());
         }
         let results = step::apply_all(&backend, planned, &opts, jobs, &ctx.artifacts).await?;

@@ -45,8 +45,9 @@ pub fn run(ctx: &Ctx, args: RenderWorkflowsArgs) -> Result<()> {
             checkout,
         },
     )?;
-    print!(
-        "{}",
+    // `--json`: one array of `{"kind": "lib"|"task", "name", "path", "changed"}`.
+    let json = serde_json::to_value(&written).unwrap_or_default();
+    ctx.emit_json(&json, || {
         table_of(&["NAME", "KIND", "FILE", "STATE"], &written, |r| {
             vec![
                 r.name.clone(),
@@ -59,6 +60,6 @@ pub fn run(ctx: &Ctx, args: RenderWorkflowsArgs) -> Result<()> {
                 if r.changed { "written" } else { "unchanged" }.into(),
             ]
         })
-    );
+    });
     Ok(())
 }

@@ -134,6 +134,7 @@ pub struct PveClient {
     login: tokio::sync::Mutex<u64>,
     requests: AtomicU64,
     logins: AtomicU64,
+    presented: tls::Presented,
 }
 
 impl std::fmt::Debug for PveClient {
@@ -185,7 +186,7 @@ impl PveClient {
             Auth::Ticket { password, .. } => crate::actions::mask(password.expose_secret()),
             Auth::Token { secret, .. } => crate::actions::mask(secret.expose_secret()),
         }
-        let config = tls::client_config(&opts.tls)?;
+        let (config, presented) = tls::client_config_recording(&opts.tls)?;
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(config)
             .timeout(opts.request_timeout)
@@ -211,6 +212,7 @@ impl PveClient {
             login: tokio::sync::Mutex::new(0),
             requests: AtomicU64::new(0),
             logins: AtomicU64::new(0),
+            presented,
         })
     }
 
@@ -413,7 +415,16 @@ impl PveClient {
         let transport = |e: reqwest::Error| {
             let detail = error_chain(&e);
             // A certificate the verifier refused stays refused: report it at once.
-            let retryable = !(e.is_builder() || detail.contains("certificate") || detail.contains("fingerprint"));
+            let refused_cert = detail.contains("certificate") || detail.contains("fingerprint");
+            if refused_cert && let Some(fp) = self.presented.refused() {
+                return PveError::Untrusted {
+                    method: method.to_string(),
+                    path: path.to_string(),
+                    detail,
+                    fingerprint: tls::colon_hex(&fp),
+                };
+            }
+            let retryable = !(e.is_builder() || refused_cert);
             PveError::Transport { method: method.to_string(), path: path.to_string(), detail, retryable }
         };
         let resp = req.send().await.map_err(transport)?;

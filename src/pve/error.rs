@@ -34,6 +34,28 @@ pub enum PveError {
         /// False for failures a repetition cannot fix (certificate verification, bad URL).
         retryable: bool,
     },
+    /// The TLS handshake failed because the server's certificate is not trusted (unknown issuer,
+    /// wrong name, or another fingerprint than the pinned one). `fingerprint` is the SHA-256 of
+    /// the certificate the server presented, `AA:BB:…` as PVE shows `ssl_fingerprint`; the
+    /// message names the `PROXMOX_FINGERPRINT=…` setting that would trust it.
+    #[error(
+        "{method} {path}: the PVE API's certificate is not trusted ({detail}); to trust the certificate \
+         it presented, set PROXMOX_FINGERPRINT={fingerprint}\n  \
+         That is its SHA-256 fingerprint: check it is your PVE node's (`pvenode cert info` on the node, \
+         or the node's System → Certificates panel in the PVE UI). Also possible: \
+         --pve-fingerprint {fingerprint}, or trust the cluster CA with PROXMOX_CA=FILE (--pve-ca FILE), \
+         FILE holding a copy of the node's /etc/pve/pve-root-ca.pem."
+    )]
+    Untrusted {
+        /// HTTP method.
+        method: String,
+        /// API path.
+        path: String,
+        /// The verifier's reason (with the transport error's causes).
+        detail: String,
+        /// SHA-256 of the presented end-entity certificate, colon-separated upper-case hex.
+        fingerprint: String,
+    },
     /// The answer was not the JSON expected.
     #[error("{method} {path}: unexpected answer: {detail}")]
     Decode {

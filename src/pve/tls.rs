@@ -13,9 +13,14 @@
 //! * [`TlsMode::Insecure`] — `--insecure`: no verification at all (a warning is logged).
 //!
 //! All use rustls with the *ring* provider, handed to reqwest as a preconfigured TLS config.
+//!
+//! Every verifier is wrapped in one that remembers the end-entity certificate it refused
+//! ([`Presented`]): the client turns a refused handshake into [`PveError::Untrusted`], which
+//! names that certificate's SHA-256 fingerprint and the `PROXMOX_FINGERPRINT=…` setting that
+//! would trust it (the first run against a self-signed node is one copy-paste from working).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
@@ -59,20 +64,47 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// The SHA-256 fingerprint of the last server certificate a verifier refused (shared between
+/// the rustls configuration and the client that reports the failure).
+#[derive(Debug, Clone, Default)]
+pub struct Presented(Arc<Mutex<Option<[u8; 32]>>>);
+
+impl Presented {
+    /// The SHA-256 digest of the DER certificate most recently refused, if any.
+    pub fn refused(&self) -> Option<[u8; 32]> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, end_entity: &CertificateDer<'_>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Sha256::digest(end_entity.as_ref()).into());
+    }
+}
+
 /// Builds the rustls client configuration for `mode`.
 ///
 /// # Errors
 /// [`PveError::Config`] when the CA file is unreadable or holds no certificate.
 pub fn client_config(mode: &TlsMode) -> Result<ClientConfig, PveError> {
+    client_config_recording(mode).map(|(config, _)| config)
+}
+
+/// [`client_config`], and the [`Presented`] slot its verifier fills with the fingerprint of a
+/// certificate it refuses.
+///
+/// # Errors
+/// As [`client_config`].
+pub fn client_config_recording(mode: &TlsMode) -> Result<(ClientConfig, Presented), PveError> {
     let provider = provider();
+    let presented = Presented::default();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| PveError::Config(format!("TLS set-up failed: {e}")))?;
+    let recording = |inner: Arc<dyn ServerCertVerifier>| Arc::new(Recording { inner, presented: presented.clone() });
     let config = match mode {
         TlsMode::System => {
             let verifier = rustls_platform_verifier::Verifier::new(provider)
                 .map_err(|e| PveError::Config(format!("cannot load the system's root certificates: {e}")))?;
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
+            builder.dangerous().with_custom_certificate_verifier(recording(Arc::new(verifier))).with_no_client_auth()
         }
         TlsMode::CaFile(path) => {
             let certs: Vec<CertificateDer<'static>> =
@@ -91,7 +123,10 @@ pub fn client_config(mode: &TlsMode) -> Result<ClientConfig, PveError> {
                     .add(c)
                     .map_err(|e| PveError::Config(format!("--pve-ca {}: unusable certificate: {e}", path.display())))?;
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| PveError::Config(format!("--pve-ca {}: {e}", path.display())))?;
+            builder.dangerous().with_custom_certificate_verifier(recording(verifier)).with_no_client_auth()
         }
         TlsMode::Fingerprint(_) | TlsMode::Insecure => {
             let pin = match mode {
@@ -99,10 +134,62 @@ pub fn client_config(mode: &TlsMode) -> Result<ClientConfig, PveError> {
                 _ => None,
             };
             let verifier = EndEntityOnly { pin, algs: provider.signature_verification_algorithms };
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
+            builder.dangerous().with_custom_certificate_verifier(recording(Arc::new(verifier))).with_no_client_auth()
         }
     };
-    Ok(config)
+    Ok((config, presented))
+}
+
+/// Delegates to `inner` and records the end-entity certificate it refuses in `presented`.
+#[derive(Debug)]
+struct Recording {
+    inner: Arc<dyn ServerCertVerifier>,
+    presented: Presented,
+}
+
+impl ServerCertVerifier for Recording {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now).inspect_err(|_| {
+            self.presented.record(end_entity);
+        })
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+
+    fn requires_raw_public_keys(&self) -> bool {
+        self.inner.requires_raw_public_keys()
+    }
+
+    fn root_hint_subjects(&self) -> Option<&[rustls::DistinguishedName]> {
+        self.inner.root_hint_subjects()
+    }
 }
 
 /// Checks only the end-entity certificate: with `pin`, it must have exactly that SHA-256 digest

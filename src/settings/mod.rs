@@ -5,7 +5,8 @@
 //! 1. `local/config.json` — a template committed to the monorepo, no secrets;
 //! 2. `local/config.local.json` — the user's machine-local values (git-ignored);
 //! 3. environment variables: `PROXMOX_HOST`, `PROXMOX_PORT`, `PROXMOX_USER`, `PROXMOX_PASSWORD`,
-//!    `PROXMOX_TOKEN`, `PROXMOX_SECRET`, `PROXMOX_NODE`, `PROXMOX_GATEWAY`, `PROXMOX_MASK`,
+//!    `PROXMOX_TOKEN` (or `PROXMOX_TOKEN_ID`), `PROXMOX_SECRET` (or `PROXMOX_TOKEN_SECRET`),
+//!    `PROXMOX_NODE`, `PROXMOX_GATEWAY`, `PROXMOX_MASK`,
 //!    `PROXMOX_INTERFACE`, `PROXMOX_BRIDGE`, `PROXMOX_STORAGE`, `PROXMOX_TEMPLATE`,
 //!    `PROXMOX_SHARE`, and for Gitea `HOST`, `LOGIN`, `PASSWORD`, `GITEA_TOKEN`; the checkout
 //!    action the workflows use, `PROXMOX_GITOPS_CHECKOUT` (see [`CheckoutAction`]).
@@ -19,7 +20,10 @@
 //!   "host": "", "login": "", "password": "", "token": "", "checkout": "actions/checkout@v4" }
 //! ```
 //!
-//! Unknown keys are input errors (a typo must not silently drop a setting). `PROXMOX_HOST` takes
+//! Unknown keys are input errors (a typo must not silently drop a setting). The API token may be
+//! given as `TOKENID` with `PROXMOX_USER`, as `USER@REALM!TOKENID`, or whole as
+//! `USER@REALM!TOKENID=SECRET` in the token or the secret setting; a user given twice is refused
+//! (the rules are in `token`). `PROXMOX_HOST` takes
 //! a host name, an address or an `https://HOST[:PORT]` URL (see `host`).
 //!
 //! Secret values (`proxmox.password`, `proxmox.secret`, `password`, `token`) are held as
@@ -35,6 +39,7 @@ mod file;
 mod host;
 #[cfg(test)]
 mod tests;
+mod token;
 
 use std::path::Path;
 
@@ -53,7 +58,7 @@ pub use checkout::{CheckoutAction, DEFAULT_CHECKOUT};
 pub enum PveAuthKind {
     /// `PROXMOX_USER` + `PROXMOX_PASSWORD`: ticket auth (`POST /access/ticket`).
     Password,
-    /// `PROXMOX_USER` + `PROXMOX_TOKEN` + `PROXMOX_SECRET`: API token auth.
+    /// An API token (`PROXMOX_TOKEN` + `PROXMOX_SECRET`, in any of their forms): token auth.
     Token,
     /// Nothing configured.
     None,
@@ -79,13 +84,15 @@ pub struct PveSettings {
     pub host: Option<String>,
     /// API port (`PROXMOX_PORT`), default 8006.
     pub port: u16,
-    /// User with realm, e.g. `root@pam` (`PROXMOX_USER`).
+    /// User with realm, e.g. `root@pam` (`PROXMOX_USER`, or the user a token setting names).
     pub user: Option<String>,
     /// Password for ticket auth (`PROXMOX_PASSWORD`). Secret.
     pub password: Option<SecretString>,
-    /// API token id, the part after `!` (`PROXMOX_TOKEN`).
+    /// API token id, the part after `!` (from `PROXMOX_TOKEN`/`PROXMOX_TOKEN_ID`, or the whole
+    /// token in `PROXMOX_SECRET`).
     pub token: Option<String>,
-    /// API token secret (`PROXMOX_SECRET`). Secret.
+    /// API token secret (`PROXMOX_SECRET`/`PROXMOX_TOKEN_SECRET`, or after `=` in a whole token).
+    /// Secret.
     pub secret: Option<SecretString>,
     /// Node name (`PROXMOX_NODE`); when unset it is discovered from `GET /nodes`.
     pub node: Option<String>,
@@ -239,7 +246,8 @@ pub fn load_checkout(root: &Path, env: &dyn EnvSource) -> Result<CheckoutAction,
 }
 
 /// The environment variables holding secrets (masked as soon as they are read).
-pub const SECRET_VARS: &[&str] = &["PROXMOX_PASSWORD", "PROXMOX_SECRET", "PASSWORD", "GITEA_TOKEN"];
+pub const SECRET_VARS: &[&str] =
+    &["PROXMOX_PASSWORD", "PROXMOX_SECRET", "PROXMOX_TOKEN_SECRET", "PASSWORD", "GITEA_TOKEN"];
 
 fn nonempty(s: Option<String>) -> Option<String> {
     s.map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
@@ -294,6 +302,18 @@ impl Settings {
         }
         for var in SECRET_VARS {
             secret(env.get(var));
+        }
+        // A token value may carry its secret after `=` (`USER@REALM!TOKENID=SECRET`).
+        for v in [
+            env.get("PROXMOX_TOKEN"),
+            env.get("PROXMOX_TOKEN_ID"),
+            base.proxmox.token.clone(),
+            local.proxmox.token.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            token::mask_token_value(&v);
         }
 
         // The first non-empty of the environment variable, the local file's key, the base file's
@@ -367,13 +387,34 @@ impl Settings {
             }
         };
 
+        // The user, token and secret with where each was set: the token forms are resolved
+        // together (see `token`).
+        let given = |var: Option<&str>, local_v: &Option<String>, base_v: &Option<String>, key: &str| {
+            [
+                (var.and_then(|v| env.get(v)), Location::environment(var.unwrap_or_default()), 0),
+                (local_v.clone(), Location::file(local_display).with_key(key), 1),
+                (base_v.clone(), Location::file(base_display).with_key(key), 2),
+            ]
+            .into_iter()
+            .find_map(|(v, at, layer)| nonempty(v).map(|value| token::Given { value, at, layer }))
+        };
+        let env_given = |var: &str| {
+            nonempty(env.get(var)).map(|value| token::Given { value, at: Location::environment(var), layer: 0 })
+        };
+        let user = given(Some("PROXMOX_USER"), &local.proxmox.user, &base.proxmox.user, "proxmox.user");
+        let token_given = token::one_of(env_given("PROXMOX_TOKEN"), env_given("PROXMOX_TOKEN_ID"), &mut problems)
+            .or_else(|| given(None, &local.proxmox.token, &base.proxmox.token, "proxmox.token"));
+        let secret_given = token::one_of(env_given("PROXMOX_SECRET"), env_given("PROXMOX_TOKEN_SECRET"), &mut problems)
+            .or_else(|| given(None, &local.proxmox.secret, &base.proxmox.secret, "proxmox.secret"));
+        let creds = token::resolve(user, token_given, secret_given, &mut problems);
+
         let pve = PveSettings {
             host,
             port,
-            user: pick!("PROXMOX_USER", proxmox.user),
+            user: creds.user,
             password: secret(pick!("PROXMOX_PASSWORD", proxmox.password)),
-            token: pick!("PROXMOX_TOKEN", proxmox.token),
-            secret: secret(pick!("PROXMOX_SECRET", proxmox.secret)),
+            token: creds.token,
+            secret: creds.secret,
             node: pick!("PROXMOX_NODE", proxmox.node),
             gateway: pick!("PROXMOX_GATEWAY", proxmox.gateway),
             mask,

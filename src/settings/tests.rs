@@ -143,3 +143,36 @@ fn checkout_action_from_env_or_config_and_a_bad_value_names_the_setting() {
     let e = Settings::load(dir.path(), &none).unwrap_err();
     assert_eq!(e.0[0].to_string(), "local/config.local.json:1 (checkout): expected a string, found 4");
 }
+
+#[test]
+fn token_forms_resolve_and_a_second_user_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("local")).unwrap();
+    // The committed template's user gives way to the user the token names.
+    std::fs::write(dir.path().join("local/config.json"), r#"{"proxmox":{"user":"root@pam"}}"#).unwrap();
+    let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let s =
+        Settings::load(dir.path(), &env(&[("PROXMOX_TOKEN_ID", "ci@pve!deploy"), ("PROXMOX_TOKEN_SECRET", "s-3c4")]))
+            .unwrap();
+    assert_eq!((s.pve.user.as_deref(), s.pve.token.as_deref()), (Some("ci@pve"), Some("deploy")));
+    assert_eq!(s.pve.auth_kind(), PveAuthKind::Token);
+    assert_eq!(s.secret_values(), vec!["s-3c4".to_string()]);
+    let public = serde_json::to_string(&s.public()).unwrap();
+    assert!(public.contains("\"pve_token\":\"deploy\"") && !public.contains("s-3c4"), "{public}");
+
+    let s = Settings::load(dir.path(), &env(&[("PROXMOX_TOKEN", "ci@pve!deploy=s-3c4")])).unwrap();
+    assert_eq!((s.pve.user.as_deref(), s.pve.token.as_deref()), (Some("ci@pve"), Some("deploy")));
+    assert_eq!(s.secret_values(), vec!["s-3c4".to_string()]);
+    assert!(!serde_json::to_string(&s.public()).unwrap().contains("s-3c4"));
+
+    let e = Settings::load(
+        dir.path(),
+        &env(&[("PROXMOX_USER", "root@pam"), ("PROXMOX_TOKEN", "ci@pve!deploy"), ("PROXMOX_SECRET", "s-3c4")]),
+    )
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("environment (PROXMOX_USER)") && text.contains("PROXMOX_TOKEN"), "{text}");
+    assert!(!text.contains("s-3c4"), "{text}");
+}
