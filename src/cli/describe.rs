@@ -5,6 +5,21 @@
 
 use crate::backend::model::{Action, ContainerPlan, SettingChange};
 
+/// Appends `markdown` to the job summary when `$GITHUB_STEP_SUMMARY` is set (see
+/// [`crate::actions::summary`]) and logs that `what`'s summary was written; a write failure is a
+/// warning, never a failed command.
+pub fn job_summary(what: &str, markdown: &str) {
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else { return };
+    match crate::actions::summary(markdown) {
+        Ok(()) => tracing::info!(
+            "job summary: {what} ({} line(s)) appended to {}",
+            markdown.lines().count(),
+            std::path::Path::new(&path).display()
+        ),
+        Err(e) => tracing::warn!("cannot write the job summary {}: {e}", std::path::Path::new(&path).display()),
+    }
+}
+
 /// A value of a setting as printed: `(unset)` for none, long values cut to 60 characters with `…`.
 fn value(v: Option<&str>) -> String {
     match v {

@@ -13,7 +13,7 @@ use crate::steps::plan::{Plan, PlannedContainer, Step, plan};
 /// Arguments of `plan`.
 #[derive(Debug, Args)]
 #[command(after_help = "Exit codes: 0 planned, 1 failure, 2 invalid input. With --detailed-exitcode (as \
-Terraform's): 0 no changes, 2 changes pending, 1 any error (invalid input too).")]
+Terraform's): 0 no changes, 2 changes pending, 1 any error (invalid input, a container that cannot be planned).")]
 pub struct PlanArgs {
     /// The ref being deployed: refs/heads/release, refs/heads/main or refs/heads/snapshot.
     #[arg(long = "ref", env = "GITHUB_REF", default_value = "refs/heads/release")]
@@ -49,13 +49,16 @@ pub struct PlanArgs {
     pve: super::args::PveTlsArgs,
 }
 
-/// Runs `plan` and returns the process exit code: see [`PlanArgs`]'s help. `report` prints an
-/// error and returns its ordinary exit code.
+/// Runs `plan` and returns the process exit code: see [`PlanArgs`]'s help (with
+/// `--detailed-exitcode`, a container that could not be planned is an error: 1). `report` prints
+/// an error and returns its ordinary exit code.
 pub fn main(ctx: &Ctx, args: PlanArgs, report: impl Fn(&Error) -> i32) -> i32 {
     let detailed = args.detailed_exitcode;
-    let result = run(ctx, args).and_then(|pending| ctx.inputs_checked().map(|()| pending));
+    let result = run(ctx, args).and_then(|p| ctx.inputs_checked().map(|()| (p.changes_pending(), p.cannot_plan())));
     match result {
-        Ok(pending) if detailed && pending => 2,
+        // Terraform's 1 for an error: a container that could not be planned is one.
+        Ok((_, true)) if detailed => crate::error::EXIT_FAILURE,
+        Ok((true, _)) if detailed => 2,
         Ok(_) => crate::error::EXIT_OK,
         Err(e) => {
             let code = report(&e);
@@ -64,9 +67,8 @@ pub fn main(ctx: &Ctx, args: PlanArgs, report: impl Fn(&Error) -> i32) -> i32 {
     }
 }
 
-/// Plans, writes `plan.json`, the outputs and the job summary, prints the plan; returns whether
-/// changes are pending ([`Plan::changes_pending`]).
-pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<bool> {
+/// Plans, writes `plan.json`, the outputs and the job summary, prints the plan; returns the plan.
+pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let mut p = plan(&inv, &args.git_ref, &args.containers)?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
@@ -117,16 +119,12 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<bool> {
         ),
         ("changes", pending.to_string()),
     ])?;
-    if let Err(e) = crate::actions::summary(&markdown(
-        &p,
-        &|name| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default(),
-        offline.as_deref(),
-    )) {
-        tracing::warn!("cannot write the job summary: {e}");
-    }
+    let md =
+        markdown(&p, &|name| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default(), offline.as_deref());
+    super::describe::job_summary("plan", &md);
     crate::actions::end_group();
     ctx.emit(&p, || human(&p, offline.as_deref()));
-    Ok(pending)
+    Ok(p)
 }
 
 /// Fills in each container's inputs digest and the steps `deploy` would skip because their

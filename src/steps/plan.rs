@@ -199,6 +199,11 @@ impl Plan {
         n
     }
 
+    /// Whether some container's live provision plan could not be made (`provision_error`).
+    pub fn cannot_plan(&self) -> bool {
+        self.containers.iter().any(|c| c.provision_error.is_some())
+    }
+
     /// Whether applying the plan would change anything (see [`PlannedContainer::changes_pending`]);
     /// what `plan --detailed-exitcode` exits 2 for.
     pub fn changes_pending(&self) -> bool {

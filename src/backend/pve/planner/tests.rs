@@ -293,7 +293,7 @@ fn settings_in_the_users_terms() {
     ct.config.insert("cores".into(), "1".into());
     ct.config.remove("swap");
     ct.config.insert("onboot".into(), "0".into());
-    ct.config.insert("rootfs".into(), format!("local-lvm:vm-101-disk-0,size=4G"));
+    ct.config.insert("rootfs".into(), "local-lvm:vm-101-disk-0,size=4G".to_string());
     ct.config.insert(
         "net0".into(),
         "name=eth0,bridge=vmbr1,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,ip=127.0.0.9/8,type=veth".into(),
