@@ -227,10 +227,17 @@ impl Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
-        if self.active {
+        if self.active && GROUP_OPEN.swap(false, Ordering::SeqCst) {
             eprintln!("{}", command("endgroup", &[], ""));
-            GROUP_OPEN.store(false, Ordering::SeqCst);
         }
+    }
+}
+
+/// Closes the open [`Group`], if any, now (its drop then prints nothing): what a command prints
+/// afterwards — its final table — shows in the log without unfolding the group.
+pub fn end_group() {
+    if GROUP_OPEN.swap(false, Ordering::SeqCst) {
+        eprintln!("{}", command("endgroup", &[], ""));
     }
 }
 

@@ -317,11 +317,16 @@ fn cli_plan_reads_an_inventory_artifact_and_refuses_other_kinds() {
         &[],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let plan: Value = serde_json::from_str(&r.stdout).unwrap();
+    let mut plan: Value = serde_json::from_str(&r.stdout).unwrap();
+    // Each container's inputs digest (schema 1.1) depends on the fixture's files.
+    for c in plan["containers"].as_array_mut().unwrap() {
+        let digest = c.as_object_mut().unwrap().remove("inputs_digest").unwrap();
+        assert!(digest.as_str().unwrap().starts_with("sha256:"), "{digest}");
+    }
     assert_eq!(
         plan,
         json!({
-            "kind": "plan", "schema_version": "1.0", "ref": "main", "stage": "main",
+            "kind": "plan", "schema_version": "1.1", "ref": "main", "stage": "main",
             "containers": [
                 { "name": "dns", "hostname": "dns", "vmid": 140, "steps": ["configure"] },
                 { "name": "web", "hostname": "web", "vmid": 130, "steps": ["configure"] }

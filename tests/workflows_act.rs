@@ -125,6 +125,57 @@ fn push_to_release_provisions_then_configures_with_the_provision_results() {
     assert_ne!(run.code, 0, "{log}");
 }
 
+/// On release the plan job runs after resolve and before provision, prints the plan (every
+/// container, the count line) and appends it to the job summary; a dispatch of `step: plan` runs
+/// only the plan.
+#[test]
+fn release_plans_before_provisioning_and_writes_a_job_summary() {
+    let repo = monorepo(&[]);
+    let run = act(
+        repo.path(),
+        "push",
+        "workflows/pipeline.yml",
+        &serde_json::json!({"ref": "refs/heads/release"}),
+        &args(&PVE_CLOSED),
+    );
+    let log = &run.log;
+    assert!(run.job_has("pipeline", "plan", "Job succeeded"), "{log}");
+    for name in ["config", "alpha", "beta"] {
+        assert!(
+            run.job("pipeline", "plan").iter().any(|l| l.contains(name) && l.contains("cannot plan: ")),
+            "{name}\n{log}"
+        );
+    }
+    assert!(
+        run.job_has(
+            "pipeline",
+            "plan",
+            "0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 3 cannot be planned"
+        ),
+        "{log}"
+    );
+    assert!(run.job_has("pipeline", "plan", "job summary: plan ("), "{log}");
+    // The plan job ran before provision started.
+    let line_of = |job: &str, text: &str| {
+        let tag = format!("[pipeline/{job}");
+        log.lines().position(|l| {
+            l.strip_prefix(&tag).is_some_and(|rest| rest.trim_start_matches(' ').starts_with(']')) && l.contains(text)
+        })
+    };
+    let plan_done = line_of("plan", "Job succeeded").unwrap();
+    assert!(plan_done < line_of("provision", "").unwrap(), "{log}");
+    assert!(run.job_has("pipeline", "provision", "beta: provision failed: "), "{log}");
+
+    // A dispatch of the plan alone: no provision, no configure.
+    let event = serde_json::json!({"ref": "refs/heads/main", "inputs": {"step": "plan", "container": "beta"}});
+    let run = act(repo.path(), "workflow_dispatch", "workflows/pipeline.yml", &event, &args(&[]));
+    let log = &run.log;
+    assert!(run.job_has("pipeline", "plan", "Job succeeded"), "{log}");
+    assert!(run.job_has("pipeline", "plan", "1 container(s) for refs/heads/main"), "{log}");
+    assert!(run.job("pipeline", "provision").is_empty(), "{log}");
+    assert!(run.job("pipeline", "configure").is_empty(), "{log}");
+}
+
 #[test]
 fn dispatch_runs_the_chosen_step_for_the_chosen_container() {
     let repo = monorepo(&[]);

@@ -55,6 +55,40 @@ pub struct Change {
     pub to: Option<String>,
 }
 
+/// One `container.env` setting (or PVE setting such as `PROXMOX_BRIDGE`) that differs between
+/// the live container and the spec, in the user's terms: `MEMORY` in MiB, `DISK` as
+/// `STORAGE:SIZE` in GiB, `BOOT` as `yes`/`no`, `MOUNT` entries as written in `container.env`.
+/// Made by each backend's planner from its [`Change`]s and [`Resize`]s
+/// (`crate::backend::pve::planner::setting_changes`, `crate::backend::lxc::planner::setting_changes`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingChange {
+    /// The setting's name as the user writes it: `MEMORY`, `CORES`, `SWAP`, `DISK`, `BOOT`, `IP`,
+    /// `MOUNT`, `FEATURES`, `PROXMOX_BRIDGE` …; a backend key when it maps to no setting.
+    pub setting: String,
+    /// Live value in the setting's terms; `None` when unset (or, for `MOUNT`, an entry added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Desired value; `None` when removed (for `MOUNT`, an entry removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// How the change is applied when not a plain in-place update: `resize`, `reboot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub how: Option<String>,
+}
+
+impl SettingChange {
+    /// A change of `setting` from `from` to `to`, applied in place.
+    pub fn new(setting: &str, from: Option<String>, to: Option<String>) -> Self {
+        Self { setting: setting.to_string(), from, to, how: None }
+    }
+
+    /// The same change, applied `how` (`resize`, `reboot`).
+    pub fn how(mut self, how: &str) -> Self {
+        self.how = Some(how.to_string());
+        self
+    }
+}
+
 /// A volume that grows (never shrinks: a shrink is a recreate).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resize {

@@ -324,7 +324,7 @@ pub fn main() -> i32 {
     let mut code = crate::error::EXIT_OK;
     let result = match cli.command {
         Command::Resolve(args) => resolve::run(&ctx, args),
-        Command::Plan(args) => plan::run(&ctx, args),
+        Command::Plan(args) => return plan::main(&ctx, args, |e| report(e, &cli.global.repo)),
         Command::Provision(args) => provision::run(&ctx, args),
         Command::Rewrite(args) => rewrite::run(&ctx, args),
         Command::Publish(args) => publish::run(&ctx, args),

@@ -6,11 +6,14 @@ use clap::Args;
 
 use super::{Ctx, table_of};
 use crate::artifact;
+use crate::backend::model::{Action, BackendKind};
 use crate::error::{Error, Result};
-use crate::steps::plan::plan;
+use crate::steps::plan::{Plan, PlannedContainer, Step, plan};
 
 /// Arguments of `plan`.
 #[derive(Debug, Args)]
+#[command(after_help = "Exit codes: 0 planned, 1 failure, 2 invalid input. With --detailed-exitcode (as \
+Terraform's): 0 no changes, 2 changes pending, 1 any error (invalid input, a container that cannot be planned).")]
 pub struct PlanArgs {
     /// The ref being deployed: refs/heads/release, refs/heads/main or refs/heads/snapshot.
     #[arg(long = "ref", env = "GITHUB_REF", default_value = "refs/heads/release")]
@@ -21,9 +24,21 @@ pub struct PlanArgs {
     /// Use this inventory artifact instead of resolving the repo again.
     #[arg(long)]
     inventory: Option<PathBuf>,
-    /// Do not contact PVE: plan the steps only (the default when PROXMOX_HOST is not set).
+    /// Do not read live state: plan the steps only (the default when PROXMOX_HOST is not set
+    /// and no --backend is given).
     #[arg(long)]
     offline: bool,
+    /// Read the live state from this backend [default: pve when PROXMOX_HOST is configured; else
+    /// none (an offline plan)]. `lxc` plans against the local LXC containers.
+    #[arg(long, value_enum, env = "PGO_BACKEND")]
+    backend: Option<BackendKind>,
+    /// Exit 0 when a deploy would change nothing, 2 when changes are pending, 1 on any error
+    /// (invalid input included), as `terraform plan -detailed-exitcode`.
+    #[arg(long)]
+    detailed_exitcode: bool,
+    /// The workflow run; a snapshot step counts as done only when it succeeded in the same run.
+    #[arg(long, env = "GITHUB_RUN_ID")]
+    run_id: Option<String>,
     /// How many containers are planned against PVE at the same time.
     #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     jobs: u16,
@@ -34,22 +49,52 @@ pub struct PlanArgs {
     pve: super::args::PveTlsArgs,
 }
 
-pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
+/// Runs `plan` and returns the process exit code: see [`PlanArgs`]'s help (with
+/// `--detailed-exitcode`, a container that could not be planned is an error: 1). `report` prints
+/// an error and returns its ordinary exit code.
+pub fn main(ctx: &Ctx, args: PlanArgs, report: impl Fn(&Error) -> i32) -> i32 {
+    let detailed = args.detailed_exitcode;
+    let result = run(ctx, args).and_then(|p| ctx.inputs_checked().map(|()| (p.changes_pending(), p.cannot_plan())));
+    match result {
+        // Terraform's 1 for an error: a container that could not be planned is one.
+        Ok((_, true)) if detailed => crate::error::EXIT_FAILURE,
+        Ok((true, _)) if detailed => 2,
+        Ok(_) => crate::error::EXIT_OK,
+        Err(e) => {
+            let code = report(&e);
+            if detailed { crate::error::EXIT_FAILURE } else { code }
+        }
+    }
+}
+
+/// Plans, writes `plan.json`, the outputs and the job summary, prints the plan; returns the plan.
+pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let mut p = plan(&inv, &args.git_ref, &args.containers)?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
-    let provisions = p.containers.iter().any(|c| c.steps.contains(&crate::steps::plan::Step::Provision));
-    // Without PVE (or with --offline) nothing is contacted: the provision actions stay unknown,
-    // and the human output says so and why.
-    let offline = match (provisions, args.offline, settings.pve.host.is_some()) {
+    let provisions = p.containers.iter().any(|c| c.steps.contains(&Step::Provision));
+    let kind = args.backend.or(settings.pve.host.is_some().then_some(BackendKind::Pve));
+    // Without live state nothing is contacted: the provision actions stay unknown, and the human
+    // output says so and why.
+    let mut offline: Option<String> = match (provisions, args.offline, kind) {
         (false, _, _) => None,
-        (true, true, _) => Some("--offline"),
-        (true, false, false) => Some("PROXMOX_HOST is not set"),
-        (true, false, true) => None,
+        (true, true, _) => Some("--offline".into()),
+        (true, false, None) => Some("PROXMOX_HOST is not set".into()),
+        (true, false, Some(BackendKind::Pve)) if settings.pve.host.is_none() => Some("PROXMOX_HOST is not set".into()),
+        (true, false, Some(_)) => None,
     };
-    let backend = match offline.is_none() && provisions {
-        true => Some(crate::backend::open(crate::backend::model::BackendKind::Pve, &settings, &args.pve.connect()?)?),
-        false => None,
+    let backend = match (offline.is_none() && provisions, kind) {
+        (true, Some(BackendKind::Pve)) => {
+            Some(crate::backend::open(BackendKind::Pve, &settings, &args.pve.connect()?)?)
+        }
+        (true, Some(BackendKind::Lxc)) => match crate::backend::lxc_backend(&settings) {
+            Ok(b) => Some(crate::backend::Backend::Lxc(b)),
+            Err(e) => {
+                offline = Some(format!("the lxc backend cannot be used here: {e}"));
+                None
+            }
+        },
+        _ => None,
     };
     ctx.inputs_checked()?;
     if let Some(backend) = backend {
@@ -58,9 +103,11 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
             crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.policy(), usize::from(args.jobs));
         super::run::block_on(super::run::Threads::Default, live)?;
     }
+    mark_done_steps(ctx, &inv, &mut p, args.run_id.as_deref().filter(|r| !r.is_empty()));
     let path = ctx.artifacts.plan();
     artifact::write(&path, &p).map_err(|e| Error::Failed(e.into()))?;
     let names: Vec<&str> = p.containers.iter().map(|c| c.name.as_str()).collect();
+    let pending = p.changes_pending();
     super::run::outputs(&[
         ("artifact", path.display().to_string()),
         ("plan", path.display().to_string()),
@@ -70,31 +117,127 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<()> {
             "steps",
             crate::steps::plan::steps_for_ref(&p.git_ref)?.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
         ),
+        ("changes", pending.to_string()),
     ])?;
-    ctx.emit(&p, || human(&p, offline));
-    Ok(())
+    let md =
+        markdown(&p, &|name| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default(), offline.as_deref());
+    super::describe::job_summary("plan", &md);
+    crate::actions::end_group();
+    ctx.emit(&p, || human(&p, offline.as_deref()));
+    Ok(p)
 }
 
-/// The human summary of `p`. `offline` is why the provision actions were not computed (no PVE
-/// was contacted); the PROVISION column then shows `-` for provisioning containers and a footer
-/// line explains it.
-fn human(p: &crate::steps::plan::Plan, offline: Option<&str>) -> String {
+/// Fills in each container's inputs digest and the steps `deploy` would skip because their
+/// artifact shows success for the same digest (snapshots: for the same workflow run `run_id`),
+/// exactly as `crate::steps::deploy` decides. A digest that cannot be computed leaves the
+/// container without skips (deploy would run its steps), with a warning.
+fn mark_done_steps(ctx: &Ctx, inv: &crate::inventory::Inventory, p: &mut Plan, run_id: Option<&str>) {
+    use crate::steps::deploy::{inputs_digest, read_step_status, run_digest, step_artifact};
+    let (Ok(root), Ok(artifacts)) = (ctx.repo.canonicalize(), ctx.artifacts.root().canonicalize()) else { return };
+    for c in &mut p.containers {
+        let Some(spec) = inv.container(&c.name) else { continue };
+        let digest = match inputs_digest(&root, inv, spec, &artifacts) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("{}: cannot compute the inputs digest: {e}", c.name);
+                continue;
+            }
+        };
+        for step in c.steps.clone() {
+            let want = match step {
+                Step::Snapshot => run_id.map(|r| run_digest(&digest, r)),
+                _ => Some(digest.clone()),
+            };
+            let status = read_step_status(&step_artifact(&ctx.artifacts, step, &c.name));
+            if want.is_some() && status.is_some_and(|s| s.ok == Some(true) && s.digest == want) {
+                c.skipped_steps.push(step);
+            }
+        }
+        c.inputs_digest = Some(digest);
+    }
+}
+
+/// The PROVISION cell of a container: the action in a word or two, `cannot plan: …`, `-` when
+/// unknown, empty when the ref does not provision.
+fn provision_cell(c: &PlannedContainer) -> String {
+    match (&c.provision, &c.provision_error) {
+        (Some(cp), _) => match &cp.action {
+            Action::Update { .. } => super::describe::action_word(&cp.action).to_string(),
+            _ => super::describe::describe(cp),
+        },
+        (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
+        (None, None) if c.steps.contains(&Step::Provision) => "-".into(),
+        (None, None) => String::new(),
+    }
+}
+
+/// What deploy does for `c`, e.g. `provision + configure`, `skip (already succeeded)`,
+/// `configure (provision skipped)`.
+fn deploy_cell(c: &PlannedContainer) -> String {
+    let run = c.steps_to_run();
+    let joined = |s: &[Step]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + ");
+    match (run.is_empty(), c.skipped_steps.is_empty()) {
+        (true, _) => "skip (already succeeded)".into(),
+        (false, true) => joined(&run),
+        (false, false) => format!("{} ({} skipped)", joined(&run), joined(&c.skipped_steps)),
+    }
+}
+
+/// The human summary of `p`: a table (NAME, HOSTNAME, VMID, STEPS, PROVISION), then per
+/// container with changed settings one line per setting in the user's terms (`  MEMORY 2048 →
+/// 1024`), the containers deploy would skip, the count line and the container count. `offline`
+/// is why no live state was read; the PROVISION column then shows `-` for provisioning
+/// containers and the last lines explain it.
+fn human(p: &Plan, offline: Option<&str>) -> String {
     let mut s = table_of(&["NAME", "HOSTNAME", "VMID", "STEPS", "PROVISION"], &p.containers, |c| {
         vec![
             c.name.clone(),
             c.hostname.clone(),
             c.vmid.to_string(),
             c.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + "),
-            match (&c.provision, &c.provision_error) {
-                (Some(cp), _) => super::describe::describe(cp),
-                (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
-                (None, None) if c.steps.contains(&crate::steps::plan::Step::Provision) => "-".into(),
-                (None, None) => String::new(),
-            },
+            provision_cell(c),
         ]
     });
-    s.push_str(&format!("\n{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
+    let changed: Vec<&PlannedContainer> = p.containers.iter().filter(|c| !c.settings.is_empty()).collect();
+    if !changed.is_empty() {
+        s.push('\n');
+        for c in changed {
+            let reboot =
+                matches!(&c.provision, Some(cp) if matches!(cp.action, Action::Update { reboot_needed: true, .. }));
+            s.push_str(&format!(
+                "{} (vmid {}): update in place{}\n",
+                c.name,
+                c.vmid,
+                if reboot { ", reboot needed" } else { "" }
+            ));
+            for line in c.settings.iter().map(super::describe::setting_line) {
+                s.push_str(&format!("  {line}\n"));
+            }
+        }
+    }
+    let skipping: Vec<String> = p
+        .containers
+        .iter()
+        .filter(|c| !c.skipped_steps.is_empty())
+        .map(|c| {
+            format!("{} ({})", c.name, c.skipped_steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))
+        })
+        .collect();
+    s.push('\n');
+    if !skipping.is_empty() {
+        s.push_str(&format!(
+            "deploy skips (already succeeded for the same inputs; --force runs them): {}\n",
+            skipping.join(", ")
+        ));
+    }
+    if p.containers.iter().any(|c| c.steps.contains(&Step::Provision)) {
+        s.push_str(&format!("{}\n", p.counts().line()));
+    }
+    s.push_str(&format!("{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
     if let Some(why) = offline {
+        s.push_str(
+            "only the desired side is known: no live state was read (set PROXMOX_HOST for PVE, or pass --backend lxc)\n",
+        );
         s.push_str(&format!(
             "provision actions: not computed (offline plan: {why}; run `proxmox-gitops provision --all --dry-run` to \
              compare with the live host)\n"
@@ -103,23 +246,84 @@ fn human(p: &crate::steps::plan::Plan, offline: Option<&str>) -> String {
     s
 }
 
+/// The job summary of `p`: a heading, the count line, and a table with one row per container
+/// (containers that cannot be planned or are refused first, with the error): container, vmid,
+/// node (`node_of(name)`, the spec's `NODE`), action, old → new, deploy. `offline` says only
+/// the desired side is known.
+fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -> String {
+    use crate::actions::markdown_cell as cell;
+    let mut s = format!("### Plan: `{}` (stage {})\n\n", cell(&p.git_ref), cell(&p.stage));
+    if p.containers.iter().any(|c| c.steps.contains(&Step::Provision)) {
+        s.push_str(&format!("{}\n\n", p.counts().line()));
+    }
+    if let Some(why) = offline {
+        s.push_str(&format!("Only the desired side is known: no live state was read ({}).\n\n", cell(why)));
+    }
+    s.push_str("| Container | VMID | Node | Action | Old → new | Deploy |\n|---|---|---|---|---|---|\n");
+    let failing = |c: &&PlannedContainer| {
+        c.provision_error.is_some() || matches!(&c.provision, Some(cp) if matches!(cp.action, Action::Refused { .. }))
+    };
+    let (first, rest): (Vec<&PlannedContainer>, Vec<&PlannedContainer>) = p.containers.iter().partition(failing);
+    for c in first.into_iter().chain(rest) {
+        let node = node_of(&c.name);
+        let (action, old_new) = match (&c.provision, &c.provision_error) {
+            (Some(cp), _) => (
+                super::describe::action_word(&cp.action).to_string(),
+                match &cp.action {
+                    Action::Recreate { reasons } | Action::Refused { reasons } => reasons.join("; "),
+                    _ => super::describe::setting_lines(&c.settings),
+                },
+            ),
+            (None, Some(e)) => ("**cannot plan**".to_string(), e.clone()),
+            (None, None) if c.steps.contains(&Step::Provision) => ("unknown".into(), String::new()),
+            (None, None) => (String::new(), String::new()),
+        };
+        let action = if action.starts_with("**") { action } else { cell(&action) };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            cell(&c.name),
+            c.vmid,
+            cell(&node),
+            action,
+            cell(&old_new),
+            cell(&deploy_cell(c))
+        ));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::steps::plan::{Plan, PlannedContainer, Step};
+    use crate::backend::model::{ContainerPlan, SettingChange};
+
+    fn container(name: &str, vmid: u32, steps: Vec<Step>) -> PlannedContainer {
+        PlannedContainer {
+            name: name.into(),
+            hostname: name.into(),
+            vmid,
+            steps,
+            provision: None,
+            provision_error: None,
+            settings: vec![],
+            inputs_digest: None,
+            skipped_steps: vec![],
+        }
+    }
 
     fn plan(steps: Vec<Step>) -> Plan {
         Plan {
             git_ref: "refs/heads/release".into(),
             stage: "main".into(),
-            containers: vec![PlannedContainer {
-                name: "broker".into(),
-                hostname: "broker".into(),
-                vmid: 101,
-                steps,
-                provision: None,
-                provision_error: None,
-            }],
+            containers: vec![container("broker", 101, steps)],
+            backend: None,
+        }
+    }
+
+    fn planned(name: &str, vmid: u32, action: Action) -> PlannedContainer {
+        PlannedContainer {
+            provision: Some(ContainerPlan { name: name.into(), vmid, hostname: name.into(), action, start: false }),
+            ..container(name, vmid, vec![Step::Provision, Step::Configure])
         }
     }
 
@@ -130,7 +334,9 @@ mod tests {
             "NAME    HOSTNAME  VMID  STEPS                  PROVISION\n\
              broker  broker    101   provision + configure  -\n\
              \n\
+             0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 unknown (no live state)\n\
              1 container(s) for refs/heads/release (stage main)\n\
+             only the desired side is known: no live state was read (set PROXMOX_HOST for PVE, or pass --backend lxc)\n\
              provision actions: not computed (offline plan: PROXMOX_HOST is not set; run `proxmox-gitops provision \
              --all --dry-run` to compare with the live host)\n"
         );
@@ -142,5 +348,86 @@ mod tests {
              \n\
              1 container(s) for refs/heads/release (stage main)\n"
         );
+    }
+
+    fn mixed() -> Plan {
+        let mut update =
+            planned("broker", 101, Action::Update { changes: vec![], resizes: vec![], reboot_needed: false });
+        update.settings = vec![
+            SettingChange::new("MEMORY", Some("2048".into()), Some("1024".into())),
+            SettingChange::new("DISK", Some("local-lvm:8".into()), Some("local-lvm:16".into())).how("resize"),
+        ];
+        let mut done = planned("dns", 140, Action::Nothing);
+        done.skipped_steps = vec![Step::Provision, Step::Configure];
+        let mut failed = container("web", 130, vec![Step::Provision, Step::Configure]);
+        failed.provision_error = Some("cannot read CT 130: 500 boom".into());
+        Plan {
+            git_ref: "refs/heads/release".into(),
+            stage: "main".into(),
+            containers: vec![
+                update,
+                planned("proxy", 110, Action::Create),
+                done,
+                planned("cache", 120, Action::Recreate { reasons: vec!["ostemplate changes from a to b".into()] }),
+                failed,
+            ],
+            backend: Some(BackendKind::Pve),
+        }
+    }
+
+    #[test]
+    fn changed_settings_counts_and_skips() {
+        assert_eq!(
+            human(&mixed(), None),
+            "NAME    HOSTNAME  VMID  STEPS                  PROVISION\n\
+             broker  broker    101   provision + configure  update in place\n\
+             proxy   proxy     110   provision + configure  create\n\
+             dns     dns       140   provision + configure  nothing\n\
+             cache   cache     120   provision + configure  RECREATE: ostemplate changes from a to b\n\
+             web     web       130   provision + configure  cannot plan: cannot read CT 130: 500 boom\n\
+             \n\
+             broker (vmid 101): update in place\n\
+             \x20 MEMORY 2048 → 1024\n\
+             \x20 DISK local-lvm:8 → local-lvm:16 (resize)\n\
+             \n\
+             deploy skips (already succeeded for the same inputs; --force runs them): dns (provision, configure)\n\
+             1 to create, 1 to update in place, 1 to recreate, 0 unchanged, 1 cannot be planned, 1 skipped (already \
+             provisioned for the same inputs)\n\
+             5 container(s) for refs/heads/release (stage main)\n"
+        );
+    }
+
+    #[test]
+    fn summary_table_failures_first() {
+        assert_eq!(
+            markdown(&mixed(), &|_| String::new(), None),
+            "### Plan: `refs/heads/release` (stage main)\n\
+             \n\
+             1 to create, 1 to update in place, 1 to recreate, 0 unchanged, 1 cannot be planned, 1 skipped (already \
+             provisioned for the same inputs)\n\
+             \n\
+             | Container | VMID | Node | Action | Old → new | Deploy |\n\
+             |---|---|---|---|---|---|\n\
+             | web | 130 |   | **cannot plan** | cannot read CT 130: 500 boom | provision + configure |\n\
+             | broker | 101 |   | update in place | MEMORY 2048 → 1024, DISK local-lvm:8 → local-lvm:16 (resize) | \
+             provision + configure |\n\
+             | proxy | 110 |   | create |   | provision + configure |\n\
+             | dns | 140 |   | nothing |   | skip (already succeeded) |\n\
+             | cache | 120 |   | recreate | ostemplate changes from a to b | provision + configure |\n"
+        );
+    }
+
+    #[test]
+    fn pending_changes() {
+        assert!(mixed().changes_pending());
+        let mut done = planned("dns", 140, Action::Nothing);
+        done.skipped_steps = vec![Step::Configure];
+        let p = Plan { containers: vec![done.clone()], ..plan(vec![]) };
+        assert!(!p.changes_pending(), "nothing to provision, configure already done");
+        done.provision.as_mut().unwrap().start = true;
+        let p = Plan { containers: vec![done.clone()], ..plan(vec![]) };
+        assert!(p.changes_pending(), "a stopped container would be started");
+        let p = Plan { containers: vec![container("x", 1, vec![Step::Provision])], ..plan(vec![]) };
+        assert!(p.changes_pending(), "unknown live state counts as pending");
     }
 }

@@ -22,7 +22,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::desired::{Desired, DesiredMount, OSTEMPLATE_MARKER, features_string, props_string, tags_with_owner};
-use crate::backend::model::{Action, Change, RecreatePolicy, Resize};
+use crate::backend::model::{Action, Change, RecreatePolicy, Resize, SettingChange};
+use crate::inventory::{ContainerSpec, Mount};
 
 /// A live container as read from PVE.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -369,6 +370,119 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
         Action::Nothing | Action::Update { .. } => !ct.running,
     };
     Planned { action, start, warnings }
+}
+
+/// `yes`/`no` for a PVE boolean (`1`, `true` …; unset is `no`).
+fn yes_no(v: Option<&String>) -> String {
+    if truthy(v) { "yes" } else { "no" }.to_string()
+}
+
+/// How `MOUNT` writes a bind or volume mount of the spec (`HOST:CT`, `STORAGE:SIZE:CT`).
+fn mount_entry(m: &Mount) -> String {
+    match m {
+        Mount::Share { name } => name.clone(),
+        Mount::Bind { host_path, container_path } => format!("{host_path}:{container_path}"),
+        Mount::Volume { storage, size_gib, container_path } => format!("{storage}:{size_gib}:{container_path}"),
+        Mount::Device { path } => path.clone(),
+    }
+}
+
+/// The spec's mount that becomes PVE's `mpN` (bind and volume mounts count from 0 in `MOUNT`
+/// order, as [`super::desired::desired()`] numbers them).
+fn spec_mount<'a>(spec: &'a ContainerSpec, key: &str) -> Option<&'a Mount> {
+    let n: usize = key.strip_prefix("mp")?.parse().ok()?;
+    spec.mounts.iter().filter(|m| matches!(m, Mount::Bind { .. } | Mount::Volume { .. })).nth(n)
+}
+
+/// The settings an in-place update changes, in the user's terms (see [`SettingChange`]):
+/// `cores` → `CORES`, `memory` → `MEMORY` (MiB), `swap` → `SWAP` (MiB; PVE's default 512 when
+/// unset), `onboot` → `BOOT` (`yes`/`no`), `net0`'s `ip`/`gw`/`bridge`/`name` → `IP`,
+/// `PROXMOX_GATEWAY`, `PROXMOX_BRIDGE`, `PROXMOX_INTERFACE`, `features` `mount=cifs` →
+/// `MOUNT +share`, other feature flags → `FEATURES`, a grown `rootfs` → `DISK STORAGE:OLD →
+/// STORAGE:NEW (resize)`, a grown `mpN` → its `MOUNT` entry (resize), `description` →
+/// `description` (the lib and ostemplate this tool records). Empty for other actions (their
+/// reasons say what differs).
+pub fn setting_changes(spec: &ContainerSpec, action: &Action) -> Vec<SettingChange> {
+    let Action::Update { changes, resizes, reboot_needed } = action else { return vec![] };
+    let mut out = Vec::new();
+    for c in changes {
+        match c.key.as_str() {
+            "cores" => out.push(SettingChange::new("CORES", c.from.clone(), c.to.clone())),
+            "memory" => out.push(SettingChange::new(
+                "MEMORY",
+                Some(c.from.clone().unwrap_or_else(|| "512".into())),
+                c.to.clone(),
+            )),
+            "swap" => {
+                out.push(SettingChange::new("SWAP", Some(c.from.clone().unwrap_or_else(|| "512".into())), c.to.clone()))
+            }
+            "onboot" => {
+                out.push(SettingChange::new("BOOT", Some(yes_no(c.from.as_ref())), Some(yes_no(c.to.as_ref()))))
+            }
+            "net0" => {
+                let (_, from) = split_props(c.from.as_deref().unwrap_or(""));
+                let (_, to) = split_props(c.to.as_deref().unwrap_or(""));
+                for (prop, setting) in [
+                    ("ip", "IP"),
+                    ("gw", "PROXMOX_GATEWAY"),
+                    ("bridge", "PROXMOX_BRIDGE"),
+                    ("name", "PROXMOX_INTERFACE"),
+                ] {
+                    if from.get(prop) != to.get(prop) {
+                        out.push(SettingChange::new(setting, from.get(prop).cloned(), to.get(prop).cloned()));
+                    }
+                }
+            }
+            "features" => {
+                let mut from = parse_features(c.from.as_ref());
+                let mut to = parse_features(c.to.as_ref());
+                let how = |s: SettingChange| if *reboot_needed { s.how("reboot") } else { s };
+                match (from.remove("mount").is_some(), to.remove("mount").is_some()) {
+                    (false, true) => {
+                        let share = spec.mounts.iter().find(|m| matches!(m, Mount::Share { .. }));
+                        out.push(how(SettingChange::new(
+                            "MOUNT",
+                            None,
+                            Some(share.map_or("share".into(), mount_entry)),
+                        )))
+                    }
+                    (true, false) => out.push(how(SettingChange::new("MOUNT", Some("share".into()), None))),
+                    _ => {}
+                }
+                if from != to {
+                    let names = |f: &BTreeMap<String, String>| {
+                        (!f.is_empty()).then(|| f.keys().cloned().collect::<Vec<_>>().join(","))
+                    };
+                    out.push(how(SettingChange::new("FEATURES", names(&from), names(&to))));
+                }
+            }
+            "description" => out.push(SettingChange::new("description", None, None)),
+            other => out.push(SettingChange::new(other, c.from.clone(), c.to.clone())),
+        }
+    }
+    for r in resizes {
+        let change = if r.disk == "rootfs" {
+            let storage = &spec.rootfs.storage;
+            SettingChange::new(
+                "DISK",
+                Some(format!("{storage}:{}", r.from_gib)),
+                Some(format!("{storage}:{}", r.to_gib)),
+            )
+        } else {
+            match spec_mount(spec, &r.disk) {
+                Some(Mount::Volume { storage, container_path, .. }) => SettingChange::new(
+                    "MOUNT",
+                    Some(format!("{storage}:{}:{container_path}", r.from_gib)),
+                    Some(format!("{storage}:{}:{container_path}", r.to_gib)),
+                ),
+                _ => {
+                    SettingChange::new(&r.disk, Some(format!("{} GiB", r.from_gib)), Some(format!("{} GiB", r.to_gib)))
+                }
+            }
+        };
+        out.push(change.how("resize"));
+    }
+    out
 }
 
 fn is_numbered(key: &str, prefix: &str) -> bool {

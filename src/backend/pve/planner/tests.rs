@@ -327,3 +327,60 @@ fn create_params_have_tag(d: &Desired) -> bool {
         .iter()
         .any(|(k, v)| k == "tags" && v == crate::backend::pve::desired::OWNER_TAG)
 }
+
+#[test]
+fn settings_in_the_users_terms() {
+    let d = want();
+    let mut ct = live_of(&d);
+    ct.config.insert("memory".into(), "2048".into());
+    ct.config.insert("cores".into(), "1".into());
+    ct.config.remove("swap");
+    ct.config.insert("onboot".into(), "0".into());
+    ct.config.insert("rootfs".into(), "local-lvm:vm-101-disk-0,size=4G".to_string());
+    ct.config.insert(
+        "net0".into(),
+        "name=eth0,bridge=vmbr1,gw=127.0.0.254,hwaddr=BC:24:11:00:00:01,ip=127.0.0.9/8,type=veth".into(),
+    );
+    let planned = run(&d, ct, RecreatePolicy::Never, true);
+    let s = spec();
+    let lines: Vec<String> = setting_changes(&s, &planned.action)
+        .iter()
+        .map(|c| format!("{} {:?} {:?} {:?}", c.setting, c.from, c.to, c.how))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            r#"CORES Some("1") Some("2") None"#,
+            r#"MEMORY Some("2048") Some("1024") None"#,
+            r#"SWAP Some("512") Some("256") None"#,
+            r#"BOOT Some("no") Some("yes") None"#,
+            r#"IP Some("127.0.0.9/8") Some("127.0.0.1/8") None"#,
+            r#"PROXMOX_BRIDGE Some("vmbr1") Some("vmbr0") None"#,
+            r#"DISK Some("local-lvm:4") Some("local-lvm:8") Some("resize")"#,
+        ]
+    );
+}
+
+#[test]
+fn share_and_features_in_the_users_terms() {
+    let share = ContainerSpec { mounts: vec![Mount::Share { name: "share".into() }], ..spec() };
+    let action = Action::Update {
+        changes: vec![Change {
+            key: "features".into(),
+            from: Some("nesting=1".into()),
+            to: Some("keyctl=1,mount=cifs,nesting=1".into()),
+        }],
+        resizes: vec![],
+        reboot_needed: true,
+    };
+    let got: Vec<(String, Option<String>, Option<String>, Option<String>)> =
+        setting_changes(&share, &action).into_iter().map(|c| (c.setting, c.from, c.to, c.how)).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("MOUNT".into(), None, Some("share".into()), Some("reboot".into())),
+            ("FEATURES".into(), Some("nesting".into()), Some("keyctl,nesting".into()), Some("reboot".into())),
+        ]
+    );
+    assert!(setting_changes(&share, &Action::Create).is_empty());
+}

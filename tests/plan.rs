@@ -1,0 +1,120 @@
+//! `plan` against fakepve: an existing container whose MEMORY and DISK changed shows each
+//! setting old → new in the user's terms, the count line and the job summary's table;
+//! `--detailed-exitcode` exits 0 (no changes), 2 (changes pending) or 1 (an error).
+
+mod support;
+
+use std::path::Path;
+
+use support::fakepve::{FakePve, TEMPLATE};
+
+/// A monorepo with the lib `broker` (vmid 101, loopback address) whose `container.env` has
+/// `extra` on top.
+fn write_env(repo: &Path, extra: &str) {
+    std::fs::create_dir_all(repo.join("libs/broker")).unwrap();
+    std::fs::write(repo.join("libs/broker/container.env"), format!("ID=101\nIP=127.0.0.1/8\nCORES=1\n{extra}"))
+        .unwrap();
+}
+
+/// Runs the binary in `repo` against `pve` (root@pam, the test template, gateway on loopback)
+/// with `env` on top; returns (exit code, stdout, stderr).
+fn run(pve: &FakePve, repo: &Path, share: &Path, env: &[(&str, &Path)], args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .args(args)
+        .arg("--repo")
+        .arg(repo)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PROXMOX_HOST", "127.0.0.1")
+        .env("PROXMOX_PORT", pve.port.to_string())
+        .env("PROXMOX_USER", "root@pam")
+        .env("PROXMOX_PASSWORD", "secret")
+        .env("PROXMOX_TEMPLATE", TEMPLATE)
+        .env("PROXMOX_STORAGE", "local")
+        .env("PROXMOX_GATEWAY", "127.0.0.254")
+        .env("PROXMOX_CA", &pve.ca)
+        .env("PROXMOX_SHARE", share)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn changed_memory_and_disk_read_old_to_new_and_detailed_exitcode() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    let (repo, share) = (repo.path(), share.path());
+    write_env(repo, "MEMORY=2048\nDISK=local-lvm:8\n");
+    let (code, out, err) = run(&pve, repo, share, &[], &["provision", "--all", "--no-wait-ssh"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+
+    // MEMORY and DISK change: one in-place update, each setting old → new.
+    write_env(repo, "MEMORY=1024\nDISK=local-lvm:16\n");
+    pve.writes(true);
+    let summary = repo.join("summary.md");
+    let (code, out, err) = run(
+        &pve,
+        repo,
+        share,
+        &[("GITHUB_STEP_SUMMARY", &summary)],
+        &["plan", "--ref", "refs/heads/release", "--detailed-exitcode"],
+    );
+    assert_eq!(code, 2, "changes pending:\n{out}\n{err}");
+    let details: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("broker (vmid 101)")).take(3).collect();
+    assert_eq!(
+        details,
+        ["broker (vmid 101): update in place", "  MEMORY 2048 → 1024", "  DISK local-lvm:8 → local-lvm:16 (resize)"],
+        "{out}"
+    );
+    assert!(out.contains("\n0 to create, 1 to update in place, 0 to recreate, 0 unchanged\n"), "{out}");
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        md.contains(
+            "| Container | VMID | Node | Action | Old → new | Deploy |\n|---|---|---|---|---|---|\n\
+             | broker | 101 |   | update in place | MEMORY 2048 → 1024, DISK local-lvm:8 → local-lvm:16 (resize) | \
+             provision + configure |\n"
+        ),
+        "{md}"
+    );
+    let writes: Vec<_> = pve.writes(false).into_iter().filter(|(_, p, _)| p != "/access/ticket").collect();
+    assert!(writes.is_empty(), "plan only reads: {writes:?}");
+
+    // Back to what PVE has, and both steps recorded as done for these inputs: nothing to do.
+    write_env(repo, "MEMORY=2048\nDISK=local-lvm:8\n");
+    let (code, out, err) = run(&pve, repo, share, &[], &["--json", "plan", "--ref", "refs/heads/release"]);
+    assert_eq!(code, 0, "{err}");
+    let plan: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(plan["schema_version"], "1.1");
+    let digest = plan["containers"][0]["inputs_digest"].as_str().unwrap().to_string();
+    for step in ["provision", "configure"] {
+        let dir = repo.join(".proxmox-gitops").join(step);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("broker.json"),
+            serde_json::json!({"inputs_digest": digest, "result": "ok"}).to_string(),
+        )
+        .unwrap();
+    }
+    let (code, out, err) = run(&pve, repo, share, &[], &["plan", "--ref", "refs/heads/release", "--detailed-exitcode"]);
+    assert_eq!(code, 0, "no changes:\n{out}\n{err}");
+    assert!(
+        out.contains(
+            "deploy skips (already succeeded for the same inputs; --force runs them): broker (provision, configure)"
+        ),
+        "{out}"
+    );
+
+    // Errors are 1 with the flag; without it a bad ref stays 2 (invalid input).
+    let (code, _, err) = run(&pve, repo, share, &[], &["plan", "--ref", "refs/heads/feature", "--detailed-exitcode"]);
+    assert_eq!(code, 1, "{err}");
+    let (code, _, err) = run(&pve, repo, share, &[], &["plan", "--ref", "refs/heads/feature"]);
+    assert_eq!(code, 2, "{err}");
+    drop(pve);
+}
