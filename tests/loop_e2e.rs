@@ -58,11 +58,14 @@ fn repo_with(dir: &Path, files: &[(&str, &str)], message: &str) -> PathBuf {
     dir.to_path_buf()
 }
 
-/// `proxmox-gitops publish` of `mono` to the double (login and password in the environment, the
-/// artifacts in `artifacts`); panics with the output on failure.
-fn publish(double: &Double, mono: &Path, artifacts: &Path) {
+/// `proxmox-gitops publish` of `mono` to the double with `extra` arguments (login and password in
+/// the environment, the artifacts in `artifacts`); panics with the output on failure.
+fn publish(double: &Double, mono: &Path, artifacts: &Path, extra: &[&str]) {
+    let url = double.url();
+    let mut args = vec!["--repo", s(mono), "--artifacts", s(artifacts), "publish", "--gitea", &url];
+    args.extend_from_slice(extra);
     ok(&run(
-        &["--repo", s(mono), "--artifacts", s(artifacts), "publish", "--gitea", &double.url()],
+        &args,
         &[("LOGIN", LOGIN), ("PASSWORD", PASSWORD), ("PROXMOX_GITOPS_CHECKOUT", support::runner::DEFAULT_CHECKOUT)],
     ));
 }
@@ -202,7 +205,8 @@ fn the_runner_runs_published_workflows_as_gitea_would() {
             .var("LOOP_VAR", "instance")
             .checkout("tasks/checkout@main"),
     );
-    publish(&double, &mono, &root.join("artifacts"));
+    // The fixture brings its own workflows: publish installs none (its pipeline would run here).
+    publish(&double, &mono, &root.join("artifacts"), &["--no-workflows"]);
 
     // Publish: every published ref is an event; the forks in `stage` are none. The lib has no
     // workflows, the monorepo's published commit is rewrite's "[skip ci]" commit.
@@ -557,7 +561,7 @@ impl Loop<'_> {
 /// by itself); the user then runs the pipeline once on `release` (*Run workflow*: the bootstrap
 /// deploy), which provisions and configures the lib's container.
 fn step1_publish_and_bootstrap(l: &mut Loop) {
-    publish(l.double, &l.mono, &l.tmp.path().join("publish-artifacts"));
+    publish(l.double, &l.mono, &l.tmp.path().join("publish-artifacts"), &[]);
     for r in runs(&l.runner.step()) {
         r.assert_ok();
     }
