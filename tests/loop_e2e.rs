@@ -7,10 +7,14 @@
 //!   variables and secrets, the checkout action with submodules, schedules and dispatches, and
 //!   act's own local checkout.
 //! * [`the_loop_publish_push_deploy`] is issue 13's scenario with real LXC containers (backend
-//!   `lxc`, removed when the test ends, also on failure): publish, a `git push` of a lib change
-//!   on `release` that the pipeline deploys in place, then (to be filled in after the merge of
-//!   health, update and auto-merge) the health, deploy and update tasks. It needs root, LXC with
-//!   lxcbr0 and Debian's mirror (the containers' base role installs packages).
+//!   `lxc`, removed when the test ends, also on failure): publish (which installs the workflows
+//!   and makes every task a repository of the org `tasks`), a `git push` of a lib change on
+//!   `release` that the pipeline deploys in place, then this repository's shipped tasks as
+//!   published: `health` on its schedule (healthy, then a stopped service), `deploy` on
+//!   dispatch with `AUTO_DEPLOY` (merges the release pull requests, whose pushes deploy), and
+//!   `update` on its schedule with an upgrade made to fail (rolled back to its snapshot). It
+//!   needs root, LXC with lxcbr0 and Debian's mirror for the bootstrap (the containers' base
+//!   role installs packages); the update step keeps apt away from the mirror.
 //!
 //! Run: `cargo test --test loop_e2e` (needs python3 with `jsonschema`, git, act: see
 //! tests/run.sh).
@@ -25,7 +29,7 @@ use serde_json::{Value, json};
 use support::fs::{copy_dir, source_root, write_files};
 use support::git::git;
 use support::gitea::{Creds, Double, add_submodule, ok, run};
-use support::runner::{Delivery, PushFilter, Runner, RunnerConfig, Triggers, api, api_get, git_as_user, runs};
+use support::runner::{Delivery, PushFilter, Run, Runner, RunnerConfig, Triggers, api, api_get, git_as_user, runs};
 use support::workflows::{LxcCleanup, attach, lxc_prefix, lxc_stage};
 
 const LOGIN: &str = "loop-admin";
@@ -54,11 +58,14 @@ fn repo_with(dir: &Path, files: &[(&str, &str)], message: &str) -> PathBuf {
     dir.to_path_buf()
 }
 
-/// `proxmox-gitops publish` of `mono` to the double (login and password in the environment, the
-/// artifacts in `artifacts`); panics with the output on failure.
-fn publish(double: &Double, mono: &Path, artifacts: &Path) {
+/// `proxmox-gitops publish` of `mono` to the double with `extra` arguments (login and password in
+/// the environment, the artifacts in `artifacts`); panics with the output on failure.
+fn publish(double: &Double, mono: &Path, artifacts: &Path, extra: &[&str]) {
+    let url = double.url();
+    let mut args = vec!["--repo", s(mono), "--artifacts", s(artifacts), "publish", "--gitea", &url];
+    args.extend_from_slice(extra);
     ok(&run(
-        &["--repo", s(mono), "--artifacts", s(artifacts), "publish", "--gitea", &double.url()],
+        &args,
         &[("LOGIN", LOGIN), ("PASSWORD", PASSWORD), ("PROXMOX_GITOPS_CHECKOUT", support::runner::DEFAULT_CHECKOUT)],
     ));
 }
@@ -198,7 +205,8 @@ fn the_runner_runs_published_workflows_as_gitea_would() {
             .var("LOOP_VAR", "instance")
             .checkout("tasks/checkout@main"),
     );
-    publish(&double, &mono, &root.join("artifacts"));
+    // The fixture brings its own workflows: publish installs none (its pipeline would run here).
+    publish(&double, &mono, &root.join("artifacts"), &["--no-workflows"]);
 
     // Publish: every published ref is an event; the forks in `stage` are none. The lib has no
     // workflows, the monorepo's published commit is rewrite's "[skip ci]" commit.
@@ -458,9 +466,15 @@ struct Loop<'a> {
     ct: String,
 }
 
-/// The fixture monorepo under `root`: the shipped base role, the lib `app` as a submodule, the
-/// tasks `nightly` (cron line) and `ondemand` (none) as plain directories, this repository's
-/// `action.yml` and `workflows/`.
+/// The tasks this repository ships (`tasks/<name>/default.sh`, each calling the binary).
+const SHIPPED_TASKS: [&str; 3] = ["health", "update", "deploy"];
+
+/// The task workflow publish renders into each task repository.
+const TASK_WORKFLOW: &str = ".gitea/workflows/task.yml";
+
+/// The fixture monorepo under `root`: the shipped base role, the lib `app` as a submodule, this
+/// repository's tasks `health`, `update` and `deploy` and the tasks `nightly` (cron line) and
+/// `ondemand` (none) as plain directories, this repository's `action.yml` and `workflows/`.
 fn loop_monorepo(root: &Path) -> PathBuf {
     let app = repo_with(
         &root.join("sources/app"),
@@ -476,6 +490,9 @@ fn loop_monorepo(root: &Path) -> PathBuf {
     }
     copy_dir(&src.join("workflows/templates"), &mono.join("workflows/templates"));
     std::fs::copy(src.join("action.yml"), mono.join("action.yml")).unwrap();
+    for task in SHIPPED_TASKS {
+        copy_dir(&src.join("tasks").join(task), &mono.join("tasks").join(task));
+    }
     repo_with(
         &mono,
         &[
@@ -488,18 +505,6 @@ fn loop_monorepo(root: &Path) -> PathBuf {
     );
     add_submodule(&mono, &app, "libs/app", "https://git.example.invalid/homelab/app.git");
     mono
-}
-
-/// TODO(integrator): drop this once `publish` installs the monorepo's workflows (i13-tasks):
-/// commits this repository's `workflows/pipeline.yml` and `snapshot.yml` as
-/// `.gitea/workflows/*.yml` of the fixture (docs/workflows.md, "Installing the workflows"), so
-/// that the runner has a pipeline to run before that merge.
-fn install_monorepo_workflows_until_publish_does(mono: &Path) {
-    std::fs::create_dir_all(mono.join(".gitea/workflows")).unwrap();
-    for f in ["pipeline.yml", "snapshot.yml"] {
-        std::fs::copy(mono.join("workflows").join(f), mono.join(".gitea/workflows").join(f)).unwrap();
-    }
-    commit(mono, "Enable the proxmox-gitops pipeline");
 }
 
 /// The lib container's memory limit in bytes: `(in its LXC config, live in its cgroup)`.
@@ -550,19 +555,31 @@ impl Loop<'_> {
     }
 }
 
-/// Step 1: `publish` the fixture; the pushes of publish are delivered (the monorepo's published
-/// commit is rewrite's `[skip ci]` commit, so its pipeline does not start by itself); the user
-/// then runs the pipeline once on `release` (*Run workflow*: the bootstrap deploy), which
-/// provisions and configures the lib's container.
+/// Step 1: `publish` the fixture, which installs the workflows: every task is a repository
+/// `tasks/<name>` with its `task.yml` (scheduled when the script has a cron line). The pushes of
+/// publish are delivered (each published commit is a `[skip ci]` tool commit, so nothing starts
+/// by itself); the user then runs the pipeline once on `release` (*Run workflow*: the bootstrap
+/// deploy), which provisions and configures the lib's container.
 fn step1_publish_and_bootstrap(l: &mut Loop) {
-    install_monorepo_workflows_until_publish_does(&l.mono);
-    publish(l.double, &l.mono, &l.tmp.path().join("publish-artifacts"));
+    publish(l.double, &l.mono, &l.tmp.path().join("publish-artifacts"), &[]);
     for r in runs(&l.runner.step()) {
         r.assert_ok();
     }
-    for repo in ["mono", "app", "base", "nightly", "ondemand"] {
-        let found = ["main", "tasks"].iter().any(|org| l.double.branch(org, repo, "release").is_some());
-        assert!(found, "{repo} was not published");
+    for repo in ["mono", "app", "base"] {
+        assert!(l.double.branch("main", repo, "release").is_some(), "main/{repo} was not published");
+    }
+    // Every task is a repository of the org `tasks` with its rendered workflow: on a push to
+    // main, on dispatch, and scheduled when its script has a cron line.
+    let scheduled = [("health", "0 */3 * * *"), ("update", "0 4 * * 0"), ("nightly", "0 3 * * *")];
+    for task in SHIPPED_TASKS.into_iter().chain(["nightly", "ondemand"]) {
+        let bare = l.double.bare("tasks", task);
+        let text = git(&bare, &["show", &format!("main:{TASK_WORKFLOW}")]);
+        let t = Triggers::parse(&text).unwrap_or_else(|e| panic!("tasks/{task}: {e}\n{text}"));
+        assert!(t.push.as_ref().is_some_and(|p| p.matches("refs/heads/main", &[])), "tasks/{task}: {text}");
+        assert!(t.dispatch.is_some(), "tasks/{task}: {text}");
+        let cron: Vec<String> = scheduled.iter().filter(|(n, _)| *n == task).map(|(_, c)| c.to_string()).collect();
+        assert_eq!(t.schedule, cron, "tasks/{task}");
+        assert!(text.contains("PROXMOX_GITOPS_MONOREPO: \"main/mono\""), "tasks/{task}: {text}");
     }
 
     let r = l.runner.dispatch("main/mono", "release", ".gitea/workflows/pipeline.yml", &[]);
@@ -578,10 +595,11 @@ fn step1_publish_and_bootstrap(l: &mut Loop) {
     assert_eq!(code, 0);
 }
 
-/// Step 2: a lib change on `release` with plain `git push`es (the lib's repository, then the
-/// monorepo's submodule pointer) → the runner runs the pipeline → the container gets the new
-/// memory limit in place, the lib's configuration ran again, and its outputs are repository
-/// variables of the lib's repository on the double.
+/// Step 2: a lib change on `release` with plain `git push`es: the lib's repository (its own
+/// pipeline, rendered by publish, deploys the lib), then the monorepo's submodule pointer (the
+/// monorepo's pipeline deploys the stage) → the container gets the new memory limit in place,
+/// the lib's configuration ran again, and its outputs are repository variables of the lib's
+/// repository on the double.
 fn step2_push_a_lib_change(l: &mut Loop) {
     let user = l.tmp.path().join("user");
     std::fs::create_dir_all(&user).unwrap();
@@ -592,10 +610,13 @@ fn step2_push_a_lib_change(l: &mut Loop) {
     std::fs::write(lib.join("container.env"), APP_ENV.replace("MEMORY=256", "MEMORY=384")).unwrap();
     commit(&lib, "app: 384 MiB");
     git_as_user(l.double, &lib, &["push", "-q", "origin", "release"]);
-    // The lib's own pipeline, when its repository has one (publish renders it: i13-tasks).
-    for r in runs(&l.runner.step()) {
-        r.assert_ok();
-    }
+    // The lib's own pipeline (publish rendered it into the lib's repository) deploys the lib.
+    let delivered = l.runner.step();
+    let d = only(&delivered);
+    assert_eq!((d.event.repo.as_str(), d.event.git_ref.as_str()), ("main/app", "refs/heads/release"));
+    assert_eq!(d.runs.iter().map(|r| r.workflow.as_str()).collect::<Vec<_>>(), [".gitea/workflows/pipeline.yml"]);
+    d.assert_ok();
+    assert_eq!(memory_limit(&l.ct), (384 << 20, 384 << 20));
     let sha = commit(&mono, "app: 384 MiB");
     git_as_user(l.double, &mono, &["push", "-q", "origin", "release"]);
     let delivered = l.runner.step();
@@ -618,8 +639,7 @@ fn step2_push_a_lib_change(l: &mut Loop) {
 }
 
 /// The outputs of the lib's last configure run are variables of its repository `main/app` on
-/// the double, set by the pipeline (deploy with Gitea settings: i13-gitea; until that merge this
-/// assertion fails).
+/// the double, set by the pipeline (deploy with Gitea settings).
 fn assert_lib_outputs_are_repository_variables(l: &Loop) {
     let cfg = l.artifact("configure/app.json");
     let outputs = cfg["outputs"].as_object().unwrap_or_else(|| panic!("no outputs: {cfg:#}"));
@@ -632,74 +652,297 @@ fn assert_lib_outputs_are_repository_variables(l: &Loop) {
     }
 }
 
-/// Step 3 (TODO(integrator), after merging i13-health and i13-tasks): the health task.
-///
-/// With the runner API:
-/// 1. `let runs = l.runner.schedule("tasks/health", "main")` — or whichever repository publish
-///    made for the monorepo's health task (`tasks/<name>`; find it with `api_get(l.double,
-///    "/repos/tasks/health")`); its `task.yml` has `on.schedule`. Expect exactly one run of
-///    `.gitea/workflows/task.yml`, `assert_ok()`.
-/// 2. `api_get(l.double, "/repos/main/app")["description"]` says the lib is healthy (the text
-///    health writes, e.g. naming `app-http` active), and the run's log has the Markdown table
-///    of the job summary (or read `$GITHUB_STEP_SUMMARY` through the log lines health prints).
-/// 3. Stop the service: `attach(&l.ct, &["systemctl", "stop", "app-http"])` (exit 0).
-/// 4. `l.runner.schedule(…)` again: the run fails (`!run.ok()`), its log names `app-http` as
-///    down, and the description of `main/app` on the double now says which service is down.
-/// 5. Start it again (`systemctl start app-http`) so that later steps begin healthy.
-#[allow(dead_code)]
-fn step3_health(_l: &mut Loop) {}
+/// The one run of the task workflow among `runs`.
+fn task_run(runs: &[Run]) -> &Run {
+    let names: Vec<String> = runs.iter().map(ToString::to_string).collect();
+    assert_eq!(runs.len(), 1, "{names:?}");
+    assert_eq!(runs[0].workflow, TASK_WORKFLOW, "{names:?}");
+    &runs[0]
+}
 
-/// Step 4 (TODO(integrator), after merging i13-gitea (pull request merge in the double) and
-/// i13-tasks): the deploy task merges the release pull request, and the merge's push deploys.
-///
-/// With the runner API:
-/// 1. Change the lib on `main` (clone `main/mono` at `main` with [`clone`], change
-///    `libs/app/container.env`, e.g. `CORES=2`, push the lib's `main` and the monorepo's `main`
-///    with [`git_as_user`]), `l.runner.step()` (main only configures: every run `assert_ok()`).
-/// 2. Open the release pull request on the double if publish did not leave one open:
-///    `api(l.double, "POST", "/repos/main/mono/pulls", Some(&json!({"title": "Release Pull
-///    Request", "head": "main", "base": "release"})))` (and the same for `main/app`).
-/// 3. `l.runner.config_mut().vars.insert("AUTO_DEPLOY".into(), "true".into())`, then
-///    `l.runner.dispatch("<deploy task repo>", "main", ".gitea/workflows/task.yml", &[])` —
-///    `assert_ok()`; the pull requests are merged (`api_get(l.double,
-///    "/repos/main/mono/pulls?state=closed")` shows them `merged`).
-/// 4. `let d = l.runner.settle(3)`: the merge's push of `release` is delivered and runs
-///    `.gitea/workflows/pipeline.yml` (assert it is among `runs(&d)` and ok), and the
-///    container now has the new `CORES` (`lxc.cgroup.cpu.cfs_quota_us` / `cpu.max` in its config).
-///    (On a real Gitea a merge made with the job token starts no workflow: see the runner's
-///    module docs; the task must merge with the user's credentials for this to work there.)
-#[allow(dead_code)]
-fn step4_auto_merge(_l: &mut Loop) {}
+/// The words of the task job's output lines (act's `[task <name>/task]   | ` prefix removed).
+fn task_lines(r: &Run, task: &str) -> Vec<Vec<String>> {
+    r.act
+        .job(&format!("task {task}"), "task")
+        .iter()
+        .filter_map(|l| l.split_once("| "))
+        .map(|(_, rest)| rest.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
 
-/// Step 5 (TODO(integrator), after merging i13-health): the update task rolls a container back.
-///
-/// With the runner API:
-/// 1. Before the update: a marker, and an apt hook that makes the upgrade change the container
-///    and then fail. Both through `attach(&l.ct, &["sh", "-c", "…"])` with constant scripts:
-///    `echo before > /root/update-marker`, and `/etc/apt/apt.conf.d/99pgo-loop-fail` holding
-///    `APT::Update::Post-Invoke { "rm -f /root/update-marker; touch /root/upgrade-ran; exit 1"; };`
-///    (`apt-get update` runs the hook, which removes the marker, leaves its own trace, and fails).
-/// 2. `let r = l.runner.schedule("<update task repo>", "main")` (or `dispatch` on `main`): one
-///    run of `.gitea/workflows/task.yml`; its log (and job summary) names the container and says
-///    it was rolled back; whether the run then fails is the task contract's choice
-///    (docs/tasks.md): assert what it says.
-/// 3. After the run: `attach(&l.ct, &["cat", "/root/update-marker"])` gives `before` (the
-///    snapshot's state is back), `attach(&l.ct, &["test", "-e", "/root/upgrade-ran"])` fails (the
-///    upgrade's change is gone), the container is running (`lxc-info -n <ct> -s`), and the lib's
-///    service answers again (`http_get(…/settings.txt)`).
-/// 4. Remove the hook (`rm /etc/apt/apt.conf.d/99pgo-loop-fail`: the rollback brought it back too).
-#[allow(dead_code)]
-fn step5_update_rolls_back(_l: &mut Loop) {}
+/// The description of `main/app` on the double.
+fn app_description(l: &Loop) -> String {
+    let repo = api_get(l.double, "/repos/main/app").expect("main/app is on the double");
+    repo["description"].as_str().unwrap_or_default().to_string()
+}
 
-/// Issue 13's scenario (see the module docs). Steps 3–5 are called once health, update and
-/// auto-merge have landed (TODO(integrator) in their functions).
+/// The entry of the lib's container in the artifact `kind` (`health.json`, `update.json`) the
+/// last task run wrote.
+fn app_entry(l: &Loop, kind: &str) -> Value {
+    let report = l.artifact(kind);
+    let list = report["containers"].as_array().unwrap_or_else(|| panic!("{kind}: {report:#}"));
+    let app: Vec<&Value> = list.iter().filter(|c| c["name"] == "app").collect();
+    assert_eq!(app.len(), 1, "{kind}: {report:#}");
+    app[0].clone()
+}
+
+/// The container's live IPv4 address on lxcbr0 (`lxc-info -iH`), polling while it comes up (at
+/// most 60 attempts, one per second).
+fn live_address(ct: &str) -> String {
+    for _ in 0..60 {
+        let out = Command::new("lxc-info").args(["-n", ct, "-iH"]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if let Some(ip) = text.split_whitespace().find(|a| a.parse::<std::net::Ipv4Addr>().is_ok()) {
+            return ip.to_string();
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    panic!("{ct}: no IPv4 address after 60 attempts");
+}
+
+/// Step 3: the health task, scheduled (`tasks/health`, cron `0 */3 * * *`): with the lib's
+/// service running the run succeeds, `health.json` and the task's table say `app` is healthy
+/// with `app-http` active, and the description of the lib's repository `main/app` on the double
+/// says so; with the service stopped in the container the next run fails naming the unit, and
+/// the description says which service is down. The service is started again afterwards.
+fn step3_health(l: &mut Loop) {
+    let runs = l.runner.schedule("tasks/health", "main");
+    let r = task_run(&runs);
+    assert_eq!((r.event.as_str(), r.git_ref.as_str()), ("schedule", "refs/heads/main"));
+    r.assert_ok();
+    let app = app_entry(l, "health.json");
+    assert_eq!(
+        (app["state"].as_str(), app["hostname"].as_str(), &app["services"]),
+        (Some("healthy"), Some(l.ct.as_str()), &json!([{"unit": "app-http.service", "state": "active"}])),
+        "{app:#}"
+    );
+    let health = l.artifact("health.json");
+    assert_eq!((health["healthy"].as_bool(), health["backend"].as_str()), (Some(true), Some("lxc")), "{health:#}");
+    let lines = task_lines(r, "health");
+    assert!(lines.iter().any(|w| w == &["CONTAINER", "STATE", "SERVICES", "DETAIL"]), "{}", r.act.log);
+    assert!(lines.iter().any(|w| w == &["app", "healthy", "app-http", "active"]), "{}", r.act.log);
+    let description = app_description(l);
+    assert!(description.starts_with("healthy · app-http active · checked "), "{description}");
+    assert_eq!(health["descriptions"][0]["repository"], "main/app", "{health:#}");
+    assert_eq!(health["descriptions"][0]["result"], "ok", "{health:#}");
+
+    let (code, _) = attach(&l.ct, &["systemctl", "stop", "app-http"]);
+    assert_eq!(code, 0);
+    let runs = l.runner.schedule("tasks/health", "main");
+    let r = task_run(&runs);
+    assert!(!r.ok(), "the health task succeeded with app-http stopped:\n{}", r.act.log);
+    let app = app_entry(l, "health.json");
+    assert_eq!((app["state"].as_str(), app["detail"].as_str()), (Some("down"), Some("app-http inactive")), "{app:#}");
+    assert!(r.act.job_has("task health", "task", "app: down — app-http inactive"), "{}", r.act.log);
+    let description = app_description(l);
+    assert!(description.starts_with("DOWN: app-http inactive · checked "), "{description}");
+
+    let (code, _) = attach(&l.ct, &["systemctl", "start", "app-http"]);
+    assert_eq!(code, 0);
+    assert_eq!(http_get(&format!("http://{}:8080/settings.txt", l.address())), "memory=384\n");
+}
+
+/// The lib container's CPU limit in its LXC config and live in its cgroup:
+/// `(quota, period)` in microseconds, both as the config and as the cgroup gives them.
+fn cpu_limit(ct: &str) -> ((u64, u64), (u64, u64)) {
+    let lxcpath = String::from_utf8(Command::new("lxc-config").arg("lxc.lxcpath").output().unwrap().stdout).unwrap();
+    let config = std::fs::read_to_string(Path::new(lxcpath.trim()).join(ct).join("config")).unwrap();
+    let value = |key: &str| {
+        config.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().to_string())
+        })
+    };
+    let live = |cgroup: &str| {
+        let out = Command::new("lxc-cgroup").args(["-n", ct, cgroup]).output().unwrap();
+        assert!(out.status.success(), "lxc-cgroup {ct} {cgroup}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let pair = |text: &str| {
+        let (q, p) = text.split_once(' ').unwrap_or_else(|| panic!("{ct}: cpu.max `{text}`"));
+        (q.parse().unwrap(), p.parse().unwrap())
+    };
+    if let Some(v) = value("lxc.cgroup2.cpu.max") {
+        return (pair(&v), pair(&live("cpu.max")));
+    }
+    match (value("lxc.cgroup.cpu.cfs_quota_us"), value("lxc.cgroup.cpu.cfs_period_us")) {
+        (Some(q), Some(p)) => (
+            (q.parse().unwrap(), p.parse().unwrap()),
+            (live("cpu.cfs_quota_us").parse().unwrap(), live("cpu.cfs_period_us").parse().unwrap()),
+        ),
+        _ => panic!("{ct}: no CPU limit in its LXC config:\n{config}"),
+    }
+}
+
+/// The open release pull request (head `main`, base `release`) of `repo` on the double: the one
+/// publish left open, else a new one (as a user opens it on Gitea).
+fn release_pull(l: &Loop, repo: &str) -> u64 {
+    let open = api_get(l.double, &format!("/repos/{repo}/pulls?state=open")).unwrap();
+    let found = open.as_array().unwrap().iter().find(|p| p["head"]["ref"] == "main" && p["base"]["ref"] == "release");
+    let pull = match found {
+        Some(p) => p.clone(),
+        None => api(
+            l.double,
+            "POST",
+            &format!("/repos/{repo}/pulls"),
+            Some(&json!({"title": "Release Pull Request", "head": "main", "base": "release"})),
+        )
+        .unwrap(),
+    };
+    pull["number"].as_u64().unwrap_or_else(|| panic!("{repo}: {pull:#}"))
+}
+
+/// Step 4: the deploy task merges the release pull requests, and the merges deploy.
 ///
-/// TODO(integrator): on the branch that wrote it (i13-loop) this test fails by design in two
-/// places, each fixed by a merge: step 1's pipeline fails in resolve, which refuses
-/// `tasks/ondemand` without a cron line (i13-tasks makes the line optional); step 2's
-/// [`assert_lib_outputs_are_repository_variables`] fails until deploy sets lib outputs as
-/// repository variables (i13-gitea). With a cron line in `tasks/ondemand` everything before that
-/// assertion passed there (about 150 s).
+/// The user brings `main` up to date with step 2's change on `release` (a merge, in the lib and
+/// in the monorepo), changes the lib on `main` (`CORES=2`) and pushes both `main`s (their
+/// pipelines only configure); the release pull requests `main` → `release` of `main/app` and
+/// `main/mono` are open; `AUTO_DEPLOY` is turned on for the tasks with `proxmox-gitops env set
+/// AUTO_DEPLOY true --org tasks`. Dispatching the deploy task merges both (the plan of the new
+/// cores is an in-place change: the recreate policy `never` allows it); the merges' pushes of
+/// `release` are delivered and run the lib's pipeline and the monorepo's `pipeline.yml`, which
+/// give the container its new CPU limit in place. The task merges with the tool's credentials
+/// (`LOGIN`/`PASSWORD` here, the secret `PROXMOX_GITOPS_TOKEN` when set), not the job token, so
+/// on Gitea too those merges start the pipelines (see the runner's module docs).
+fn step4_auto_merge(l: &mut Loop) {
+    let user = l.tmp.path().join("user-main");
+    std::fs::create_dir_all(&user).unwrap();
+    let mono = user.join("mono");
+    clone(l.double, "main/mono", "main", &mono);
+    git(&mono, &["merge", "-q", "--no-edit", "origin/release"]);
+    git_as_user(l.double, &mono, &["submodule", "update", "-q", "--init", "--recursive"]);
+    let lib = mono.join("libs/app");
+    git_as_user(l.double, &lib, &["fetch", "-q", "origin"]);
+    assert_eq!(git(&lib, &["rev-parse", "HEAD"]), git(&lib, &["rev-parse", "origin/release"]));
+    git(&lib, &["checkout", "-q", "-B", "main"]);
+    git(&lib, &["merge", "-q", "--no-edit", "origin/main"]);
+    let env = std::fs::read_to_string(lib.join("container.env")).unwrap();
+    assert!(env.contains("MEMORY=384\n") && env.contains("CORES=1\n"), "{env}");
+    std::fs::write(lib.join("container.env"), env.replace("CORES=1", "CORES=2")).unwrap();
+    let lib_main = commit(&lib, "app: 2 cores");
+    git_as_user(l.double, &lib, &["push", "-q", "origin", "main"]);
+    let mono_main = commit(&mono, "app: 2 cores");
+    git_as_user(l.double, &mono, &["push", "-q", "origin", "main"]);
+    let delivered = l.runner.step();
+    let pushed: Vec<String> = delivered.iter().map(|d| format!("{} {}", d.event.repo, d.event.git_ref)).collect();
+    assert_eq!(pushed, ["main/app refs/heads/main", "main/mono refs/heads/main"]);
+    for r in runs(&delivered) {
+        r.assert_ok();
+    }
+    assert_eq!(cpu_limit(&l.ct).0, (100_000, 100_000), "main only configures");
+
+    let pulls: Vec<(&str, u64)> = ["main/app", "main/mono"].iter().map(|r| (*r, release_pull(l, r))).collect();
+    ok(&run(
+        &["--repo", s(&l.mono), "env", "set", "AUTO_DEPLOY", "true", "--org", "tasks", "--gitea", &l.double.url()],
+        &[("LOGIN", LOGIN), ("PASSWORD", PASSWORD)],
+    ));
+    let r = l.runner.dispatch("tasks/deploy", "main", TASK_WORKFLOW, &[]);
+    r.assert_ok();
+    let report = l.artifact("auto-merge.json");
+    assert_eq!(report["enabled"], true, "{report:#}");
+    let mut verdicts: Vec<(String, u64, String, String)> = report["pulls"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report:#}"))
+        .iter()
+        .map(|p| {
+            let (repo, verdict) = (p["repository"].as_str().unwrap(), p["verdict"].as_str().unwrap());
+            (repo.to_string(), p["number"].as_u64().unwrap(), verdict.to_string(), p["head"].as_str().unwrap().into())
+        })
+        .collect();
+    verdicts.sort();
+    let want: Vec<(String, u64, String, String)> = pulls
+        .iter()
+        .zip([&lib_main, &mono_main])
+        .map(|((repo, n), head)| (repo.to_string(), *n, "merged".to_string(), head.to_string()))
+        .collect();
+    assert_eq!(verdicts, want, "{report:#}");
+    for (repo, number) in &pulls {
+        let pull = api_get(l.double, &format!("/repos/{repo}/pulls/{number}")).unwrap();
+        assert_eq!((pull["state"].as_str(), pull["merged"].as_bool()), (Some("closed"), Some(true)), "{pull:#}");
+        let release = l.double.branch("main", repo.split_once('/').unwrap().1, "release").unwrap();
+        assert_eq!(pull["merge_commit_sha"].as_str(), Some(release.as_str()), "{pull:#}");
+    }
+
+    // The merges' pushes of release: each runs its repository's pipeline.
+    let delivered = l.runner.settle(3);
+    let pushed: Vec<String> = delivered.iter().map(|d| format!("{} {}", d.event.repo, d.event.git_ref)).collect();
+    assert_eq!(pushed, ["main/app refs/heads/release", "main/mono refs/heads/release"]);
+    for d in &delivered {
+        let ran: Vec<&str> = d.runs.iter().map(|r| r.workflow.as_str()).collect();
+        assert_eq!(ran, [".gitea/workflows/pipeline.yml"], "{}", d.event);
+        d.assert_ok();
+    }
+    assert_eq!(cpu_limit(&l.ct), ((200_000, 100_000), (200_000, 100_000)));
+    let (code, _) = attach(&l.ct, &["test", "-e", "/root/pgo-loop-marker"]);
+    assert_eq!(code, 0, "the container was re-created instead of changed in place");
+    let prov = l.artifact("provision/app.json");
+    assert_eq!((prov["result"].as_str(), prov["created"].as_bool()), (Some("ok"), Some(false)), "{prov:#}");
+    assert_eq!(http_get(&format!("http://{}:8080/settings.txt", l.address())), "memory=384\n");
+}
+
+/// Step 5: the update task (`tasks/update`, scheduled) on a container whose upgrade fails after
+/// changing it: rolled back to the snapshot it took, and the run fails naming it.
+///
+/// Before the run, in the container (constant scripts): a marker file; the package sources are
+/// moved aside, so that apt fetches nothing (no mirror is contacted: apt runs a failing hook and
+/// still fetches); an APT hook that `apt-get update` runs first removes the marker, leaves its
+/// own trace and fails. After the run the marker is back, the trace is gone, the container runs
+/// and its service answers; the hook (brought back by the rollback, as it was in the snapshot)
+/// is removed and the package sources are put back.
+fn step5_update_rolls_back(l: &mut Loop) {
+    const PREPARE: &str = "set -e; echo before > /root/update-marker; rm -f /root/upgrade-ran; \
+        mkdir -p /root/pgo-loop-apt; \
+        for f in /etc/apt/sources.list /etc/apt/sources.list.d/*; do if [ -f \"$f\" ]; then mv \"$f\" /root/pgo-loop-apt/; fi; done; \
+        printf '%s\\n' 'APT::Update::Pre-Invoke {\"rm -f /root/update-marker; touch /root/upgrade-ran; exit 1\";};' \
+          > /etc/apt/apt.conf.d/99pgo-loop-fail";
+    const RESTORE: &str = "set -e; rm /etc/apt/apt.conf.d/99pgo-loop-fail; \
+        for f in /root/pgo-loop-apt/*; do case \"$f\" in */sources.list) mv \"$f\" /etc/apt/ ;; *) mv \"$f\" /etc/apt/sources.list.d/ ;; esac; done; \
+        rmdir /root/pgo-loop-apt";
+    let (code, _) = attach(&l.ct, &["sh", "-c", PREPARE]);
+    assert_eq!(code, 0);
+    let (code, listed) =
+        attach(&l.ct, &["sh", "-c", "ls /etc/apt/sources.list.d; ls /etc/apt/sources.list 2>/dev/null || true"]);
+    assert_eq!((code, listed.trim()), (0, ""), "no package source is left");
+
+    let runs = l.runner.schedule("tasks/update", "main");
+    let r = task_run(&runs);
+    assert!(!r.ok(), "a rolled-back update must fail the task run:\n{}", r.act.log);
+    let app = app_entry(l, "update.json");
+    assert_eq!(app["result"], "rolled-back", "{app:#}");
+    let snapshot = app["snapshot"].as_str().unwrap_or_else(|| panic!("{app:#}"));
+    assert!(snapshot.starts_with("pgo-update-"), "{app:#}");
+    assert_eq!(
+        (app["rollback"]["snapshot"].as_str(), app["rollback"]["result"].as_str()),
+        (Some(snapshot), Some("ok"))
+    );
+    assert_eq!(app["health"]["state"], "healthy", "{app:#}");
+    let tail = app["commands"][0]["output_tail"].as_str().unwrap_or_default();
+    assert!(!tail.contains("Get:") && !tail.contains("Hit:"), "apt fetched something: {app:#}");
+    let lines = task_lines(r, "update");
+    assert!(
+        lines.iter().any(|w| w.len() >= 5 && w[..5] == ["app", "rolled-back", snapshot, "-", "healthy"]),
+        "{}",
+        r.act.log
+    );
+    let error = app["error"].as_str().unwrap();
+    assert!(error.ends_with(&format!("; rolled back to {snapshot}")), "{error}");
+    assert!(r.act.job_has("task update", "task", &format!("app: rolled-back — {error}")), "{}", r.act.log);
+
+    let (code, marker) = attach(&l.ct, &["cat", "/root/update-marker"]);
+    assert_eq!((code, marker.as_str()), (0, "before\n"), "the snapshot's state is back");
+    let (code, _) = attach(&l.ct, &["test", "-e", "/root/upgrade-ran"]);
+    assert_ne!(code, 0, "the upgrade's change is gone");
+    let state = Command::new("lxc-info").args(["-n", &l.ct, "-sH"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&state.stdout).trim(), "RUNNING");
+    let (code, _) = attach(&l.ct, &["test", "-e", "/root/pgo-loop-marker"]);
+    assert_eq!(code, 0, "the rollback kept the container");
+    assert_eq!(http_get(&format!("http://{}:8080/settings.txt", live_address(&l.ct))), "memory=384\n");
+    let (code, _) = attach(&l.ct, &["sh", "-c", RESTORE]);
+    assert_eq!(code, 0);
+}
+
+/// Issue 13's scenario (see the module docs), one step after the other on the same
+/// container; each step's doc comment says what it does and proves.
 #[test]
 fn the_loop_publish_push_deploy() {
     let _cleanup = LxcCleanup::new();
@@ -725,6 +968,8 @@ fn the_loop_publish_push_deploy() {
 
     step1_publish_and_bootstrap(&mut l);
     step2_push_a_lib_change(&mut l);
-    // TODO(integrator): step3_health(&mut l); step4_auto_merge(&mut l); step5_update_rolls_back(&mut l);
+    step3_health(&mut l);
+    step4_auto_merge(&mut l);
+    step5_update_rolls_back(&mut l);
     double.assert_spec_conformant();
 }
