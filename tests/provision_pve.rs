@@ -683,7 +683,8 @@ async fn plan_shows_the_live_action_without_changing_anything() {
         json!([
             {"name": "broker", "hostname": "broker", "vmid": 101, "steps": ["provision", "configure"],
              "provision": {"name": "broker", "vmid": 101, "hostname": "broker", "action": "update",
-                           "changes": [{"key": "memory", "from": "1024", "to": "4096"}], "resizes": [], "reboot_needed": false, "start": false}},
+                           "changes": [{"key": "memory", "from": "1024", "to": "4096"}], "resizes": [], "reboot_needed": false, "start": false},
+             "settings": [{"setting": "MEMORY", "from": "1024", "to": "4096"}]},
             {"name": "new", "hostname": "new", "vmid": 102, "steps": ["provision", "configure"],
              "provision": {"name": "new", "vmid": 102, "hostname": "new", "action": "create", "start": true}}
         ])
