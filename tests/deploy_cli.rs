@@ -16,6 +16,7 @@ fn pgo(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         "GITHUB_ACTIONS",
         "GITEA_ACTIONS",
         "GITHUB_OUTPUT",
+        "GITHUB_STEP_SUMMARY",
         "GITHUB_REF",
         "GITHUB_RUN_ID",
         "PGO_BUNDLE",
@@ -65,6 +66,55 @@ fn deploy_reports_each_failed_container_and_writes_outputs() {
         human.starts_with("NAME   VMID  STEPS             TIME  RESULT\nalpha  101   configure FAILED  "),
         "{human}"
     );
+}
+
+/// With `$GITHUB_STEP_SUMMARY` set, `deploy` appends a table to the job summary: the failed
+/// container first (with its error), then the one that succeeded. The snapshot step needs no
+/// container for a lib without SNAPSHOT paths (nothing to snapshot: ok) and fails at once for
+/// one with paths that was never provisioned.
+#[test]
+fn deploy_writes_a_job_summary_with_failures_first() {
+    let repo = monorepo(&["alpha", "beta"]);
+    let root = repo.path();
+    std::fs::write(root.join("libs/beta/container.env"), "ID=102\nIP=127.0.20.3/24\nSNAPSHOT=/data\n").unwrap();
+    let summary = root.join("step-summary.md");
+    std::fs::write(&summary, "### earlier step\n").unwrap();
+    let out = pgo(
+        root,
+        &["deploy", "--ref", "refs/heads/snapshot", "-c", "alpha,beta"],
+        &[("GITHUB_STEP_SUMMARY", summary.to_str().unwrap()), ("GITHUB_ACTIONS", "true")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let md = std::fs::read_to_string(&summary).unwrap();
+    let lines: Vec<&str> = md.lines().collect();
+    assert_eq!(
+        lines[..5],
+        [
+            "### earlier step",
+            "### deploy refs/heads/snapshot (stage main): 1 of 2 container(s) failed",
+            "",
+            "| container | vmid | node | action | result | duration | error |",
+            "|---|---|---|---|---|---|---|",
+        ],
+        "{md}"
+    );
+    assert_eq!(lines.len(), 7, "{md}");
+    let beta = lines[5];
+    assert!(beta.starts_with("| beta | 102 | - | snapshot failed | **failed** | "), "{md}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/deploy.json")).unwrap()).unwrap();
+    let error = v["containers"][1]["error"].as_str().unwrap();
+    assert!(!error.is_empty());
+    assert!(
+        beta.ends_with(&format!(" | {} |", error.replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;"))),
+        "{md}"
+    );
+    assert!(lines[6].starts_with("| alpha | 101 | - | snapshot ok | ok | "), "{md}");
+    assert!(lines[6].ends_with(" |   |"), "{md}");
+    // The human table comes after the log group is closed.
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("::group::deploy") && stderr.contains("::endgroup::"), "{stderr}");
+    assert!(text(&out.stdout).starts_with("NAME "), "{}", text(&out.stdout));
 }
 
 #[test]

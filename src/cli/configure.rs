@@ -78,6 +78,27 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
     let failed: Vec<&Configure> = results.iter().filter(|c| !c.ok()).collect();
     let states: Vec<(&str, bool)> = results.iter().map(|c| (c.name.as_str(), c.ok())).collect();
     step_outputs("configure", &ctx.artifacts.configure_dir(), &states)?;
+    let rows: Vec<super::describe::ResultRow> = results
+        .iter()
+        .map(|c| super::describe::ResultRow {
+            name: c.name.clone(),
+            vmid: c.vmid,
+            node: super::describe::node_of(
+                &ctx.artifacts,
+                &c.name,
+                inv.container(&c.name).and_then(|s| s.node.as_deref()),
+            ),
+            action: format!("configure ({})", format!("{:?}", c.engine).to_lowercase()),
+            ok: c.ok(),
+            duration_ms: Some(c.duration_ms),
+            error: match &c.outcome {
+                Outcome::Ok => None,
+                Outcome::Failed { error } => Some(error.clone()),
+            },
+        })
+        .collect();
+    super::describe::job_summary("configure", &super::describe::results_markdown("configure", &rows));
+    crate::actions::end_group();
     if ctx.json {
         let mut out = String::from("[\n");
         let docs: Vec<String> = results.iter().map(|c| crate::artifact::to_string(c).trim_end().to_string()).collect();

@@ -129,6 +129,8 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         crate::backend::open(backend, &settings, &runner_opts.pve)?;
     }
     ctx.inputs_checked()?;
+    let nodes: std::collections::BTreeMap<String, String> =
+        inv.containers.iter().filter_map(|c| Some((c.name.clone(), c.node.clone()?))).collect();
     let runner = BuiltinRunner::with_options(settings, runner_opts);
     let summary = block_on(Threads::Workers(opts.jobs.clamp(1, 8)), deploy(Arc::new(runner), inv, &opts))??;
     let path = ctx.artifacts.deploy();
@@ -144,6 +146,8 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         ("failed", names(&|c| c.result == RunResult::Failed)),
         ("skipped", names(&|c| !c.skipped_steps.is_empty())),
     ])?;
+    super::describe::job_summary("deploy", &summary_markdown(&summary, &nodes, &ctx.artifacts));
+    crate::actions::end_group();
     ctx.emit(&summary, || {
         let mut s = table_of(&["NAME", "VMID", "STEPS", "TIME", "RESULT"], &summary.containers, |c| {
             vec![
@@ -194,4 +198,45 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
             details.join("\n  ")
         )))
     }
+}
+
+/// The job summary of a deploy: one row per container (failed first) whose action lists each
+/// step with the actions its artifact records and its state, e.g. `provision (create, start) ok,
+/// configure failed`; the node is the one its provision artifact in `artifacts` records, else
+/// its lib's `NODE` (`nodes`: container name → node).
+fn summary_markdown(
+    d: &crate::steps::deploy::Deploy,
+    nodes: &std::collections::BTreeMap<String, String>,
+    artifacts: &crate::artifact::ArtifactDir,
+) -> String {
+    let rows: Vec<super::describe::ResultRow> = d
+        .containers
+        .iter()
+        .map(|c| super::describe::ResultRow {
+            name: c.name.clone(),
+            vmid: c.vmid,
+            node: super::describe::node_of(artifacts, &c.name, nodes.get(&c.name).map(String::as_str)),
+            action: c
+                .steps
+                .iter()
+                .map(|s| {
+                    let actions =
+                        if s.actions.is_empty() { String::new() } else { format!(" ({})", s.actions.join(", ")) };
+                    let state = match s.state {
+                        StepState::Ok => "ok",
+                        StepState::Failed => "failed",
+                        StepState::Skipped => "skipped (done for these inputs)",
+                        StepState::Blocked => "blocked",
+                        StepState::NotRun => "not run",
+                    };
+                    format!("{}{actions} {state}", s.step)
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            ok: c.result == RunResult::Ok,
+            duration_ms: Some(c.duration_ms),
+            error: c.error.clone(),
+        })
+        .collect();
+    super::describe::results_markdown(&format!("deploy {} (stage {})", d.git_ref, d.stage), &rows)
 }

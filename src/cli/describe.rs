@@ -20,6 +20,80 @@ pub fn job_summary(what: &str, markdown: &str) {
     }
 }
 
+/// One container's line in a job summary table (see [`results_markdown`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultRow {
+    /// Container (lib) name.
+    pub name: String,
+    /// vmid.
+    pub vmid: u32,
+    /// PVE node (`None`: the lxc backend, or not known).
+    pub node: Option<String>,
+    /// What was done, in words (e.g. `provision: create, start`, `snapshot pgo-…`).
+    pub action: String,
+    /// False when the container failed.
+    pub ok: bool,
+    /// Wall time in milliseconds, when measured.
+    pub duration_ms: Option<u64>,
+    /// The error, for a failed container (shown on its first 300 characters).
+    pub error: Option<String>,
+}
+
+/// The PVE node of container `name` for a summary row: the node its provision artifact records
+/// (where it really is), else the `NODE` its lib declares (`spec_node`); `None` for the lxc
+/// backend or when neither is known.
+pub fn node_of(artifacts: &crate::artifact::ArtifactDir, name: &str, spec_node: Option<&str>) -> Option<String> {
+    crate::artifact::read::<crate::backend::model::Provision>(&artifacts.provision(name))
+        .ok()
+        .and_then(|p| p.node)
+        .or_else(|| spec_node.map(str::to_string))
+}
+
+/// A job summary block for `what` (e.g. `deploy refs/heads/main (stage main)`): a heading with
+/// the count of failed containers and a Markdown table, one row per container — columns
+/// container, vmid, node, action, result, duration (seconds, one decimal), error — failed
+/// containers first, otherwise in the given order. Every cell goes through
+/// [`crate::actions::markdown_cell`], so no user or tool text can break the table.
+pub fn results_markdown(what: &str, rows: &[ResultRow]) -> String {
+    use crate::actions::markdown_cell as cell;
+    let failed = rows.iter().filter(|r| !r.ok).count();
+    let mut md = format!(
+        "### {}: {}\n\n",
+        cell(what),
+        match failed {
+            0 => format!("{} container(s), all succeeded", rows.len()),
+            n => format!("{n} of {} container(s) failed", rows.len()),
+        }
+    );
+    if rows.is_empty() {
+        return md;
+    }
+    md.push_str("| container | vmid | node | action | result | duration | error |\n");
+    md.push_str("|---|---|---|---|---|---|---|\n");
+    let ordered = rows.iter().filter(|r| !r.ok).chain(rows.iter().filter(|r| r.ok));
+    for r in ordered {
+        let error = r.error.as_deref().map(|e| {
+            let e = e.trim();
+            if e.chars().count() > 300 {
+                format!("{}…", e.chars().take(299).collect::<String>())
+            } else {
+                e.to_string()
+            }
+        });
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            cell(&r.name),
+            r.vmid,
+            cell(r.node.as_deref().unwrap_or("-")),
+            cell(&r.action),
+            if r.ok { "ok" } else { "**failed**" },
+            r.duration_ms.map(|ms| format!("{:.1}s", ms as f64 / 1000.0)).unwrap_or_else(|| "-".into()),
+            cell(error.as_deref().unwrap_or("")),
+        ));
+    }
+    md
+}
+
 /// A value of a setting as printed: `(unset)` for none, long values cut to 60 characters with `…`.
 fn value(v: Option<&str>) -> String {
     match v {
@@ -114,6 +188,37 @@ mod tests {
             setting_lines(&[c("CORES", Some("1"), Some("2")), c("MEMORY", Some("512"), Some("1024"))]),
             "CORES 1 → 2, MEMORY 512 → 1024"
         );
+    }
+
+    #[test]
+    fn result_table_puts_failures_first_and_escapes_cells() {
+        let row = |name: &str, ok: bool, error: Option<&str>| ResultRow {
+            name: name.into(),
+            vmid: 101,
+            node: Some("pve1".into()),
+            action: "provision: create, start".into(),
+            ok,
+            duration_ms: Some(1300),
+            error: error.map(Into::into),
+        };
+        let mut beta = row("beta", false, Some("exit 1: a|b\n<script>"));
+        beta.vmid = 102;
+        beta.node = None;
+        beta.duration_ms = None;
+        let md = results_markdown("deploy refs/heads/main (stage main)", &[row("alpha", true, None), beta]);
+        assert_eq!(
+            md,
+            "### deploy refs/heads/main (stage main): 1 of 2 container(s) failed\n\n\
+             | container | vmid | node | action | result | duration | error |\n\
+             |---|---|---|---|---|---|---|\n\
+             | beta | 102 | - | provision: create, start | **failed** | - | exit 1: a\\|b &lt;script&gt; |\n\
+             | alpha | 101 | pve1 | provision: create, start | ok | 1.3s |   |\n"
+        );
+        let ok = results_markdown("configure", &[row("alpha", true, None)]);
+        assert!(ok.starts_with("### configure: 1 container(s), all succeeded\n\n| container |"), "{ok}");
+        assert_eq!(results_markdown("snapshot", &[]), "### snapshot: 0 container(s), all succeeded\n\n");
+        let long = results_markdown("x", &[row("a", false, Some(&"e".repeat(400)))]);
+        assert!(long.contains(&format!("| {}… |", "e".repeat(299))), "{long}");
     }
 
     fn plan(action: Action) -> ContainerPlan {

@@ -121,6 +121,8 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
             ("created", names(&|p| p.created)),
             ("provision_dir", ctx.artifacts.provision_dir().display().to_string()),
         ])?;
+        super::describe::job_summary("provision", &summary_markdown(&results, kind));
+        crate::actions::end_group();
         ctx.emit_all(&results, || {
             format!(
                 "\n{}",
@@ -147,6 +149,32 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         }
         all_ok(&failures(results.iter().map(|p| (p.name.as_str(), &p.outcome))), results.len())
     })?
+}
+
+/// The job summary of a provision run on `kind`: one row per container (failed first) with its
+/// node, the actions taken (or the plan's action in a word when none was, e.g. `nothing`), the
+/// sum of the actions' durations and the error of a failed container.
+fn summary_markdown(results: &[crate::backend::model::Provision], kind: BackendKind) -> String {
+    let rows: Vec<super::describe::ResultRow> = results
+        .iter()
+        .map(|p| super::describe::ResultRow {
+            name: p.name.clone(),
+            vmid: p.vmid,
+            node: p.node.clone(),
+            action: if p.actions.is_empty() {
+                super::describe::action_word(&p.plan.action).to_string()
+            } else {
+                p.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>().join(", ")
+            },
+            ok: matches!(p.outcome, Outcome::Ok),
+            duration_ms: Some(p.actions.iter().map(|a| a.duration_ms).sum()),
+            error: match &p.outcome {
+                Outcome::Ok => None,
+                Outcome::Failed { error } => Some(error.clone()),
+            },
+        })
+        .collect();
+    super::describe::results_markdown(&format!("provision on {kind}"), &rows)
 }
 
 #[cfg(test)]

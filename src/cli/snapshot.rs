@@ -141,7 +141,9 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         return rollback(ctx, spec, name, args.no_snapshot, &opts, &connect, &rt);
     }
     let mut results = Vec::new();
+    let mut rows = Vec::new();
     for spec in specs {
+        let started = std::time::Instant::now();
         let result = match rt.block_on(step::connect(spec, &ctx.artifacts, &share, &connect)) {
             Ok(conn) => rt.block_on(async {
                 if args.restore {
@@ -162,8 +164,26 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
             tracing::warn!("{}: {w}", result.name);
         }
         ctx.emit(&result, String::new);
+        rows.push(super::describe::ResultRow {
+            name: result.name.clone(),
+            vmid: result.vmid,
+            node: super::describe::node_of(&ctx.artifacts, &spec.name, spec.node.as_deref()),
+            action: match (&result.snapshot_id, result.operation) {
+                (Some(id), op) => format!("{} {id}", format!("{op:?}").to_lowercase()),
+                (None, op) => format!("{op:?}").to_lowercase(),
+            },
+            ok: matches!(result.outcome, Outcome::Ok),
+            duration_ms: Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)),
+            error: match &result.outcome {
+                Outcome::Ok => None,
+                Outcome::Failed { error } => Some(error.clone()),
+            },
+        });
         results.push(result);
     }
+    let what = if args.restore { "restore" } else { "snapshot" };
+    super::describe::job_summary(what, &super::describe::results_markdown(what, &rows));
+    crate::actions::end_group();
     if !ctx.json {
         print!(
             "{}",
