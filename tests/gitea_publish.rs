@@ -169,10 +169,10 @@ fn rewrite_every_url_form_recursively() {
     // The monorepo's workflows: this repository's (the fixture has no workflows/ of its own).
     assert_eq!(
         remotes["monorepo"]["workflows"],
-        json!([".gitea/workflows/pipeline.yml", ".gitea/workflows/snapshot.yml"])
+        json!([".gitea/workflows/pipeline.yml", ".gitea/workflows/snapshot.yml", ".gitea/workflows/drift.yml"])
     );
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for f in ["pipeline.yml", "snapshot.yml"] {
+    for f in ["pipeline.yml", "snapshot.yml", "drift.yml"] {
         assert_eq!(
             std::fs::read_to_string(workdir.join(".gitea/workflows").join(f)).unwrap(),
             std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap(),
@@ -858,7 +858,7 @@ fn yaml(text: &str) -> yaml_rust2::Yaml {
     docs.remove(0)
 }
 
-/// Issue 13: publish leaves a working setup. The monorepo gets pipeline.yml and snapshot.yml,
+/// Issue 13: publish leaves a working setup. The monorepo gets pipeline.yml, snapshot.yml and drift.yml,
 /// each lib repository (a submodule lib, a converted directory) its pipeline, each task
 /// repository (a converted task with a cron line, a submodule task without one) its task.yml,
 /// all on `main` on the double; publishing again pushes nothing; a new checkout setting
@@ -899,17 +899,20 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
             json!(["main/d", pipeline]),
             json!(["main/e", pipeline]),
             json!(["tasks/manual", task]),
-            json!(["main/mono", [".gitea/workflows/pipeline.yml", ".gitea/workflows/snapshot.yml"]]),
+            json!([
+                "main/mono",
+                [".gitea/workflows/pipeline.yml", ".gitea/workflows/snapshot.yml", ".gitea/workflows/drift.yml"]
+            ]),
         ]
     );
     let row = |name: &str| table.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{table}")).to_string();
     assert!(row("tasks/nightly ").trim_end().ends_with("task.yml"), "{table}");
-    assert!(row("main/mono ").trim_end().ends_with("pipeline.yml,snapshot.yml"), "{table}");
+    assert!(row("main/mono ").trim_end().ends_with("pipeline.yml,snapshot.yml,drift.yml"), "{table}");
     assert!(row("main/base ").trim_end().ends_with('-'), "{table}");
 
     // On the double: the monorepo's workflows are this repository's.
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for f in ["pipeline.yml", "snapshot.yml"] {
+    for f in ["pipeline.yml", "snapshot.yml", "drift.yml"] {
         let want = std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap();
         assert_eq!(file_on(&d, "main", "mono", "main", &format!(".gitea/workflows/{f}")), Some(want), "{f}");
     }
@@ -962,7 +965,8 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
     ok(&run_publish(&fx, &d.url(), &[], &env2));
     let mono = file_on(&d, "main", "mono", "main", ".gitea/workflows/pipeline.yml").unwrap();
     assert!(!mono.contains("actions/checkout@v4"), "{mono}");
-    assert_eq!(mono.matches("uses: \"tasks/checkout@main\"").count(), 3);
+    // every job of pipeline.yml checks out: resolve, plan, provision, configure
+    assert_eq!(mono.matches("uses: \"tasks/checkout@main\"").count(), 4);
     let nightly = yaml(&file_on(&d, "tasks", "nightly", "main", ".gitea/workflows/task.yml").unwrap());
     assert_eq!(nightly["jobs"]["task"]["steps"][0]["uses"].as_str(), Some("tasks/checkout@main"));
     let a = yaml(&file_on(&d, "main", "a", "main", ".gitea/workflows/pipeline.yml").unwrap());
