@@ -435,7 +435,7 @@ fn auto_merge_merges_when_auto_deploy_is_true_and_no_recreate_is_refused() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains(
-            "AUTO_DEPLOY is not true, so no pull request was merged. Turn it on with \
+            "AUTO_DEPLOY is not true, so no pull request was merged. For the deploy task, turn it on with \
                                     `proxmox-gitops env set AUTO_DEPLOY true --org tasks`"
         ),
         "{}",

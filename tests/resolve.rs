@@ -798,7 +798,7 @@ fn all_problems_are_reported_together() {
             "libs/dup/container.env:1 (IP): duplicate IP address 10.0.3.10: also used by `config` (container.env:1)",
             "libs/dup/container.env:2 (ID): duplicate vmid 100: also used by `config` (container.env:2)",
             "local/config.json:1 (proxmox.nod): unknown key `nod`; the `proxmox` section takes `host`, `port`, `user`, `password`, `token`, `secret`, `node`, `gateway`, `mask`, `interface`, `bridge`, `storage`, `template`, `share`",
-            "tasks/t/run.sh:1: invalid cron expression `never`: Invalid pattern: Pattern must have 5 fields when seconds are disallowed. (expected five fields, e.g. '0 3 * * *')",
+            "tasks/t/run.sh:1: invalid cron expression `never`: 1 field(s), expected five (minute hour day-of-month month day-of-week, e.g. '0 3 * * *'; Gitea takes no `@daily`-style names)",
         ]
     );
 }

@@ -90,9 +90,10 @@ pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
         }
     };
     if !enabled && !args.force {
-        let note = "auto-merge is off: AUTO_DEPLOY is not true, so no pull request was merged. Turn it on with \
-                    `proxmox-gitops env set AUTO_DEPLOY true --org tasks` (the task workflows read the variables of \
-                    the tasks organization), or run `proxmox-gitops auto-merge --force`."
+        let note = "auto-merge is off: AUTO_DEPLOY is not true, so no pull request was merged. For the deploy task, \
+                    turn it on with `proxmox-gitops env set AUTO_DEPLOY true --org tasks` (the task workflows read the \
+                    variables of the tasks organization); by hand, run `AUTO_DEPLOY=true proxmox-gitops auto-merge \
+                    --monorepo OWNER/REPO` (or add `--force`) with HOST and LOGIN/PASSWORD (or GITEA_TOKEN) set."
             .to_string();
         let monorepo = monorepo_text.filter(|m| !m.trim().is_empty());
         let mut report = AutoMerge::off(&ctx.stage, monorepo, policy.unwrap_or_default(), note);

@@ -180,19 +180,16 @@ impl Ctx {
 
     /// Prints the artifact (with `--json`) or the human summary on stdout.
     pub fn emit<A: Artifact>(&self, a: &A, human: impl FnOnce() -> String) {
-        let text = if self.json { artifact::to_string(a) } else { human() };
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+        stdout(&if self.json { artifact::to_string(a) } else { human() });
     }
 
     /// Prints `value` as pretty JSON (with `--json`) or the human summary on stdout: for output
     /// that is not an artifact (a dry-run plan, the files `render-workflows` wrote).
     pub fn emit_json(&self, value: &serde_json::Value, human: impl FnOnce() -> String) {
         if self.json {
-            println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+            stdout(&format!("{}\n", serde_json::to_string_pretty(value).unwrap_or_default()));
         } else {
-            print!("{}", human());
+            stdout(&human());
         }
     }
 
@@ -201,11 +198,20 @@ impl Ctx {
     pub fn emit_all<A: Artifact>(&self, all: &[A], human: impl FnOnce() -> String) {
         if self.json {
             let all: Vec<serde_json::Value> = all.iter().map(artifact::to_value).collect();
-            println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
+            stdout(&format!("{}\n", serde_json::to_string_pretty(&all).unwrap_or_default()));
         } else {
-            print!("{}", human());
+            stdout(&human());
         }
     }
+}
+
+/// Writes `text` to stdout. A closed pipe (`proxmox-gitops completions bash | head`) ends the
+/// output quietly, as for other Unix tools, instead of the panic `print!` would raise; the
+/// command's work is done by then.
+fn stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
 
 /// The RESULT cell of a container's row: `ok` or `FAILED` (the error itself is printed once, in

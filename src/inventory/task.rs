@@ -5,8 +5,10 @@
 //!
 //! 1. `default.*` (or `default`),
 //! 2. `main.*` (or `main`),
-//! 3. the only file of the directory that is a script: one starting with `#!`, with an execute
-//!    bit, or ending in `.sh`, `.bash`, `.rb`, `.py` or `.pl`.
+//! 3. the only other script,
+//!
+//! counting only files that are scripts: starting with `#!`, with an execute bit, or ending in
+//! `.sh`, `.bash`, `.rb`, `.py` or `.pl` (a `default.md` is documentation, not the script).
 //!
 //! Two files matching the first rule that matches (`default.sh` and `default.rb`), or several
 //! scripts and neither name, are an input error naming the directory and the candidates.
@@ -58,12 +60,19 @@ pub fn find_cron(text: &str) -> Option<(usize, String)> {
 /// # Errors
 /// The parser's message with the expected form.
 pub fn parse_cron(expr: &str) -> Result<(), String> {
+    let fields = expr.split_whitespace().count();
+    if fields != 5 {
+        return Err(format!(
+            "invalid cron expression `{expr}`: {fields} field(s), expected five (minute hour day-of-month month \
+             day-of-week, e.g. '0 3 * * *'; Gitea takes no `@daily`-style names)"
+        ));
+    }
     croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Disallowed)
         .build()
         .parse(expr)
         .map(|_| ())
-        .map_err(|e| format!("invalid cron expression `{expr}`: {e} (expected five fields, e.g. '0 3 * * *')"))
+        .map_err(|e| format!("invalid cron expression `{expr}`: {e}"))
 }
 
 /// True when the file `path` is a script by its content, mode or extension (rule 3 of the
@@ -110,7 +119,7 @@ pub fn select_script(abs: &Path) -> Result<String, String> {
     files.sort();
     let list = |v: &[&String]| v.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
     for stem in ["default", "main"] {
-        let hits: Vec<&String> = files.iter().filter(|n| named(n, stem)).collect();
+        let hits: Vec<&String> = files.iter().filter(|n| named(n, stem) && is_script(&abs.join(n))).collect();
         match hits.as_slice() {
             [] => continue,
             [one] => return Ok((*one).clone()),
@@ -151,6 +160,16 @@ pub fn read_task(root: &Path, rel: &Path, problems: &mut Problems) -> Option<Tas
     };
     let script: PathBuf = rel.join(&file);
     let text = std::fs::read(root.join(&script)).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    if let Some((first, _)) = find_cron(&text) {
+        let rest: String = text.lines().skip(first).collect::<Vec<_>>().join("\n");
+        if let Some((second, _)) = find_cron(&rest) {
+            problems.add(
+                Location::line(&script, first + second),
+                format!("a second cron line (the first is line {first}): a task has one schedule; keep one line"),
+            );
+            return None;
+        }
+    }
     let cron = match find_cron(&text) {
         None => None,
         Some((line, expr)) => match parse_cron(&expr) {
@@ -246,5 +265,25 @@ mod tests {
         assert_eq!(read_task(root.path(), Path::new("tasks/bad"), &mut problems), None);
         assert_eq!(problems.len(), 1);
         assert_eq!(problems.0[0].location, Location::line("tasks/bad/run.sh", 2));
+    }
+
+    #[test]
+    fn five_fields_one_cron_line_and_only_scripts_are_default() {
+        assert!(parse_cron("@daily").unwrap_err().contains("1 field(s), expected five"));
+        assert!(parse_cron("0 3 * *").unwrap_err().contains("4 field(s)"));
+        let e = parse_cron("61 2 * * *").unwrap_err();
+        assert!(e.contains("61 2 * * *") && !e.contains("field(s)"), "{e}");
+
+        let d = dir(&[("default.md", "# docs\n", 0o644), ("run.sh", "echo\n", 0o644)]);
+        assert_eq!(select_script(d.path()).unwrap(), "run.sh");
+
+        let root = tempfile::tempdir().unwrap();
+        let t = root.path().join("tasks/x");
+        std::fs::create_dir_all(&t).unwrap();
+        std::fs::write(t.join("default.sh"), "#!/bin/sh\n# ! cron '0 1 * * *'\necho\n# ! cron '0 2 * * *'\n").unwrap();
+        let mut p = Problems::new();
+        assert!(read_task(root.path(), Path::new("tasks/x"), &mut p).is_none());
+        assert_eq!(p.0[0].location.line, Some(4));
+        assert!(p.0[0].message.contains("second cron line (the first is line 2)"), "{}", p.0[0].message);
     }
 }

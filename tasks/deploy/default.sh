@@ -5,7 +5,8 @@
 # monorepo and its libs whose release plan needs no recreate that PROXMOX_GITOPS_RECREATE
 # refuses; each merge pushes `release`, which deploys. Without AUTO_DEPLOY it only says so.
 #
-# Run by hand from the monorepo: proxmox-gitops auto-merge --monorepo OWNER/REPO [--dry-run]
+# Run by hand from the monorepo (with HOST and LOGIN/PASSWORD set):
+#   AUTO_DEPLOY=true proxmox-gitops auto-merge --monorepo OWNER/REPO [--dry-run]
 # See docs/tasks.md.
 set -eu
 exec "${PROXMOX_GITOPS:-proxmox-gitops}" auto-merge
