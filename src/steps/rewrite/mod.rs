@@ -212,13 +212,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_repo_at_two_paths_is_pushed_from_the_one_with_workflows() {
-        let mut nested = module("libs/b/vendor/a", "a", "1", false);
-        nested.parent = Some("libs/b".into());
-        let mut top = module("libs/a", "a", "2", false);
-        top.workflows = vec![".gitea/workflows/pipeline.yml".into()];
-        let r = Remotes {
+    /// Remotes of the monorepo `main/mono` (commit `9`, working copy `/wc`) with `modules`.
+    fn remotes(modules: Vec<ModuleRemote>) -> Remotes {
+        Remotes {
             gitea: "http://g".into(),
             org: "main".into(),
             source: "/src".into(),
@@ -230,8 +226,17 @@ mod tests {
                 commit: "9".into(),
                 workflows: Vec::new(),
             },
-            modules: vec![top, module("libs/b", "b", "3", false), nested],
-        };
+            modules,
+        }
+    }
+
+    #[test]
+    fn a_repo_at_two_paths_is_pushed_from_the_one_with_workflows() {
+        let mut nested = module("libs/b/vendor/a", "a", "1", false);
+        nested.parent = Some("libs/b".into());
+        let mut top = module("libs/a", "a", "2", false);
+        top.workflows = vec![".gitea/workflows/pipeline.yml".into()];
+        let r = remotes(vec![top, module("libs/b", "b", "3", false), nested]);
         let order: Vec<(String, PathBuf, String)> =
             r.publish_order().into_iter().map(|(_, n, d, c, _)| (n, d, c)).collect();
         assert_eq!(
@@ -248,25 +253,12 @@ mod tests {
     fn publish_order_is_deepest_first_once_per_repo_monorepo_last() {
         let mut nested = module("libs/e/vendor/f", "f", "2", false);
         nested.parent = Some("libs/e".into());
-        let r = Remotes {
-            gitea: "http://g".into(),
-            org: "main".into(),
-            source: "/src".into(),
-            workdir: "/wc".into(),
-            monorepo: MonorepoRemote {
-                repo: "mono".into(),
-                new_url: String::new(),
-                source_commit: "0".into(),
-                commit: "9".into(),
-                workflows: Vec::new(),
-            },
-            modules: vec![
-                module("libs/a", "a", "1", false),
-                module("libs/e", "e", "3", false),
-                nested,
-                module("x/a", "A", "1", false),
-            ],
-        };
+        let r = remotes(vec![
+            module("libs/a", "a", "1", false),
+            module("libs/e", "e", "3", false),
+            nested,
+            module("x/a", "A", "1", false),
+        ]);
         let order: Vec<(String, PathBuf, String)> =
             r.publish_order().into_iter().map(|(_, n, d, c, _)| (n, d, c)).collect();
         assert_eq!(
@@ -284,20 +276,7 @@ mod tests {
     fn tasks_are_published_in_the_tasks_org_apart_from_a_lib_of_the_same_name() {
         let mut task = module("tasks/a", "a", "5", true);
         task.owner = Some(TASKS_ORG.into());
-        let r = Remotes {
-            gitea: "http://g".into(),
-            org: "main".into(),
-            source: "/src".into(),
-            workdir: "/wc".into(),
-            monorepo: MonorepoRemote {
-                repo: "mono".into(),
-                new_url: String::new(),
-                source_commit: "0".into(),
-                commit: "9".into(),
-                workflows: Vec::new(),
-            },
-            modules: vec![module("libs/a", "a", "1", true), task],
-        };
+        let r = remotes(vec![module("libs/a", "a", "1", true), task]);
         let order: Vec<(String, String)> = r.publish_order().into_iter().map(|(o, n, ..)| (o, n)).collect();
         assert_eq!(
             order,
