@@ -16,8 +16,9 @@
 # Before the (long, first) build it decides the local settings (local/settings.py): LOGIN and
 # PASSWORD, when set nowhere, are generated once into local/config.local.json (mode 0600,
 # git-ignored) and reused by later runs; the share (container key pairs, data snapshots) is
-# PROXMOX_SHARE or proxmox.share, else /var/lib/proxmox-gitops/share. --destroy keeps the lib's
-# snapshots and key pair in the share, so a later deploy restores the data.
+# PROXMOX_SHARE or proxmox.share, else /var/lib/proxmox-gitops/share (/share when it holds key
+# pairs of earlier runs). --destroy keeps the lib's snapshots and key pair in the share, so a
+# later deploy restores the data.
 #
 # On a fresh Debian/Ubuntu machine it installs what is missing (lxc, debootstrap, dnsmasq-base,
 # ansible, openssh-client, python3, iproute2, procps; a Rust toolchain is assumed), starts lxc-net

@@ -108,7 +108,9 @@ def main(argv, env):
         if conf is not None and os.stat(conf_path).st_mtime_ns < since_ns:
             conf = None
         print()
-        if prov:
+        if prov and prov.get("result") == "failed":
+            print(f"  {lib}: container {prov['hostname']}: provision failed (see the errors above)")
+        elif prov:
             print(f"  {lib}: container {prov['hostname']} ({prov.get('status') or 'unknown'}) at {prov.get('address') or 'no address'}")
         else:
             print(f"  {lib}: not provisioned")

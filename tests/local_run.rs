@@ -288,6 +288,9 @@ fn the_summary_shows_each_libs_outputs_login_and_what_its_configuration_reported
         p.address = Some(format!("10.0.3.{vmid}"));
         support::provision::write(&artifacts, &p);
     }
+    let mut refused = support::provision::running(BackendKind::Lxc, "refused", 104, "refused");
+    refused.outcome = Outcome::Failed { error: "container `refused` must be recreated".into() };
+    support::provision::write(&artifacts, &refused);
     // A configure artifact of an earlier run, then the mark of this run's start.
     let old = configure("old", 103, Engine::Shell, Some(engine_run("shell", None, None, 0, 100)), &[], Outcome::Ok);
     artifact::write(&dirs.configure("old"), &old).unwrap();
@@ -319,7 +322,7 @@ fn the_summary_shows_each_libs_outputs_login_and_what_its_configuration_reported
         .arg(root)
         .arg(&artifacts)
         .arg(&since)
-        .args(["broker", "web", "old", "missing"])
+        .args(["broker", "web", "old", "refused", "missing"])
         .env_remove("PASSWORD")
         .output()
         .unwrap();
@@ -347,6 +350,10 @@ fn the_summary_shows_each_libs_outputs_login_and_what_its_configuration_reported
     configured  not in this run (see the errors above)
     ssh         ssh -i {share}/.keys/103 config@10.0.3.103
     shell       lxc-attach -n old
+
+  refused: container refused: provision failed (see the errors above)
+    configured  not in this run (see the errors above)
+    shell       lxc-attach -n refused
 
   missing: not provisioned
     configured  not in this run (see the errors above)
