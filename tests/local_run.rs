@@ -74,6 +74,8 @@ fn json(p: &Path) -> serde_json::Value {
 fn first_run_generates_login_and_password_once_and_later_runs_reuse_them() {
     let dir = monorepo(true);
     let root = dir.path();
+    // The repository belongs to a user; the script runs as root (sudo).
+    std::os::unix::fs::chown(root.join("local"), Some(4242), Some(4243)).unwrap();
     let legacy = root.join("no-legacy-share");
     let first = settings_py(root, &legacy, &[]);
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
@@ -91,6 +93,8 @@ fn first_run_generates_login_and_password_once_and_later_runs_reuse_them() {
         )
     );
     assert_eq!(mode(&local_file(root)), 0o600);
+    let meta = std::fs::metadata(local_file(root)).unwrap();
+    assert_eq!((std::os::unix::fs::MetadataExt::uid(&meta), std::os::unix::fs::MetadataExt::gid(&meta)), (4242, 4243));
     let stored = json(&local_file(root));
     let password = stored["password"].as_str().unwrap().to_string();
     assert_eq!(password.len(), 24);
@@ -361,4 +365,43 @@ fn the_summary_shows_each_libs_outputs_login_and_what_its_configuration_reported
             local = local.display()
         )
     );
+}
+
+/// The code block of README.md that follows the first line containing `after` (its body, without
+/// the fence lines).
+fn readme_block(readme: &str, after: &str) -> String {
+    let start = readme.find(after).unwrap_or_else(|| panic!("README.md has no `{after}`"));
+    let rest = &readme[start..];
+    let open = rest.find("\n```").unwrap() + 1;
+    let body = &rest[open..];
+    let body = &body[body.find('\n').unwrap() + 1..];
+    body[..body.find("\n```").unwrap() + 1].to_string()
+}
+
+#[test]
+fn the_readme_walkthrough_lib_resolves_with_either_engine() {
+    let readme = std::fs::read_to_string(source_root().join("README.md")).unwrap();
+    let env = readme_block(&readme, "`libs/hello/container.env` — the container");
+    let script = readme_block(&readme, "`libs/hello/configure.sh` — the shell engine");
+    let playbook = readme_block(&readme, "Or the same with Ansible, as `libs/hello/playbook.yml`");
+    assert!(script.contains("LIBS_HELLO_URL=http://${IP}/"), "{script}");
+    assert!(playbook.contains("LIBS_HELLO_URL=http://{{ IP }}/"), "{playbook}");
+    let syntax = Command::new("bash").args(["-n", "-c", &script]).output().unwrap();
+    assert!(syntax.status.success(), "{}", text(&syntax.stderr));
+
+    for (file, body, engine) in [("configure.sh", &script, Engine::Shell), ("playbook.yml", &playbook, Engine::Ansible)]
+    {
+        let dir = support::deploy::monorepo(&[]);
+        write_files(dir.path(), &[("libs/hello/container.env", &env), (&format!("libs/hello/{file}"), body)]);
+        let inv = proxmox_gitops::steps::resolve::resolve(
+            &proxmox_gitops::steps::resolve::ResolveOptions { repo: dir.path().to_path_buf(), stage: "main".into() },
+            &BTreeMap::<String, String>::new(),
+        )
+        .unwrap();
+        let hello = inv.containers.iter().find(|c| c.name == "hello").unwrap();
+        assert_eq!(
+            (hello.vmid, hello.memory_mib, hello.engine, &hello.requires, &hello.services),
+            (130, 256, engine, &vec!["LOGIN".to_string()], &vec!["nginx.service".to_string()])
+        );
+    }
 }
