@@ -82,7 +82,9 @@ def lines_for(lib, inv, prov, conf, password_at):
         if runs:
             rows.append(("configured", "; ".join(runs)))
         if conf.get("result") == "failed":
-            rows.append(("FAILED", f"{conf.get('error', '')} (its last output lines are above)"))
+            # `configure` printed the log tail just before: point there, once.
+            error = conf.get("error", "").removesuffix(" (see the log tail)")
+            rows.append(("FAILED", f"{error} (its last output lines are above)"))
     else:
         rows.append(("configured", "not in this run (see the errors above)"))
     if prov and prov.get("address"):

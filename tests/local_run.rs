@@ -346,7 +346,7 @@ fn the_summary_shows_each_libs_outputs_login_and_what_its_configuration_reported
 
   web: container web (running) at 10.0.3.102
     configured  base role (ansible): 0 changed, 14 ok, 8.2 s; lib (ansible): FAILED, 2 changed, 5 ok, 6.1 s
-    FAILED      the lib's ansible configuration failed with exit code 2 (see the log tail) (its last output lines are above)
+    FAILED      the lib's ansible configuration failed with exit code 2 (its last output lines are above)
     ssh         ssh -i {share}/.keys/102 config@10.0.3.102
     shell       lxc-attach -n web
 
