@@ -103,13 +103,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# sudo resets PATH (secure_path): look where rustup puts cargo, for root and for the sudo user.
 # 2. The local settings, decided before the build so that nothing is asked for after it: LOGIN and
 # PASSWORD (generated once when set nowhere), the share (see local/settings.py).
 if [ "$mode" != purge ]; then
   share=$(python3 "$repo/local/settings.py" "$repo") || exit $?
 fi
 
+# sudo resets PATH (secure_path): look where rustup puts cargo, for root and for the sudo user.
 if ! command -v cargo >/dev/null; then
   for home in "$HOME" ${SUDO_USER:+"$(getent passwd "$SUDO_USER" | cut -d: -f6)"}; do
     if [ -x "$home/.cargo/bin/cargo" ]; then
