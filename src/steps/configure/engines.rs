@@ -99,10 +99,11 @@ pub(super) async fn run_engines(
                     printf '\\n%s%s\\n' __pgo_exit_code= \"$rc\"\n";
                 let (code, text) = run_wrapped(conn, script, &[&tmp, &lib_name], opts.run_timeout).await?;
                 log.push(&spec.name, &text);
+                let counts = cinc_counts(&text);
                 let run = EngineRun {
                     engine: "cinc".into(),
-                    changed: None,
-                    ok: None,
+                    changed: counts.map(|c| c.0),
+                    ok: counts.and_then(|c| c.1),
                     exit_code: code,
                     success: code == Some(0),
                     duration_ms: lib_start.elapsed().as_millis() as u64,
@@ -275,6 +276,24 @@ async fn ansible(
     })
 }
 
+/// The resource counts of a Cinc run, from the last summary line its doc formatter prints
+/// (chef's `lib/chef/formatters/doc.rb`, `run_completed`): `Cinc Client finished, 2/10 resources
+/// updated in 05 seconds` gives `(2, Some(10))` (changed, ok: as Ansible counts them, ok
+/// includes the changed ones); the older form without a total, `… finished, 2 resources
+/// updated`, gives `(2, None)`. `None` when no such line is there
+/// (a failed run, another formatter).
+pub(super) fn cinc_counts(text: &str) -> Option<(u64, Option<u64>)> {
+    let line = text.lines().rev().find(|l| l.contains(" finished, ") && l.contains(" resources updated"))?;
+    let counts = line.split(" finished, ").nth(1)?.split(' ').next()?;
+    match counts.split_once('/') {
+        Some((updated, total)) => {
+            let (updated, total) = (updated.parse::<u64>().ok()?, total.parse::<u64>().ok()?);
+            (updated <= total).then_some((updated, Some(total)))
+        }
+        None => Some((counts.parse().ok()?, None)),
+    }
+}
+
 /// The failure of a Cinc lib (`recipes/default.rb`) whose container has no `cinc-client`: the
 /// shipped base role does not install Cinc, so it must already be in the container.
 pub fn cinc_missing(lib_dir: &Path) -> String {
@@ -295,6 +314,20 @@ mod tests {
         assert_eq!(split_exit_marker("a\nb\n\n__pgo_exit_code=127\n", Some(0)), (Some(127), "a\nb\n".into()));
         assert_eq!(split_exit_marker("\n__pgo_exit_code=0\n", Some(0)), (Some(0), "".into()));
         assert_eq!(split_exit_marker("killed\n", Some(255)), (Some(255), "killed\n".into()));
+    }
+
+    #[test]
+    fn cinc_counts_come_from_the_formatters_last_line() {
+        let run = "Starting Cinc Client, version 18.2.7\n  * apt_package[nginx] action install\n    - install version 1.22\n\
+                   \nRunning handlers complete\nCinc Client finished, 2/10 resources updated in 05 seconds\n";
+        assert_eq!(cinc_counts(run), Some((2, Some(10))));
+        assert_eq!(cinc_counts("Chef Client finished, 3 resources updated\n"), Some((3, None)));
+        assert_eq!(cinc_counts("Infra Phase complete, 0/4 resources updated in 01 seconds\n"), None);
+        assert_eq!(cinc_counts("Cinc Client finished, 0/4 resources updated in 01 seconds"), Some((0, Some(4))));
+        // Nothing to count: a failed run, or counts that make no sense.
+        assert_eq!(cinc_counts("Cinc Client failed. 1 resources updated in 03 seconds\n"), None);
+        assert_eq!(cinc_counts("Cinc Client finished, 5/2 resources updated\n"), None);
+        assert_eq!(cinc_counts(""), None);
     }
 
     #[test]

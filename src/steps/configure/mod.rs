@@ -94,10 +94,11 @@ impl Default for ConfigureOptions {
 pub struct EngineRun {
     /// `ansible`, `shell` or `cinc`.
     pub engine: String,
-    /// Tasks that changed something (Ansible's recap `changed`); `None` for engines that do not
-    /// report it.
+    /// Tasks that changed something (Ansible's recap `changed`; Cinc's updated resources, from
+    /// its `finished, U/T resources updated` line); `None` for engines that do not report it
+    /// (shell).
     pub changed: Option<u64>,
-    /// Tasks that were already in state (Ansible's `ok`).
+    /// Tasks that succeeded, the changed ones included (Ansible's `ok`; Cinc's total resources).
     pub ok: Option<u64>,
     /// Exit code of the engine's process.
     pub exit_code: Option<i32>,
