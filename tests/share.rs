@@ -104,7 +104,7 @@ fn auth_file(path: &Path, password: &str) {
     use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(path);
     let mut f = std::fs::OpenOptions::new().create_new(true).write(true).mode(0o600).open(path).unwrap();
-    std::io::Write::write_all(&mut f, format!("username = {LOGIN}\npassword = {password}\n").as_bytes()).unwrap();
+    std::io::Write::write_all(&mut f, auth_text(password).as_bytes()).unwrap();
 }
 
 /// Runs smbclient on the host against `//ip/share` with `auth` and the commands `cmds`, bounded
@@ -125,6 +125,25 @@ fn smb_in(lab: &Lab, name: &str, ip: &str, cmds: &str) -> (bool, String) {
     let out =
         lab.attach(name, &["timeout", "60", "smbclient", "-t", "20", &target, "-A", "/root/share.auth", "-c", cmds]);
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// Writes `content` to `path` in container `name` (mode 0600, root) through lxc-attach's stdin
+/// (a cloned container's rootfs is not a plain directory on the host).
+fn put_in(name: &str, path: &str, content: &str) {
+    use std::io::Write;
+    let mut child = Command::new("lxc-attach")
+        .arg("-P")
+        .arg(support::lxc::lxc_path())
+        .args(["-n", name, "--", "sh", "-c", "umask 077 && mkdir -p \"$(dirname \"$1\")\" && cat > \"$1\"", "sh", path])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(content.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success(), "cannot write {path} in {name}");
+}
+
+fn auth_text(password: &str) -> String {
+    format!("username = {LOGIN}\npassword = {password}\n")
 }
 
 fn attach_ok(lab: &Lab, name: &str, argv: &[&str]) -> String {
@@ -249,12 +268,12 @@ async fn share_server_clients_and_the_cifs_units() {
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_secs(2));
     }
-    auth_file(&lab.rootfs(&client_name).join("root/share.auth"), &password);
+    put_in(&client_name, "/root/share.auth", &auth_text(&password));
     let (ok, text) = smb_in(&lab, &client_name, &share_ip, "get from-host.txt /tmp/from-host.txt");
     assert!(ok, "the client cannot read the share: {text}");
     assert_eq!(attach_ok(&lab, &client_name, &["cat", "/tmp/from-host.txt"]), from_host);
     let from_client = format!("written in {client_name}\n");
-    std::fs::write(lab.rootfs(&client_name).join("tmp/from-client.txt"), &from_client).unwrap();
+    put_in(&client_name, "/tmp/from-client.txt", &from_client);
     let (ok, text) = smb_in(&lab, &client_name, &share_ip, "put /tmp/from-client.txt from-client.txt");
     assert!(ok, "the client cannot write to the share: {text}");
     let (ok, text) = smb_host(&share_ip, &auth, &format!("lcd {}; get from-client.txt", local.display()));
@@ -273,7 +292,7 @@ async fn share_server_clients_and_the_cifs_units() {
     auth_file(&wrong, "not-the-password");
     let (ok, text) = smb_host(&share_ip, &wrong, "ls");
     assert!(!ok && text.contains("NT_STATUS_LOGON_FAILURE"), "a wrong password was not refused clearly: {text}");
-    auth_file(&lab.rootfs(&client_name).join("root/share.auth"), "not-the-password");
+    put_in(&client_name, "/root/share.auth", &auth_text("not-the-password"));
     let (ok, text) = smb_in(&lab, &client_name, &share_ip, "ls");
     assert!(!ok && text.contains("NT_STATUS_LOGON_FAILURE"), "a wrong password was not refused clearly: {text}");
     let guest = Command::new("timeout")
@@ -295,10 +314,8 @@ async fn share_server_clients_and_the_cifs_units() {
         env_file: &env_file,
     })
     .unwrap();
-    let client_root = lab.rootfs(&client_name);
     for f in &want.files {
-        let on_disk = std::fs::read_to_string(client_root.join(f.path.trim_start_matches('/'))).unwrap();
-        assert_eq!(on_disk, f.content, "{}", f.path);
+        assert_eq!(attach_ok(&lab, &client_name, &["cat", &f.path]), f.content, "{}", f.path);
     }
     assert_eq!(
         attach_ok(&lab, &client_name, &["stat", "-c", "%U:%G %a", "/etc/proxmox-gitops-share.credentials"]),
@@ -335,13 +352,11 @@ async fn share_server_clients_and_the_cifs_units() {
     })
     .unwrap();
     assert_eq!(other.mounts, vec![escaped.trim().to_string()]);
-    let dir = client_root.join("root/units");
-    std::fs::create_dir_all(&dir).unwrap();
     let mut verify: Vec<String> = vec!["systemd-analyze".into(), "verify".into()];
     for f in &other.files[1..] {
-        let name = Path::new(&f.path).file_name().unwrap();
-        std::fs::write(dir.join(name), &f.content).unwrap();
-        verify.push(format!("/root/units/{}", name.to_string_lossy()));
+        let path = format!("/root/units/{}", Path::new(&f.path).file_name().unwrap().to_string_lossy());
+        put_in(&client_name, &path, &f.content);
+        verify.push(path);
     }
     let argv: Vec<&str> = verify.iter().map(String::as_str).collect();
     let out = lab.attach(&client_name, &argv);
