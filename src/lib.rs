@@ -26,7 +26,8 @@
 //! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`artifact`]
 //!    (the artifacts directory, every artifact path, and [`artifact::pack`] for job outputs),
 //!    [`settings`], [`remote_url`] (URLs with their credentials redacted), [`error`], [`keys`], [`net`], [`pipe`], [`progress`],
-//!    [`workflows`] (the workflow files proxmox-gitops renders and installs).
+//!    [`workflows`] (the workflow files proxmox-gitops renders and installs), [`share`] (the CIFS
+//!    client units of the share, rendered for the base role).
 
 pub mod actions;
 pub mod artifact;
@@ -45,6 +46,7 @@ pub mod progress;
 pub mod pve;
 pub mod remote_url;
 pub mod settings;
+pub mod share;
 pub mod snapshot;
 pub mod ssh;
 pub mod steps;

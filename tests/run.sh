@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 for pkg in git curl ca-certificates build-essential pkg-config lxc debootstrap dnsmasq-base \
-           ansible openssh-client mosquitto-clients rsync python3-pip util-linux iproute2 procps; do
+           ansible openssh-client mosquitto-clients smbclient rsync python3-pip util-linux iproute2 procps; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then

@@ -12,7 +12,9 @@ use super::contract::{containers_json, contract, env_file, parse_outputs};
 use super::recap::summarize;
 use super::restore::restore_data;
 use super::{ConfigureOptions, EngineRun, Log, Partial};
+use crate::backend::model::BackendKind;
 use crate::inventory::{ContainerSpec, Engine, Inventory, Mount};
+use crate::share::{ClientInput, ShareClient};
 use crate::ssh::{Connection, TarUpload};
 
 #[allow(clippy::too_many_arguments)]
@@ -20,6 +22,7 @@ pub(super) async fn run_engines(
     inv: &Inventory,
     spec: &ContainerSpec,
     opts: &ConfigureOptions,
+    backend: BackendKind,
     conn: &Connection,
     pubkey: &str,
     address: &str,
@@ -54,6 +57,13 @@ pub(super) async fn run_engines(
             "pgo_share_host".into(),
             inv.globals.get("SHARE_HOST").cloned().unwrap_or_default().into(),
         );
+        let client =
+            share_client(&spec.mounts, &spec.dir.join("container.env"), &inv.globals, &opts.contract, backend)?;
+        if let Some(note) = &client.1 {
+            log.push(&spec.name, note);
+            tracing::warn!("{}: {note}", spec.name);
+        }
+        extra.insert("pgo_share_client".into(), serde_json::to_value(&client.0)?);
         let extra = serde_json::Value::Object(extra);
 
         if let Some(base) = &inv.base {
@@ -141,6 +151,58 @@ pub(super) async fn run_engines(
         (Ok(()), Err(e)) => Err(anyhow!(e).context("cannot remove the temporary directory with the contract")),
         (Ok(()), Ok(())) => Ok(()),
     }
+}
+
+/// The share's CIFS client for the base role (`pgo_share_client`), and a note when a share is
+/// listed but cannot be mounted. Only containers on PVE mount over CIFS: the lxc backend binds
+/// the host's `<share>/NAME` at `/NAME` (see `backend::lxc::desired`), so there they get none.
+/// On PVE without the global `SHARE_HOST`, `/NAME` stays a directory of the container (the
+/// note says so).
+///
+/// # Errors
+/// A `SHARE_HOST`, `LOGIN` or `PASSWORD` the credentials or units cannot hold
+/// ([`crate::share::client`]), naming the setting.
+fn share_client(
+    mounts: &[Mount],
+    env_file: &Path,
+    globals: &std::collections::BTreeMap<String, String>,
+    contract: &super::Contract,
+    backend: BackendKind,
+) -> anyhow::Result<(ShareClient, Option<String>)> {
+    use secrecy::ExposeSecret;
+    let shares: Vec<String> = mounts
+        .iter()
+        .filter_map(|m| match m {
+            Mount::Share { name } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    if shares.is_empty() || backend != BackendKind::Pve {
+        return Ok((ShareClient::default(), None));
+    }
+    let Some(host) = globals.get("SHARE_HOST") else {
+        let note = format!(
+            "MOUNT lists the share(s) {} but the global SHARE_HOST is not set: nothing is mounted, {} stay(s) \
+             directories of the container; set SHARE_HOST in globals.json to the share server (e.g. the `share` lib's address)",
+            shares.join(", "),
+            shares.iter().map(|s| format!("/{s}")).collect::<Vec<_>>().join(", ")
+        );
+        return Ok((ShareClient::default(), Some(note)));
+    };
+    let password = contract.password.as_ref().map(|p| p.expose_secret().to_string()).unwrap_or_default();
+    let input = ClientInput {
+        shares: &shares,
+        host,
+        login: contract.login.as_deref().unwrap_or_default(),
+        password: &password,
+        env_file,
+    };
+    crate::share::client(&input).map(|c| (c, None)).map_err(|p| {
+        anyhow!(
+            "the share's CIFS client cannot be written: {}",
+            p.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("; ")
+        )
+    })
 }
 
 /// Marker line the engine wrappers print last: the engine's exit code. SSH itself maps remote
@@ -308,6 +370,46 @@ pub fn cinc_missing(lib_dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cifs_client_only_on_pve_with_a_share_host() {
+        let mounts = vec![Mount::Share { name: "share".into() }, Mount::Device { path: "/dev/ttyUSB0".into() }];
+        let env = Path::new("libs/app/container.env");
+        let contract = super::super::Contract {
+            host: None,
+            login: Some("admin".into()),
+            password: Some(secrecy::SecretString::from("pw")),
+        };
+        let host = std::collections::BTreeMap::from([("SHARE_HOST".to_string(), "10.0.3.30".to_string())]);
+        let none = std::collections::BTreeMap::new();
+        // The lxc backend binds the host's share: no CIFS client, no note.
+        let (c, note) = share_client(&mounts, env, &host, &contract, BackendKind::Lxc).unwrap();
+        assert_eq!((c, note), (ShareClient::default(), None));
+        // PVE without a share in MOUNT: nothing.
+        let (c, note) = share_client(&mounts[1..], env, &host, &contract, BackendKind::Pve).unwrap();
+        assert_eq!((c, note), (ShareClient::default(), None));
+        // PVE without SHARE_HOST: nothing mounted, and said so.
+        let (c, note) = share_client(&mounts, env, &none, &contract, BackendKind::Pve).unwrap();
+        assert_eq!(c, ShareClient::default());
+        assert_eq!(
+            note.as_deref(),
+            Some(
+                "MOUNT lists the share(s) share but the global SHARE_HOST is not set: nothing is mounted, /share \
+                 stay(s) directories of the container; set SHARE_HOST in globals.json to the share server (e.g. the \
+                 `share` lib's address)"
+            )
+        );
+        // PVE with SHARE_HOST: the rendered client.
+        let (c, note) = share_client(&mounts, env, &host, &contract, BackendKind::Pve).unwrap();
+        assert_eq!(note, None);
+        assert_eq!(c.mounts, vec!["share.mount"]);
+        assert_eq!(c.files[0].content, "username=admin\npassword=pw\n");
+        assert_eq!(c.files[0].mode, "0600");
+        // A bad SHARE_HOST is an error naming it.
+        let bad = std::collections::BTreeMap::from([("SHARE_HOST".to_string(), "//x".to_string())]);
+        let e = share_client(&mounts, env, &bad, &contract, BackendKind::Pve).unwrap_err().to_string();
+        assert!(e.starts_with("the share's CIFS client cannot be written: globals.json (SHARE_HOST): `//x`"), "{e}");
+    }
 
     #[test]
     fn exit_marker() {

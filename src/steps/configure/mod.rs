@@ -344,7 +344,7 @@ async fn run_container(
     part.fingerprint = conn.fingerprint().map(str::to_string);
     log.push(&spec.name, &format!("connected to {address}:{} as {}", prov.ssh_port, conn.user()));
 
-    let result = run_engines(inv, spec, opts, &conn, &keys.public_line, &address, log, part).await;
+    let result = run_engines(inv, spec, opts, prov.backend, &conn, &keys.public_line, &address, log, part).await;
     conn.close().await;
     result
 }

@@ -106,3 +106,20 @@ fn owner_tag_is_added_to_the_users_tags() {
     assert!(!has_owner_tag(Some("proxmox")));
     assert!(!has_owner_tag(None));
 }
+
+/// What a share client needs from PVE (docs/share.md): `MOUNT=share` creates a privileged
+/// container with `mount=cifs` next to the user's features, and says both need root@pam.
+#[test]
+fn a_share_needs_a_privileged_container_with_mount_cifs() {
+    let mut s = spec();
+    s.mounts = vec![Mount::Share { name: "share".into() }];
+    s.env.insert("FEATURES".into(), "nesting".into());
+    let d = desired(&s, &defaults(), "amd64").unwrap();
+    let p = create_params(&d, "ssh-ed25519 AAAA x");
+    let get = |k: &str| p.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+    assert_eq!(get("unprivileged"), Some("0"));
+    assert_eq!(get("features"), Some("mount=cifs,nesting=1"));
+    // The share is no PVE mount point: the CIFS mount is the container's own (configure).
+    assert!(p.iter().all(|(k, _)| !k.starts_with("mp")), "{p:?}");
+    assert_eq!(root_only_options(&d), vec!["features=mount=cifs,nesting=1 on a privileged container (share mount)"]);
+}
