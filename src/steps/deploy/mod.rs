@@ -45,6 +45,7 @@ mod digest;
 mod job;
 mod records;
 mod runner;
+pub mod saved;
 mod status;
 mod variables;
 
