@@ -270,7 +270,8 @@ fn init_logging(global: &GlobalArgs) {
         .unwrap_or_else(|_| EnvFilter::new(format!("{default},hyper=warn,rustls=warn,reqwest=warn")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Above the progress display, when one is drawn (crate::progress).
+        .with_writer(crate::progress::LogWriter::make)
         // Colours only where they render: a terminal, or an Actions log; not in files or pipes.
         .with_ansi(
             (std::io::IsTerminal::is_terminal(&std::io::stderr()) || crate::actions::in_actions())
