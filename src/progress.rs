@@ -198,7 +198,10 @@ mod tests {
     /// A terminal screen of width [`WIDTH`] as indicatif draws on it: lines of characters, a
     /// cursor (row, column), and a terminal's deferred auto-wrap at the right edge.
     #[derive(Debug, Default, Clone)]
-    struct Screen(Arc<Mutex<(Vec<Vec<char>>, usize, usize)>>);
+    struct Screen(Arc<Mutex<Cells>>);
+
+    /// The screen's lines of characters and its cursor (row, column).
+    type Cells = (Vec<Vec<char>>, usize, usize);
 
     const WIDTH: usize = 100;
 
