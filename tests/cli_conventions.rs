@@ -99,6 +99,7 @@ fn json_output_parses_for_every_subcommand_run_offline() {
         &["completions", "bash"],
         &["man"],
         &["man", "--dir", man_dir],
+        &["configure", "--check", "--all"],
     ];
     let mut got = std::collections::BTreeMap::new();
     for args in runs {
@@ -125,6 +126,19 @@ fn json_output_parses_for_every_subcommand_run_offline() {
     assert_eq!(code, Some(0), "{stderr}");
     let restored: Value = serde_json::from_str(&stdout).unwrap();
     assert!(restored["restored"].as_array().unwrap().iter().any(|p| p == "inventory.json"), "{restored}");
+    assert_eq!(got["configure --check --all"], serde_json::json!({ "requirements_met": true, "checked": 2 }));
+    // `env get` answered from the process environment (the seed's Env.get) needs no Gitea.
+    let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .args(["--json", "env", "get", "TZ"])
+        .current_dir(repo.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("TZ", "Europe/Berlin")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v, serde_json::json!({ "name": "TZ", "value": "Europe/Berlin", "source": "environment" }));
     // completions and man carry their text.
     assert!(got["completions bash"]["script"].as_str().unwrap().contains("proxmox-gitops"));
     assert!(got["man"]["roff"].as_str().unwrap().contains(".TH proxmox-gitops 1"));

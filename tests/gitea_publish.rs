@@ -688,6 +688,27 @@ fn env_get_and_set() {
     assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "SHARE on org main: updated");
     let out = run(&["--repo", repo, "env", "set", "SHARE", "/mnt", "--gitea", &url], &env);
     assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "SHARE on org main: unchanged");
+    // --json: one JSON value on stdout for get, set, list and delete.
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["--json", "--repo", repo, "env"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--gitea", &url]);
+        let out = run(&all, &env);
+        serde_json::from_str(&ok(&out)).unwrap_or_else(|e| panic!("{all:?}: {e}"))
+    };
+    assert_eq!(
+        json(&["set", "JSONVAR", "one"]),
+        serde_json::json!({"name": "JSONVAR", "scope": {"org": "main"}, "action": "created"})
+    );
+    assert_eq!(
+        json(&["get", "JSONVAR", "--remote"]),
+        serde_json::json!({"name": "JSONVAR", "value": "one", "source": "gitea", "scope": {"org": "main"}})
+    );
+    assert!(json(&["list"]).as_array().unwrap().iter().any(|v| v["name"] == "JSONVAR" && v["value"] == "one"));
+    assert_eq!(
+        json(&["delete", "JSONVAR"]),
+        serde_json::json!({"name": "JSONVAR", "scope": {"org": "main"}, "action": "deleted"})
+    );
     // Repo scope; the environment wins without --remote (the seed's Env.get).
     let out = run(&["env", "set", "IP", "10.0.3.5", "--gitea-repo", "main/a", "--gitea", &url], &env);
     assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "IP on repo main/a: created");

@@ -91,7 +91,7 @@ fn changed_memory_and_disk_read_old_to_new_and_detailed_exitcode() {
     let (code, out, err) = run(&pve, repo, share, &[], &["--json", "plan", "--ref", "refs/heads/release"]);
     assert_eq!(code, 0, "{err}");
     let plan: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(plan["schema_version"], "1.1");
+    assert_eq!(plan["schema_version"], "1.2");
     let digest = plan["containers"][0]["inputs_digest"].as_str().unwrap().to_string();
     for step in ["provision", "configure"] {
         let dir = repo.join(".proxmox-gitops").join(step);

@@ -326,7 +326,7 @@ fn cli_plan_reads_an_inventory_artifact_and_refuses_other_kinds() {
     assert_eq!(
         plan,
         json!({
-            "kind": "plan", "schema_version": "1.1", "ref": "main", "stage": "main",
+            "kind": "plan", "schema_version": "1.2", "ref": "main", "stage": "main",
             "containers": [
                 { "name": "dns", "hostname": "dns", "vmid": 140, "steps": ["configure"] },
                 { "name": "web", "hostname": "web", "vmid": 130, "steps": ["configure"] }

@@ -234,6 +234,65 @@ fn recreate_keep_and_tls_variables_reach_the_binary() {
     assert_ne!(run.code, 0, "{log}");
 }
 
+/// drift.yml against fakepve: `alpha` provisioned as specified, then its memory changed through
+/// fakepve's own model (as by hand in the PVE UI). The dispatched drift job fails visibly (an
+/// error annotation names the container, the table in the log names MEMORY) and its job summary
+/// (which act prints after the step as `Summary - …`) has the row `alpha | MEMORY | 512 | 1024`.
+#[test]
+fn drift_workflow_fails_visibly_and_its_summary_names_memory() {
+    let repo = monorepo(&[]);
+    let root = repo.path();
+    let pve = fakepve::FakePve::start();
+    pve.add_template();
+    let share = tempfile::tempdir().unwrap();
+    let settings = [
+        ("PROXMOX_HOST", "127.0.0.1".to_string()),
+        ("PROXMOX_PORT", pve.port.to_string()),
+        ("PROXMOX_USER", "root@pam".to_string()),
+        ("PROXMOX_TEMPLATE", fakepve::TEMPLATE.to_string()),
+        ("PROXMOX_STORAGE", "local".to_string()),
+        ("PROXMOX_GATEWAY", "127.0.30.254".to_string()),
+        ("PROXMOX_CA", pve.ca.display().to_string()),
+        ("PROXMOX_SHARE", share.path().display().to_string()),
+    ];
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .args(["--repo", root.to_str().unwrap(), "provision", "-c", "alpha", "--no-wait-ssh"])
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .envs(settings.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("PROXMOX_PASSWORD", "secret")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    pve.exec("pve.ct(101).config['memory'] = 1024");
+
+    let mut extra: Vec<String> = settings.iter().flat_map(|(k, v)| ["--var".to_string(), format!("{k}={v}")]).collect();
+    extra.extend(["-s".to_string(), "PROXMOX_PASSWORD=secret".to_string()]);
+    extra.extend(["--var".to_string(), "PROXMOX_GITOPS_BACKEND=pve".to_string()]);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let event = serde_json::json!({"ref": "refs/heads/main", "inputs": {"container": "alpha"}});
+    let run = act(root, "workflow_dispatch", "workflows/drift.yml", &event, &extra);
+    let log = &run.log;
+    assert_ne!(run.code, 0, "drift fails the run:\n{log}");
+    assert!(run.job_has("drift", "drift", "Job failed"), "{log}");
+    assert!(run.job_has("drift", "drift", "::error::drift: 1 difference(s) between the live containers"), "{log}");
+    // The table in the log: exactly that key.
+    let table: Vec<&str> = run
+        .job("drift", "drift")
+        .into_iter()
+        .filter(|l| l.contains("CONTAINER  KEY") || l.contains("alpha      "))
+        .map(|l| l.rsplit("| ").next().unwrap_or(l))
+        .collect();
+    assert_eq!(table, ["CONTAINER  KEY     DESIRED  LIVE", "alpha      MEMORY  512      1024"], "{log}");
+    // The job summary names it (act prints the summary's lines after the step).
+    let summary = log.split_once("Summary - ### Drift of stage `main`: 1 difference(s)").map(|(_, s)| s);
+    let summary = summary.unwrap_or_else(|| panic!("no drift job summary:\n{log}"));
+    assert!(summary.contains("\n| alpha | MEMORY | 512 | **1024** |\n"), "{log}");
+    // drift only reads.
+    assert_eq!(pve.ct_config(101).unwrap()["memory"], 1024);
+    assert!(!log.contains("PROXMOX_PASSWORD=secret") && !log.contains(" secret\n"), "{log}");
+}
+
 #[test]
 fn snapshot_workflow_snapshots_on_push_to_snapshot() {
     let repo = monorepo(&[]);

@@ -51,6 +51,16 @@ impl Backend {
         }
     }
 
+    /// The PVE config `digest` (`GET /nodes/{node}/lxc/{vmid}/config` → `digest`) read by the
+    /// last [`Backend::plan`] of CT `vmid` on this instance; `None` when the CT did not exist,
+    /// was not planned here, or on the lxc backend (LXC has no config digest).
+    pub fn config_digest(&self, vmid: u32) -> Option<String> {
+        match self {
+            Backend::Pve(b) => b.planned_digest(vmid),
+            Backend::Lxc(_) => None,
+        }
+    }
+
     /// Applies a plan; never panics, failures are in the outcome. See [`PveBackend::apply`].
     ///
     /// A plan that recreates the container runs only after [`guard::protect`] allowed it (the safety

@@ -193,6 +193,11 @@ impl PolicyArgs {
             (None, false) => RecreatePolicy::Never,
         }
     }
+
+    /// The policy when `--recreate` or `--allow-recreate` was given; `None` when neither was.
+    pub fn given(&self) -> Option<RecreatePolicy> {
+        (self.recreate.is_some() || self.allow_recreate).then(|| self.policy())
+    }
 }
 
 /// Whether and how long to wait for SSH after a container starts (`provision`, `deploy`).

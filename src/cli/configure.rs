@@ -63,10 +63,12 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
     };
     if args.check {
         check_requirements(&inv, &opts)?;
-        eprintln!(
-            "requirements met ({} container(s) checked)",
-            if opts.containers.is_empty() { inv.containers.len() } else { opts.containers.len() }
-        );
+        let checked = if opts.containers.is_empty() { inv.containers.len() } else { opts.containers.len() };
+        if ctx.json {
+            ctx.emit_json(&serde_json::json!({ "requirements_met": true, "checked": checked }), String::new);
+        } else {
+            eprintln!("requirements met ({checked} container(s) checked)");
+        }
         return Ok(());
     }
     let results = block_on(Threads::Default, configure(&inv, &opts))??;

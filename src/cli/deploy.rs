@@ -15,7 +15,7 @@ use crate::steps::plan::Step;
 
 /// Arguments of `deploy`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("which").required(true).args(["containers", "all"])))]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["containers", "all", "saved_plan"])))]
 // The shared SSH-wait options, worded for deploy's steps.
 #[command(mut_arg("no_wait_ssh", |a| a.help("Do not wait for SSH after a start (provision)")))]
 #[command(mut_arg("ssh_port", |a| a.help("SSH port to wait for and connect to")))]
@@ -23,13 +23,20 @@ use crate::steps::plan::Step;
 pub struct DeployArgs {
     /// The ref being deployed: refs/heads/release (provision + configure), refs/heads/main
     /// (configure) or refs/heads/snapshot (snapshot).
-    #[arg(long = "ref", env = "GITHUB_REF")]
-    git_ref: String,
+    /// With --plan: the plan's ref, which this must equal when given.
+    #[arg(long = "ref", env = "GITHUB_REF", required_unless_present = "saved_plan")]
+    git_ref: Option<String>,
+    /// Apply exactly this saved plan (`plan.json` from `proxmox-gitops plan`): its ref, its
+    /// containers (-c narrows them) and its recreate policy. Refused, with nothing changed, when
+    /// a container's inputs digest or its live state (PVE config digest, provision action) moved
+    /// since it was planned.
+    #[arg(long = "plan", value_name = "PLAN_JSON", conflicts_with_all = ["all", "steps"])]
+    saved_plan: Option<PathBuf>,
     /// Containers to deploy (lib name or hostname); repeatable or comma-separated.
     #[arg(long = "container", short = 'c', value_delimiter = ',')]
     containers: Vec<String>,
     /// Deploy every container of the stage.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "containers")]
     all: bool,
     /// Run these steps instead of the ref's (workflow dispatch); repeatable or comma-separated.
     #[arg(long = "step", value_enum, value_delimiter = ',')]
@@ -92,10 +99,20 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
     let backend = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
+    let saved =
+        args.saved_plan.as_deref().map(|path| saved_plan(path, &args, &inv, &ctx.stage, backend)).transpose()?;
+    let (git_ref, containers, recreate) = match &saved {
+        Some(s) => (s.plan.git_ref.clone(), s.containers.clone(), s.recreate),
+        None => (
+            args.git_ref.clone().unwrap_or_default(),
+            if args.all { Vec::new() } else { args.containers.clone() },
+            args.policy.policy(),
+        ),
+    };
     let secs = std::time::Duration::from_secs;
     let runner_opts = RunnerOptions {
         pve: args.pve.connect()?,
-        recreate: args.policy.policy(),
+        recreate,
         wait_ssh: args.ssh.wait(),
         ssh_port: args.ssh.ssh_port,
         ssh_timeout: args.ssh.timeout(),
@@ -108,13 +125,14 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         keep: args.keep.map(|k| k as usize),
         no_snapshot: args.no_snapshot,
         plan_wording: super::describe::describe,
+        saved_plan: saved.as_ref().map(|s| Arc::new(s.plan.clone())),
     };
     let opts = DeployOptions {
         repo: ctx.repo.clone(),
         artifacts: ctx.artifacts.clone(),
-        git_ref: args.git_ref,
+        git_ref,
         steps: args.steps.into_iter().map(Step::from).collect(),
-        containers: if args.all { Vec::new() } else { args.containers },
+        containers,
         force: args.force,
         jobs: args.jobs,
         backend,
@@ -129,6 +147,9 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         crate::backend::open(backend, &settings, &runner_opts.pve)?;
     }
     ctx.inputs_checked()?;
+    if let Some(s) = &saved {
+        check_saved_plan(ctx, s, &inv, &settings, &runner_opts, opts.jobs)?;
+    }
     let nodes: std::collections::BTreeMap<String, String> =
         inv.containers.iter().filter_map(|c| Some((c.name.clone(), c.node.clone()?))).collect();
     let runner = BuiltinRunner::with_options(settings, runner_opts);
@@ -197,6 +218,115 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
             failed.join(", "),
             details.join("\n  ")
         )))
+    }
+}
+
+/// A saved plan to apply (`--plan`), checked against the run's options.
+struct SavedPlan {
+    path: PathBuf,
+    /// The plan, narrowed to the containers `-c` names (all of it without `-c`).
+    plan: crate::steps::plan::Plan,
+    /// The containers to deploy.
+    containers: Vec<String>,
+    /// The plan's recreate policy.
+    recreate: crate::backend::model::RecreatePolicy,
+}
+
+/// Reads the saved plan at `path` and checks it against the run: the same ref (when `--ref` is
+/// given), stage, backend and recreate policy ([`crate::steps::plan::applicable`]); `-c` may only
+/// narrow its containers.
+///
+/// # Errors
+/// [`Error::Usage`] (exit 2) for an unreadable plan or any mismatch.
+fn saved_plan(
+    path: &std::path::Path,
+    args: &DeployArgs,
+    inv: &crate::inventory::Inventory,
+    stage: &str,
+    backend: BackendKind,
+) -> Result<SavedPlan> {
+    let plan = read_saved_plan(path, args.git_ref.as_deref(), &args.containers, inv)?;
+    let recreate = crate::steps::plan::applicable(&plan, path, stage, backend, args.policy.given())?;
+    let containers = plan.containers.iter().map(|c| c.name.clone()).collect();
+    Ok(SavedPlan { path: path.to_path_buf(), plan, containers, recreate })
+}
+
+/// Reads the saved plan at `path` (`--plan`), checks that it plans `git_ref` (when given) and
+/// narrows it to the containers `selection` names (`-c`; all of the plan's when empty).
+///
+/// # Errors
+/// [`Error::Usage`] (exit 2) naming the file for an unreadable plan, another ref, or a selected
+/// container the plan does not hold; the inventory's error for an unknown container.
+pub(crate) fn read_saved_plan(
+    path: &std::path::Path,
+    git_ref: Option<&str>,
+    selection: &[String],
+    inv: &crate::inventory::Inventory,
+) -> Result<crate::steps::plan::Plan> {
+    let mut plan: crate::steps::plan::Plan =
+        crate::artifact::read(path).map_err(|e| Error::Usage(format!("--plan {e}")))?;
+    if let Some(r) = git_ref.filter(|r| *r != plan.git_ref) {
+        return Err(Error::Usage(format!(
+            "{} plans ref {}, but this run is for {r} (--ref or GITHUB_REF); plan that ref: proxmox-gitops plan \
+             --ref {r}",
+            path.display(),
+            plan.git_ref
+        )));
+    }
+    if !selection.is_empty() {
+        let names: Vec<String> = inv
+            .select(selection, true, crate::inventory::NotFound::InStage)?
+            .into_iter()
+            .map(|c| c.name.clone())
+            .collect();
+        if let Some(missing) = names.iter().find(|n| !plan.containers.iter().any(|c| &c.name == *n)) {
+            return Err(Error::Usage(format!(
+                "container `{missing}` is not in {} (it plans {}); plan it: proxmox-gitops plan --ref {} -c {missing}",
+                path.display(),
+                plan.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
+                plan.git_ref
+            )));
+        }
+        plan.containers.retain(|c| names.contains(&c.name));
+    }
+    Ok(plan)
+}
+
+/// Refuses the saved plan, before anything runs, when a container's inputs digest or live state
+/// moved since it was planned ([`crate::steps::deploy::saved`]).
+///
+/// # Errors
+/// [`Error::Failed`] naming each container that moved and the command that plans again.
+fn check_saved_plan(
+    ctx: &Ctx,
+    saved: &SavedPlan,
+    inv: &crate::inventory::Inventory,
+    settings: &crate::settings::Settings,
+    runner: &RunnerOptions,
+    jobs: usize,
+) -> Result<()> {
+    use crate::steps::deploy::saved::{inputs_moved, live_moved_all};
+    let root = ctx.repo.canonicalize().map_err(|e| Error::Usage(format!("{}: {e}", ctx.repo.display())))?;
+    let artifacts = ctx.artifacts.root();
+    let artifacts = std::fs::create_dir_all(artifacts)
+        .and_then(|()| artifacts.canonicalize())
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot create {}: {e}", artifacts.display())))?;
+    let mut moved = inputs_moved(&saved.plan, inv, &root, &artifacts);
+    let provisions = saved.plan.containers.iter().any(|c| c.steps_to_run().contains(&Step::Provision));
+    if let (true, Some(kind)) = (provisions, saved.plan.backend) {
+        let backend = crate::backend::open(kind, settings, &runner.pve)?;
+        let live = live_moved_all(&saved.plan, inv, &backend, saved.recreate, jobs.max(1));
+        for m in block_on(Threads::Default, live)? {
+            if !moved.iter().any(|(n, _, _)| *n == m.0) {
+                moved.push(m);
+            }
+        }
+    }
+    if moved.is_empty() {
+        tracing::info!("{}: inputs and live state as planned; applying it", saved.path.display());
+        Ok(())
+    } else {
+        Err(crate::steps::plan::stale_error(&saved.plan, &saved.path, &moved))
     }
 }
 

@@ -11,6 +11,11 @@
 //! not secrets (secrets are Actions secrets, which this tool never reads), but they are shown
 //! terminal-safe: control characters escaped.
 //!
+//! With `--json` each prints one JSON value on stdout: `get` `{"name", "value", "source":
+//! "environment"|"gitea", "scope"}`, `set` and `delete` `{"name", "scope", "action":
+//! "created"|"updated"|"unchanged"|"deleted"}`, `list` the array; `scope` is `{"org": ORG}` or
+//! `{"repo": "OWNER/REPO"}`.
+//!
 //! `--gitea-repo OWNER/REPO` selects a repository variable instead (it excludes `--org`); the
 //! settings (Gitea host, credentials) then still come from the monorepo at the global
 //! `--repo DIR`, as for every other subcommand. The short form the seed's users know,
@@ -93,6 +98,14 @@ struct Listed<'a> {
     description: &'a str,
 }
 
+/// The scope as `--json` output names it: `{"org": "main"}` or `{"repo": "owner/name"}`.
+fn scope_json(scope: &VariableScope) -> serde_json::Value {
+    match scope {
+        VariableScope::Org { org } => serde_json::json!({ "org": org }),
+        VariableScope::Repo { owner, repo } => serde_json::json!({ "repo": format!("{owner}/{repo}") }),
+    }
+}
+
 /// `Some("owner/name")` when the global `--repo` value names a Gitea repository rather than a
 /// directory (the seed's `env … --repo OWNER/REPO`).
 fn repo_flag_as_gitea_repo(ctx: &Ctx) -> Option<String> {
@@ -140,7 +153,8 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
     if let (EnvCommand::Get { remote: false, .. }, Some(key)) = (&args.command, &key)
         && let Some(v) = std::env::var(key).ok().filter(|v| !v.is_empty())
     {
-        println!("{v}");
+        let json = serde_json::json!({ "name": key, "value": v, "source": "environment" });
+        ctx.emit_json(&json, || format!("{v}\n"));
         return Ok(());
     }
     let settings = if sc.gitea_repo.is_none() && repo_flag_as_gitea_repo(ctx).is_some() {
@@ -161,7 +175,10 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
             let v = rt.block_on(client.get_variable(&target, &key)).map_err(|e| Error::Failed(e.into()))?;
             match v {
                 Some(v) => {
-                    println!("{}", v.data);
+                    let json = serde_json::json!({
+                        "name": key, "value": v.data, "source": "gitea", "scope": scope_json(&target),
+                    });
+                    ctx.emit_json(&json, || format!("{}\n", v.data));
                     Ok(())
                 }
                 None => {
@@ -188,20 +205,22 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
                 Action::Updated => "updated",
                 Action::Unchanged => "unchanged",
             };
-            eprintln!("{key} on {target}: {word}");
+            if ctx.json {
+                let json = serde_json::json!({ "name": key, "scope": scope_json(&target), "action": word });
+                ctx.emit_json(&json, String::new);
+            } else {
+                eprintln!("{key} on {target}: {word}");
+            }
             Ok(())
         }
         EnvCommand::List { .. } => {
             let mut vars = rt.block_on(client.list_variables(&target)).map_err(|e| Error::Failed(e.into()))?;
             vars.sort_by(|a, b| a.name.cmp(&b.name));
-            if ctx.json {
-                let listed: Vec<Listed> = vars
-                    .iter()
-                    .map(|v| Listed { name: &v.name, value: &v.data, description: &v.description })
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&listed).expect("strings serialize"));
-            } else {
-                print!("{}", table_of(&["NAME", "VALUE"], &vars, |v| vec![v.name.clone(), v.data.clone()]));
+            let listed: Vec<Listed> =
+                vars.iter().map(|v| Listed { name: &v.name, value: &v.data, description: &v.description }).collect();
+            let json = serde_json::to_value(&listed).expect("strings serialize");
+            ctx.emit_json(&json, || table_of(&["NAME", "VALUE"], &vars, |v| vec![v.name.clone(), v.data.clone()]));
+            if !ctx.json {
                 eprintln!("{} variable(s) on {target}", vars.len());
             }
             Ok(())
@@ -209,7 +228,12 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
         EnvCommand::Delete { .. } => {
             let deleted = rt.block_on(client.delete_variable(&target, &key)).map_err(|e| Error::Failed(e.into()))?;
             if deleted {
-                eprintln!("{key} on {target}: deleted");
+                if ctx.json {
+                    let json = serde_json::json!({ "name": key, "scope": scope_json(&target), "action": "deleted" });
+                    ctx.emit_json(&json, String::new);
+                } else {
+                    eprintln!("{key} on {target}: deleted");
+                }
                 Ok(())
             } else {
                 Err(Error::Failed(anyhow::anyhow!(

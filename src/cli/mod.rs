@@ -24,6 +24,7 @@ mod destroy;
 mod drift;
 mod env;
 mod health;
+mod help;
 mod plan;
 pub(crate) mod provision;
 mod publish;
@@ -119,21 +120,26 @@ enum Command {
     Man(completions::ManArgs),
 }
 
-/// The command definition the parser, the completion scripts and the man pages share: the
-/// derived [`Cli`] with the conventions every subcommand follows applied — every container
+/// The command definition the parser, the help, the completion scripts and the man pages share:
+/// the derived [`Cli`] with the conventions every subcommand follows applied — every container
 /// selection (`--container`/`-c`, argument id `containers`) takes comma-separated names as well
-/// as repeated options (`-c a,b` = `-c a -c b`).
+/// as repeated options (`-c a,b` = `-c a -c b`); options are grouped under the same headings
+/// everywhere ([`help::heading`]: Selection, Recreate policy, SSH, PVE connection, PVE task
+/// timeouts, Global options); the main subcommands show examples after their options
+/// ([`help::EXAMPLES`]).
 pub(crate) fn command() -> clap::Command {
-    fn conventions(cmd: clap::Command) -> clap::Command {
+    fn conventions(cmd: clap::Command, path: &str) -> clap::Command {
         let selects = cmd.get_arguments().any(|a| a.get_id() == "containers");
-        let mut cmd = if selects { cmd.mut_arg("containers", |a| a.value_delimiter(',')) } else { cmd };
+        let cmd = if selects { cmd.mut_arg("containers", |a| a.value_delimiter(',')) } else { cmd };
+        let mut cmd = help::with_examples(help::with_headings(cmd), path);
         let subs: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
         for name in subs {
-            cmd = cmd.mut_subcommand(name, conventions);
+            let sub_path = if path.is_empty() { name.clone() } else { format!("{path} {name}") };
+            cmd = cmd.mut_subcommand(name, |c| conventions(c, &sub_path));
         }
         cmd
     }
-    conventions(Cli::command())
+    conventions(Cli::command(), "")
 }
 
 /// What every subcommand gets: the global options, resolved.
@@ -264,7 +270,8 @@ fn init_logging(global: &GlobalArgs) {
         .unwrap_or_else(|_| EnvFilter::new(format!("{default},hyper=warn,rustls=warn,reqwest=warn")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Above the progress display, when one is drawn (crate::progress).
+        .with_writer(crate::progress::LogWriter::make)
         // Colours only where they render: a terminal, or an Actions log; not in files or pipes.
         .with_ansi(
             (std::io::IsTerminal::is_terminal(&std::io::stderr()) || crate::actions::in_actions())

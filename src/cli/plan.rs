@@ -133,6 +133,8 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
 /// container without skips (deploy would run its steps), with a warning.
 fn mark_done_steps(ctx: &Ctx, inv: &crate::inventory::Inventory, p: &mut Plan, run_id: Option<&str>) {
     use crate::steps::deploy::{inputs_digest, read_step_status, run_digest, step_artifact};
+    // The directory plan.json goes to, made now so that the digest can leave it out.
+    let _ = std::fs::create_dir_all(ctx.artifacts.root());
     let (Ok(root), Ok(artifacts)) = (ctx.repo.canonicalize(), ctx.artifacts.root().canonicalize()) else { return };
     for c in &mut p.containers {
         let Some(spec) = inv.container(&c.name) else { continue };
@@ -308,6 +310,7 @@ mod tests {
             settings: vec![],
             inputs_digest: None,
             skipped_steps: vec![],
+            config_digest: None,
         }
     }
 
@@ -317,6 +320,7 @@ mod tests {
             stage: "main".into(),
             containers: vec![container("broker", 101, steps)],
             backend: None,
+            recreate: None,
         }
     }
 
@@ -372,6 +376,7 @@ mod tests {
                 failed,
             ],
             backend: Some(BackendKind::Pve),
+            recreate: None,
         }
     }
 

@@ -37,6 +37,12 @@ pub struct ProvisionArgs {
     /// Only show the plan; change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Apply exactly this saved plan (`plan.json` from `proxmox-gitops plan --ref
+    /// refs/heads/release`): its containers (-c narrows them) and its recreate policy. Refused,
+    /// with nothing changed, when a container's inputs digest or live state (PVE config digest,
+    /// provision action) moved since it was planned.
+    #[arg(long = "plan", value_name = "PLAN_JSON", conflicts_with = "all")]
+    saved_plan: Option<PathBuf>,
     #[command(flatten)]
     ssh: SshWaitArgs,
     /// Destroy/recreate containers that declare SNAPSHOT paths WITHOUT taking a verified data
@@ -81,13 +87,36 @@ pub(crate) fn plan_json(planned: &[backend::Planned]) -> serde_json::Value {
 
 pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let specs: Vec<_> = inv.select(&args.containers, args.all, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
     let kind = args.backend.unwrap_or_else(|| backend::default_backend(&settings));
+    let saved = match &args.saved_plan {
+        Some(path) => {
+            let mut plan = super::deploy::read_saved_plan(path, None, &args.containers, &inv)?;
+            plan.containers.retain(|c| c.steps.contains(&crate::steps::plan::Step::Provision));
+            if plan.containers.is_empty() {
+                return Err(crate::error::Error::Usage(format!(
+                    "{} provisions no container (its ref {} runs no provision step); plan the release: \
+                     proxmox-gitops plan --ref refs/heads/release",
+                    path.display(),
+                    plan.git_ref
+                )));
+            }
+            let policy = crate::steps::plan::applicable(&plan, path, &ctx.stage, kind, args.policy.given())?;
+            Some((path.clone(), plan, policy))
+        }
+        None => None,
+    };
+    let specs: Vec<_> = match &saved {
+        Some((_, plan, _)) => {
+            let names: Vec<String> = plan.containers.iter().map(|c| c.name.clone()).collect();
+            inv.select(&names, false, NotFound::InStage)?.into_iter().cloned().collect()
+        }
+        None => inv.select(&args.containers, args.all, NotFound::InStage)?.into_iter().cloned().collect(),
+    };
     let backend = backend::open(kind, &settings, &args.pve.connect()?)?;
     ctx.inputs_checked()?;
     let jobs = usize::from(args.jobs);
-    let policy = args.policy.policy();
+    let policy = saved.as_ref().map_or_else(|| args.policy.policy(), |(_, _, p)| *p);
     let opts = ApplyOptions {
         share: settings.share.clone(),
         wait_ssh: args.ssh.wait(),
@@ -102,6 +131,9 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
             let mut s = table(&["NAME", "HOSTNAME", "VMID", "PLAN", "START"], &plan_rows(&planned));
             s.push_str(&format!("\nplan for {} container(s) on {kind} (recreate policy {policy:?})\n", planned.len()));
             print!("{s}");
+        }
+        if let Some((path, plan, _)) = &saved {
+            check_saved_plan(ctx, &inv, path, plan, &planned, &backend)?;
         }
         if args.dry_run {
             if ctx.json {
@@ -149,6 +181,50 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         }
         all_ok(&failures(results.iter().map(|p| (p.name.as_str(), &p.outcome))), results.len())
     })?
+}
+
+/// Refuses the saved plan `plan` (from `path`) before anything changes when a container's inputs
+/// digest or its live state moved since it was planned: `planned` are the fresh plans made on
+/// `backend` with the saved plan's policy ([`crate::steps::plan::live_moved`],
+/// [`crate::steps::deploy::saved::inputs_moved`]).
+///
+/// # Errors
+/// [`crate::error::Error::Failed`] naming each container that moved and the command that plans
+/// again.
+fn check_saved_plan(
+    ctx: &Ctx,
+    inv: &crate::inventory::Inventory,
+    path: &std::path::Path,
+    plan: &crate::steps::plan::Plan,
+    planned: &[backend::Planned],
+    backend: &backend::Backend,
+) -> Result<()> {
+    use crate::error::Error;
+    let root = ctx.repo.canonicalize().map_err(|e| Error::Usage(format!("{}: {e}", ctx.repo.display())))?;
+    let dir = ctx.artifacts.root();
+    let artifacts = std::fs::create_dir_all(dir)
+        .and_then(|()| dir.canonicalize())
+        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot create {}: {e}", dir.display())))?;
+    let mut moved = crate::steps::deploy::saved::inputs_moved(plan, inv, &root, &artifacts);
+    for p in planned {
+        let Some(saved) = plan.containers.iter().find(|c| c.name == p.spec.name) else { continue };
+        if moved.iter().any(|(n, _, _)| *n == saved.name) {
+            continue;
+        }
+        let why = match &p.plan {
+            Ok(fresh) => crate::steps::plan::live_moved(saved, fresh, backend.config_digest(p.spec.vmid).as_deref()),
+            Err(e) => Some(format!("cannot be planned now: {}", crate::actions::redact(&format!("{e:#}")))),
+        };
+        if let Some(why) = why {
+            moved.push((saved.name.clone(), saved.vmid, why));
+        }
+    }
+    if moved.is_empty() {
+        tracing::info!("{}: inputs and live state as planned; applying it", path.display());
+        Ok(())
+    } else {
+        Err(crate::steps::plan::stale_error(plan, path, &moved))
+    }
 }
 
 /// The job summary of a provision run on `kind`: one row per container (failed first) with its

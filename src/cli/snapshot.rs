@@ -184,22 +184,19 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let what = if args.restore { "restore" } else { "snapshot" };
     super::describe::job_summary(what, &super::describe::results_markdown(what, &rows));
     crate::actions::end_group();
-    if !ctx.json {
-        print!(
-            "{}",
-            table_of(&["NAME", "OPERATION", "SNAPSHOT", "ENTRIES", "BYTES", "VERIFICATION", "RESULT"], &results, |r| {
-                vec![
-                    r.name.clone(),
-                    format!("{:?}", r.operation).to_lowercase(),
-                    r.snapshot_id.clone().unwrap_or_else(|| "-".into()),
-                    r.entry_count.to_string(),
-                    r.bytes.to_string(),
-                    format!("{:?}", r.verification).to_lowercase(),
-                    result_cell(&r.outcome),
-                ]
-            })
-        );
-    }
+    ctx.emit_all(&results, || {
+        table_of(&["NAME", "OPERATION", "SNAPSHOT", "ENTRIES", "BYTES", "VERIFICATION", "RESULT"], &results, |r| {
+            vec![
+                r.name.clone(),
+                format!("{:?}", r.operation).to_lowercase(),
+                r.snapshot_id.clone().unwrap_or_else(|| "-".into()),
+                r.entry_count.to_string(),
+                r.bytes.to_string(),
+                format!("{:?}", r.verification).to_lowercase(),
+                result_cell(&r.outcome),
+            ]
+        })
+    });
     let states: Vec<(&str, bool)> =
         results.iter().map(|r| (r.name.as_str(), matches!(r.outcome, Outcome::Ok))).collect();
     step_outputs("snapshot", &ctx.artifacts.snapshot_dir(), &states)?;

@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
-use crate::backend::model::{Action, BackendKind, RecreatePolicy, SettingChange};
+use crate::backend::model::{Action, BackendKind, ContainerPlan, RecreatePolicy, SettingChange};
 use crate::backend::{Backend, plan_all};
 use crate::error::{Error, Location, Result};
 use crate::inventory::{Inventory, NotFound};
@@ -94,6 +94,12 @@ pub struct PlannedContainer {
     /// (schema 1.1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_steps: Vec<Step>,
+    /// The PVE config `digest` the live provision plan was made against (`GET
+    /// /nodes/{node}/lxc/{vmid}/config` → `digest`; schema 1.2). Absent when the container did
+    /// not exist, on the lxc backend, and without live state. `deploy --plan` and `provision
+    /// --plan` refuse when the live digest differs ([`check_saved`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_digest: Option<String>,
 }
 
 impl PlannedContainer {
@@ -173,6 +179,10 @@ pub struct Plan {
     /// was read (offline plan, or a ref that does not provision) (schema 1.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendKind>,
+    /// The recreate policy the provision plans were made with, when live state was read (schema
+    /// 1.2); `deploy --plan` and `provision --plan` apply the plan with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recreate: Option<RecreatePolicy>,
 }
 
 impl Plan {
@@ -213,7 +223,7 @@ impl Plan {
 
 impl Artifact for Plan {
     const KIND: &'static str = "plan";
-    const SCHEMA_VERSION: (u32, u32) = (1, 1);
+    const SCHEMA_VERSION: (u32, u32) = (1, 2);
 }
 
 /// Plans `git_ref` for the selected containers (all when `names` is empty).
@@ -235,14 +245,16 @@ pub fn plan(inv: &Inventory, git_ref: &str, names: &[String]) -> Result<Plan> {
             settings: Vec::new(),
             inputs_digest: None,
             skipped_steps: Vec::new(),
+            config_digest: None,
         })
         .collect();
-    Ok(Plan { git_ref: git_ref.to_string(), stage: inv.stage.clone(), containers, backend: None })
+    Ok(Plan { git_ref: git_ref.to_string(), stage: inv.stage.clone(), containers, backend: None, recreate: None })
 }
 
 /// Adds each container's live provision plan to `plan` (only when its steps include
-/// provision) and the settings it changes in the user's terms, planning at most `jobs`
-/// containers at a time; records the backend in [`Plan::backend`]. Reads only; nothing changes.
+/// provision), the settings it changes in the user's terms and the PVE config digest it was
+/// planned against, planning at most `jobs` containers at a time; records the backend and
+/// `policy` in [`Plan::backend`] and [`Plan::recreate`]. Reads only; nothing changes.
 pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend, policy: RecreatePolicy, jobs: usize) {
     let specs: Vec<crate::inventory::ContainerSpec> = plan
         .containers
@@ -252,6 +264,7 @@ pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend
         .collect();
     let planned = plan_all(backend, specs, policy, jobs).await;
     plan.backend = Some(backend.kind());
+    plan.recreate = Some(policy);
     for p in planned {
         if let Some(c) = plan.containers.iter_mut().find(|c| c.name == p.spec.name) {
             match p.plan {
@@ -260,12 +273,134 @@ pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend
                         BackendKind::Pve => crate::backend::pve::planner::setting_changes(&p.spec, &cp.action),
                         BackendKind::Lxc => crate::backend::lxc::planner::setting_changes(&p.spec, &cp),
                     };
+                    c.config_digest = backend.config_digest(cp.vmid);
                     c.provision = Some(cp);
                 }
                 Err(e) => c.provision_error = Some(crate::actions::redact(&format!("{e:#}"))),
             }
         }
     }
+}
+
+/// The action of a provision plan as `plan.json` names it (`create`, `update`, `recreate` …).
+fn action_name(action: &Action) -> String {
+    serde_json::to_value(action)
+        .ok()
+        .and_then(|v| v.get("action").and_then(|a| a.as_str()).map(str::to_string))
+        .unwrap_or_else(|| format!("{action:?}"))
+}
+
+/// The short form of a config digest in messages (its first 12 characters).
+fn short(digest: Option<&str>) -> String {
+    match digest {
+        Some(d) => d.chars().take(12).collect(),
+        None => "none".into(),
+    }
+}
+
+/// Why applying the saved plan of one container now would not apply exactly that plan: `fresh`
+/// is a new plan of it made with the saved plan's recreate policy, `digest` the PVE config
+/// digest read with it ([`crate::backend::Backend::config_digest`]). `None` when the live state
+/// is as planned: same config digest (same absence of the CT) and the same provision action.
+/// The PVE rule: `GET /nodes/{node}/lxc/{vmid}/config` returns `digest`, which changes with
+/// every change of the config.
+pub fn live_moved(saved: &PlannedContainer, fresh: &ContainerPlan, digest: Option<&str>) -> Option<String> {
+    let Some(planned) = &saved.provision else {
+        return Some(
+            "the plan holds no live provision plan for it (an offline plan, or it could not be planned)".into(),
+        );
+    };
+    let was = saved.config_digest.as_deref();
+    match (was, digest) {
+        (Some(a), Some(b)) if a != b => {
+            return Some(format!("its PVE config changed since the plan (digest {} → {})", short(was), short(digest)));
+        }
+        (None, Some(_)) if matches!(planned.action, Action::Create) => {
+            return Some("CT exists now, but did not when planned (the plan creates it)".into());
+        }
+        (None, Some(_)) => {
+            return Some("the plan records no PVE config digest for it (made by an older proxmox-gitops)".into());
+        }
+        (Some(_), None) => return Some("CT no longer exists (it did when planned)".into()),
+        _ => {}
+    }
+    if planned.action != fresh.action || planned.start != fresh.start {
+        let word = |p: &ContainerPlan| format!("{}{}", action_name(&p.action), if p.start { " + start" } else { "" });
+        return Some(format!("what provision would do changed since the plan ({} → {})", word(planned), word(fresh)));
+    }
+    None
+}
+
+/// Checks that the saved plan `plan` (read from `path`) can be applied by a run for `stage` on
+/// `backend`, and returns the recreate policy to apply it with: the plan's, which `given` (the
+/// run's `--recreate`/`--allow-recreate`, when given) must equal.
+///
+/// # Errors
+/// [`Error::Usage`] (exit 2) naming `path` when the plan is for another stage, another backend,
+/// another recreate policy, or provisions without live state (an offline plan).
+pub fn applicable(
+    plan: &Plan,
+    path: &std::path::Path,
+    stage: &str,
+    backend: BackendKind,
+    given: Option<RecreatePolicy>,
+) -> Result<RecreatePolicy> {
+    let file = path.display();
+    if plan.stage != stage {
+        return Err(Error::Usage(format!(
+            "{file} was made for stage `{}`; this run is for stage `{stage}` (pass --stage {})",
+            plan.stage, plan.stage
+        )));
+    }
+    let provisions = plan.containers.iter().any(|c| c.steps.contains(&Step::Provision));
+    if provisions {
+        match plan.backend {
+            None => {
+                return Err(Error::Usage(format!(
+                    "{file} provisions but was made without live state (an offline plan): re-plan with PVE \
+                     configured (PROXMOX_HOST) or --backend lxc: proxmox-gitops plan --ref {}",
+                    plan.git_ref
+                )));
+            }
+            Some(b) if b != backend => {
+                return Err(Error::Usage(format!(
+                    "{file} was planned against the {b} backend; this run uses {backend} (pass --backend {b})"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    let planned = plan.recreate.unwrap_or_default();
+    match given {
+        Some(g) if g != planned => Err(Error::Usage(format!(
+            "{file} was planned with --recreate {}; this run asks for --recreate {} (drop the option to apply \
+             the plan as made, or re-plan with it)",
+            policy_name(planned),
+            policy_name(g)
+        ))),
+        _ => Ok(planned),
+    }
+}
+
+fn policy_name(p: RecreatePolicy) -> String {
+    serde_json::to_value(p).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| format!("{p:?}"))
+}
+
+/// The error refusing a saved plan that no longer matches: `stale` holds `(name, vmid, reason)`
+/// per container that moved. Names the plan file, each container and the command that plans
+/// them again. An operational failure (exit 1): nothing was changed.
+pub fn stale_error(plan: &Plan, path: &std::path::Path, stale: &[(String, u32, String)]) -> Error {
+    let lines: Vec<String> = stale.iter().map(|(name, vmid, why)| format!("  {name} (vmid {vmid}): {why}")).collect();
+    let names: Vec<&str> = stale.iter().map(|(n, _, _)| n.as_str()).collect();
+    let stage = if plan.stage == "main" { String::new() } else { format!(" --stage {}", plan.stage) };
+    Error::Failed(anyhow::anyhow!(
+        "refusing to apply {}: the live state or the inputs moved since it was planned; nothing was changed:\n{}\n\
+         re-plan, review and apply the new plan: proxmox-gitops{stage} plan --ref {} -c {} (it writes plan.json)",
+        path.display(),
+        lines.join("\n"),
+        plan.git_ref,
+        names.join(",")
+    ))
 }
 
 #[cfg(test)]
@@ -279,5 +414,45 @@ mod tests {
         assert_eq!(steps_for_ref("refs/heads/snapshot").unwrap(), vec![Step::Snapshot]);
         let e = steps_for_ref("refs/heads/feature").unwrap_err();
         assert_eq!(e.exit_code(), 2);
+    }
+
+    fn saved(action: Action, digest: Option<&str>) -> (PlannedContainer, ContainerPlan) {
+        let cp = ContainerPlan { name: "broker".into(), vmid: 101, hostname: "broker".into(), action, start: false };
+        let c = PlannedContainer {
+            name: "broker".into(),
+            hostname: "broker".into(),
+            vmid: 101,
+            steps: vec![Step::Provision],
+            provision: Some(cp.clone()),
+            provision_error: None,
+            settings: vec![],
+            inputs_digest: None,
+            skipped_steps: vec![],
+            config_digest: digest.map(str::to_string),
+        };
+        (c, cp)
+    }
+
+    #[test]
+    fn a_saved_plan_moved_when_digest_existence_or_action_differ() {
+        let (c, fresh) = saved(Action::Nothing, Some("aaaaaaaaaaaaaaaa"));
+        assert_eq!(live_moved(&c, &fresh, Some("aaaaaaaaaaaaaaaa")), None);
+        assert_eq!(
+            live_moved(&c, &fresh, Some("bbbbbbbbbbbbbbbb")).unwrap(),
+            "its PVE config changed since the plan (digest aaaaaaaaaaaa → bbbbbbbbbbbb)"
+        );
+        assert!(live_moved(&c, &fresh, None).unwrap().contains("no longer exists"));
+        let (c, fresh) = saved(Action::Create, None);
+        assert_eq!(live_moved(&c, &fresh, None), None);
+        assert!(live_moved(&c, &fresh, Some("x")).unwrap().contains("exists now"));
+        // Same digest (the lxc backend has none), another action: moved.
+        let (c, _) = saved(Action::Nothing, None);
+        let (_, fresh) = saved(Action::Refused { reasons: vec!["ostemplate changed".into()] }, None);
+        assert_eq!(
+            live_moved(&c, &fresh, None).unwrap(),
+            "what provision would do changed since the plan (nothing → refused)"
+        );
+        let offline = PlannedContainer { provision: None, ..c };
+        assert!(live_moved(&offline, &fresh, None).unwrap().contains("offline plan"));
     }
 }

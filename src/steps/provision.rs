@@ -36,12 +36,15 @@ pub async fn apply_all(
     jobs: usize,
     artifacts: &ArtifactDir,
 ) -> Result<Vec<Provision>> {
+    let overall = crate::progress::Overall::start("provision", planned.len());
+    let overall = &overall;
     let results: Vec<anyhow::Result<Provision>> = futures_util::stream::iter(planned.into_iter().map(|p| async move {
         let _group = crate::actions::Group::start(&format!("provision {}", p.spec.name));
         let prov = match &p.plan {
             Ok(plan) => backend.apply(&p.spec, plan, opts, artifacts).await,
             Err(e) => failed_before_plan(backend.kind(), &p.spec, opts, e),
         };
+        overall.done(!matches!(prov.outcome, crate::backend::model::Outcome::Ok));
         write_artifact(&artifacts.provision(&prov.name), &prov)?;
         Ok(prov)
     }))

@@ -40,7 +40,7 @@ pub fn monorepo_with(extra: &[(&str, &str)], with_sources: bool) -> tempfile::Te
     let src = source_root();
     std::fs::copy(src.join("action.yml"), root.join("action.yml")).unwrap();
     std::fs::create_dir_all(root.join("workflows")).unwrap();
-    for f in ["pipeline.yml", "snapshot.yml"] {
+    for f in ["pipeline.yml", "snapshot.yml", "drift.yml"] {
         std::fs::copy(src.join("workflows").join(f), root.join("workflows").join(f)).unwrap();
     }
     if with_sources {

@@ -308,6 +308,13 @@ impl PveBackend {
         })
     }
 
+    /// The config `digest` the last [`PveBackend::plan`] of CT `vmid` read (`GET
+    /// /nodes/{node}/lxc/{vmid}/config` → `digest`); `None` when it did not exist or was not
+    /// planned by this instance. An update applies with exactly this digest.
+    pub fn planned_digest(&self, vmid: u32) -> Option<String> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&vmid).and_then(|c| c.digest.clone())
+    }
+
     /// The hostname of the live CT `spec.vmid` on its node (`GET /nodes/{node}/lxc/{vmid}/config`),
     /// `None` when the CT does not exist (PVE's "does not exist"); an empty string when its
     /// config has no `hostname`.

@@ -212,8 +212,10 @@ pub async fn configure(inv: &Inventory, opts: &ConfigureOptions) -> Result<Vec<C
         });
     }
     let mut results: Vec<Option<Configure>> = vec![None; specs.len()];
+    let overall = crate::progress::Overall::start("configure", specs.len());
     while let Some(joined) = set.join_next().await {
         let (i, c) = joined.map_err(|e| Error::Failed(anyhow!("configure task panicked: {e}")))?;
+        overall.done(!matches!(c.outcome, Outcome::Ok));
         let path = opts.artifacts.configure(&c.name);
         artifact::write(&path, &c).map_err(|e| Error::Failed(e.into()))?;
         match &c.outcome {

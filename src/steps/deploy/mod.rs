@@ -45,6 +45,7 @@ mod digest;
 mod job;
 mod records;
 mod runner;
+pub mod saved;
 mod status;
 mod variables;
 
@@ -159,7 +160,9 @@ pub async fn deploy<R: StepRunner>(runner: Arc<R>, inventory: Inventory, opts: &
         task_index.insert(handle.id(), i);
     }
     let mut records: Vec<Option<ContainerRecord>> = vec![None; selected.len()];
+    let overall = crate::progress::Overall::start("deploy", selected.len());
     while let Some(joined) = set.join_next_with_id().await {
+        overall.done(!matches!(&joined, Ok((_, (_, rec))) if rec.result == RunResult::Ok));
         match joined {
             Ok((_, (i, rec))) => records[i] = Some(rec),
             Err(e) => {

@@ -85,6 +85,10 @@ pub struct RunnerOptions {
     /// (`cli::describe::describe`, which the binary passes here); a step never imports the CLI,
     /// so the default is the plan's action as data.
     pub plan_wording: fn(&crate::backend::model::ContainerPlan) -> String,
+    /// A saved plan being applied (`deploy --plan`): provision refuses a container whose fresh
+    /// plan or PVE config digest differs from the saved one ([`crate::steps::plan::live_moved`])
+    /// instead of applying it; [`RunnerOptions::recreate`] should be the plan's policy.
+    pub saved_plan: Option<Arc<crate::steps::plan::Plan>>,
 }
 
 /// [`RunnerOptions::plan_wording`] when the caller gives none: the action's debug form.
@@ -105,6 +109,7 @@ impl Default for RunnerOptions {
             keep: None,
             no_snapshot: false,
             plan_wording: plan_as_data,
+            saved_plan: None,
         }
     }
 }
@@ -205,7 +210,10 @@ impl BuiltinRunner {
                 Ok(backend) => match backend.plan(spec, self.options.recreate).await {
                     Ok(plan) => {
                         tracing::info!("{}: plan: {}", spec.name, (self.options.plan_wording)(&plan));
-                        backend.apply(spec, &plan, &opts, &ctx.artifacts).await
+                        match self.moved_since_saved_plan(spec, &plan, backend) {
+                            Some(e) => crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e),
+                            None => backend.apply(spec, &plan, &opts, &ctx.artifacts).await,
+                        }
                     }
                     Err(e) => crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e),
                 },
@@ -226,6 +234,29 @@ impl BuiltinRunner {
             Outcome::Ok => Ok(StepSuccess { artifact: Some(path) }),
             Outcome::Failed { error } => Err(Error::Failed(anyhow::anyhow!("{error}"))),
         }
+    }
+
+    /// With a saved plan: why `plan` (just made) does not apply it for `spec`, as the error that
+    /// fails the container before anything changes; `None` when it does, or without a saved plan.
+    fn moved_since_saved_plan(
+        &self,
+        spec: &ContainerSpec,
+        plan: &crate::backend::model::ContainerPlan,
+        backend: &crate::backend::Backend,
+    ) -> Option<anyhow::Error> {
+        let saved = self.options.saved_plan.as_ref()?;
+        let why = match saved.containers.iter().find(|c| c.name == spec.name) {
+            Some(c) => crate::steps::plan::live_moved(c, plan, backend.config_digest(spec.vmid).as_deref())?,
+            None => "not in the saved plan".to_string(),
+        };
+        Some(anyhow::anyhow!(
+            "{} (vmid {}): refusing to apply the saved plan: {why}; nothing was changed; re-plan: proxmox-gitops plan \
+             --ref {} -c {}",
+            spec.name,
+            spec.vmid,
+            saved.git_ref,
+            spec.name
+        ))
     }
 
     async fn configure(&self, spec: &ContainerSpec, ctx: &StepContext) -> StepResult {

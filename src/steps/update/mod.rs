@@ -256,11 +256,16 @@ pub async fn update_all(
     specs: &[ContainerSpec],
     opts: &UpdateOptions,
 ) -> Update {
-    let results: Vec<ContainerUpdate> =
-        futures_util::stream::iter(specs.iter().map(|spec| update_one(containers, spec, opts)))
-            .buffered(opts.jobs.max(1))
-            .collect()
-            .await;
+    let overall = crate::progress::Overall::start("update", specs.len());
+    let overall = &overall;
+    let results: Vec<ContainerUpdate> = futures_util::stream::iter(specs.iter().map(|spec| async move {
+        let result = update_one(containers, spec, opts).await;
+        overall.done(result.result.is_failure());
+        result
+    }))
+    .buffered(opts.jobs.max(1))
+    .collect()
+    .await;
     Update {
         stage: stage.to_string(),
         backend: containers.kind(),

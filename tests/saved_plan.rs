@@ -1,0 +1,163 @@
+//! `deploy --plan plan.json` and `provision --plan plan.json` against fakepve (loopback): a saved
+//! plan is applied exactly when nothing moved; a container changed through fakepve's own model
+//! between plan and apply (its PVE config digest changes), or changed inputs, make the run
+//! refuse with nothing written, naming the container and the command that plans again.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use support::deploy::monorepo;
+use support::fakepve::{self, FakePve};
+
+fn pgo(root: &Path, args: &[&str], env: &[(String, String)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"));
+    cmd.arg("--repo").arg(root).args(args).env("NO_COLOR", "1");
+    for v in [
+        "GITHUB_ACTIONS",
+        "GITEA_ACTIONS",
+        "GITHUB_OUTPUT",
+        "GITHUB_STEP_SUMMARY",
+        "GITHUB_REF",
+        "GITHUB_RUN_ID",
+        "PGO_ARTIFACTS",
+        "PGO_BACKEND",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    cmd.output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn env(pve: &FakePve, share: &Path) -> Vec<(String, String)> {
+    [
+        ("PROXMOX_HOST", "127.0.0.1".to_string()),
+        ("PROXMOX_PORT", pve.port.to_string()),
+        ("PROXMOX_USER", "root@pam".into()),
+        ("PROXMOX_PASSWORD", "secret".into()),
+        ("PROXMOX_TEMPLATE", fakepve::TEMPLATE.into()),
+        ("PROXMOX_STORAGE", "local".into()),
+        ("PROXMOX_GATEWAY", "127.0.20.254".into()),
+        ("PROXMOX_SHARE", share.display().to_string()),
+        ("PROXMOX_CA", pve.ca.display().to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Sets alpha's MEMORY in its container.env.
+fn set_memory(root: &Path, mb: u32) {
+    std::fs::write(root.join("libs/alpha/container.env"), format!("ID=101\nIP=127.0.20.2/24\nMEMORY={mb}\n")).unwrap();
+}
+
+/// `plan --ref refs/heads/release` (writes plan.json); returns the plan.
+fn plan(root: &Path, env: &[(String, String)]) -> Value {
+    let out = pgo(root, &["--json", "plan", "--ref", "refs/heads/release"], env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    serde_json::from_str(&text(&out.stdout)).unwrap()
+}
+
+fn memory(pve: &FakePve) -> Value {
+    pve.ct_config(101).unwrap()["memory"].clone()
+}
+
+fn writes(pve: &FakePve) -> Vec<(String, String, String)> {
+    pve.writes(true).into_iter().filter(|(_, p, _)| p != "/access/ticket").collect()
+}
+
+#[test]
+fn a_saved_plan_applies_exactly_or_is_refused_when_something_moved() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let repo = monorepo(&["alpha"]);
+    let root = repo.path();
+    let share = tempfile::tempdir().unwrap();
+    let env = env(&pve, share.path());
+    set_memory(root, 512);
+    let out = pgo(
+        root,
+        &["deploy", "--ref", "refs/heads/release", "--step", "provision", "-c", "alpha", "--no-wait-ssh"],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(memory(&pve), 512);
+    let plan_file = root.join(".proxmox-gitops/plan.json");
+    let plan_arg = plan_file.to_str().unwrap();
+
+    // The plan records the config digest PVE reported, and the policy.
+    set_memory(root, 1024);
+    let p = plan(root, &env);
+    assert_eq!(p["schema_version"], "1.2");
+    assert_eq!(p["recreate"], "never");
+    let alpha = p["containers"].as_array().unwrap().iter().find(|c| c["name"] == "alpha").unwrap().clone();
+    let digest = pve.exec("result = pve.ct(101).digest()");
+    assert_eq!(alpha["config_digest"], digest, "{alpha:#}");
+    assert_eq!(alpha["provision"]["action"], "update", "{alpha:#}");
+
+    // Someone changes the container (a key the planner does not manage): only the digest
+    // shows it. Both deploy and provision refuse, change nothing, and say how to re-plan.
+    pve.exec("pve.ct(101).config['startup'] = 'order=5'");
+    writes(&pve);
+    for args in [
+        vec!["deploy", "--plan", plan_arg, "-c", "alpha", "--no-wait-ssh"],
+        vec!["provision", "--plan", plan_arg, "-c", "alpha", "--no-wait-ssh"],
+    ] {
+        let out = pgo(root, &args, &env);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("refusing to apply"), "{err}");
+        assert!(err.contains("alpha (vmid 101): its PVE config changed since the plan (digest"), "{err}");
+        assert!(err.contains("proxmox-gitops plan --ref refs/heads/release -c alpha"), "{err}");
+        assert_eq!(writes(&pve), vec![], "{args:?}: nothing written");
+        assert_eq!(memory(&pve), 512);
+    }
+
+    // Changed inputs after the plan are refused as well.
+    let p = plan(root, &env);
+    assert_eq!(p["containers"][1]["provision"]["action"], "update", "{p:#}");
+    set_memory(root, 2048);
+    let out = pgo(root, &["provision", "--plan", plan_arg, "--no-wait-ssh"], &env);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("alpha (vmid 101): its inputs (container.env, lib or base files, globals, settings) changed"),
+        "{err}"
+    );
+    assert_eq!(memory(&pve), 512);
+
+    // Nothing moved: provision --plan applies it.
+    set_memory(root, 1024);
+    plan(root, &env);
+    let out = pgo(root, &["provision", "--plan", plan_arg, "-c", "alpha", "--no-wait-ssh"], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(memory(&pve), 1024);
+
+    // Nothing moved: deploy --plan runs the plan's ref (provision applies; configure then
+    // fails, as nothing answers SSH on the loopback address).
+    set_memory(root, 768);
+    plan(root, &env);
+    let out = pgo(root, &["deploy", "--plan", plan_arg, "-c", "alpha", "--no-wait-ssh", "--connect-budget", "1"], &env);
+    let d: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/deploy.json")).unwrap()).unwrap();
+    let steps = &d["containers"][0]["steps"];
+    assert_eq!(
+        (&d["ref"], &steps[0]["step"], &steps[0]["state"]),
+        (&"refs/heads/release".into(), &"provision".into(), &"ok".into()),
+        "{d:#}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(memory(&pve), 768);
+
+    // A plan for another ref, or a container the plan does not hold, is invalid input.
+    let out = pgo(root, &["deploy", "--plan", plan_arg, "--ref", "refs/heads/main"], &env);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("plans ref refs/heads/release, but this run is for refs/heads/main"));
+    drop(pve);
+}
