@@ -26,11 +26,15 @@ fn repo() -> tempfile::TempDir {
 /// Runs the binary in `repo` with a cleared environment (only `PATH`; artifacts in the repo's
 /// `.proxmox-gitops`). Returns (exit code, stdout, stderr).
 fn run(repo: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    // An LXC path of the test's own (empty), so that `health --backend lxc` never sees
+    // containers of the host or of other tests.
+    let lxc_path = repo.join(".git").join("test-lxc");
     let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
         .args(args)
         .current_dir(repo)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PGO_LXC_PATH", &lxc_path)
         .output()
         .unwrap();
     (
