@@ -379,7 +379,7 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
     let reason = format!(
         "ostemplate changes from local:vztmpl/{TEMPLATE_FILE} to local:vztmpl/debian-13-standard_13.2-1_amd64.tar.zst"
     );
-    assert_eq!(p.plan.action, Action::Refused { reasons: vec![reason.clone()] });
+    assert_eq!(p.plan.action, Action::refused_recreate(vec![reason.clone()]));
     let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
     assert!(error.contains("--allow-recreate") && error.contains(&reason), "{error}");
     assert_eq!(p.actions, vec![]);

@@ -257,7 +257,7 @@ pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend
             match p.plan {
                 Ok(cp) => {
                     c.settings = match backend.kind() {
-                        BackendKind::Pve => crate::backend::pve::planner::setting_changes(&p.spec, &cp.action),
+                        BackendKind::Pve => crate::backend::pve::planner::setting_changes(&p.spec, &cp.action, policy),
                         BackendKind::Lxc => crate::backend::lxc::planner::setting_changes(&p.spec, &cp),
                     };
                     c.provision = Some(cp);

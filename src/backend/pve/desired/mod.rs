@@ -80,6 +80,15 @@ pub enum DesiredMount {
     },
 }
 
+impl DesiredMount {
+    /// The path in the container (`mp=`).
+    pub fn mp(&self) -> &str {
+        match self {
+            DesiredMount::Bind { mp, .. } | DesiredMount::Volume { mp, .. } => mp,
+        }
+    }
+}
+
 /// The container PVE should have.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Desired {
@@ -117,6 +126,8 @@ pub struct Desired {
     pub unprivileged: bool,
     /// The `description`.
     pub description: String,
+    /// The lib's `container.env` (its first env file), named in messages about its keys.
+    pub env_file: std::path::PathBuf,
 }
 
 /// The PVE tag every container this tool creates carries (`tags`, a `;`-separated list in
@@ -305,6 +316,7 @@ pub fn desired(spec: &ContainerSpec, d: &PveDefaults, arch: &str) -> Result<Desi
         features,
         unprivileged: !share,
         description,
+        env_file: spec_file(spec),
     })
 }
 
