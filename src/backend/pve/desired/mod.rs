@@ -20,6 +20,7 @@
 //! config), so a later plan can tell a template change.
 
 pub mod drift;
+pub mod template;
 
 use std::collections::BTreeMap;
 
@@ -191,9 +192,6 @@ pub fn template_volid(storage: &str, file: &str) -> (String, String) {
     let sid = storage.split(':').next().unwrap_or(storage).to_string();
     (sid.clone(), format!("{sid}:vztmpl/{file}"))
 }
-
-/// Where Proxmox publishes its container templates (the `aplinfo` index's location).
-pub const TEMPLATE_BASE_URL: &str = "http://download.proxmox.com/images/system/";
 
 /// The main env file of a spec, for error locations.
 fn spec_file(spec: &ContainerSpec) -> std::path::PathBuf {

@@ -1,9 +1,14 @@
-//! Mount points change in place on PVE (issue 15): a new `mpN` is hotplugged into the running
-//! container, a grown volume is resized, a removed mount point is deleted (its volume kept as
-//! an unused disk), what PVE keeps pending is applied by a reboot only when the recreate policy
-//! allows a restart, and a shrink is refused. Against fakepve on loopback with a time scale
-//! above 0, so every task is really waited for; the container's address is 127.0.0.1 and SSH is
-//! not waited for.
+//! What `provision` does on PVE storage, against fakepve on loopback with a time scale above 0
+//! (every task is really waited for; the container's address is 127.0.0.1, SSH is not waited
+//! for):
+//!
+//! * mount points change in place: a new `mpN` is hotplugged into the running container, a
+//!   grown volume is resized, a removed mount point is deleted (its volume kept as an unused
+//!   disk), what PVE keeps pending is applied by a reboot only when the recreate policy allows a
+//!   restart, and a shrink is refused;
+//! * templates: downloaded over https with the checksum of the node's template index, once per
+//!   node and template however many containers need it — also when the download fails — and
+//!   an arm64 node gets its arm64 template, or an error naming the architecture.
 
 mod support;
 
@@ -18,7 +23,7 @@ use proxmox_gitops::backend::{self, Backend};
 use proxmox_gitops::inventory::{ContainerSpec, Mount};
 use proxmox_gitops::steps::provision as step;
 use serde_json::Value;
-use support::fakepve::FakePve;
+use support::fakepve::{FakePve, TEMPLATE_FILE, template_sha512};
 
 /// Real seconds per PVE second of a task: tasks take a few tens of milliseconds and are polled.
 const TIME_SCALE: f64 = 0.02;
@@ -31,9 +36,16 @@ struct Env {
 }
 
 impl Env {
+    /// fakepve with the test template on storage `local`.
     fn new() -> Env {
+        let env = Env::without_template();
+        env.pve.add_template();
+        env
+    }
+
+    /// fakepve whose template storage is empty.
+    fn without_template() -> Env {
         let pve = FakePve::start_scaled(TIME_SCALE);
-        pve.add_template();
         let share = tempfile::tempdir().unwrap();
         let mut settings = pve.settings(share.path());
         settings.pve.gateway = Some("127.0.0.254".into());
@@ -43,7 +55,13 @@ impl Env {
     }
 
     async fn provision(&self, s: ContainerSpec, policy: RecreatePolicy) -> Provision {
-        let planned = backend::plan_all(&self.backend, vec![s], policy, 1).await;
+        self.provision_all(vec![s], policy).await.remove(0)
+    }
+
+    /// Provisions `specs` all at once (as many jobs as containers).
+    async fn provision_all(&self, specs: Vec<ContainerSpec>, policy: RecreatePolicy) -> Vec<Provision> {
+        let jobs = specs.len();
+        let planned = backend::plan_all(&self.backend, specs, policy, jobs).await;
         let opts = ApplyOptions {
             share: self.share.path().to_path_buf(),
             wait_ssh: false,
@@ -51,7 +69,7 @@ impl Env {
             ..ApplyOptions::default()
         };
         let dir = ArtifactDir::new(self.artifacts.path());
-        step::apply_all(&self.backend, planned, &opts, 1, &dir).await.unwrap().remove(0)
+        step::apply_all(&self.backend, planned, &opts, jobs, &dir).await.unwrap()
     }
 
     /// `GET …/pending` as fakepve holds it: key → `delete` or the pending value.
@@ -230,4 +248,112 @@ async fn removing_the_first_mount_entry_keeps_the_second_on_its_volume() {
         .await;
     assert_eq!(p.plan.action, Action::Nothing);
     assert_eq!(write_paths(&env.pve), Vec::<String>::new());
+}
+
+fn ct(name: &str, vmid: u32) -> ContainerSpec {
+    support::spec::spec(name, vmid).loopback().resources(1, 512, 0).build()
+}
+
+fn download_requests(pve: &FakePve) -> Vec<BTreeMap<String, String>> {
+    pve.requests(false)
+        .into_iter()
+        .filter(|(m, p, _)| m == "POST" && p.ends_with("/download-url"))
+        .map(|(_, _, b)| body(&b))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_template_is_downloaded_once_over_https_with_the_index_checksum() {
+    let env = Env::without_template();
+    let out = env.provision_all(vec![ct("a", 201), ct("b", 202), ct("c", 203)], RecreatePolicy::Never).await;
+    assert!(out.iter().all(|p| p.outcome == Outcome::Ok), "{out:#?}");
+    let downloads = download_requests(&env.pve);
+    assert_eq!(
+        downloads,
+        vec![BTreeMap::from([
+            ("url".to_string(), format!("https://download.proxmox.com/images/system/{TEMPLATE_FILE}")),
+            ("content".to_string(), "vztmpl".to_string()),
+            ("filename".to_string(), TEMPLATE_FILE.to_string()),
+            ("checksum".to_string(), template_sha512(TEMPLATE_FILE)),
+            ("checksum-algorithm".to_string(), "sha512".to_string()),
+        ])]
+    );
+    let recorded: Vec<&str> = out
+        .iter()
+        .flat_map(|p| p.actions.iter())
+        .filter(|a| a.action == "download")
+        .map(|a| a.exit_status.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(recorded, vec!["OK"], "one container records the download");
+    // The index was read once too.
+    let index_reads = env.pve.requests(false).iter().filter(|(m, p, _)| m == "GET" && p.ends_with("/aplinfo")).count();
+    assert_eq!(index_reads, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn five_containers_with_a_failing_download_send_one_request_and_share_its_error() {
+    let env = Env::without_template();
+    // The template storage is full: the download task fails.
+    env.pve.exec("pve.storages['local']['avail'] = 0");
+    let specs = (1..=5).map(|i| ct(&format!("c{i}"), 300 + i)).collect();
+    let out = env.provision_all(specs, RecreatePolicy::Never).await;
+    assert_eq!(download_requests(&env.pve).len(), 1, "one download request, not five");
+    let errors: Vec<String> = out
+        .iter()
+        .map(|p| match &p.outcome {
+            Outcome::Failed { error } => error.clone(),
+            Outcome::Ok => panic!("{} succeeded without its template: {p:#?}", p.name),
+        })
+        .collect();
+    assert!(errors.iter().all(|e| e == &errors[0]), "the same error for all: {errors:#?}");
+    assert!(
+        errors[0].starts_with(&format!("cannot provide the template local:vztmpl/{TEMPLATE_FILE} on node pve1: ")),
+        "{}",
+        errors[0]
+    );
+    assert!(errors[0].contains("No space left on device"), "{}", errors[0]);
+    // Nothing was created.
+    let creates = env.pve.requests(false).iter().filter(|(m, p, _)| m == "POST" && p == "/nodes/pve1/lxc").count();
+    assert_eq!(creates, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_arm64_node_gets_the_arm64_template_or_an_error_naming_the_architecture() {
+    const ARM_FILE: &str = "debian-13-standard_13.1-2_arm64.tar.zst";
+    let env = Env::without_template();
+    env.pve.set_machine("pve1", "aarch64");
+    // The index lists the template for amd64 only (as Proxmox's does).
+    let p = env.provision(ct("edge", 401), RecreatePolicy::Never).await;
+    let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
+    assert_eq!(
+        error,
+        &format!(
+            "cannot provide the template local:vztmpl/{ARM_FILE} on node pve1: no arm64 template {ARM_FILE} for node \
+             pve1 (arm64): it is not on the template storage and its template index (GET /nodes/pve1/aplinfo) has \
+             `debian-13-standard_13.1-2` only for amd64; Proxmox publishes its templates for amd64 only. Put an arm64 \
+             build named {ARM_FILE} on the template storage (PVE UI: Storage → CT Templates → Upload), or set \
+             PROXMOX_TEMPLATE to a template that exists for arm64"
+        )
+    );
+    assert_eq!(download_requests(&env.pve).len(), 0, "nothing unverified is downloaded");
+    assert!(env.pve.ct_config(401).is_none());
+
+    // An index with an arm64 build (a third-party channel): downloaded with its checksum, and the
+    // container is created from it with arch arm64.
+    let env = Env::without_template();
+    env.pve.set_machine("pve1", "aarch64");
+    env.pve.set_template_index(None, &[TEMPLATE_FILE, ARM_FILE]);
+    let p = env.provision(ct("edge", 401), RecreatePolicy::Never).await;
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    let downloads = download_requests(&env.pve);
+    assert_eq!(downloads.len(), 1);
+    assert_eq!(downloads[0]["url"], format!("https://download.proxmox.com/images/system/{ARM_FILE}"));
+    assert_eq!(downloads[0]["checksum"], template_sha512(ARM_FILE));
+    let create = env.pve.requests(false).into_iter().find(|(m, p, _)| m == "POST" && p == "/nodes/pve1/lxc").unwrap();
+    assert_eq!(body(&create.2)["ostemplate"], format!("local:vztmpl/{ARM_FILE}"));
+    // With the arm64 file on the storage, a second container needs no download.
+    env.pve.requests(true);
+    let p = env.provision(ct("edge2", 402), RecreatePolicy::Never).await;
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    assert_eq!(download_requests(&env.pve).len(), 0);
 }
