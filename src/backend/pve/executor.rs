@@ -367,3 +367,25 @@ struct Final {
     status: Option<String>,
     created: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::written;
+    use crate::backend::model::Change;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_new_volume_counts_as_written_once_pve_allocated_it() {
+        let add = Change { key: "mp0".into(), from: None, to: Some("local-lvm:4,mp=/data".into()) };
+        let cfg = |v: &str| BTreeMap::from([("mp0".to_string(), v.to_string())]);
+        assert!(written(&add, &cfg("local-lvm:vm-101-disk-1,mp=/data,size=4G")));
+        assert!(!written(&add, &cfg("local-lvm:vm-101-disk-1,mp=/other,size=4G")));
+        assert!(!written(&add, &cfg("ceph:vm-101-disk-1,mp=/data,size=4G")));
+        assert!(!written(&add, &BTreeMap::new()));
+        let delete = Change { key: "mp0".into(), from: Some("local-lvm:vm-101-disk-1,mp=/data".into()), to: None };
+        assert!(written(&delete, &BTreeMap::new()));
+        assert!(!written(&delete, &cfg("local-lvm:vm-101-disk-1,mp=/data")));
+        let memory = Change { key: "memory".into(), from: Some("512".into()), to: Some("1024".into()) };
+        assert!(written(&memory, &BTreeMap::from([("memory".to_string(), "1024".to_string())])));
+    }
+}

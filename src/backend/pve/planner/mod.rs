@@ -195,10 +195,13 @@ fn with_mp(value: &str, mp: &str) -> String {
 /// numbers them in `MOUNT` order, but PVE's numbers stay with the volumes, so removing the first
 /// `MOUNT` entry must not shift the others onto another volume. In order:
 ///
-/// 1. a desired mount takes the live `mpN` mounted at the same path (`mp=`);
-/// 2. else its own number, when that is free or held by a live mount point no desired mount
-///    took (a changed path, storage or kind of the same entry);
-/// 3. else the lowest number that is neither live nor taken (a new mount point).
+/// 1. a desired mount takes the live `mpN` mounted at the same path (`mp=`) — its bind source,
+///    storage, size or kind may differ;
+/// 2. else its own number, when no live mount point has it;
+/// 3. else the lowest number that is neither live nor taken.
+///
+/// A mount whose path changed is so a new mount point, and the old one is removed (a volume
+/// kept as an unused disk): a volume never shows up at another entry's path.
 pub fn match_mounts(
     desired: &BTreeMap<String, DesiredMount>,
     cfg: &BTreeMap<String, String>,
@@ -223,7 +226,7 @@ pub fn match_mounts(
     }
     let mut later = Vec::new();
     for (k, m) in rest {
-        if out.contains_key(k) {
+        if out.contains_key(k) || cfg.contains_key(k) {
             later.push(m);
         } else {
             out.insert(k.clone(), m.clone());
@@ -386,7 +389,8 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
                         )
                     };
                     compare_size(key, &live_props, *size_gib, refusal, &mut blocked, &mut resizes);
-                    (live_props.get("mp") != Some(mp)).then(|| Some(with_mp(l, mp)))
+                    // Matched by path (`match_mounts`): the same mount point.
+                    None
                 }
             }
             (Some(l), Some(DesiredMount::Bind { host_path, mp })) => {

@@ -317,7 +317,7 @@ fn live_with(d: &Desired, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 #[test]
-fn a_changed_mount_is_rewritten_in_place_keeping_its_volume() {
+fn a_changed_mount_is_rewritten_in_place_and_a_moved_path_is_a_new_mount_point() {
     let (s, d) = with_mounts(vec![
         Mount::Bind { host_path: "/srv/new".into(), container_path: "/a".into() },
         volume(6, "/srv/data"),
@@ -328,24 +328,24 @@ fn a_changed_mount_is_rewritten_in_place_keeping_its_volume() {
     let p = run(&d, ct, RecreatePolicy::WhenNeeded, true);
     let action = Action::Update {
         changes: vec![
+            // Same path, another host directory: rewritten, its options kept.
             change("mp0", Some("/srv/old,mp=/a,ro=1"), Some("/srv/new,mp=/a,ro=1")),
-            change(
-                "mp1",
-                Some("local-lvm:vm-101-disk-1,mp=/data,size=4G,backup=1"),
-                Some("local-lvm:vm-101-disk-1,mp=/srv/data,size=4G,backup=1"),
-            ),
+            // Another path: the old volume leaves (kept as an unused disk), a new one comes.
+            change("mp1", Some("local-lvm:vm-101-disk-1,mp=/data,size=4G,backup=1"), None),
+            change("mp2", None, Some("local-lvm:6,mp=/srv/data")),
         ],
-        resizes: vec![Resize { disk: "mp1".into(), from_gib: 4, to_gib: 6 }],
+        resizes: vec![],
         reboot_needed: true,
     };
     assert_eq!(p.action, action);
-    assert_eq!(p.warnings, Vec::<String>::new(), "the volume stays the mount point's volume");
+    assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+    assert!(p.warnings[0].starts_with("mp1 (local-lvm:vm-101-disk-1) leaves CT 101: PVE keeps the volume"));
     assert_eq!(
         lines(&s, &action, RecreatePolicy::WhenNeeded),
         vec![
             "MOUNT /srv/old:/a → /srv/new:/a (reboot)",
-            "MOUNT local-lvm:4:/data → local-lvm:4:/srv/data (reboot)",
-            "MOUNT local-lvm:4:/srv/data → local-lvm:6:/srv/data (resize)",
+            "MOUNT -local-lvm:4:/data (reboot)",
+            "MOUNT +local-lvm:6:/srv/data"
         ]
     );
 }
