@@ -189,7 +189,7 @@ pub struct ContainerPlan {
 /// One action taken, with its PVE task when there was one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionRecord {
-    /// What was done: `download`, `create`, `config`, `resize`, `start`, `shutdown`, `stop`,
+    /// What was done: `download`, `create`, `config`, `resize`, `reboot`, `start`, `shutdown`, `stop`,
     /// `destroy`, `snapshot`, `wait-ssh` ….
     pub action: String,
     /// The PVE task's UPID, when the call was asynchronous.
