@@ -170,6 +170,10 @@ fn mount_changes_plan_in_place_and_a_shrink_is_refused_naming_the_key() {
         ),
         "{out}"
     );
+    assert!(
+        out.contains("\n0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 refused (see the reasons)\n"),
+        "{out}"
+    );
     let writes: Vec<_> = pve.writes(false).into_iter().filter(|(_, p, _)| p != "/access/ticket").collect();
     assert!(writes.is_empty(), "plan only reads: {writes:?}");
 }
