@@ -97,6 +97,9 @@ struct Cached {
     warnings: Vec<String>,
 }
 
+/// The outcome of providing one template on one node, set once (an error as its message).
+type TemplateCell = Arc<OnceCell<Result<(), String>>>;
+
 /// The PVE backend. Share one instance (and so one client session) across concurrent provisions.
 pub struct PveBackend {
     client: Arc<PveClient>,
@@ -105,7 +108,7 @@ pub struct PveBackend {
     arches: tokio::sync::Mutex<HashMap<String, String>>,
     /// One template provision per `node/volid`, its outcome shared by every waiter (an error
     /// as its message, so a failed download is not repeated by the others).
-    templates: Mutex<HashMap<String, Arc<OnceCell<Result<(), String>>>>>,
+    templates: Mutex<HashMap<String, TemplateCell>>,
     cache: Mutex<HashMap<u32, Cached>>,
 }
 

@@ -141,7 +141,7 @@ fn parse_features(s: Option<&String>) -> BTreeMap<String, String> {
 
 /// A size in GiB as the user writes it: `12`, or `1.5` when not whole.
 fn gib_text(bytes: u64) -> String {
-    if bytes % GIB == 0 { (bytes / GIB).to_string() } else { format!("{:.1}", bytes as f64 / GIB as f64) }
+    if bytes.is_multiple_of(GIB) { (bytes / GIB).to_string() } else { format!("{:.1}", bytes as f64 / GIB as f64) }
 }
 
 /// The volume of a `rootfs`/`mpN` value (`STORAGE:NAME` or a host path) and its properties.
