@@ -118,3 +118,62 @@ fn changed_memory_and_disk_read_old_to_new_and_detailed_exitcode() {
     assert_eq!(code, 2, "{err}");
     drop(pve);
 }
+
+#[test]
+fn mount_changes_plan_in_place_and_a_shrink_is_refused_naming_the_key() {
+    let pve = FakePve::start_scaled(0.02);
+    pve.add_template();
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    let (repo, share) = (repo.path(), share.path());
+    write_env(repo, "MOUNT=local-lvm:4:/data,local-lvm:2:/logs\n");
+    let (code, out, err) = run(&pve, repo, share, &[], &["provision", "--all", "--no-wait-ssh"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+
+    // /logs removed, /data grown, /cache added: all in place; the removal waits for a restart.
+    write_env(repo, "MOUNT=local-lvm:8:/data,local-lvm:1:/cache\n");
+    pve.writes(true);
+    let (code, out, err) = run(&pve, repo, share, &[], &["plan", "--ref", "refs/heads/release", "--detailed-exitcode"]);
+    assert_eq!(code, 2, "changes pending:\n{out}\n{err}");
+    let details: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("broker (vmid 101)")).take(4).collect();
+    assert_eq!(
+        details,
+        [
+            "broker (vmid 101): update in place, reboot needed",
+            "  MOUNT -local-lvm:2:/logs (pending until restart)",
+            "  MOUNT +local-lvm:1:/cache",
+            "  MOUNT local-lvm:4:/data → local-lvm:8:/data (resize)",
+        ],
+        "{out}"
+    );
+    assert!(out.contains("\n0 to create, 1 to update in place, 0 to recreate, 0 unchanged\n"), "{out}");
+    // With --allow-recreate the removal is applied by a reboot, still no recreate.
+    let (code, out, err) = run(
+        &pve,
+        repo,
+        share,
+        &[],
+        &["plan", "--ref", "refs/heads/release", "--allow-recreate", "--detailed-exitcode"],
+    );
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(out.contains("  MOUNT -local-lvm:2:/logs (reboot)\n"), "{out}");
+    assert!(out.contains("\n0 to create, 1 to update in place, 0 to recreate, 0 unchanged\n"), "{out}");
+
+    // A shrink: refused, naming the file, the key and both sizes.
+    write_env(repo, "MOUNT=local-lvm:1:/data,local-lvm:2:/logs\n");
+    let (code, out, err) = run(&pve, repo, share, &[], &["plan", "--ref", "refs/heads/release", "--allow-recreate"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(
+            "refused: MOUNT in libs/broker/container.env: mp0 (local-lvm:1:/data) is 4 GiB on PVE, the spec asks \
+             for 1 GiB, and PVE cannot shrink a volume; write local-lvm:4:/data (or more)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("\n0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 refused (see the reasons)\n"),
+        "{out}"
+    );
+    let writes: Vec<_> = pve.writes(false).into_iter().filter(|(_, p, _)| p != "/access/ticket").collect();
+    assert!(writes.is_empty(), "plan only reads: {writes:?}");
+}

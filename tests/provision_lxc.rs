@@ -275,7 +275,7 @@ fn test_recreate_refused_without_the_flag() -> Result<(), Failed> {
         assert_ok(&p1);
         spec.vmid = 90006;
         let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
-        assert_eq!(plan.action, Action::Refused { reasons: vec!["vmid changed from 90005 to 90006".into()] });
+        assert_eq!(plan.action, Action::refused_recreate(vec!["vmid changed from 90005 to 90006".into()]));
         let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
         assert_eq!(
             p.outcome,

@@ -277,7 +277,9 @@ async fn missing_template_is_downloaded_once_for_concurrent_creates() {
     let dl: Vec<&(String, String, String)> = reqs.iter().filter(|(_, p, _)| p.ends_with("/download-url")).collect();
     assert_eq!(dl.len(), 1);
     let body: BTreeMap<String, String> = url::form_urlencoded::parse(dl[0].2.as_bytes()).into_owned().collect();
-    assert_eq!(body["url"], format!("http://download.proxmox.com/images/system/{TEMPLATE_FILE}"));
+    assert_eq!(body["url"], format!("https://download.proxmox.com/images/system/{TEMPLATE_FILE}"));
+    assert_eq!(body["checksum"], support::fakepve::template_sha512(TEMPLATE_FILE));
+    assert_eq!(body["checksum-algorithm"], "sha512");
     assert_eq!(body["content"], "vztmpl");
     assert_eq!(body["filename"], TEMPLATE_FILE);
     for vmid in [201, 202, 203] {
@@ -379,7 +381,7 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
     let reason = format!(
         "ostemplate changes from local:vztmpl/{TEMPLATE_FILE} to local:vztmpl/debian-13-standard_13.2-1_amd64.tar.zst"
     );
-    assert_eq!(p.plan.action, Action::Refused { reasons: vec![reason.clone()] });
+    assert_eq!(p.plan.action, Action::refused_recreate(vec![reason.clone()]));
     let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
     assert!(error.contains("--allow-recreate") && error.contains(&reason), "{error}");
     assert_eq!(p.actions, vec![]);

@@ -43,6 +43,15 @@ pub enum RecreatePolicy {
     Always,
 }
 
+impl RecreatePolicy {
+    /// Whether the policy allows restarting a running container to apply what PVE keeps
+    /// pending (a removed or changed mount point, feature flags): a policy that allows
+    /// destroying it (`when-needed`, `always`) allows restarting it; `never` does not.
+    pub fn allows_restart(self) -> bool {
+        self != RecreatePolicy::Never
+    }
+}
+
 /// One setting that differs between the spec and the live container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
@@ -122,14 +131,39 @@ pub enum Action {
         /// Why (e.g. "ostemplate changed", "rootfs shrinks from 8 to 4 GiB").
         reasons: Vec<String>,
     },
-    /// A recreate is needed but the policy forbids it: nothing is changed, the step fails.
+    /// The change cannot be made as the policy stands: nothing is changed, the step fails.
+    /// Either a recreate is needed and the policy forbids it (`needs_recreate`, the default),
+    /// or no policy allows it (`needs_recreate: false`: a volume shrink, a root-only feature
+    /// under an API token, a volume moving storage) and each reason names the fix.
     Refused {
-        /// Why a recreate is needed.
+        /// Why (each reason names the key and the values involved).
         reasons: Vec<String>,
+        /// True when a recreate would apply the change (`--allow-recreate` does); false when
+        /// the user has to change the spec or act on PVE first. Absent in JSON when true.
+        #[serde(default = "yes", skip_serializing_if = "is_true")]
+        needs_recreate: bool,
     },
 }
 
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
 impl Action {
+    /// A refusal because a recreate is needed and the policy forbids it.
+    pub fn refused_recreate(reasons: Vec<String>) -> Action {
+        Action::Refused { reasons, needs_recreate: true }
+    }
+
+    /// A refusal no recreate policy lifts (the reasons name the fix).
+    pub fn refused_blocked(reasons: Vec<String>) -> Action {
+        Action::Refused { reasons, needs_recreate: false }
+    }
+
     /// True when executing the action changes something.
     pub fn changes_something(&self) -> bool {
         !matches!(self, Action::Nothing | Action::Refused { .. })
@@ -155,7 +189,7 @@ pub struct ContainerPlan {
 /// One action taken, with its PVE task when there was one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionRecord {
-    /// What was done: `download`, `create`, `config`, `resize`, `start`, `shutdown`, `stop`,
+    /// What was done: `download`, `create`, `config`, `resize`, `reboot`, `start`, `shutdown`, `stop`,
     /// `destroy`, `snapshot`, `wait-ssh` ….
     pub action: String,
     /// The PVE task's UPID, when the call was asynchronous.
@@ -295,7 +329,7 @@ pub fn failed_before_plan(
         name: spec.name.clone(),
         vmid: spec.vmid,
         hostname: spec.hostname.clone(),
-        action: Action::Refused { reasons: vec![format!("planning failed: {error}")] },
+        action: Action::refused_blocked(vec![format!("planning failed: {error}")]),
         start: false,
     };
     Provision {

@@ -134,7 +134,8 @@ pub fn action_word(action: &Action) -> &'static str {
 
 /// One line of a printed plan: what will happen to the container, e.g. `create`, `nothing`,
 /// `update cores=2 resize rootfs 8→16 GiB (reboot needed)`, `RECREATE: <reasons>` or
-/// `refused (needs --allow-recreate): <reasons>`. Long values and `description` print as `…`.
+/// `refused (needs --allow-recreate): <reasons>` (or `refused: <reasons>` when no recreate would
+/// help, e.g. a volume shrink). Long values and `description` print as `…`.
 pub fn describe(plan: &ContainerPlan) -> String {
     match &plan.action {
         Action::Create => "create".into(),
@@ -158,7 +159,10 @@ pub fn describe(plan: &ContainerPlan) -> String {
             format!("update {}{}", parts.join(" "), if *reboot_needed { " (reboot needed)" } else { "" })
         }
         Action::Recreate { reasons } => format!("RECREATE: {}", reasons.join("; ")),
-        Action::Refused { reasons } => format!("refused (needs --allow-recreate): {}", reasons.join("; ")),
+        Action::Refused { reasons, needs_recreate: true } => {
+            format!("refused (needs --allow-recreate): {}", reasons.join("; "))
+        }
+        Action::Refused { reasons, needs_recreate: false } => format!("refused: {}", reasons.join("; ")),
     }
 }
 
@@ -241,8 +245,9 @@ mod tests {
         );
         assert_eq!(describe(&plan(Action::Recreate { reasons: vec!["a".into(), "b".into()] })), "RECREATE: a; b");
         assert_eq!(
-            describe(&plan(Action::Refused { reasons: vec!["shrink".into()] })),
-            "refused (needs --allow-recreate): shrink"
+            describe(&plan(Action::refused_recreate(vec!["template".into()]))),
+            "refused (needs --allow-recreate): template"
         );
+        assert_eq!(describe(&plan(Action::refused_blocked(vec!["shrink".into()]))), "refused: shrink");
     }
 }

@@ -272,7 +272,7 @@ fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -
             (Some(cp), _) => (
                 super::describe::action_word(&cp.action).to_string(),
                 match &cp.action {
-                    Action::Recreate { reasons } | Action::Refused { reasons } => reasons.join("; "),
+                    Action::Recreate { reasons } | Action::Refused { reasons, .. } => reasons.join("; "),
                     _ => super::describe::setting_lines(&c.settings),
                 },
             ),

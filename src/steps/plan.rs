@@ -134,6 +134,11 @@ pub struct Counts {
     pub unchanged: usize,
     /// Containers needing a recreate the policy forbids (the provision step would fail).
     pub refused: usize,
+    /// Containers whose change no policy allows (a volume shrink, a volume on another storage,
+    /// a root-only change under an API token): the provision step would fail; the reasons say
+    /// what to change.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub blocked: usize,
     /// Containers that could not be planned (`provision_error`).
     pub failed: usize,
     /// Containers whose provision action is unknown (no live state: offline plan).
@@ -142,9 +147,14 @@ pub struct Counts {
     pub skipped: usize,
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 impl Counts {
     /// The count line: `2 to create, 1 to update in place, 1 to recreate, 3 unchanged`, then
-    /// `, N refused (needs --allow-recreate)`, `, N cannot be planned`, `, N unknown (no live
+    /// `, N refused (needs --allow-recreate)`, `, N refused (see the reasons)` (no policy allows
+    /// the change), `, N cannot be planned`, `, N unknown (no live
     /// state)`, `, N skipped (already provisioned)` when not zero. The first four always appear.
     pub fn line(&self) -> String {
         let mut s = format!(
@@ -153,6 +163,7 @@ impl Counts {
         );
         for (n, what) in [
             (self.refused, "refused (needs --allow-recreate)"),
+            (self.blocked, "refused (see the reasons)"),
             (self.failed, "cannot be planned"),
             (self.unknown, "unknown (no live state)"),
             (self.skipped, "skipped (already provisioned for the same inputs)"),
@@ -200,7 +211,8 @@ impl Plan {
                     Action::Update { .. } => n.update += 1,
                     Action::Recreate { .. } => n.recreate += 1,
                     Action::Nothing => n.unchanged += 1,
-                    Action::Refused { .. } => n.refused += 1,
+                    Action::Refused { needs_recreate: true, .. } => n.refused += 1,
+                    Action::Refused { needs_recreate: false, .. } => n.blocked += 1,
                 },
                 (None, Some(_)) => n.failed += 1,
                 (None, None) => n.unknown += 1,
@@ -270,7 +282,7 @@ pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend
             match p.plan {
                 Ok(cp) => {
                     c.settings = match backend.kind() {
-                        BackendKind::Pve => crate::backend::pve::planner::setting_changes(&p.spec, &cp.action),
+                        BackendKind::Pve => crate::backend::pve::planner::setting_changes(&p.spec, &cp.action, policy),
                         BackendKind::Lxc => crate::backend::lxc::planner::setting_changes(&p.spec, &cp),
                     };
                     c.config_digest = backend.config_digest(cp.vmid);

@@ -25,6 +25,22 @@ use serde_json::Value;
 pub const TEMPLATE: &str = "debian-13-standard_13.1-2";
 /// Its file on storage `local` for amd64 nodes.
 pub const TEMPLATE_FILE: &str = "debian-13-standard_13.1-2_amd64.tar.zst";
+/// The next release's template file, which tests switch to (a recreate).
+pub const NEXT_TEMPLATE_FILE: &str = "debian-13-standard_13.2-1_amd64.tar.zst";
+
+/// The `sha512sum` [`FakePve::set_template_index`] lists for `file`: 128 hex digits made from
+/// the name (not a digest of anything; fakepve does not check it).
+pub fn template_sha512(file: &str) -> String {
+    let mut out = String::new();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    while out.len() < 128 {
+        for b in file.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        out.push_str(&format!("{h:016x}"));
+    }
+    out
+}
 
 struct Io {
     stdin: ChildStdin,
@@ -70,7 +86,49 @@ impl FakePve {
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("fakepve did not start: {e}: {line:?}"));
         let port = hello["port"].as_u64().expect("port") as u16;
         let ca = PathBuf::from(hello["ca"].as_str().expect("ca"));
-        FakePve { child, io: Mutex::new(Io { stdin, stdout }), port, ca, dir }
+        let pve = FakePve { child, io: Mutex::new(Io { stdin, stdout }), port, ca, dir };
+        // Every node knows the test templates, as `pveam update` makes a real node know Proxmox's.
+        pve.set_template_index(None, &[TEMPLATE_FILE, NEXT_TEMPLATE_FILE]);
+        pve
+    }
+
+    /// Answers `method` on the schema path `template` (e.g. `/nodes/{node}/status`) with
+    /// `value` on `node` (`None`: every node), for paths fakepve answers from the schema's shapes.
+    pub fn answer(&self, method: &str, template: &str, node: Option<&str>, value: &Value) {
+        // A JSON string literal is a Python string literal too.
+        let literal = |v: String| serde_json::to_string(&v).unwrap();
+        let key = literal(serde_json::to_string(&(method, template, node)).unwrap());
+        let value = literal(serde_json::to_string(value).unwrap());
+        self.exec(&format!("import json\npve.test_answers[tuple(json.loads({key}))] = json.loads({value})"));
+    }
+
+    /// Makes `GET /nodes/{node}/aplinfo` on `node` (`None`: every node) list `files` as Proxmox's
+    /// index lists them: `template`, `http://download.proxmox.com/images/system/FILE` as
+    /// `location`, the architecture from the name, and [`template_sha512`] as `sha512sum`.
+    pub fn set_template_index(&self, node: Option<&str>, files: &[&str]) {
+        let entries: Vec<Value> = files
+            .iter()
+            .map(|f| {
+                let arch = f.rsplit('_').next().and_then(|a| a.split('.').next()).unwrap_or("amd64");
+                serde_json::json!({
+                    "template": f, "type": "lxc", "section": "system", "architecture": arch,
+                    "os": "debian-13", "package": f.split('_').next().unwrap_or(f), "infopage": "https://www.debian.org",
+                    "location": format!("http://download.proxmox.com/images/system/{f}"),
+                    "sha512sum": template_sha512(f),
+                })
+            })
+            .collect();
+        self.answer("GET", "/nodes/{node}/aplinfo", node, &Value::Array(entries));
+    }
+
+    /// Makes `GET /nodes/{node}/status` report `machine` as `current-kernel.machine` on `node`
+    /// (`aarch64` for an arm64 node).
+    pub fn set_machine(&self, node: &str, machine: &str) {
+        let status = serde_json::json!({
+            "current-kernel": {"machine": machine, "release": "6.14.8-2-pve", "sysname": "Linux", "version": "#1 SMP"},
+            "uptime": 3600, "cpu": 0.01, "memory": {"total": 8589934592u64, "used": 1073741824u64, "free": 7516192768u64}
+        });
+        self.answer("GET", "/nodes/{node}/status", Some(node), &status);
     }
 
     /// Settings for this server: root@pam / secret (ticket login), node discovered, no gateway,

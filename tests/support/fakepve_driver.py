@@ -4,6 +4,9 @@ Started by tests/support/fakepve.rs as `python3 fakepve_driver.py DIR [TIME_SCAL
 
 * makes a certificate in DIR with fakepve.certs.make_cert (names 127.0.0.1),
 * starts FakePve on 127.0.0.1, port 0 (the system picks a free one),
+* lets the tests answer schema paths fakepve builds from the schema's shapes (the appliance
+  index `GET /nodes/{node}/aplinfo`, `GET /nodes/{node}/status` …): `pve.test_answers[(METHOD,
+  PATH_TEMPLATE, NODE or None)] = value`, NODE None for every node,
 * prints one JSON line {"port": N, "ca": "DIR/fakepve.crt"} on stdout,
 * then reads JSON lines {"code": "..."} on stdin. The code runs as the body of an async
   function with `pve` (the FakePve) in scope, on the server's event loop; it may `await`, and
@@ -14,6 +17,7 @@ Loopback only: the server never listens anywhere else. EOF on stdin stops it.
 """
 
 import asyncio
+import copy
 import json
 import logging
 import sys
@@ -33,6 +37,15 @@ def main():
     certfile, keyfile, _ = make_cert(directory, hosts=('127.0.0.1',))
     pve = FakePve(user='root@pam', password='secret', host='127.0.0.1', port=0)
     pve.time_scale = time_scale
+    pve.test_answers = {}
+    shaped = pve.synthesise
+
+    async def synthesise(match, method, info, user, values):
+        for key in ((method, match.template, values.get('node')), (method, match.template, None)):
+            if key in pve.test_answers:
+                return copy.deepcopy(pve.test_answers[key])
+        return await shaped(match, method, info, user, values)
+    pve.synthesise = synthesise
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(pve.start(certfile, keyfile))

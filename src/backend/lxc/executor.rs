@@ -41,7 +41,7 @@ impl LxcBackend {
         let desired = self.desired(spec, true).await?;
         p.warnings.extend(desired.warnings.iter().cloned());
         match &plan.action {
-            Action::Refused { reasons } => bail!(
+            Action::Refused { reasons, .. } => bail!(
                 "container `{name}` must be recreated ({}), but the recreate policy forbids it: rerun with --allow-recreate",
                 reasons.join("; ")
             ),

@@ -85,7 +85,7 @@ pub fn plan_container(
     }
     if !reasons.is_empty() {
         return match policy {
-            RecreatePolicy::Never => plan(Action::Refused { reasons }, false),
+            RecreatePolicy::Never => plan(Action::refused_recreate(reasons), false),
             _ => plan(Action::Recreate { reasons }, true),
         };
     }

@@ -281,7 +281,7 @@ fn plan_base_or_vmid_change_needs_the_policy() {
     let reasons = vec!["base changed from pgo-base-bullseye (bullseye) to pgo-base-bookworm (bookworm)".to_string()];
     assert_eq!(
         plan_container(&s, &d, Some(&live), RecreatePolicy::Never),
-        plan_of(Action::Refused { reasons: reasons.clone() }, false)
+        plan_of(Action::refused_recreate(reasons.clone()), false)
     );
     assert_eq!(
         plan_container(&s, &d, Some(&live), RecreatePolicy::WhenNeeded),
@@ -290,7 +290,7 @@ fn plan_base_or_vmid_change_needs_the_policy() {
     live.meta = Some(Meta { vmid: 205, ..d.meta.clone() });
     assert_eq!(
         plan_container(&s, &d, Some(&live), RecreatePolicy::Never),
-        plan_of(Action::Refused { reasons: vec!["vmid changed from 205 to 101".into()] }, false)
+        plan_of(Action::refused_recreate(vec!["vmid changed from 205 to 101".into()]), false)
     );
     live.meta = None;
     assert_eq!(

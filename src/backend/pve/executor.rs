@@ -56,7 +56,11 @@ impl PveBackend {
         let node = self.node_for(spec).await?;
         let vmid = spec.vmid;
         match &plan.action {
-            Action::Refused { reasons } => {
+            Action::Refused { reasons, needs_recreate: false } => {
+                fin.status = None;
+                bail!("{} (vmid {vmid}): {}; nothing was changed", spec.name, reasons.join("; "));
+            }
+            Action::Refused { reasons, needs_recreate: true } => {
                 fin.status = None;
                 bail!(
                     "{} (vmid {vmid}) needs to be recreated ({}), which the recreate policy `never` forbids; nothing was changed. \
@@ -88,18 +92,7 @@ impl PveBackend {
                     self.resize(&node, vmid, &r.disk, r.to_gib, rec).await?;
                 }
                 if !plan.start {
-                    let pending = self.client.get(&format!("/nodes/{node}/lxc/{vmid}/pending"), &[]).await?;
-                    let keys: Vec<&str> = pending
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter(|i| i.get("pending").is_some() || i.get("delete").is_some())
-                        .filter_map(|i| i.get("key").and_then(Value::as_str))
-                        .collect();
-                    if !keys.is_empty() {
-                        rec.warnings
-                            .push(format!("reboot needed: CT {vmid} applies {} at its next start", keys.join(", ")));
-                    }
+                    self.apply_pending(&node, vmid, opts, rec).await?;
                 }
             }
         }
@@ -199,7 +192,7 @@ impl PveBackend {
                     tracing::info!("{e}; reading the config again");
                     let (live, new_digest) = self.read_live(node, vmid).await?;
                     let Live::Present(ct) = live else { bail!("CT {vmid} disappeared while its config was written") };
-                    todo.retain(|c| ct.config.get(&c.key) != c.to.as_ref());
+                    todo.retain(|c| !written(c, &ct.config));
                     if todo.is_empty() {
                         break;
                     }
@@ -213,7 +206,7 @@ impl PveBackend {
                     // values the plan saw; otherwise the plan is stale.
                     let (live, new_digest) = self.read_live(node, vmid).await?;
                     let Live::Present(ct) = live else { bail!("CT {vmid} disappeared while its config was written") };
-                    todo.retain(|c| ct.config.get(&c.key) != c.to.as_ref());
+                    todo.retain(|c| !written(c, &ct.config));
                     if let Some(c) = todo.iter().find(|c| ct.config.get(&c.key) != c.from.as_ref()) {
                         return Err(e).with_context(|| {
                             format!(
@@ -244,6 +237,51 @@ impl PveBackend {
             .collect::<Vec<_>>()
             .join(", ");
         rec.push("config", None, started, Some(detail));
+        Ok(())
+    }
+
+    /// What PVE keeps pending for the running CT `vmid` (`GET …/pending`: entries with
+    /// `pending` or `delete`) is applied by a reboot (`POST …/status/reboot`, recorded as
+    /// `reboot`) when the recreate policy allows a restart
+    /// ([`crate::backend::model::RecreatePolicy::allows_restart`]); otherwise a warning says it
+    /// stays pending until the next restart and how to restart now.
+    async fn apply_pending(&self, node: &str, vmid: u32, opts: &ApplyOptions, rec: &mut Rec) -> anyhow::Result<()> {
+        let pending = self.client.get(&format!("/nodes/{node}/lxc/{vmid}/pending"), &[]).await?;
+        let keys: Vec<String> = pending
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| {
+                let key = i.get("key").and_then(Value::as_str)?;
+                if i.get("delete").is_some_and(|v| !v.is_null()) {
+                    Some(format!("{key} (delete)"))
+                } else {
+                    i.get("pending").is_some_and(|v| !v.is_null()).then(|| key.to_string())
+                }
+            })
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        if !opts.recreate.allows_restart() {
+            rec.warnings.push(format!(
+                "pending until the next restart: CT {vmid} applies {} when it starts again; the recreate policy \
+                 `never` allows no restart — re-run with --allow-recreate, or run `pct reboot {vmid}` on node {node}",
+                keys.join(", ")
+            ));
+            return Ok(());
+        }
+        let started = Instant::now();
+        let secs = self.opts.timeouts.shutdown.as_secs().max(1);
+        let out = self
+            .locked("reboot", || async {
+                let upid = self.client.ct_reboot(node, vmid, secs).await?;
+                let wait = self.opts.timeouts.shutdown + self.opts.timeouts.start;
+                self.client.wait_task(&upid, wait, &format!("reboot CT {vmid}")).await
+            })
+            .await
+            .with_context(|| format!("cannot reboot CT {vmid} on node {node} to apply {}", keys.join(", ")))?;
+        rec.push("reboot", Some(&out), started, Some(format!("applies {}", keys.join(", "))));
         Ok(())
     }
 
@@ -303,9 +341,51 @@ impl PveBackend {
     }
 }
 
+/// Whether PVE's config (pending values applied) shows `c` written. A new volume
+/// (`STORAGE:SIZE,mp=…`) shows as the volume PVE allocated (`STORAGE:vm-…,mp=…,size=…`): the
+/// key holding a volume of that storage at that path counts, so a repeated write never allocates
+/// a second volume.
+fn written(c: &crate::backend::model::Change, config: &std::collections::BTreeMap<String, String>) -> bool {
+    let live = config.get(&c.key);
+    if live == c.to.as_ref() {
+        return true;
+    }
+    let (Some(live), Some(to)) = (live, &c.to) else { return false };
+    let (to_vol, to_props) = super::planner::split_props(to);
+    let (live_vol, live_props) = super::planner::split_props(live);
+    let storage = |v: &Option<String>| v.as_deref().and_then(|v| v.split_once(':')).map(|(s, _)| s.to_string());
+    c.key.starts_with("mp")
+        && !to_props.contains_key("size")
+        && storage(&to_vol).is_some()
+        && storage(&to_vol) == storage(&live_vol)
+        && to_props.get("mp") == live_props.get("mp")
+}
+
 #[derive(Default)]
 struct Final {
     address: Option<String>,
     status: Option<String>,
     created: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::written;
+    use crate::backend::model::Change;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_new_volume_counts_as_written_once_pve_allocated_it() {
+        let add = Change { key: "mp0".into(), from: None, to: Some("local-lvm:4,mp=/data".into()) };
+        let cfg = |v: &str| BTreeMap::from([("mp0".to_string(), v.to_string())]);
+        assert!(written(&add, &cfg("local-lvm:vm-101-disk-1,mp=/data,size=4G")));
+        assert!(!written(&add, &cfg("local-lvm:vm-101-disk-1,mp=/other,size=4G")));
+        assert!(!written(&add, &cfg("ceph:vm-101-disk-1,mp=/data,size=4G")));
+        assert!(!written(&add, &BTreeMap::new()));
+        let delete = Change { key: "mp0".into(), from: Some("local-lvm:vm-101-disk-1,mp=/data".into()), to: None };
+        assert!(written(&delete, &BTreeMap::new()));
+        assert!(!written(&delete, &cfg("local-lvm:vm-101-disk-1,mp=/data")));
+        let memory = Change { key: "memory".into(), from: Some("512".into()), to: Some("1024".into()) };
+        assert!(written(&memory, &BTreeMap::from([("memory".to_string(), "1024".to_string())])));
+    }
 }

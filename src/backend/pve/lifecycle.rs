@@ -1,5 +1,5 @@
-//! Making and removing containers on PVE: the template download (shared by concurrent
-//! provisions of one node), `POST …/lxc` (repeated when its answer is lost; an "already exists"
+//! Making and removing containers on PVE: the template download (https, checked against the
+//! node's template index; shared by concurrent provisions of one node, failure included), `POST …/lxc` (repeated when its answer is lost; an "already exists"
 //! after a repeat finds the first attempt's `vzcreate` task), and the destroy sequence
 //! (`vzshutdown`, `vzstop` when it fails, `DELETE …/lxc/{vmid}` with `purge=1` and
 //! `destroy-unreferenced-disks=1`).
@@ -9,15 +9,23 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow};
 use serde_json::Value;
 
-use super::desired::{Desired, TEMPLATE_BASE_URL, create_params, template_file, template_volid};
+use super::desired::template::template_source;
+use super::desired::{Desired, create_params, template_file, template_volid};
 use super::{PveBackend, Rec, upid_of};
 use crate::backend::model::{ActionRecord, ApplyOptions};
 use crate::inventory::ContainerSpec;
 use crate::pve::{PveError, Replay, TaskOutcome};
 
 impl PveBackend {
-    /// Makes sure the template is on the storage, downloading it from [`TEMPLATE_BASE_URL`]
-    /// when missing; concurrent callers for the same node and template share one download.
+    /// Makes sure the template is on the storage: when missing, downloads it over https with
+    /// the checksum of the node's template index (`GET /nodes/{node}/aplinfo`, see
+    /// [`super::desired::template`]) through `POST /nodes/{node}/storage/{storage}/download-url`
+    /// (`checksum`, `checksum-algorithm`). Concurrent callers for the same node and template
+    /// share one check and one download, and its outcome: after a failure every waiter gets the
+    /// same error without a second request.
+    ///
+    /// # Errors
+    /// API and task errors; no index entry for the node's architecture (the message names it).
     pub(super) async fn ensure_template(&self, node: &str, d: &Desired, rec: &mut Rec) -> anyhow::Result<()> {
         let file = template_file(&self.opts.defaults.template, &d.arch);
         let (sid, volid) = template_volid(&self.opts.defaults.storage, &file);
@@ -26,42 +34,61 @@ impl PveBackend {
             map.entry(format!("{node}/{volid}")).or_default().clone()
         };
         let mut record: Option<(TaskOutcome, Instant)> = None;
-        cell.get_or_try_init(|| async {
-            let content = self
-                .client
-                .get(&format!("/nodes/{node}/storage/{sid}/content"), &[("content", "vztmpl".into())])
-                .await?;
-            let present = content
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|v| v.get("volid").and_then(Value::as_str) == Some(volid.as_str()));
-            if present {
-                return Ok::<(), anyhow::Error>(());
-            }
-            let started = Instant::now();
-            let url = format!("{TEMPLATE_BASE_URL}{file}");
-            tracing::info!("template {volid} missing on {node}: downloading {url}");
-            // A repeated download of the same URL to the same file name is harmless (PVE writes a
-            // temporary file and renames it), so it is safe to replay.
-            let upid = self
-                .client
-                .post(
-                    &format!("/nodes/{node}/storage/{sid}/download-url"),
-                    &[("url", url.clone()), ("content", "vztmpl".into()), ("filename", file.clone())],
-                    Replay::Safe,
-                )
-                .await?;
-            let upid = upid_of(&upid, "download-url")?;
-            let out = self.client.wait_task(&upid, self.opts.timeouts.download, &format!("download {file}")).await?;
-            record = Some((out, started));
-            Ok(())
-        })
-        .await
-        .with_context(|| format!("cannot provide the template {volid} on node {node}"))?;
+        let outcome = cell
+            .get_or_init(|| async {
+                self.provide_template(node, &sid, &volid, &file, &d.arch, &mut record)
+                    .await
+                    .with_context(|| format!("cannot provide the template {volid} on node {node}"))
+                    .map_err(|e| format!("{e:#}"))
+            })
+            .await;
         if let Some((out, started)) = record {
             rec.push("download", Some(&out), started, Some(volid));
         }
+        outcome.clone().map_err(|e| anyhow!(e))
+    }
+
+    /// The template check and download behind [`PveBackend::ensure_template`] (run once per
+    /// node and template).
+    async fn provide_template(
+        &self,
+        node: &str,
+        sid: &str,
+        volid: &str,
+        file: &str,
+        arch: &str,
+        record: &mut Option<(TaskOutcome, Instant)>,
+    ) -> anyhow::Result<()> {
+        let content =
+            self.client.get(&format!("/nodes/{node}/storage/{sid}/content"), &[("content", "vztmpl".into())]).await?;
+        let present =
+            content.as_array().into_iter().flatten().any(|v| v.get("volid").and_then(Value::as_str) == Some(volid));
+        if present {
+            return Ok(());
+        }
+        let index = self.client.get(&format!("/nodes/{node}/aplinfo"), &[]).await?;
+        let source = template_source(&index, file, arch, node)?;
+        let started = Instant::now();
+        tracing::info!("template {volid} missing on {node}: downloading {} ({} checked)", source.url, source.algorithm);
+        // A repeated download of the same URL to the same file name is harmless (PVE writes a
+        // temporary file and renames it), so it is safe to replay.
+        let upid = self
+            .client
+            .post(
+                &format!("/nodes/{node}/storage/{sid}/download-url"),
+                &[
+                    ("url", source.url.clone()),
+                    ("content", "vztmpl".into()),
+                    ("filename", file.to_string()),
+                    ("checksum", source.checksum.clone()),
+                    ("checksum-algorithm", source.algorithm.to_string()),
+                ],
+                Replay::Safe,
+            )
+            .await?;
+        let upid = upid_of(&upid, "download-url")?;
+        let out = self.client.wait_task(&upid, self.opts.timeouts.download, &format!("download {file}")).await?;
+        *record = Some((out, started));
         Ok(())
     }
 

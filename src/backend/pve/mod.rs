@@ -19,8 +19,11 @@
 //! * `PUT …/config` carries the digest read by `plan`, so a concurrent change fails instead of
 //!   being overwritten; when its answer is lost the config is read again and only what is still
 //!   missing is written;
-//! * concurrent provisions of the same node share one template download and one
-//!   `GET /nodes/{node}/status`.
+//! * concurrent provisions of the same node share one template download (and its failure:
+//!   the others get the same error, no second request) and one `GET /nodes/{node}/status`;
+//! * a missing template is downloaded over https with the checksum of the node's signed
+//!   template index (`GET /nodes/{node}/aplinfo`, see [`desired::template`]); a template the
+//!   index does not list for the node's architecture is an error naming the architecture.
 
 pub mod desired;
 mod executor;
@@ -94,13 +97,18 @@ struct Cached {
     warnings: Vec<String>,
 }
 
+/// The outcome of providing one template on one node, set once (an error as its message).
+type TemplateCell = Arc<OnceCell<Result<(), String>>>;
+
 /// The PVE backend. Share one instance (and so one client session) across concurrent provisions.
 pub struct PveBackend {
     client: Arc<PveClient>,
     opts: PveBackendOptions,
     discovered: OnceCell<String>,
     arches: tokio::sync::Mutex<HashMap<String, String>>,
-    templates: Mutex<HashMap<String, Arc<OnceCell<()>>>>,
+    /// One template provision per `node/volid`, its outcome shared by every waiter (an error
+    /// as its message, so a failed download is not repeated by the others).
+    templates: Mutex<HashMap<String, TemplateCell>>,
     cache: Mutex<HashMap<u32, Cached>>,
 }
 

@@ -128,13 +128,16 @@ fn monorepo(containers: &[ContainerVerdict], policy: RecreatePolicy) -> (Verdict
 fn problem(v: &ContainerVerdict, policy: RecreatePolicy) -> Option<String> {
     match (&v.plan, &v.plan_error) {
         (Some(p), _) => match &p.action {
-            Action::Refused { reasons } => Some(format!(
+            Action::Refused { reasons, needs_recreate: true } => Some(format!(
                 "{} needs a recreate ({}), which the recreate policy `{}` refuses: merge it by hand after a \
                  snapshot, or run with --recreate when-needed",
                 v.name,
                 reasons.join("; "),
                 policy_word(policy)
             )),
+            Action::Refused { reasons, needs_recreate: false } => {
+                Some(format!("{} cannot be provisioned as specified: {}", v.name, reasons.join("; ")))
+            }
             _ => None,
         },
         (None, Some(e)) => Some(format!("{} could not be planned: {}", v.name, e.lines().next().unwrap_or(""))),
@@ -156,7 +159,7 @@ fn wording(v: &ContainerVerdict, policy: RecreatePolicy) -> String {
         Action::Recreate { reasons } => {
             format!("recreate, allowed by the recreate policy `{}` ({})", policy_word(policy), reasons.join("; "))
         }
-        Action::Refused { reasons } => format!("refused ({})", reasons.join("; ")),
+        Action::Refused { reasons, .. } => format!("refused ({})", reasons.join("; ")),
     }
 }
 
@@ -262,7 +265,7 @@ mod tests {
 
     #[test]
     fn a_refused_recreate_blocks_its_lib_and_the_monorepo_only() {
-        let refused = Action::Refused { reasons: vec!["rootfs shrinks from 8 to 4 GiB".into()] };
+        let refused = Action::refused_recreate(vec!["rootfs shrinks from 8 to 4 GiB".into()]);
         let containers = vec![plan("web", refused), plan("db", Action::Nothing)];
         let candidates = vec![
             lib_pr("main/web", &["web"], "w1", Some("w1")),

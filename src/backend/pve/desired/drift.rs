@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use super::{Desired, DesiredMount, OWNER_TAG, features_string, has_owner_tag};
 use crate::backend::live::KeyDrift;
-use crate::backend::pve::planner::{parse_size, recorded_ostemplate, split_props};
+use crate::backend::pve::planner::{match_mounts, parse_size, recorded_ostemplate, split_props};
 
 const GIB: u64 = 1024 * 1024 * 1024;
 /// What a key PVE does not have shows as.
@@ -81,13 +81,15 @@ pub fn config_drift(d: &Desired, config: &BTreeMap<String, String>) -> Vec<KeyDr
         format!("{}:{}", d.rootfs_storage, d.rootfs_gib),
         config.get("rootfs").map(|v| volume_terms(v, false)).unwrap_or_else(|| UNSET.into()),
     );
+    // Mount points compare by the live `mpN` each desired one is (see `match_mounts`).
+    let mounts = match_mounts(&d.mounts, config);
     let mut mp_keys: Vec<String> = config.keys().filter(|k| is_numbered(k, "mp")).cloned().collect();
-    mp_keys.extend(d.mounts.keys().filter(|k| !config.contains_key(*k)).cloned());
+    mp_keys.extend(mounts.keys().filter(|k| !config.contains_key(*k)).cloned());
     mp_keys.sort_by_key(|k| k[2..].parse::<u32>().unwrap_or(u32::MAX));
     for k in mp_keys {
         push(
             &format!("MOUNT ({k})"),
-            d.mounts.get(&k).map(desired_mount).unwrap_or_else(|| UNSET.into()),
+            mounts.get(&k).map(desired_mount).unwrap_or_else(|| UNSET.into()),
             config.get(&k).map(|v| volume_terms(v, true)).unwrap_or_else(|| UNSET.into()),
         );
     }

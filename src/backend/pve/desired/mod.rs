@@ -20,6 +20,7 @@
 //! config), so a later plan can tell a template change.
 
 pub mod drift;
+pub mod template;
 
 use std::collections::BTreeMap;
 
@@ -80,6 +81,15 @@ pub enum DesiredMount {
     },
 }
 
+impl DesiredMount {
+    /// The path in the container (`mp=`).
+    pub fn mp(&self) -> &str {
+        match self {
+            DesiredMount::Bind { mp, .. } | DesiredMount::Volume { mp, .. } => mp,
+        }
+    }
+}
+
 /// The container PVE should have.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Desired {
@@ -117,6 +127,8 @@ pub struct Desired {
     pub unprivileged: bool,
     /// The `description`.
     pub description: String,
+    /// The lib's `container.env` (its first env file), named in messages about its keys.
+    pub env_file: std::path::PathBuf,
 }
 
 /// The PVE tag every container this tool creates carries (`tags`, a `;`-separated list in
@@ -180,9 +192,6 @@ pub fn template_volid(storage: &str, file: &str) -> (String, String) {
     let sid = storage.split(':').next().unwrap_or(storage).to_string();
     (sid.clone(), format!("{sid}:vztmpl/{file}"))
 }
-
-/// Where Proxmox publishes its container templates (the `aplinfo` index's location).
-pub const TEMPLATE_BASE_URL: &str = "http://download.proxmox.com/images/system/";
 
 /// The main env file of a spec, for error locations.
 fn spec_file(spec: &ContainerSpec) -> std::path::PathBuf {
@@ -305,6 +314,7 @@ pub fn desired(spec: &ContainerSpec, d: &PveDefaults, arch: &str) -> Result<Desi
         features,
         unprivileged: !share,
         description,
+        env_file: spec_file(spec),
     })
 }
 

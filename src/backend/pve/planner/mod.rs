@@ -10,14 +10,29 @@
 //!   [`OWNER_TAG`](super::desired::OWNER_TAG) missing — added to the user's own tags, which are kept) or feature flags the
 //!   caller may change differ → **update** in place (`PUT …/config` with the digest, only those keys);
 //!   feature changes on a running container need a reboot (they go to `pending`);
-//! * `rootfs`/`mpN` grow → **resize** (`PUT …/resize`; PVE keeps a volume id in `rootfs`, so a
-//!   `STORAGE:SIZE` value is never PUT on an existing container);
-//! * anything else — another ostemplate or arch, `unprivileged`, a volume on another storage, a
-//!   shrink, mount points added/removed/changed, devices, the vmid holding another hostname, a
-//!   template — needs a **recreate**, done only when the [`RecreatePolicy`] allows
-//!   (`when-needed`, `always`); otherwise the action is **refused** and nothing changes.
-//! * feature flags PVE reserves for `root@pam` (all but `nesting`; any on a privileged
-//!   container) that would change under a token or non-root user are refused with the reason.
+//! * `rootfs`/`mpN` grow → **resize** (`PUT …/resize`, online for a running container; PVE
+//!   keeps a volume id in `rootfs`, so a `STORAGE:SIZE` value is never PUT on an existing
+//!   container);
+//! * mount points and devices never recreate (pve-container `update_pct_config`,
+//!   `vmconfig_hotplug_pending`, `vmconfig_apply_pending`): desired mounts are matched to the
+//!   live `mpN` by path first ([`match_mounts`]); a new `mpN`/`devN` is **added** in place (`PUT
+//!   …/config`; PVE hotplugs it into a running container), a removed one is **deleted** in
+//!   place (`delete=mpN`; a volume becomes an `unusedN` disk, not destroyed), a changed one
+//!   (path, bind source, kind) is rewritten in place (the volume id is kept for a path change).
+//!   On a running container PVE keeps deletes and changes pending until the next start: the
+//!   update is `reboot_needed`, and the executor restarts the container only when the policy
+//!   allows a restart ([`RecreatePolicy::allows_restart`]), else says it is pending;
+//! * **refused** whatever the policy (`needs_recreate: false`), each reason naming the fix: a
+//!   volume shrink (`DISK`/`MOUNT` in the lib's `container.env`, both sizes), a volume mount on
+//!   another storage (`pct move-volume`), feature flags PVE reserves for `root@pam` (all but
+//!   `nesting`; any on a privileged container) and changes to live bind mounts or devices under
+//!   a token or non-root user;
+//! * anything else — another ostemplate or arch, `unprivileged`, `rootfs` on another storage,
+//!   the vmid holding another hostname, a template — needs a **recreate**, done only when the
+//!   [`RecreatePolicy`] allows (`when-needed`, `always`); otherwise the action is **refused**
+//!   and nothing changes;
+//! * pending changes left by an earlier run on a running container make an update with no
+//!   changes when the policy allows a restart (the restart applies them), else a warning.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -124,45 +139,128 @@ fn parse_features(s: Option<&String>) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Compares one volume (`rootfs` or a volume `mpN`): storage, mount path, size.
-fn compare_volume(
+/// A size in GiB as the user writes it: `12`, or `1.5` when not whole.
+fn gib_text(bytes: u64) -> String {
+    if bytes.is_multiple_of(GIB) { (bytes / GIB).to_string() } else { format!("{:.1}", bytes as f64 / GIB as f64) }
+}
+
+/// The volume of a `rootfs`/`mpN` value (`STORAGE:NAME` or a host path) and its properties.
+fn volume_of(live: &str) -> (String, BTreeMap<String, String>) {
+    let (first, props) = split_props(live);
+    (first.or_else(|| props.get("volume").cloned()).unwrap_or_default(), props)
+}
+
+/// Compares the size of an existing volume (`rootfs` or a volume `mpN`) with `size_gib`: a
+/// growth is a [`Resize`] (`PUT …/resize`, online on a running container); a shrink is blocked
+/// with `refusal(live GiB)` (PVE cannot shrink a volume, and a recreate would empty it).
+fn compare_size(
     key: &str,
-    live: &str,
-    storage: &str,
+    props: &BTreeMap<String, String>,
     size_gib: u64,
-    mp: Option<&str>,
-    recreate: &mut Vec<String>,
+    refusal: impl FnOnce(String) -> String,
+    blocked: &mut Vec<String>,
     resizes: &mut Vec<Resize>,
 ) {
-    let (volume, props) = split_props(live);
-    let volume = volume.or_else(|| props.get("volume").cloned()).unwrap_or_default();
-    if volume.starts_with('/') {
-        recreate.push(format!("{key} is a bind mount of {volume} on PVE, the spec wants a volume on {storage}"));
-        return;
-    }
-    let live_storage = volume.split(':').next().unwrap_or("");
-    if live_storage != storage {
-        recreate.push(format!("{key} moves from storage `{live_storage}` to `{storage}`"));
-        return;
-    }
-    if let Some(mp) = mp {
-        let live_mp = props.get("mp").map(String::as_str).unwrap_or("");
-        if live_mp != mp {
-            recreate.push(format!("{key} is mounted at `{live_mp}` on PVE, the spec wants `{mp}`"));
-            return;
-        }
-    }
     let want = size_gib * GIB;
     match props.get("size").and_then(|s| parse_size(s)) {
         Some(have) if have < want => {
             resizes.push(Resize { disk: key.to_string(), from_gib: have / GIB, to_gib: size_gib })
         }
-        Some(have) if have > want => recreate.push(format!(
-            "{key} would shrink from {} to {size_gib} GiB (PVE cannot shrink a volume)",
-            props.get("size").map(String::as_str).unwrap_or("?")
-        )),
+        Some(have) if have > want => blocked.push(refusal(gib_text(have))),
         _ => {}
     }
+}
+
+/// `value` with its `mp` property set to `mp` (other properties — `size`, `backup`, `ro` … —
+/// kept, in their order).
+fn with_mp(value: &str, mp: &str) -> String {
+    let mut seen = false;
+    let mut parts: Vec<String> = value
+        .split(',')
+        .map(|p| match p.split_once('=') {
+            Some(("mp", _)) => {
+                seen = true;
+                format!("mp={mp}")
+            }
+            _ => p.to_string(),
+        })
+        .collect();
+    if !seen {
+        parts.push(format!("mp={mp}"));
+    }
+    parts.join(",")
+}
+
+/// The desired mount points keyed by the live `mpN` each one is: [`super::desired::desired()`]
+/// numbers them in `MOUNT` order, but PVE's numbers stay with the volumes, so removing the first
+/// `MOUNT` entry must not shift the others onto another volume. In order:
+///
+/// 1. a desired mount takes the live `mpN` mounted at the same path (`mp=`) — its bind source,
+///    storage, size or kind may differ;
+/// 2. else its own number, when no live mount point has it;
+/// 3. else the lowest number that is neither live nor taken.
+///
+/// A mount whose path changed is so a new mount point, and the old one is removed (a volume
+/// kept as an unused disk): a volume never shows up at another entry's path.
+pub fn match_mounts(
+    desired: &BTreeMap<String, DesiredMount>,
+    cfg: &BTreeMap<String, String>,
+) -> BTreeMap<String, DesiredMount> {
+    let index = |k: &str| k[2..].parse::<u32>().unwrap_or(u32::MAX);
+    let mut wanted: Vec<(&String, &DesiredMount)> = desired.iter().collect();
+    wanted.sort_by_key(|(k, _)| index(k));
+    let live: Vec<(&String, String)> = cfg
+        .iter()
+        .filter(|(k, _)| is_numbered(k, "mp"))
+        .map(|(k, v)| (k, volume_of(v).1.get("mp").cloned().unwrap_or_default()))
+        .collect();
+    let mut out: BTreeMap<String, DesiredMount> = BTreeMap::new();
+    let mut rest = Vec::new();
+    for (k, m) in wanted {
+        match live.iter().find(|(lk, path)| path == m.mp() && !out.contains_key(*lk)) {
+            Some((lk, _)) => {
+                out.insert((*lk).clone(), m.clone());
+            }
+            None => rest.push((k, m)),
+        }
+    }
+    let mut later = Vec::new();
+    for (k, m) in rest {
+        if out.contains_key(k) || cfg.contains_key(k) {
+            later.push(m);
+        } else {
+            out.insert(k.clone(), m.clone());
+        }
+    }
+    for m in later {
+        let n = (0u32..).find(|n| !cfg.contains_key(&format!("mp{n}")) && !out.contains_key(&format!("mp{n}")));
+        out.insert(format!("mp{}", n.unwrap_or(0)), m.clone());
+    }
+    out
+}
+
+/// How the `MOUNT` entry of a `mpN` value reads (`local-lvm:4:/data`, `/srv/a:/a`), also for a
+/// new volume's `STORAGE:SIZE,mp=…`.
+fn mount_value_entry(value: &str) -> String {
+    let (volume, props) = volume_of(value);
+    match volume.split_once(':') {
+        Some((storage, size)) if !props.contains_key("size") && size.parse::<f64>().is_ok() => {
+            format!("{storage}:{size}:{}", props.get("mp").map(String::as_str).unwrap_or(""))
+        }
+        _ => live_mount_entry(value),
+    }
+}
+
+/// How the `MOUNT` entry of a live `mpN` reads (`local-lvm:4:/data`, `/srv/a:/a`).
+fn live_mount_entry(live: &str) -> String {
+    let (volume, props) = volume_of(live);
+    let mp = props.get("mp").cloned().unwrap_or_default();
+    if volume.starts_with('/') {
+        return format!("{volume}:{mp}");
+    }
+    let storage = volume.split(':').next().unwrap_or("");
+    let size = props.get("size").and_then(|s| parse_size(s)).map(gib_text).unwrap_or_else(|| "?".into());
+    format!("{storage}:{size}:{mp}")
 }
 
 fn describe_mount(m: &DesiredMount) -> String {
@@ -181,7 +279,7 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
     };
     let cfg = &ct.config;
     let mut recreate: Vec<String> = Vec::new();
-    let mut refused: Vec<String> = Vec::new();
+    let mut blocked: Vec<String> = Vec::new();
     let mut changes: Vec<Change> = Vec::new();
     let mut resizes: Vec<Resize> = Vec::new();
     let mut warnings: Vec<String> = Vec::new();
@@ -226,44 +324,125 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
     }
 
     // Volumes.
+    let file = d.env_file.display();
     match cfg.get("rootfs") {
-        Some(v) => compare_volume("rootfs", v, &d.rootfs_storage, d.rootfs_gib, None, &mut recreate, &mut resizes),
+        Some(v) => {
+            let (volume, props) = volume_of(v);
+            let live_storage = volume.split(':').next().unwrap_or("");
+            if volume.starts_with('/') || live_storage != d.rootfs_storage {
+                recreate.push(format!("rootfs moves from storage `{live_storage}` to `{}`", d.rootfs_storage));
+            } else {
+                let refusal = |have: String| {
+                    format!(
+                        "DISK in {file}: rootfs of CT {} is {have} GiB on PVE, the spec asks for {} GiB, and PVE \
+                         cannot shrink a volume; set DISK={}:{have} (or more)",
+                        d.vmid, d.rootfs_gib, d.rootfs_storage
+                    )
+                };
+                compare_size("rootfs", &props, d.rootfs_gib, refusal, &mut blocked, &mut resizes);
+            }
+        }
         None => recreate.push("rootfs is missing on PVE".into()),
     }
-    let live_mps: BTreeSet<&String> = cfg.keys().filter(|k| is_numbered(k, "mp")).collect();
-    let mut mp_keys: BTreeSet<String> = live_mps.iter().map(|k| k.to_string()).collect();
-    mp_keys.extend(d.mounts.keys().cloned());
+    // Mount points and devices change in place: a new one is added (PVE hotplugs it into a
+    // running container), a removed one deleted (its volume becomes an `unusedN` disk, never
+    // destroyed), a changed one rewritten; removals and changes of a running container stay
+    // pending in PVE until its next restart.
+    let mut pending_change = false;
+    let mounts = match_mounts(&d.mounts, cfg);
+    let mut mp_keys: Vec<String> = cfg.keys().filter(|k| is_numbered(k, "mp")).cloned().collect();
+    mp_keys.extend(mounts.keys().filter(|k| !cfg.contains_key(*k)).cloned());
+    mp_keys.sort_by_key(|k| k[2..].parse::<u32>().unwrap_or(u32::MAX));
+    let unused_note = |key: &str, volume: &str| {
+        format!(
+            "{key} ({volume}) leaves CT {vmid}: PVE keeps the volume as an unused disk (`unusedN` in `pct config {vmid}`) \
+             and does not destroy its data; remove it with `pct set {vmid} --delete unusedN` when no longer needed",
+            vmid = d.vmid
+        )
+    };
     for key in &mp_keys {
-        match (cfg.get(key), d.mounts.get(key)) {
-            (Some(l), None) => recreate.push(format!("{key} ({l}) is not in the spec")),
-            (None, Some(m)) => recreate.push(format!("{key} ({}) is new", describe_mount(m))),
-            (Some(l), Some(DesiredMount::Volume { storage, size_gib, mp })) => {
-                compare_volume(key, l, storage, *size_gib, Some(mp), &mut recreate, &mut resizes)
-            }
-            (Some(l), Some(DesiredMount::Bind { host_path, mp })) => {
-                let (first, props) = split_props(l);
-                let live_vol = first.or_else(|| props.get("volume").cloned()).unwrap_or_default();
-                if &live_vol != host_path || props.get("mp") != Some(mp) {
-                    recreate.push(format!("{key} is `{l}` on PVE, the spec wants `{host_path},mp={mp}`"));
+        let live = cfg.get(key);
+        let (live_volume, live_props) = live.map(|l| volume_of(l)).unwrap_or_default();
+        let live_is_volume = live.is_some() && !live_volume.starts_with('/');
+        // Some(to): write `to` (None: delete the key).
+        let rewrite: Option<Option<String>> = match (live, mounts.get(key)) {
+            (None, None) => None,
+            (Some(_), None) => Some(None),
+            (None, Some(m)) => Some(Some(describe_mount(m))),
+            (Some(l), Some(m @ DesiredMount::Volume { storage, size_gib, mp })) => {
+                let live_storage = live_volume.split(':').next().unwrap_or("");
+                if !live_is_volume {
+                    Some(Some(describe_mount(m)))
+                } else if live_storage != storage {
+                    blocked.push(format!(
+                        "MOUNT in {file}: {key} ({}) is on storage `{live_storage}` on PVE, the spec wants `{storage}`; \
+                         move it keeping its data: stop CT {vmid} and run `pct move-volume {vmid} {key} {storage}` on its node",
+                        live_mount_entry(l),
+                        vmid = d.vmid
+                    ));
+                    None
+                } else {
+                    let refusal = |have: String| {
+                        format!(
+                            "MOUNT in {file}: {key} ({storage}:{size_gib}:{mp}) is {have} GiB on PVE, the spec asks for \
+                             {size_gib} GiB, and PVE cannot shrink a volume; write {storage}:{have}:{mp} (or more)"
+                        )
+                    };
+                    compare_size(key, &live_props, *size_gib, refusal, &mut blocked, &mut resizes);
+                    // Matched by path (`match_mounts`): the same mount point.
+                    None
                 }
             }
-            (None, None) => {}
+            (Some(l), Some(DesiredMount::Bind { host_path, mp })) => {
+                (&live_volume != host_path || live_props.get("mp") != Some(mp)).then(|| {
+                    Some(if live_is_volume {
+                        format!("{host_path},mp={mp}")
+                    } else {
+                        // Keep the options set on PVE (`ro`, `backup` …) of the bind mount.
+                        let rest = l.split(',').skip(1).collect::<Vec<_>>().join(",");
+                        with_mp(&if rest.is_empty() { host_path.clone() } else { format!("{host_path},{rest}") }, mp)
+                    })
+                })
+            }
+        };
+        let Some(to) = rewrite else { continue };
+        if let Some(l) = live {
+            // PVE applies a delete or a change of an existing mount point at the next start.
+            pending_change |= ct.running;
+            if !is_root && !live_is_volume {
+                blocked.push(format!(
+                    "{key} is the bind mount `{l}` on PVE: only root@pam (a ticket, not an API token) may change \
+                     or remove it; set PROXMOX_PASSWORD for root@pam"
+                ));
+            }
+            if live_is_volume && to.as_deref().is_none_or(|t| !t.starts_with(&format!("{live_volume},"))) {
+                warnings.push(unused_note(key, &live_volume));
+            }
         }
+        changes.push(Change { key: key.clone(), from: live.cloned(), to });
     }
-    let mut dev_keys: BTreeSet<String> = cfg.keys().filter(|k| is_numbered(k, "dev")).cloned().collect();
-    dev_keys.extend(d.devices.keys().cloned());
+    let mut dev_keys: Vec<String> = cfg.keys().filter(|k| is_numbered(k, "dev")).cloned().collect();
+    dev_keys.extend(d.devices.keys().filter(|k| !cfg.contains_key(*k)).cloned());
+    dev_keys.sort_by_key(|k| k[3..].parse::<u32>().unwrap_or(u32::MAX));
     for key in &dev_keys {
         let live_path = cfg.get(key).map(|v| {
             let (first, props) = split_props(v);
             first.or_else(|| props.get("path").cloned()).unwrap_or_default()
         });
-        if live_path.as_ref() != d.devices.get(key) {
-            recreate.push(format!(
-                "{key} is `{}` on PVE, the spec wants `{}`",
-                live_path.as_deref().unwrap_or("(none)"),
-                d.devices.get(key).map(String::as_str).unwrap_or("(none)")
-            ));
+        if live_path.as_ref() == d.devices.get(key) {
+            continue;
         }
+        if cfg.contains_key(key) {
+            pending_change |= ct.running;
+            if !is_root {
+                blocked.push(format!(
+                    "{key} passes the device `{}` through on PVE: only root@pam (a ticket, not an API token) may \
+                     change or remove it; set PROXMOX_PASSWORD for root@pam",
+                    live_path.as_deref().unwrap_or("")
+                ));
+            }
+        }
+        changes.push(Change { key: key.clone(), from: cfg.get(key).cloned(), to: d.devices.get(key).cloned() });
     }
 
     // In-place settings.
@@ -318,7 +497,7 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
             .collect();
         let others: Vec<&str> = changed.iter().map(|s| s.as_str()).filter(|k| *k != "nesting").collect();
         if !is_root && (!truthy(cfg.get("unprivileged")) || !others.is_empty()) {
-            refused.push(format!(
+            blocked.push(format!(
                 "features change from `{}` to `{}`: PVE lets only root@pam (a ticket, not an API token) change {}; \
                  set PROXMOX_PASSWORD for root@pam or change the features in the PVE UI",
                 features_string(&live_features),
@@ -339,6 +518,7 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
             reboot_needed |= ct.running;
         }
     }
+    reboot_needed |= pending_change;
     if !ct.pending.is_empty() {
         warnings.push(format!(
             "pending changes ({}) apply at the next reboot of CT {}",
@@ -355,11 +535,14 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
     } else if !recreate.is_empty() {
         match policy {
             RecreatePolicy::WhenNeeded => Action::Recreate { reasons: recreate },
-            _ => Action::Refused { reasons: recreate },
+            _ => Action::refused_recreate(recreate),
         }
-    } else if !refused.is_empty() {
-        Action::Refused { reasons: refused }
+    } else if !blocked.is_empty() {
+        Action::refused_blocked(blocked)
     } else if !changes.is_empty() || !resizes.is_empty() {
+        Action::Update { changes, resizes, reboot_needed }
+    } else if reboot_needed && policy.allows_restart() {
+        // Only what PVE keeps pending from an earlier run: the restart applies it.
         Action::Update { changes, resizes, reboot_needed }
     } else {
         Action::Nothing
@@ -387,9 +570,16 @@ fn mount_entry(m: &Mount) -> String {
     }
 }
 
-/// The spec's mount that becomes PVE's `mpN` (bind and volume mounts count from 0 in `MOUNT`
-/// order, as [`super::desired::desired()`] numbers them).
-fn spec_mount<'a>(spec: &'a ContainerSpec, key: &str) -> Option<&'a Mount> {
+/// The spec's volume mount that a resize of PVE's `mpN` to `to_gib` concerns: the only volume
+/// entry of that size, else the entry numbered `N` (bind and volume mounts count from 0 in
+/// `MOUNT` order, as [`super::desired::desired()`] numbers them; [`match_mounts`] may have
+/// kept another number for a volume that exists).
+fn spec_volume<'a>(spec: &'a ContainerSpec, key: &str, to_gib: u64) -> Option<&'a Mount> {
+    let sized: Vec<&Mount> =
+        spec.mounts.iter().filter(|m| matches!(m, Mount::Volume { size_gib, .. } if *size_gib == to_gib)).collect();
+    if let [one] = sized.as_slice() {
+        return Some(one);
+    }
     let n: usize = key.strip_prefix("mp")?.parse().ok()?;
     spec.mounts.iter().filter(|m| matches!(m, Mount::Bind { .. } | Mount::Volume { .. })).nth(n)
 }
@@ -400,12 +590,26 @@ fn spec_mount<'a>(spec: &'a ContainerSpec, key: &str) -> Option<&'a Mount> {
 /// `PROXMOX_GATEWAY`, `PROXMOX_BRIDGE`, `PROXMOX_INTERFACE`, `features` `mount=cifs` →
 /// `MOUNT +share`, other feature flags → `FEATURES`, a grown `rootfs` → `DISK STORAGE:OLD →
 /// STORAGE:NEW (resize)`, a grown `mpN` → its `MOUNT` entry (resize), `description` →
-/// `description` (the lib and ostemplate this tool records). Empty for other actions (their
-/// reasons say what differs).
-pub fn setting_changes(spec: &ContainerSpec, action: &Action) -> Vec<SettingChange> {
+/// `description` (the lib and ostemplate this tool records), a mount point or device added
+/// → `MOUNT +ENTRY`, removed → `MOUNT -ENTRY`, changed → `MOUNT OLD → NEW` (entries as `MOUNT`
+/// writes them). A change PVE keeps pending on a running container (feature flags, a mount
+/// point or device removed or changed) is applied `reboot` when `policy` allows a restart
+/// ([`RecreatePolicy::allows_restart`]), else `pending until restart`. Empty for other actions
+/// (their reasons say what differs).
+pub fn setting_changes(spec: &ContainerSpec, action: &Action, policy: RecreatePolicy) -> Vec<SettingChange> {
     let Action::Update { changes, resizes, reboot_needed } = action else { return vec![] };
+    let pending_how = if policy.allows_restart() { "reboot" } else { "pending until restart" };
+    let how = |s: SettingChange| if *reboot_needed { s.how(pending_how) } else { s };
     let mut out = Vec::new();
     for c in changes {
+        if is_numbered(&c.key, "mp") || is_numbered(&c.key, "dev") {
+            let entry = |v: &String| if c.key.starts_with("mp") { mount_value_entry(v) } else { volume_of(v).0 };
+            out.push(match (&c.from, &c.to) {
+                (None, to) => SettingChange::new("MOUNT", None, to.as_ref().map(entry)),
+                (Some(from), to) => how(SettingChange::new("MOUNT", Some(entry(from)), to.as_ref().map(entry))),
+            });
+            continue;
+        }
         match c.key.as_str() {
             "cores" => out.push(SettingChange::new("CORES", c.from.clone(), c.to.clone())),
             "memory" => out.push(SettingChange::new(
@@ -436,7 +640,6 @@ pub fn setting_changes(spec: &ContainerSpec, action: &Action) -> Vec<SettingChan
             "features" => {
                 let mut from = parse_features(c.from.as_ref());
                 let mut to = parse_features(c.to.as_ref());
-                let how = |s: SettingChange| if *reboot_needed { s.how("reboot") } else { s };
                 match (from.remove("mount").is_some(), to.remove("mount").is_some()) {
                     (false, true) => {
                         let share = spec.mounts.iter().find(|m| matches!(m, Mount::Share { .. }));
@@ -469,7 +672,7 @@ pub fn setting_changes(spec: &ContainerSpec, action: &Action) -> Vec<SettingChan
                 Some(format!("{storage}:{}", r.to_gib)),
             )
         } else {
-            match spec_mount(spec, &r.disk) {
+            match spec_volume(spec, &r.disk, r.to_gib) {
                 Some(Mount::Volume { storage, container_path, .. }) => SettingChange::new(
                     "MOUNT",
                     Some(format!("{storage}:{}:{container_path}", r.from_gib)),

@@ -109,7 +109,7 @@ fn net0_change_keeps_mac() {
 }
 
 #[test]
-fn grow_resizes_and_shrink_recreates() {
+fn grow_resizes_and_shrink_is_refused_naming_the_key_and_sizes() {
     let mut s = spec();
     s.mounts = vec![Mount::Volume { storage: "local-lvm".into(), size_gib: 4, container_path: "/data".into() }];
     s.rootfs.size_gib = 10;
@@ -131,11 +131,21 @@ fn grow_resizes_and_shrink_recreates() {
     );
     ct.config.insert("rootfs".into(), "local-lvm:vm-101-disk-0,size=12G".into());
     ct.config.insert("mp0".into(), "local-lvm:vm-101-disk-1,mp=/data,size=4G".into());
-    let reasons = vec!["rootfs would shrink from 12G to 10 GiB (PVE cannot shrink a volume)".to_string()];
-    assert_eq!(run(&d, ct.clone(), RecreatePolicy::Never, false).action, Action::Refused { reasons: reasons.clone() });
-    let p = run(&d, ct, RecreatePolicy::WhenNeeded, false);
-    assert_eq!(p.action, Action::Recreate { reasons });
-    assert!(p.start);
+    ct.config.insert("mp0".into(), "local-lvm:vm-101-disk-1,mp=/data,size=6G".into());
+    let reasons = vec![
+        "DISK in libs/broker/container.env: rootfs of CT 101 is 12 GiB on PVE, the spec asks for 10 GiB, and PVE \
+         cannot shrink a volume; set DISK=local-lvm:12 (or more)"
+            .to_string(),
+        "MOUNT in libs/broker/container.env: mp0 (local-lvm:4:/data) is 6 GiB on PVE, the spec asks for 4 GiB, and \
+         PVE cannot shrink a volume; write local-lvm:6:/data (or more)"
+            .to_string(),
+    ];
+    // No policy recreates for a shrink: a recreate would empty the volume.
+    for policy in [RecreatePolicy::Never, RecreatePolicy::WhenNeeded] {
+        let p = run(&d, ct.clone(), policy, false);
+        assert_eq!(p.action, Action::refused_blocked(reasons.clone()));
+        assert!(!p.start);
+    }
 }
 
 #[test]
@@ -157,50 +167,222 @@ fn recreate_reasons() {
     let p = run(&d, ct, RecreatePolicy::Never, true);
     assert_eq!(
         p.action,
-        Action::Refused {
-            reasons: vec![
+        Action::refused_recreate(vec![
                 "vmid 101 holds `other`, not `broker` (vmid reused by another container?)".into(),
                 "vmid 101 is a template".into(),
                 "arch changes from arm64 to amd64".into(),
                 "ostemplate changes from local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst to local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst".into(),
                 "unprivileged changes from 0 to 1".into(),
-                "rootfs moves from storage `ceph` to `local-lvm`".into(),
-                "mp3 (/srv,mp=/srv) is not in the spec".into(),
-                "dev0 is `/dev/ttyUSB0` on PVE, the spec wants `(none)`".into(),
-            ]
-        }
+            "rootfs moves from storage `ceph` to `local-lvm`".into(),
+        ])
     );
     assert!(!run(&d, live_of(&d), RecreatePolicy::Never, true).action.changes_something());
 }
 
-#[test]
-fn mounts_added_or_changed_recreate() {
-    let mut s = spec();
-    s.mounts = vec![
-        Mount::Bind { host_path: "/srv/a".into(), container_path: "/a".into() },
-        Mount::Volume { storage: "local-lvm".into(), size_gib: 4, container_path: "/data".into() },
-    ];
+fn with_mounts(mounts: Vec<Mount>) -> (ContainerSpec, Desired) {
+    let s = ContainerSpec { mounts, ..spec() };
     let d = desired(&s, &defaults(), "amd64").unwrap();
+    (s, d)
+}
+
+fn volume(size_gib: u64, path: &str) -> Mount {
+    Mount::Volume { storage: "local-lvm".into(), size_gib, container_path: path.into() }
+}
+
+fn change(key: &str, from: Option<&str>, to: Option<&str>) -> Change {
+    Change { key: key.into(), from: from.map(Into::into), to: to.map(Into::into) }
+}
+
+fn lines(s: &ContainerSpec, action: &Action, policy: RecreatePolicy) -> Vec<String> {
+    setting_changes(s, action, policy).iter().map(crate::cli::describe::setting_line).collect()
+}
+
+#[test]
+fn a_new_mount_point_or_device_is_added_in_place_never_recreated() {
+    let (s, d) = with_mounts(vec![
+        Mount::Bind { host_path: "/srv/a".into(), container_path: "/a".into() },
+        volume(4, "/data"),
+        Mount::Device { path: "/dev/ttyUSB0".into() },
+    ]);
     let mut ct = live_of(&d);
-    ct.config.insert("mp0".into(), "/srv/b,mp=/a".into());
+    ct.config.insert("mp0".into(), "/srv/a,mp=/a".into());
+    for policy in [RecreatePolicy::Never, RecreatePolicy::WhenNeeded] {
+        let p = run(&d, ct.clone(), policy, true);
+        let action = Action::Update {
+            changes: vec![
+                change("mp1", None, Some("local-lvm:4,mp=/data")),
+                change("dev0", None, Some("/dev/ttyUSB0")),
+            ],
+            resizes: vec![],
+            // PVE hotplugs a new mount point and device into a running container.
+            reboot_needed: false,
+        };
+        assert_eq!(p, Planned { action: action.clone(), start: false, warnings: vec![] });
+        assert_eq!(lines(&s, &action, policy), vec!["MOUNT +local-lvm:4:/data", "MOUNT +/dev/ttyUSB0"]);
+    }
+}
+
+#[test]
+fn a_removed_mount_point_is_deleted_in_place_and_its_volume_kept() {
+    let (s, d) = with_mounts(vec![]);
+    let mut ct = live_of(&d);
+    ct.config.insert("mp0".into(), "local-lvm:vm-101-disk-1,mp=/data,size=4G".into());
+    ct.config.insert("dev0".into(), "/dev/ttyUSB0,mode=0660".into());
+    let p = run(&d, ct.clone(), RecreatePolicy::Never, true);
+    let action = Action::Update {
+        changes: vec![
+            change("mp0", Some("local-lvm:vm-101-disk-1,mp=/data,size=4G"), None),
+            change("dev0", Some("/dev/ttyUSB0,mode=0660"), None),
+        ],
+        resizes: vec![],
+        // PVE keeps deletes pending on a running container.
+        reboot_needed: true,
+    };
+    assert_eq!(p.action, action);
+    assert_eq!(
+        p.warnings,
+        vec![
+            "mp0 (local-lvm:vm-101-disk-1) leaves CT 101: PVE keeps the volume as an unused disk (`unusedN` in \
+             `pct config 101`) and does not destroy its data; remove it with `pct set 101 --delete unusedN` when no \
+             longer needed"
+        ]
+    );
+    assert_eq!(
+        lines(&s, &action, RecreatePolicy::Never),
+        vec!["MOUNT -local-lvm:4:/data (pending until restart)", "MOUNT -/dev/ttyUSB0 (pending until restart)"]
+    );
+    assert_eq!(
+        lines(&s, &action, RecreatePolicy::WhenNeeded),
+        vec!["MOUNT -local-lvm:4:/data (reboot)", "MOUNT -/dev/ttyUSB0 (reboot)"]
+    );
+    // A stopped container takes the delete at once.
+    ct.running = false;
+    let p = run(&d, ct, RecreatePolicy::Never, true);
+    assert!(matches!(p.action, Action::Update { reboot_needed: false, .. }), "{:?}", p.action);
+    assert!(p.start);
+    // Under an API token, a live bind mount or device cannot be touched: refused, not recreated.
+    let mut ct = live_of(&d);
+    ct.config.insert("mp0".into(), "/srv/a,mp=/a".into());
+    let p = run(&d, ct, RecreatePolicy::WhenNeeded, false);
+    let Action::Refused { reasons, needs_recreate: false } = &p.action else { panic!("{:?}", p.action) };
+    assert!(reasons[0].starts_with("mp0 is the bind mount `/srv/a,mp=/a` on PVE: only root@pam"), "{reasons:?}");
+}
+
+#[test]
+fn removing_the_first_mount_entry_does_not_shift_the_others_onto_its_volume() {
+    // MOUNT was `local-lvm:4:/a local-lvm:8:/b`; the user removes the first entry.
+    let (s, d) = with_mounts(vec![volume(8, "/b")]);
+    let mut ct = live_of(&d);
+    ct.config.insert("mp0".into(), "local-lvm:vm-101-disk-1,mp=/a,size=4G".into());
+    ct.config.insert("mp1".into(), "local-lvm:vm-101-disk-2,mp=/b,size=8G".into());
+    let p = run(&d, ct.clone(), RecreatePolicy::Never, true);
+    let action = Action::Update {
+        changes: vec![change("mp0", Some("local-lvm:vm-101-disk-1,mp=/a,size=4G"), None)],
+        resizes: vec![],
+        reboot_needed: true,
+    };
+    assert_eq!(p.action, action);
+    assert_eq!(lines(&s, &action, RecreatePolicy::Never), vec!["MOUNT -local-lvm:4:/a (pending until restart)"]);
+    // A new entry takes a free number, never the one of a volume being removed.
+    let (_, d) = with_mounts(vec![volume(8, "/b"), volume(2, "/c")]);
+    let p = run(&d, ct, RecreatePolicy::Never, true);
+    let Action::Update { changes, .. } = &p.action else { panic!("{:?}", p.action) };
+    assert_eq!(
+        changes,
+        &vec![
+            change("mp0", Some("local-lvm:vm-101-disk-1,mp=/a,size=4G"), None),
+            change("mp2", None, Some("local-lvm:2,mp=/c")),
+        ]
+    );
+    assert_eq!(
+        crate::backend::pve::desired::drift::config_drift(
+            &d,
+            &live_with(
+                &d,
+                &[("mp1", "local-lvm:vm-101-disk-2,mp=/b,size=8G"), ("mp2", "local-lvm:vm-101-disk-3,mp=/c,size=2G")]
+            )
+        ),
+        vec![],
+        "drift matches mount points the same way"
+    );
+}
+
+fn live_with(d: &Desired, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut c = live_of(d).config;
+    c.insert("onboot".into(), "1".into());
+    for (k, v) in extra {
+        c.insert(k.to_string(), v.to_string());
+    }
+    c
+}
+
+#[test]
+fn a_changed_mount_is_rewritten_in_place_and_a_moved_path_is_a_new_mount_point() {
+    let (s, d) = with_mounts(vec![
+        Mount::Bind { host_path: "/srv/new".into(), container_path: "/a".into() },
+        volume(6, "/srv/data"),
+    ]);
+    let mut ct = live_of(&d);
+    ct.config.insert("mp0".into(), "/srv/old,mp=/a,ro=1".into());
+    ct.config.insert("mp1".into(), "local-lvm:vm-101-disk-1,mp=/data,size=4G,backup=1".into());
+    let p = run(&d, ct, RecreatePolicy::WhenNeeded, true);
+    let action = Action::Update {
+        changes: vec![
+            // Same path, another host directory: rewritten, its options kept.
+            change("mp0", Some("/srv/old,mp=/a,ro=1"), Some("/srv/new,mp=/a,ro=1")),
+            // Another path: the old volume leaves (kept as an unused disk), a new one comes.
+            change("mp1", Some("local-lvm:vm-101-disk-1,mp=/data,size=4G,backup=1"), None),
+            change("mp2", None, Some("local-lvm:6,mp=/srv/data")),
+        ],
+        resizes: vec![],
+        reboot_needed: true,
+    };
+    assert_eq!(p.action, action);
+    assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+    assert!(p.warnings[0].starts_with("mp1 (local-lvm:vm-101-disk-1) leaves CT 101: PVE keeps the volume"));
+    assert_eq!(
+        lines(&s, &action, RecreatePolicy::WhenNeeded),
+        vec![
+            "MOUNT /srv/old:/a → /srv/new:/a (reboot)",
+            "MOUNT -local-lvm:4:/data (reboot)",
+            "MOUNT +local-lvm:6:/srv/data"
+        ]
+    );
+}
+
+#[test]
+fn a_volume_on_another_storage_is_refused_with_move_volume() {
+    let (_, d) = with_mounts(vec![volume(4, "/data")]);
+    let mut ct = live_of(&d);
+    ct.config.insert("mp0".into(), "ceph:vm-101-disk-1,mp=/data,size=4G".into());
     let p = run(&d, ct, RecreatePolicy::WhenNeeded, true);
     assert_eq!(
         p.action,
-        Action::Recreate {
-            reasons: vec![
-                "mp0 is `/srv/b,mp=/a` on PVE, the spec wants `/srv/a,mp=/a`".into(),
-                "mp1 (local-lvm:4,mp=/data) is new".into(),
-            ]
-        }
+        Action::refused_blocked(vec![
+            "MOUNT in libs/broker/container.env: mp0 (ceph:4:/data) is on storage `ceph` on PVE, the spec wants \
+             `local-lvm`; move it keeping its data: stop CT 101 and run `pct move-volume 101 mp0 local-lvm` on its node"
+                .into()
+        ])
     );
-    let mut ct = live_of(&d);
-    ct.config.insert("mp0".into(), "/srv/a,mp=/a".into());
-    ct.config.insert("mp1".into(), "local-lvm:vm-101-disk-1,mp=/other,size=4G".into());
-    let p = run(&d, ct, RecreatePolicy::Never, true);
-    assert_eq!(
-        p.action,
-        Action::Refused { reasons: vec!["mp1 is mounted at `/other` on PVE, the spec wants `/data`".into()] }
-    );
+}
+
+#[test]
+fn match_mounts_by_path_then_own_number_then_free() {
+    let (_, d) = with_mounts(vec![volume(1, "/x"), volume(2, "/y"), volume(3, "/z")]);
+    let cfg: BTreeMap<String, String> = [
+        ("mp0", "local-lvm:vm-101-disk-1,mp=/y,size=2G"),
+        ("mp1", "local-lvm:vm-101-disk-2,mp=/old,size=2G"),
+        ("mp3", "/srv,mp=/w"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let got: Vec<(String, String)> =
+        match_mounts(&d.mounts, &cfg).into_iter().map(|(k, m)| (k, m.mp().to_string())).collect();
+    // /y keeps the live mp0 (same path); /z takes its own number mp2 (free); /x's own mp0 is
+    // taken, so it gets the lowest number neither live nor taken (mp4): the volume at /old (mp1)
+    // is never remounted at another entry's path.
+    assert_eq!(got, vec![("mp0".into(), "/y".into()), ("mp2".into(), "/z".into()), ("mp4".into(), "/x".into())]);
 }
 
 #[test]
@@ -242,7 +424,7 @@ fn features_by_auth() {
     // keyctl removed on PVE side: only root may change it.
     ct.config.insert("features".into(), "keyctl=1,nesting=1".into());
     let p = run(&d, ct.clone(), RecreatePolicy::WhenNeeded, false);
-    let Action::Refused { reasons } = &p.action else { panic!("{:?}", p.action) };
+    let Action::Refused { reasons, needs_recreate: false } = &p.action else { panic!("{:?}", p.action) };
     assert!(reasons[0].contains("only root@pam") && reasons[0].contains("keyctl"), "{reasons:?}");
     let p = run(&d, ct, RecreatePolicy::Never, true);
     assert_eq!(
@@ -272,8 +454,14 @@ fn pending_is_reported() {
     assert_eq!(p.action, Action::Nothing);
     assert_eq!(p.warnings, vec!["pending changes (memory) apply at the next reboot of CT 101"]);
     ct.config.insert("cores".into(), "4".into());
-    let p = run(&d, ct, RecreatePolicy::Never, false);
+    let p = run(&d, ct.clone(), RecreatePolicy::Never, false);
     assert!(matches!(p.action, Action::Update { reboot_needed: true, .. }), "{:?}", p.action);
+    // Pending alone: a policy that allows a restart restarts the container to apply it.
+    ct.config.insert("cores".into(), "2".into());
+    let p = run(&d, ct.clone(), RecreatePolicy::WhenNeeded, false);
+    assert_eq!(p.action, Action::Update { changes: vec![], resizes: vec![], reboot_needed: true });
+    ct.running = false;
+    assert_eq!(run(&d, ct, RecreatePolicy::WhenNeeded, false).action, Action::Nothing);
 }
 
 #[test]
@@ -343,7 +531,7 @@ fn settings_in_the_users_terms() {
     );
     let planned = run(&d, ct, RecreatePolicy::Never, true);
     let s = spec();
-    let lines: Vec<String> = setting_changes(&s, &planned.action)
+    let lines: Vec<String> = setting_changes(&s, &planned.action, RecreatePolicy::Never)
         .iter()
         .map(|c| format!("{} {:?} {:?} {:?}", c.setting, c.from, c.to, c.how))
         .collect();
@@ -374,7 +562,10 @@ fn share_and_features_in_the_users_terms() {
         reboot_needed: true,
     };
     let got: Vec<(String, Option<String>, Option<String>, Option<String>)> =
-        setting_changes(&share, &action).into_iter().map(|c| (c.setting, c.from, c.to, c.how)).collect();
+        setting_changes(&share, &action, RecreatePolicy::WhenNeeded)
+            .into_iter()
+            .map(|c| (c.setting, c.from, c.to, c.how))
+            .collect();
     assert_eq!(
         got,
         vec![
@@ -382,5 +573,7 @@ fn share_and_features_in_the_users_terms() {
             ("FEATURES".into(), Some("nesting".into()), Some("keyctl,nesting".into()), Some("reboot".into())),
         ]
     );
-    assert!(setting_changes(&share, &Action::Create).is_empty());
+    let never = setting_changes(&share, &action, RecreatePolicy::Never);
+    assert_eq!(never[0].how.as_deref(), Some("pending until restart"));
+    assert!(setting_changes(&share, &Action::Create, RecreatePolicy::Never).is_empty());
 }
