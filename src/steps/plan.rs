@@ -459,7 +459,7 @@ mod tests {
         assert!(live_moved(&c, &fresh, Some("x")).unwrap().contains("exists now"));
         // Same digest (the lxc backend has none), another action: moved.
         let (c, _) = saved(Action::Nothing, None);
-        let (_, fresh) = saved(Action::Refused { reasons: vec!["ostemplate changed".into()] }, None);
+        let (_, fresh) = saved(Action::refused_recreate(vec!["ostemplate changed".into()]), None);
         assert_eq!(
             live_moved(&c, &fresh, None).unwrap(),
             "what provision would do changed since the plan (nothing → refused)"
