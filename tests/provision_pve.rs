@@ -504,6 +504,9 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
         hostname: "nas".into(),
         action: Action::Create,
         start: true,
+        node: None,
+        placement: None,
+        migrate: None,
     };
     let direct = b.apply(&s, &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     assert_eq!(direct.outcome, out[0].outcome);
