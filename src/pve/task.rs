@@ -17,11 +17,12 @@
 //! duration from the tasks it waited for (in memory, and in a small JSON file across runs when
 //! [`crate::pve::ClientOptions::task_times`] names one), and the schedule polls
 //!
-//! * **known duration `E`**: once, just after `E` (+ max(3 ms, 0.5 %)); if still running, every
-//!   max(10 ms, 2 % of `E`) until `1.25 E + 50 ms`, then as for an unknown duration. A task
-//!   caught at the first poll lowers `E` by 1 % (so that a task that got faster is noticed:
-//!   a later first poll finds it running, and `E` becomes the middle of the last running and
-//!   the first stopped poll);
+//! * **known duration `E`**: once a second before `E` (so that a task much faster than learned
+//!   is noticed within a second), then just after `E` (+ max(3 ms, 0.5 %)); if still running,
+//!   every max(10 ms, 2 % of `E`) until `1.25 E + 50 ms`, then as for an unknown duration. A
+//!   task caught by the poll just after `E` lowers `E` by 1 % (doubling while that repeats), so
+//!   that a task that got a little faster is noticed: a later such poll finds it running, and
+//!   `E` becomes the middle of the last running and the first stopped poll;
 //! * **unknown duration**: at once, after 50 ms, then doubling, at most every 500 ms;
 //!
 //! and never more than `2 + 2 × elapsed seconds` status polls in all (two per task-second, plus
@@ -149,6 +150,9 @@ const MS: Duration = Duration::from_millis(1);
 #[derive(Debug, Clone)]
 pub struct PollSchedule {
     expected: Option<Duration>,
+    /// The poll just after the expected end: `expected + max(3 ms, 0.5 %)`.
+    target: Option<Duration>,
+    targeted: bool,
     polls: u32,
     last_running: Option<Duration>,
     next: Duration,
@@ -157,26 +161,40 @@ pub struct PollSchedule {
 /// What one wait tells about the task's duration (from [`PollSchedule::finished`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Observed {
-    /// The duration to remember, seconds.
+    /// The duration to remember, seconds: the middle of the last running and the first stopped
+    /// poll, or the stopped poll's time when no poll saw it running.
     pub secs: f64,
-    /// True when it is exact to a poll interval (a running and a stopped poll close together);
-    /// false for an upper bound only.
+    /// True when it is exact to a poll interval (a running and a stopped poll close together:
+    /// within 10 % or 60 ms).
     pub bracketed: bool,
-    /// True when the first poll, made just after the expected duration, found the task stopped:
-    /// [`TaskTimes::learn`] then lowers the estimate, by 1 % and doubling with each such hit in a
-    /// row, until a first poll finds the task running again (a faster task is found in a few
-    /// waits; a steady one costs one closely bracketed wait every other time).
+    /// True when the poll just after the expected duration found the task stopped, with no
+    /// poll close before it: [`TaskTimes::learn`] then lowers the estimate, by 1 % and doubling
+    /// with each such hit in a row, until that poll finds the task running again (a steady task
+    /// costs one closely bracketed wait every few).
     pub first_hit: bool,
 }
 
+/// Between polls while a task with a known duration has not reached it: a mispredicted (much
+/// faster) task is noticed within this.
+const TICK: Duration = Duration::from_secs(1);
+
+/// The next whole second after `at`, or the target `t` when that second is not clearly
+/// before it (a poll just before the target would find the task running for nothing).
+fn tick_or_target(at: Duration, e: Duration, t: Duration) -> Duration {
+    let tick = TICK * (at.as_millis() / TICK.as_millis() + 1) as u32;
+    if tick + (e / 20).max(50 * MS) >= t { t } else { tick }
+}
+
 impl PollSchedule {
-    /// A schedule for a task expected to take `expected` (`None`: unknown).
+    /// A schedule for a task expected to take `expected` (`None`, or under 20 ms: unknown).
     pub fn new(expected: Option<Duration>) -> Self {
-        let next = match expected {
-            Some(e) if e > 20 * MS => e + (e / 200).max(3 * MS),
+        let expected = expected.filter(|e| *e > 20 * MS);
+        let target = expected.map(|e| e + (e / 200).max(3 * MS));
+        let next = match (expected, target) {
+            (Some(e), Some(t)) => tick_or_target(Duration::ZERO, e, t),
             _ => Duration::ZERO,
         };
-        PollSchedule { expected, polls: 0, last_running: None, next }
+        PollSchedule { expected, target, targeted: false, polls: 0, last_running: None, next }
     }
 
     /// When the next status poll is due.
@@ -184,34 +202,46 @@ impl PollSchedule {
         self.next
     }
 
+    fn polled(&mut self, at: Duration) {
+        self.polls += 1;
+        if self.target.is_some_and(|t| at >= t) {
+            self.targeted = true;
+        }
+    }
+
     /// The poll made at `at` found the task running: plans the next one.
     pub fn running_at(&mut self, at: Duration) {
-        self.polls += 1;
+        self.polled(at);
         self.last_running = Some(at);
-        let delay = match self.expected {
-            Some(e) if at < e + e / 4 + 50 * MS => (e / 50).max(10 * MS),
+        let next = match (self.expected, self.target) {
+            // Before the expected end: once a second (a faster task), and the target itself.
+            (Some(e), Some(t)) if !self.targeted => tick_or_target(at, e, t),
+            // Late: close polls up to a quarter beyond the expected duration.
+            (Some(e), _) if at < e + e / 4 + 50 * MS => at + (e / 50).max(10 * MS),
             _ => {
                 // Unknown (or far beyond the expected duration): 50 ms doubling, at most 500 ms.
                 let k = self.polls.saturating_sub(1).min(4);
-                (50 * MS * 2u32.pow(k)).min(500 * MS)
+                at + (50 * MS * 2u32.pow(k)).min(500 * MS)
             }
         };
         // Two polls per task-second, plus the first two: poll n+1 not before (n - 1) / 2 s.
         let budget = Duration::from_millis(u64::from(self.polls.saturating_sub(1)) * 500);
-        self.next = (at + delay).max(budget);
+        self.next = next.max(budget).max(at);
     }
 
     /// The poll made at `at` found the task stopped: what to learn about its duration.
     pub fn finished(&mut self, at: Duration) -> Observed {
-        self.polls += 1;
-        match (self.last_running, self.expected) {
-            (Some(r), _) if at.saturating_sub(r) <= (at / 10).max(60 * MS) => {
+        let targeted_now = !self.targeted && self.target.is_some_and(|t| at >= t);
+        self.polled(at);
+        match self.last_running {
+            Some(r) if at.saturating_sub(r) <= (at / 10).max(60 * MS) => {
                 Observed { secs: ((r + at) / 2).as_secs_f64(), bracketed: true, first_hit: false }
             }
-            (_, Some(e)) if self.polls == 1 && e > 20 * MS => {
-                Observed { secs: e.as_secs_f64().min(at.as_secs_f64()), bracketed: false, first_hit: true }
+            _ if targeted_now => {
+                Observed { secs: self.expected.unwrap_or(at).min(at).as_secs_f64(), bracketed: false, first_hit: true }
             }
-            _ => Observed { secs: at.as_secs_f64(), bracketed: false, first_hit: false },
+            Some(r) => Observed { secs: ((r + at) / 2).as_secs_f64(), bracketed: false, first_hit: false },
+            None => Observed { secs: at.as_secs_f64(), bracketed: false, first_hit: false },
         }
     }
 
@@ -342,15 +372,18 @@ mod tests {
     }
 
     #[test]
-    fn a_known_duration_is_noticed_within_one_percent_with_one_poll() {
+    fn a_known_duration_is_noticed_within_one_percent_with_a_poll_a_second_before_it() {
         for secs in [0.3, 1.0, 3.0, 10.0] {
             let e = Duration::from_secs_f64(secs);
             let (at, polls, o) = run(PollSchedule::new(Some(e)), e);
-            assert_eq!(polls, 1, "{secs}");
+            assert_eq!(polls, secs.ceil() as u32, "{secs}: one a second, then the one just after it");
             assert!(at - e <= (e / 100).max(3 * MS), "{secs}: {at:?}");
-            // Nudged down, so that a faster task is found.
             assert!(o.first_hit && !o.bracketed, "{o:?}");
         }
+        // A much faster task than expected is noticed within a second, and lowers the estimate.
+        let (at, _, o) = run(PollSchedule::new(Some(Duration::from_secs(100))), Duration::from_secs_f64(9.5));
+        assert_eq!(at, Duration::from_secs(10));
+        assert_eq!((o.secs, o.bracketed, o.first_hit), (9.5, true, false));
     }
 
     #[test]
