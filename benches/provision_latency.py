@@ -131,11 +131,16 @@ def main():
                 wall = provision(binary, served, repo_dir, share, cache, ssh_port)
                 reqs = served.call(lambda: list(served.pve.requests))
                 polls = sum(1 for (m, p, _) in reqs if m == 'GET' and '/tasks/' in p and p.endswith('/status'))
-                ratio = wall / limit
-                if r > 1:
-                    ratios.append(ratio)
-                print('| {0:g} | {1}{2} | {3:.3f} s | {4:.3f} s | {5:.3f} | {6} | {7:.2f} | {8} |'.format(
-                    scale, r, ' (cold)' if r == 1 else '', wall, limit, ratio, polls, polls / limit, len(reqs)))
+                if limit:
+                    ratio = wall / limit
+                    if r > 1:
+                        ratios.append(ratio)
+                    cells = ('{0:.3f}'.format(ratio), '{0:.2f}'.format(polls / limit))
+                else:
+                    # Time scale 0: the tasks take no time; what is left is the client's own cost.
+                    cells = ('-', '-')
+                print('| {0:g} | {1}{2} | {3:.3f} s | {4:.3f} s | {5} | {6} | {7} | {8} |'.format(
+                    scale, r, ' (cold)' if r == 1 else '', wall, limit, cells[0], polls, cells[1], len(reqs)))
                 sys.stdout.flush()
             served.stop()
             if ratios:

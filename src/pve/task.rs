@@ -25,8 +25,9 @@
 //!   `E` becomes the middle of the last running and the first stopped poll;
 //! * **unknown duration**: at once, after 50 ms, then doubling, at most every 500 ms;
 //!
-//! and never more than `2 + 2 × elapsed seconds` status polls in all (two per task-second, plus
-//! the first two), whatever `E` says. Every wait ends at its timeout.
+//! and never more than `4 + 2 × elapsed seconds` status polls in all (two per task-second, plus
+//! the first four, so that a task of well under a second can still be bracketed closely),
+//! whatever `E` says. Every wait ends at its timeout.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -224,8 +225,8 @@ impl PollSchedule {
                 at + (50 * MS * 2u32.pow(k)).min(500 * MS)
             }
         };
-        // Two polls per task-second, plus the first two: poll n+1 not before (n - 1) / 2 s.
-        let budget = Duration::from_millis(u64::from(self.polls.saturating_sub(1)) * 500);
+        // Two polls per task-second, plus the first four: poll n+1 not before (n - 3) / 2 s.
+        let budget = Duration::from_millis(u64::from(self.polls.saturating_sub(3)) * 500);
         self.next = next.max(budget).max(at);
     }
 
@@ -366,7 +367,7 @@ mod tests {
             let t = Duration::from_secs_f64(secs);
             let (at, polls, o) = run(PollSchedule::new(None), t);
             assert!(at - t <= Duration::from_millis(500), "{secs}: noticed at {at:?}");
-            assert!(f64::from(polls) <= 2.0 + 2.0 * secs + 1.0, "{secs}: {polls} polls");
+            assert!(f64::from(polls) <= 4.0 + 2.0 * secs, "{secs}: {polls} polls");
             assert!(o.secs <= at.as_secs_f64());
         }
     }
@@ -392,13 +393,13 @@ mod tests {
         let t = Duration::from_secs_f64(10.15);
         let (at, polls, o) = run(PollSchedule::new(Some(e)), t);
         assert!(at - t <= Duration::from_millis(200), "{at:?}");
-        assert!(f64::from(polls) <= 2.0 + 2.0 * 10.15, "{polls}");
+        assert!(f64::from(polls) <= 4.0 + 2.0 * 10.15, "{polls}");
         assert!(o.bracketed && (o.secs - 10.15).abs() < 0.2, "{o:?}");
         // Far slower (another template, a busy storage): back to the backoff, still bounded.
         let t = Duration::from_secs(60);
         let (at, polls, _) = run(PollSchedule::new(Some(e)), t);
         assert!(at - t <= Duration::from_millis(500), "{at:?}");
-        assert!(f64::from(polls) <= 2.0 + 2.0 * 60.0, "{polls}");
+        assert!(f64::from(polls) <= 4.0 + 2.0 * 60.0, "{polls}");
     }
 
     #[test]
