@@ -20,7 +20,7 @@
 //! * **known duration `E`**: once a second before `E` (so that a task much faster than learned
 //!   is noticed within a second), then just after `E` (+ max(3 ms, 0.5 %)); if still running,
 //!   every max(10 ms, 2 % of `E`) until `1.25 E + 50 ms`, then as for an unknown duration. A
-//!   task caught by the poll just after `E` lowers `E` by 1 % (doubling while that repeats), so
+//!   task caught by the poll just after `E` lowers `E` by 3 % (doubling while that repeats), so
 //!   that a task that got a little faster is noticed: a later such poll finds it running, and
 //!   `E` becomes the middle of the last running and the first stopped poll;
 //! * **unknown duration**: at once, after 50 ms, then doubling, at most every 500 ms;
@@ -169,7 +169,7 @@ pub struct Observed {
     /// within 10 % or 60 ms).
     pub bracketed: bool,
     /// True when the poll just after the expected duration found the task stopped, with no
-    /// poll close before it: [`TaskTimes::learn`] then lowers the estimate, by 1 % and doubling
+    /// poll close before it: [`TaskTimes::learn`] then lowers the estimate, by 3 % and doubling
     /// with each such hit in a row, until that poll finds the task running again (a steady task
     /// costs one closely bracketed wait every few).
     pub first_hit: bool,
@@ -292,13 +292,13 @@ impl TaskTimes {
         let streak = {
             let mut hits = self.hits.lock().unwrap_or_else(|e| e.into_inner());
             let n = hits.entry(full.clone()).or_default();
-            *n = if o.first_hit { (*n + 1).min(6) } else { 0 };
+            *n = if o.first_hit { (*n + 1).min(4) } else { 0 };
             *n
         };
         let snapshot = {
             let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
             let secs = match (map.get(&full), o.bracketed) {
-                _ if o.first_hit => o.secs * (1.0 - 0.01 * f64::from(1u32 << (streak - 1))),
+                _ if o.first_hit => o.secs * (1.0 - 0.03 * f64::from(1u32 << (streak - 1))),
                 (Some(old), true) if (old - o.secs).abs() <= old * 0.1 => (old + o.secs) / 2.0,
                 _ => o.secs,
             };
