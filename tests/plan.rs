@@ -78,7 +78,7 @@ fn changed_memory_and_disk_read_old_to_new_and_detailed_exitcode() {
     assert!(
         md.contains(
             "| Container | VMID | Node | Action | Old → new | Deploy |\n|---|---|---|---|---|---|\n\
-             | broker | 101 |   | update in place | MEMORY 2048 → 1024, DISK local-lvm:8 → local-lvm:16 (resize) | \
+             | broker | 101 | pve1 | update in place | MEMORY 2048 → 1024, DISK local-lvm:8 → local-lvm:16 (resize) | \
              provision + configure |\n"
         ),
         "{md}"

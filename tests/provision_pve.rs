@@ -178,7 +178,7 @@ fn expected_created(name: &str, vmid: u32, ssh_port: u16, actions: Value) -> Val
         "hostname": name,
         "address": "127.0.0.1",
         "ssh_port": ssh_port,
-        "plan": {"name": name, "vmid": vmid, "hostname": name, "action": "create", "start": true},
+        "plan": {"name": name, "vmid": vmid, "hostname": name, "action": "create", "start": true, "node": "pve1"},
         "actions": actions,
         "warnings": [],
         "status": "running",
@@ -218,13 +218,14 @@ async fn create_from_nothing_with_ticket_auth() {
     // The artifact on disk is the same document.
     let on_disk: Provision = artifact::read(&env.artifacts.path().join("provision/broker.json")).unwrap();
     assert_eq!(on_disk, out[0]);
-    // Exactly these requests: one login, node discovery, arch, live state, template check,
-    // create, start (time scale 0: each task is done at the first poll).
+    // Exactly these requests: one login, the cluster's view (where the container is; the only
+    // online node), arch, live state, template check, create, start (time scale 0: each task is
+    // done at the first poll).
     assert_eq!(
         paths(&env.pve.requests(false)),
         vec![
             "POST /access/ticket",
-            "GET /nodes",
+            "GET /cluster/resources",
             "GET /nodes/pve1/status",
             "GET /nodes/pve1/lxc/101/config",
             "GET /nodes/pve1/storage/local/content",
@@ -304,6 +305,7 @@ async fn rerun_changes_nothing_and_writes_nothing() {
     assert_eq!(
         got,
         vec![
+            "GET /cluster/resources",
             "GET /nodes/pve1/lxc/101/config",
             "GET /nodes/pve1/lxc/101/pending",
             "GET /nodes/pve1/lxc/101/status/current"
@@ -506,6 +508,9 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
         hostname: "nas".into(),
         action: Action::Create,
         start: true,
+        node: None,
+        placement: None,
+        migrate: None,
     };
     let direct = b.apply(&s, &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     assert_eq!(direct.outcome, out[0].outcome);
@@ -655,8 +660,11 @@ async fn ten_containers_in_parallel_share_one_session() {
         assert_eq!(&on_disk, p);
     }
     assert_eq!(client(&b).login_count(), 1);
-    let nodes = env.pve.requests(false).iter().filter(|(_, p, _)| p == "/nodes" || p == "/nodes/pve1/status").count();
-    assert_eq!(nodes, 2, "node discovery and arch are read once for all containers");
+    let reqs = env.pve.requests(false);
+    let count = |path: &str| reqs.iter().filter(|(_, p, _)| p == path).count();
+    assert_eq!(count("/nodes/pve1/status"), 1, "the arch is read once for all containers");
+    // Where each container is, read fresh for each (HA may move one at any time).
+    assert_eq!((count("/cluster/resources"), count("/nodes")), (10, 0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -685,10 +693,11 @@ async fn plan_shows_the_live_action_without_changing_anything() {
         json!([
             {"name": "broker", "hostname": "broker", "vmid": 101, "steps": ["provision", "configure"],
              "provision": {"name": "broker", "vmid": 101, "hostname": "broker", "action": "update",
-                           "changes": [{"key": "memory", "from": "1024", "to": "4096"}], "resizes": [], "reboot_needed": false, "start": false},
+                           "changes": [{"key": "memory", "from": "1024", "to": "4096"}], "resizes": [], "reboot_needed": false, "start": false,
+                           "node": "pve1"},
              "settings": [{"setting": "MEMORY", "from": "1024", "to": "4096"}]},
             {"name": "new", "hostname": "new", "vmid": 102, "steps": ["provision", "configure"],
-             "provision": {"name": "new", "vmid": 102, "hostname": "new", "action": "create", "start": true}}
+             "provision": {"name": "new", "vmid": 102, "hostname": "new", "action": "create", "start": true, "node": "pve1"}}
         ])
     );
     assert_eq!(env.pve.writes(false), vec![]);
@@ -947,7 +956,8 @@ async fn recreate_is_refused_when_the_data_snapshot_cannot_be_taken() {
         json!({
             "kind": "provision", "schema_version": "1.0", "backend": "pve", "name": "broker", "node": null,
             "vmid": 101, "hostname": "broker", "address": "127.0.0.1", "ssh_port": opts.ssh_port,
-            "plan": {"name": "broker", "vmid": 101, "hostname": "broker", "action": "recreate", "reasons": [reason], "start": true},
+            "plan": {"name": "broker", "vmid": 101, "hostname": "broker", "action": "recreate", "reasons": [reason], "start": true,
+                     "node": "pve1"},
             "actions": [], "warnings": [], "status": null, "created": false,
             "protected_by": null, "inputs_digest": null, "result": "failed", "error": error
         })

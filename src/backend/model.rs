@@ -170,6 +170,19 @@ impl Action {
     }
 }
 
+/// A move of an existing container to another PVE node (`POST /nodes/{node}/lxc/{vmid}/migrate`),
+/// planned when the container is found on a node other than the one its `NODE` names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migration {
+    /// The node the container is on now (from `GET /cluster/resources?type=vm`).
+    pub from: String,
+    /// The node `NODE` names.
+    pub to: String,
+    /// True for a running container: PVE's restart mode (shut down, move, start again on `to`);
+    /// false moves a stopped container offline.
+    pub restart: bool,
+}
+
 /// The plan for one container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerPlan {
@@ -184,6 +197,42 @@ pub struct ContainerPlan {
     pub action: Action,
     /// True when the container will be started (it is not running, or is created).
     pub start: bool,
+    /// PVE: the node the container is on once the plan is applied (its `NODE`, the node it is
+    /// found on, or the node chosen for it by `NODE=auto`); `None` for the lxc backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// PVE: why a new container goes to [`Self::node`] when `NODE=auto` (or unset on a cluster
+    /// with several online nodes) chose it, e.g. `most free memory (6.0 GiB) of the online nodes
+    /// with storage local-lvm: pve1 4.0 GiB, pve2 6.0 GiB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+    /// PVE: the container is moved to [`Self::node`] first (then [`Self::action`] is applied
+    /// there); never a reason to recreate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrate: Option<Migration>,
+}
+
+impl ContainerPlan {
+    /// The plan of `name`/`vmid`/`hostname`: `action`, `start`, on no particular node (no
+    /// placement, no migration).
+    pub fn new(name: &str, vmid: u32, hostname: &str, action: Action, start: bool) -> Self {
+        ContainerPlan {
+            name: name.to_string(),
+            vmid,
+            hostname: hostname.to_string(),
+            action,
+            start,
+            node: None,
+            placement: None,
+            migrate: None,
+        }
+    }
+
+    /// True when applying the plan changes something: its action does, it starts the container,
+    /// or it moves it to another node.
+    pub fn changes_something(&self) -> bool {
+        self.action.changes_something() || self.start || self.migrate.is_some()
+    }
 }
 
 /// One action taken, with its PVE task when there was one.
@@ -331,6 +380,9 @@ pub fn failed_before_plan(
         hostname: spec.hostname.clone(),
         action: Action::refused_blocked(vec![format!("planning failed: {error}")]),
         start: false,
+        node: None,
+        placement: None,
+        migrate: None,
     };
     Provision {
         node: spec.node.clone(),

@@ -76,6 +76,7 @@ pub fn pve_client(settings: &Settings, connect: &PveConnect) -> Result<PveClient
     opts.port = s.port;
     opts.tls = connect.tls.clone();
     opts.request_timeout = connect.request_timeout;
+    opts.task_times = crate::pve::task::default_task_times_file();
     PveClient::new(opts, auth).map_err(|e| Error::Failed(e.into()))
 }
 

@@ -153,6 +153,9 @@ pub struct PveArgs {
     /// Seconds a template download may take.
     #[arg(long, value_name = "SECS", default_value_t = 1800)]
     pub timeout_download: u64,
+    /// Seconds moving a container to its NODE may take (PVE copies local volumes).
+    #[arg(long, value_name = "SECS", default_value_t = 1800)]
+    pub timeout_migrate: u64,
 }
 
 impl PveArgs {
@@ -166,6 +169,7 @@ impl PveArgs {
         c.timeouts.create = s(self.timeout_create);
         c.timeouts.start = s(self.timeout_start);
         c.timeouts.download = s(self.timeout_download);
+        c.timeouts.migrate = s(self.timeout_migrate);
         c.timeouts.resize = s(self.timeout_create.max(300));
         self.stop.apply(&mut c.timeouts);
         Ok(c)
@@ -270,11 +274,13 @@ mod tests {
             "16",
             "--timeout-download",
             "17",
+            "--timeout-migrate",
+            "18",
         ];
         let t = T::try_parse_from(args).unwrap().pve.connect().unwrap().timeouts;
         assert_eq!(
-            (t.create, t.start, t.shutdown, t.stop, t.destroy, t.lock, t.download, t.resize),
-            (s(11), s(12), s(13), s(14), s(15), s(16), s(17), s(300))
+            (t.create, t.start, t.shutdown, t.stop, t.destroy, t.lock, t.download, t.resize, t.migrate),
+            (s(11), s(12), s(13), s(14), s(15), s(16), s(17), s(300), s(18))
         );
     }
 }

@@ -132,11 +132,42 @@ pub fn action_word(action: &Action) -> &'static str {
     }
 }
 
+/// The action of a whole plan in a few words: [`action_word`], with `migrate` in front when the
+/// container moves to another node first (`migrate`, `migrate + update in place`); a recreate
+/// on another node stays `recreate`.
+pub fn plan_word(plan: &ContainerPlan) -> String {
+    match (&plan.migrate, &plan.action) {
+        (Some(_), Action::Nothing) => "migrate".into(),
+        (Some(_), Action::Update { .. }) => format!("migrate + {}", action_word(&plan.action)),
+        _ => action_word(&plan.action).into(),
+    }
+}
+
 /// One line of a printed plan: what will happen to the container, e.g. `create`, `nothing`,
 /// `update cores=2 resize rootfs 8→16 GiB (reboot needed)`, `RECREATE: <reasons>` or
 /// `refused (needs --allow-recreate): <reasons>` (or `refused: <reasons>` when no recreate would
-/// help, e.g. a volume shrink). Long values and `description` print as `…`.
+/// help, e.g. a volume shrink), prefixed by `migrate pve1 → pve2 (restart), then ` when the
+/// container moves first, and followed by ` on NODE (placed: …)` for a placed new container.
+/// Long values and `description` print as `…`.
 pub fn describe(plan: &ContainerPlan) -> String {
+    let what = describe_action(plan);
+    let what = match (&plan.migrate, &plan.action) {
+        (Some(m), Action::Nothing) => {
+            format!("migrate {} → {}{}", m.from, m.to, if m.restart { " (restart)" } else { "" })
+        }
+        (Some(m), Action::Update { .. }) => {
+            format!("migrate {} → {}{}, then {what}", m.from, m.to, if m.restart { " (restart)" } else { "" })
+        }
+        (Some(m), Action::Recreate { .. }) => format!("{what} (destroyed on {}, created on {})", m.from, m.to),
+        _ => what,
+    };
+    match (&plan.placement, &plan.node) {
+        (Some(why), Some(node)) => format!("{what} on {node} ({why})"),
+        _ => what,
+    }
+}
+
+fn describe_action(plan: &ContainerPlan) -> String {
     match &plan.action {
         Action::Create => "create".into(),
         Action::Nothing => "nothing".into(),
@@ -226,7 +257,16 @@ mod tests {
     }
 
     fn plan(action: Action) -> ContainerPlan {
-        ContainerPlan { name: "app".into(), vmid: 101, hostname: "app".into(), action, start: true }
+        ContainerPlan {
+            name: "app".into(),
+            vmid: 101,
+            hostname: "app".into(),
+            action,
+            start: true,
+            node: None,
+            placement: None,
+            migrate: None,
+        }
     }
 
     #[test]
@@ -249,5 +289,26 @@ mod tests {
             "refused (needs --allow-recreate): template"
         );
         assert_eq!(describe(&plan(Action::refused_blocked(vec!["shrink".into()]))), "refused: shrink");
+    }
+
+    #[test]
+    fn a_migration_comes_first_and_a_placement_names_the_node() {
+        use crate::backend::model::Migration;
+        let mut p = plan(Action::Nothing);
+        p.migrate = Some(Migration { from: "pve1".into(), to: "pve2".into(), restart: true });
+        assert_eq!(describe(&p), "migrate pve1 → pve2 (restart)");
+        assert_eq!(plan_word(&p), "migrate");
+        p.action = Action::Update {
+            changes: vec![Change { key: "cores".into(), from: None, to: Some("2".into()) }],
+            resizes: vec![],
+            reboot_needed: false,
+        };
+        p.migrate.as_mut().unwrap().restart = false;
+        assert_eq!(describe(&p), "migrate pve1 → pve2, then update cores=2");
+        assert_eq!(plan_word(&p), "migrate + update in place");
+        let mut c = plan(Action::Create);
+        c.node = Some("pve2".into());
+        c.placement = Some("NODE=auto: most free memory".into());
+        assert_eq!(describe(&c), "create on pve2 (NODE=auto: most free memory)");
     }
 }

@@ -164,7 +164,8 @@ fn mark_done_steps(ctx: &Ctx, inv: &crate::inventory::Inventory, p: &mut Plan, r
 fn provision_cell(c: &PlannedContainer) -> String {
     match (&c.provision, &c.provision_error) {
         (Some(cp), _) => match &cp.action {
-            Action::Update { .. } => super::describe::action_word(&cp.action).to_string(),
+            Action::Update { .. } => super::describe::plan_word(cp),
+            Action::Nothing if cp.migrate.is_some() => super::describe::plan_word(cp),
             _ => super::describe::describe(cp),
         },
         (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
@@ -206,8 +207,9 @@ fn human(p: &Plan, offline: Option<&str>) -> String {
         for c in changed {
             let reboot =
                 matches!(&c.provision, Some(cp) if matches!(cp.action, Action::Update { reboot_needed: true, .. }));
+            let word = c.provision.as_ref().map_or_else(|| "update in place".to_string(), super::describe::plan_word);
             s.push_str(&format!(
-                "{} (vmid {}): update in place{}\n",
+                "{} (vmid {}): {word}{}\n",
                 c.name,
                 c.vmid,
                 if reboot { ", reboot needed" } else { "" }
@@ -267,12 +269,14 @@ fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -
     };
     let (first, rest): (Vec<&PlannedContainer>, Vec<&PlannedContainer>) = p.containers.iter().partition(failing);
     for c in first.into_iter().chain(rest) {
-        let node = node_of(&c.name);
+        // The plan's node (where NODE=auto placed it, or where it was found), else the spec's.
+        let node = c.provision.as_ref().and_then(|cp| cp.node.clone()).unwrap_or_else(|| node_of(&c.name));
         let (action, old_new) = match (&c.provision, &c.provision_error) {
             (Some(cp), _) => (
-                super::describe::action_word(&cp.action).to_string(),
-                match &cp.action {
-                    Action::Recreate { reasons } | Action::Refused { reasons, .. } => reasons.join("; "),
+                super::describe::plan_word(cp),
+                match (&cp.action, &cp.placement) {
+                    (Action::Recreate { reasons } | Action::Refused { reasons, .. }, _) => reasons.join("; "),
+                    (Action::Create, Some(why)) => why.clone(),
                     _ => super::describe::setting_lines(&c.settings),
                 },
             ),
@@ -326,7 +330,16 @@ mod tests {
 
     fn planned(name: &str, vmid: u32, action: Action) -> PlannedContainer {
         PlannedContainer {
-            provision: Some(ContainerPlan { name: name.into(), vmid, hostname: name.into(), action, start: false }),
+            provision: Some(ContainerPlan {
+                name: name.into(),
+                vmid,
+                hostname: name.into(),
+                action,
+                start: false,
+                node: None,
+                placement: None,
+                migrate: None,
+            }),
             ..container(name, vmid, vec![Step::Provision, Step::Configure])
         }
     }
@@ -434,5 +447,36 @@ mod tests {
         assert!(p.changes_pending(), "a stopped container would be started");
         let p = Plan { containers: vec![container("x", 1, vec![Step::Provision])], ..plan(vec![]) };
         assert!(p.changes_pending(), "unknown live state counts as pending");
+    }
+
+    #[test]
+    fn a_migration_and_a_placement_show_in_the_table_the_count_line_and_the_summary() {
+        use crate::backend::model::Migration;
+        let mut moved = planned("broker", 101, Action::Nothing);
+        let cp = moved.provision.as_mut().unwrap();
+        cp.node = Some("pve2".into());
+        cp.migrate = Some(Migration { from: "pve1".into(), to: "pve2".into(), restart: true });
+        moved.settings =
+            vec![SettingChange::new("NODE", Some("pve1".into()), Some("pve2".into())).how("migrate, restart")];
+        let mut placed = planned("proxy", 110, Action::Create);
+        let cp = placed.provision.as_mut().unwrap();
+        cp.node = Some("pve1".into());
+        cp.placement =
+            Some("NODE=auto: most free memory (6.0 GiB) of the online nodes with storage local: pve1 6.0 GiB".into());
+        let p = Plan {
+            git_ref: "refs/heads/release".into(),
+            stage: "main".into(),
+            containers: vec![moved, placed],
+            backend: Some(BackendKind::Pve),
+        };
+        assert_eq!(p.counts().line(), "1 to create, 0 to update in place, 0 to recreate, 1 to migrate, 0 unchanged");
+        assert!(p.changes_pending());
+        let h = human(&p, None);
+        assert!(h.contains("broker  broker    101   provision + configure  migrate\n"), "{h}");
+        assert!(h.contains("create on pve1 (NODE=auto: most free memory (6.0 GiB)"), "{h}");
+        assert!(h.contains("broker (vmid 101): migrate\n  NODE pve1 → pve2 (migrate, restart)\n"), "{h}");
+        let md = markdown(&p, &|_| String::new(), None);
+        assert!(md.contains("| broker | 101 | pve2 | migrate | NODE pve1 → pve2 (migrate, restart) |"), "{md}");
+        assert!(md.contains("| proxy | 110 | pve1 | create | NODE=auto: most free memory"), "{md}");
     }
 }

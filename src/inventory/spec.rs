@@ -12,7 +12,7 @@
 //! | `DISK` | `STORAGE:SIZE`, size in GiB, integer 1–8589934591 (bytes fit 64 bits) | `local-lvm:8` |
 //! | `BOOT` | yes/no, true/false, on/off or 1/0 (any case) | yes |
 //! | `MOUNT` | comma list of `name`, `HOST:CT`, `STORAGE:SIZE:CT`, `/dev/…` | empty |
-//! | `NODE` | PVE node name | none |
+//! | `NODE` | PVE node name, or `auto` (placed on the online node with the most free memory that has the rootfs storage) | none |
 //! | `SNAPSHOT` | comma list of absolute container paths, none twice or inside another | empty |
 //! | `REQUIRES` | comma list of names the lib's configuration needs set (`LOGIN`, `PASSWORD`, …) | empty |
 //! | `SERVICES` | comma list of systemd units `[A-Za-z0-9@._:-]+` the `health` check requires active (`.service` implied without a unit suffix) | empty: no failed unit |

@@ -101,6 +101,9 @@ pub struct ClientOptions {
     pub transport_retries: usize,
     /// First backoff delay between those repetitions (doubling, capped at 2 s, jittered).
     pub retry_delay: Duration,
+    /// The JSON file where learned task durations are kept across runs (see
+    /// [`super::task::TaskTimes`]); `None` keeps them for this client's life only.
+    pub task_times: Option<std::path::PathBuf>,
 }
 
 impl ClientOptions {
@@ -113,6 +116,7 @@ impl ClientOptions {
             request_timeout: Duration::from_secs(60),
             transport_retries: 6,
             retry_delay: Duration::from_millis(100),
+            task_times: None,
         }
     }
 }
@@ -135,6 +139,7 @@ pub struct PveClient {
     requests: AtomicU64,
     logins: AtomicU64,
     presented: tls::Presented,
+    task_times: super::task::TaskTimes,
 }
 
 impl std::fmt::Debug for PveClient {
@@ -203,7 +208,9 @@ impl PveClient {
         let base = url::Url::parse(&format!("https://{host}:{}/api2/json", opts.port)).map_err(|e| {
             PveError::Config(format!("PROXMOX_HOST `{}` is not a host name or address: {e}", opts.host))
         })?;
+        let task_times = super::task::TaskTimes::new(base.as_str(), opts.task_times.clone());
         Ok(Self {
+            task_times,
             http,
             base,
             auth,
@@ -224,6 +231,11 @@ impl PveClient {
     /// `https://HOST:PORT/api2/json`.
     pub fn base_url(&self) -> &str {
         self.base.as_str()
+    }
+
+    /// The learned task durations ([`PveClient::wait_task`] polls by them).
+    pub fn task_times(&self) -> &super::task::TaskTimes {
+        &self.task_times
     }
 
     /// HTTP requests sent so far (every attempt, logins included).

@@ -8,6 +8,8 @@
 //! * [`tls`] — certificate verification: system roots, a CA file, or a pinned SHA-256
 //!   fingerprint (the usual self-signed PVE node), or `--insecure`;
 //! * [`task`] — waiting for asynchronous tasks (UPIDs) with backoff and a timeout;
+//! * [`cluster`] — the cluster's view (`GET /cluster/resources`: containers on any node, nodes
+//!   with their memory, storages per node) and migrating a container;
 //! * [`ct`] — typed calls on one existing container: status, interfaces, reboot, start, a
 //!   rollback that starts it again;
 //! * [`error`] — [`PveError`], which names method, path, HTTP status, PVE's message and its
@@ -17,12 +19,14 @@
 //! what to call.
 
 pub mod client;
+pub mod cluster;
 pub mod ct;
 pub mod error;
 pub mod task;
 pub mod tls;
 
 pub use client::{Auth, ClientOptions, PveClient, Replay};
+pub use cluster::{ClusterResources, CtResource, NodeResource, StorageResource};
 pub use ct::{CtInterface, CtStatus};
 pub use error::PveError;
 pub use task::TaskOutcome;

@@ -113,7 +113,7 @@ impl PlannedContainer {
     pub fn changes_pending(&self) -> bool {
         self.steps_to_run().iter().any(|s| match s {
             Step::Provision => match &self.provision {
-                Some(p) => p.action.changes_something() || p.start || matches!(p.action, Action::Refused { .. }),
+                Some(p) => p.changes_something() || matches!(p.action, Action::Refused { .. }),
                 None => true,
             },
             Step::Configure | Step::Snapshot => true,
@@ -130,6 +130,10 @@ pub struct Counts {
     pub update: usize,
     /// Containers destroyed and created again.
     pub recreate: usize,
+    /// Containers moved to the node their `NODE` names (PVE migrate); also counted by what
+    /// happens to their definition (update in place, or neither: not `unchanged`).
+    #[serde(default)]
+    pub migrate: usize,
     /// Containers whose definition stays as it is (they may still be started or configured).
     pub unchanged: usize,
     /// Containers needing a recreate the policy forbids (the provision step would fail).
@@ -152,15 +156,18 @@ fn is_zero(n: &usize) -> bool {
 }
 
 impl Counts {
-    /// The count line: `2 to create, 1 to update in place, 1 to recreate, 3 unchanged`, then
+    /// The count line: `2 to create, 1 to update in place, 1 to recreate, 3 unchanged`, with
+    /// `, N to migrate` after the recreates when not zero, then
     /// `, N refused (needs --allow-recreate)`, `, N refused (see the reasons)` (no policy allows
     /// the change), `, N cannot be planned`, `, N unknown (no live
     /// state)`, `, N skipped (already provisioned)` when not zero. The first four always appear.
     pub fn line(&self) -> String {
-        let mut s = format!(
-            "{} to create, {} to update in place, {} to recreate, {} unchanged",
-            self.create, self.update, self.recreate, self.unchanged
-        );
+        let mut s =
+            format!("{} to create, {} to update in place, {} to recreate", self.create, self.update, self.recreate);
+        if self.migrate > 0 {
+            s.push_str(&format!(", {} to migrate", self.migrate));
+        }
+        s.push_str(&format!(", {} unchanged", self.unchanged));
         for (n, what) in [
             (self.refused, "refused (needs --allow-recreate)"),
             (self.blocked, "refused (see the reasons)"),
@@ -210,12 +217,17 @@ impl Plan {
                     Action::Create => n.create += 1,
                     Action::Update { .. } => n.update += 1,
                     Action::Recreate { .. } => n.recreate += 1,
+                    Action::Nothing if p.migrate.is_some() => {}
                     Action::Nothing => n.unchanged += 1,
                     Action::Refused { needs_recreate: true, .. } => n.refused += 1,
                     Action::Refused { needs_recreate: false, .. } => n.blocked += 1,
                 },
                 (None, Some(_)) => n.failed += 1,
                 (None, None) => n.unknown += 1,
+            }
+            if c.provision.as_ref().is_some_and(|p| p.migrate.is_some() && !matches!(p.action, Action::Recreate { .. }))
+            {
+                n.migrate += 1;
             }
         }
         n
@@ -286,6 +298,15 @@ pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend
                         BackendKind::Lxc => crate::backend::lxc::planner::setting_changes(&p.spec, &cp),
                     };
                     c.config_digest = backend.config_digest(cp.vmid);
+                    if let Some(m) = &cp.migrate {
+                        let how = match (&cp.action, m.restart) {
+                            (Action::Recreate { .. }, _) => "recreate",
+                            (_, true) => "migrate, restart",
+                            (_, false) => "migrate",
+                        };
+                        c.settings
+                            .insert(0, SettingChange::new("NODE", Some(m.from.clone()), Some(m.to.clone())).how(how));
+                    }
                     c.provision = Some(cp);
                 }
                 Err(e) => c.provision_error = Some(crate::actions::redact(&format!("{e:#}"))),

@@ -44,6 +44,12 @@ impl SpecBuilder {
         self
     }
 
+    /// `NODE`: a PVE node name, or `auto`.
+    pub fn node(mut self, node: &str) -> Self {
+        self.0.node = Some(node.into());
+        self
+    }
+
     /// Not started at boot.
     pub fn no_onboot(mut self) -> Self {
         self.0.onboot = false;

@@ -224,7 +224,9 @@ async fn pve_drift(
         )]);
     }
     let mut out = Vec::new();
+    // NODE=auto: wherever the container was placed is where it should be.
     if let Some(want) = spec.node.as_deref().or(p.configured_node())
+        && !want.eq_ignore_ascii_case(crate::backend::pve::placement::AUTO)
         && want != r.node
     {
         out.push(KeyDrift::new("NODE", want, r.node.clone()));

@@ -10,6 +10,7 @@ use anyhow::{Context, anyhow, bail};
 use tokio::sync::OnceCell;
 
 use super::{CtState, LiveOptions, SnapshotTaken};
+use crate::backend::pve::placement::Wish;
 use crate::exec::{ReachError, RemoteExec, SshTransport};
 use crate::inventory::ContainerSpec;
 use crate::pve::PveClient;
@@ -40,12 +41,30 @@ impl PveLive {
         self.node.as_deref()
     }
 
-    /// The spec's `NODE`, else `PROXMOX_NODE`, else the only online node.
-    pub(super) async fn node(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
-        if let Some(n) = spec.node.clone().or_else(|| self.node.clone()) {
-            return Ok(n);
+    /// The node the container is on (`GET /cluster/resources?type=vm`: moved by HA or by hand, it
+    /// is found where it is); when it is not listed, the spec's `NODE`, else `PROXMOX_NODE`, else
+    /// the only online node; `None` for `NODE=auto` (no node to look on: absent).
+    async fn find(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
+        let res = self
+            .client
+            .cluster_resources(Some("vm"))
+            .await
+            .with_context(|| format!("cannot look CT {} up in the cluster (GET /cluster/resources)", spec.vmid))?;
+        if let Some(ct) = res.ct(spec.vmid) {
+            return Ok(Some(ct.node.clone()));
         }
-        Ok(self.discovered.get_or_try_init(|| crate::backend::pve::discover_node(&self.client)).await?.clone())
+        match Wish::of(spec.node.as_deref(), self.node.as_deref()) {
+            Wish::Named(n) => Ok(Some(n)),
+            Wish::Auto => Ok(None),
+            Wish::Unset => Ok(Some(
+                self.discovered.get_or_try_init(|| crate::backend::pve::discover_node(&self.client)).await?.clone(),
+            )),
+        }
+    }
+
+    /// [`Self::find`], and an error naming the container when it is on no node (`NODE=auto`).
+    pub(super) async fn node(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
+        self.find(spec).await?.ok_or_else(|| anyhow!("CT {} ({}) is on no node of the cluster", spec.vmid, spec.name))
     }
 
     fn snaps(&self, node: &str, spec: &ContainerSpec) -> PveSnapshots {
@@ -53,7 +72,7 @@ impl PveLive {
     }
 
     pub(super) async fn status(&self, spec: &ContainerSpec) -> anyhow::Result<CtState> {
-        let node = self.node(spec).await?;
+        let Some(node) = self.find(spec).await? else { return Ok(CtState::Absent) };
         let vmid = spec.vmid;
         let Some(st) = self
             .client

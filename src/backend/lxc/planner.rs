@@ -60,6 +60,9 @@ pub fn plan_container(
         hostname: spec.hostname.clone(),
         action,
         start,
+        node: None,
+        placement: None,
+        migrate: None,
     };
     let Some(live) = live else {
         return plan(Action::Create, true);
@@ -220,6 +223,9 @@ mod terms_tests {
                 reboot_needed: true,
             },
             start: false,
+            node: None,
+            placement: None,
+            migrate: None,
         };
         let got: Vec<String> = setting_changes(&spec, &plan)
             .iter()
@@ -250,6 +256,9 @@ mod terms_tests {
                 reboot_needed: false,
             },
             start: false,
+            node: None,
+            placement: None,
+            migrate: None,
         };
         let got = setting_changes(&spec, &plan);
         assert_eq!(got, vec![SettingChange::new("SWAP", Some("512".into()), Some("256".into()))]);

@@ -194,7 +194,16 @@ fn live_from(d: &Desired, state: State) -> Live {
 }
 
 fn plan_of(action: Action, start: bool) -> ContainerPlan {
-    ContainerPlan { name: "broker".into(), vmid: 101, hostname: "broker".into(), action, start }
+    ContainerPlan {
+        name: "broker".into(),
+        vmid: 101,
+        hostname: "broker".into(),
+        action,
+        start,
+        node: None,
+        placement: None,
+        migrate: None,
+    }
 }
 
 #[test]

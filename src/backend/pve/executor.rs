@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::planner::Live;
 use super::{PveBackend, Rec, upid_of};
-use crate::backend::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision};
+use crate::backend::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Migration, Outcome, Provision};
 use crate::inventory::{ContainerSpec, IpConfig};
 use crate::pve::{PveError, Replay};
 
@@ -31,7 +31,9 @@ impl PveBackend {
             Err(e) => Outcome::Failed { error: crate::actions::redact(&format!("{e:#}")) },
         };
         // Without a network call: a refused spec must not reach the API at all.
-        let node = spec.node.clone().or_else(|| self.opts.node.clone()).or_else(|| self.discovered.get().cloned());
+        let node = plan.node.clone().or_else(|| {
+            spec.node.clone().or_else(|| self.opts.node.clone()).or_else(|| self.discovered.get().cloned())
+        });
         Provision {
             node,
             address: fin.address,
@@ -53,7 +55,12 @@ impl PveBackend {
         fin: &mut Final,
     ) -> anyhow::Result<()> {
         self.check_permissions(spec)?;
-        let node = self.node_for(spec).await?;
+        // The plan's node (chosen by `NODE=auto`, or where the container was found); a plan made
+        // elsewhere without one falls back to the spec's.
+        let node = match &plan.node {
+            Some(n) => n.clone(),
+            None => self.node_for(spec).await?,
+        };
         let vmid = spec.vmid;
         match &plan.action {
             Action::Refused { reasons, needs_recreate: false } => {
@@ -69,7 +76,11 @@ impl PveBackend {
                     reasons.join("; ")
                 );
             }
-            Action::Nothing => {}
+            Action::Nothing => {
+                if let Some(m) = &plan.migrate {
+                    self.migrate(vmid, m, rec).await?;
+                }
+            }
             Action::Create => {
                 let d = self.desired_for(spec, &node).await?;
                 self.ensure_template(&node, &d, rec).await?;
@@ -80,11 +91,16 @@ impl PveBackend {
                 tracing::warn!("{}: recreating CT {vmid}: {}", spec.name, reasons.join("; "));
                 let d = self.desired_for(spec, &node).await?;
                 self.ensure_template(&node, &d, rec).await?;
-                self.shutdown_and_destroy(&node, vmid, rec).await?;
+                // Destroyed where it is, created where NODE wants it (no migration first).
+                let live_node = plan.migrate.as_ref().map_or(node.as_str(), |m| m.from.as_str());
+                self.shutdown_and_destroy(live_node, vmid, rec).await?;
                 self.create(&node, &d, opts, rec).await?;
                 fin.created = true;
             }
             Action::Update { changes, resizes, .. } => {
+                if let Some(m) = &plan.migrate {
+                    self.migrate(vmid, m, rec).await?;
+                }
                 if !changes.is_empty() {
                     self.update_config(&node, spec, changes, rec).await?;
                 }
@@ -133,6 +149,36 @@ impl PveBackend {
             .when(|e: &PveError| e.is_locked())
             .notify(|e: &PveError, d: Duration| tracing::info!("{what}: {e}; retrying in {} ms", d.as_millis()))
             .await
+    }
+
+    /// Moves CT `vmid` as `m` says (`POST /nodes/{from}/lxc/{vmid}/migrate`, `restart=1` for a
+    /// running container) and waits for the task, retrying while the container is locked. A
+    /// container that was started since the plan (PVE: "can't migrate running container without
+    /// --online or --restart") is moved in restart mode.
+    async fn migrate(&self, vmid: u32, m: &Migration, rec: &mut Rec) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let shutdown = self.opts.timeouts.shutdown.as_secs();
+        let what = format!("migrate CT {vmid} from {} to {}", m.from, m.to);
+        // Restart mode once PVE says the container runs (it was started since the plan).
+        let restart = std::sync::atomic::AtomicBool::new(m.restart);
+        let out = self
+            .locked("migrate", || async {
+                let mode = restart.load(std::sync::atomic::Ordering::Relaxed);
+                let upid = match self.client.ct_migrate(&m.from, vmid, &m.to, mode, shutdown).await {
+                    Err(e) if !mode && e.message().is_some_and(|t| t.contains("migrate running container")) => {
+                        tracing::info!("CT {vmid} was started since the plan: migrating in restart mode");
+                        restart.store(true, std::sync::atomic::Ordering::Relaxed);
+                        self.client.ct_migrate(&m.from, vmid, &m.to, true, shutdown).await?
+                    }
+                    other => other?,
+                };
+                self.client.wait_task(&upid, self.opts.timeouts.migrate, &what).await
+            })
+            .await
+            .with_context(|| format!("cannot {what}"))?;
+        let how = if restart.into_inner() { "restart mode" } else { "offline" };
+        rec.push("migrate", Some(&out), started, Some(format!("{} → {} ({how})", m.from, m.to)));
+        Ok(())
     }
 
     pub(super) async fn start(&self, node: &str, vmid: u32, rec: &mut Rec) -> anyhow::Result<()> {

@@ -234,13 +234,13 @@ impl PveBackend {
         Ok(())
     }
 
-    /// Destroys the container of `spec` (shutdown, stop after the timeout, destroy with purge).
-    /// An absent container yields no actions.
+    /// Destroys the container of `spec` (shutdown, stop after the timeout, destroy with purge) on
+    /// the node it is on ([`PveBackend::live_node`]). An absent container yields no actions.
     ///
     /// # Errors
     /// API and task errors.
     pub async fn destroy(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<ActionRecord>> {
-        let node = self.node_for(spec).await?;
+        let Some(node) = self.live_node(spec).await? else { return Ok(vec![]) };
         let mut rec = Rec::default();
         self.shutdown_and_destroy(&node, spec.vmid, &mut rec).await?;
         Ok(rec.actions)

@@ -2,8 +2,10 @@
 //!
 //! * [`desired`](mod@desired) maps a spec to PVE's parameters (pure);
 //! * [`planner`] compares desired and live state (pure, exhaustively unit-tested);
+//! * [`placement`] finds the container in the cluster and plans its node: migrate to a named
+//!   `NODE`, place a new one for `NODE=auto` (pure, unit-tested);
 //! * [`PveBackend`] (this file) reads live state and plans;
-//! * `executor` — [`PveBackend::apply`]: runs a plan (config update, resize, start, address)
+//! * `executor` — [`PveBackend::apply`]: runs a plan (migration, config update, resize, start, address)
 //!   and records every action;
 //! * `lifecycle` — template download, create, shutdown and destroy ([`PveBackend::destroy`]).
 //!
@@ -24,13 +26,17 @@
 //! * a missing template is downloaded over https with the checksum of the node's signed
 //!   template index (`GET /nodes/{node}/aplinfo`, see [`desired::template`]); a template the
 //!   index does not list for the node's architecture is an error naming the architecture.
+//! * the container is looked up in `GET /cluster/resources` first, and read on the node it is
+//!   on; a migration (`POST …/migrate`, restart mode for a running container) is waited for
+//!   like any task, and the rest of the plan is applied on the new node.
 
 pub mod desired;
 mod executor;
 mod lifecycle;
+pub mod placement;
 pub mod planner;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,8 +45,9 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use self::desired::{Desired, PveDefaults, desired};
+use self::placement::{NodeDecision, NodePlan, Wish};
 use self::planner::{Live, LiveCt};
-use crate::backend::model::{ActionRecord, ContainerPlan, RecreatePolicy};
+use crate::backend::model::{Action, ActionRecord, ContainerPlan, RecreatePolicy};
 use crate::inventory::ContainerSpec;
 use crate::pve::{PveClient, PveError, TaskOutcome};
 
@@ -63,6 +70,8 @@ pub struct Timeouts {
     pub resize: Duration,
     /// How long a locked container is waited for (`CT is locked`): 120 s.
     pub lock: Duration,
+    /// `vzmigrate` to another node (PVE copies local volumes): 1800 s.
+    pub migrate: Duration,
 }
 
 impl Default for Timeouts {
@@ -76,6 +85,7 @@ impl Default for Timeouts {
             download: Duration::from_secs(1800),
             resize: Duration::from_secs(300),
             lock: Duration::from_secs(120),
+            migrate: Duration::from_secs(1800),
         }
     }
 }
@@ -85,7 +95,9 @@ impl Default for Timeouts {
 pub struct PveBackendOptions {
     /// Template, network and storage settings.
     pub defaults: PveDefaults,
-    /// The configured node (`PROXMOX_NODE`); a spec's `NODE` wins; `None` discovers it.
+    /// The configured node (`PROXMOX_NODE`); a spec's `NODE` wins; `None` discovers it (the
+    /// only online node) or, on a cluster with several online nodes, places a new container
+    /// (as `auto` does: see [`placement`]).
     pub node: Option<String>,
     /// Timeouts.
     pub timeouts: Timeouts,
@@ -110,6 +122,8 @@ pub struct PveBackend {
     /// as its message, so a failed download is not repeated by the others).
     templates: Mutex<HashMap<String, TemplateCell>>,
     cache: Mutex<HashMap<u32, Cached>>,
+    /// Bytes of memory promised per node to containers placed by this run (see [`placement`]).
+    reserved: Mutex<BTreeMap<String, u64>>,
 }
 
 /// Collects the actions and warnings of one apply.
@@ -189,6 +203,7 @@ impl PveBackend {
             arches: tokio::sync::Mutex::new(HashMap::new()),
             templates: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
+            reserved: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -225,17 +240,74 @@ impl PveBackend {
         )
     }
 
-    /// The node for `spec`: its `NODE`, else `PROXMOX_NODE`, else the only online node of
-    /// `GET /nodes`.
+    /// The node for `spec` without a cluster view: its `NODE`, else `PROXMOX_NODE`, else the
+    /// only online node of `GET /nodes`.
     ///
     /// # Errors
-    /// API errors; several or no online nodes without a configured one.
+    /// API errors; several or no online nodes without a configured one; `NODE=auto` (only a
+    /// plan chooses that node: see [`PveBackend::plan`]).
     pub async fn node_for(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
-        if let Some(n) = spec.node.clone().or_else(|| self.opts.node.clone()) {
-            return Ok(n);
+        match Wish::of(spec.node.as_deref(), self.opts.node.as_deref()) {
+            Wish::Named(n) => Ok(n),
+            Wish::Auto => bail!(
+                "{}: NODE=auto is resolved when the container is planned (GET /cluster/resources); \
+                 plan it first (proxmox-gitops provision -c {} plans and applies)",
+                spec.name,
+                spec.name
+            ),
+            Wish::Unset => Ok(self.discovered.get_or_try_init(|| discover_node(&self.client)).await?.clone()),
         }
-        let n = self.discovered.get_or_try_init(|| discover_node(&self.client)).await?;
-        Ok(n.clone())
+    }
+
+    /// Where `spec`'s container is and where it goes: `GET /cluster/resources` (with
+    /// `type=vm` when `NODE` names a node; everything when a placement may be needed), then
+    /// [`placement::plan_node`]. A container placed here has its `MEMORY` promised on the chosen
+    /// node for the rest of the run, so that concurrent plans spread out.
+    ///
+    /// # Errors
+    /// API errors; the container is on an offline node; no node can take a new container.
+    pub async fn node_plan(&self, spec: &ContainerSpec) -> anyhow::Result<NodePlan> {
+        let wish = Wish::of(spec.node.as_deref(), self.opts.node.as_deref());
+        let kind = if matches!(wish, Wish::Named(_)) { Some("vm") } else { None };
+        let res = self.client.cluster_resources(kind).await.with_context(|| {
+            format!("{}: cannot look CT {} up in the cluster (GET /cluster/resources)", spec.name, spec.vmid)
+        })?;
+        let decision = {
+            let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+            let d = placement::plan_node(&wish, spec.vmid, &res, &spec.rootfs.storage, spec.memory_mib, &reserved)
+                .map_err(|e| anyhow!("{} (vmid {}): {e}", spec.name, spec.vmid))?;
+            if let NodeDecision::Ready(NodePlan { node, placement: Some(_), .. }) = &d {
+                *reserved.entry(node.clone()).or_default() += spec.memory_mib * 1024 * 1024;
+            }
+            d
+        };
+        match decision {
+            NodeDecision::Ready(p) => Ok(p),
+            NodeDecision::Discover => {
+                Ok(NodePlan { node: self.node_for(spec).await?, live_node: None, placement: None, migrate: None })
+            }
+        }
+    }
+
+    /// The node `spec`'s container is on now (`GET /cluster/resources?type=vm`); when it is not
+    /// listed, its named node (an identity without `VM.Audit` sees no entry), the only online
+    /// node when none is named, `None` for `NODE=auto` (nothing to find).
+    ///
+    /// # Errors
+    /// API errors, node discovery errors.
+    pub async fn live_node(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
+        let res = self
+            .client
+            .cluster_resources(Some("vm"))
+            .await
+            .with_context(|| format!("cannot look CT {} up in the cluster (GET /cluster/resources)", spec.vmid))?;
+        if let Some(ct) = res.ct(spec.vmid) {
+            return Ok(Some(ct.node.clone()));
+        }
+        match Wish::of(spec.node.as_deref(), self.opts.node.as_deref()) {
+            Wish::Auto => Ok(None),
+            _ => self.node_for(spec).await.map(Some),
+        }
     }
 
     /// The template arch of `node` from `GET /nodes/{node}/status` (`current-kernel.machine`),
@@ -296,13 +368,22 @@ impl PveBackend {
     /// ([`crate::error::Problems`] inside the `anyhow::Error`), API errors.
     pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> anyhow::Result<ContainerPlan> {
         self.check_permissions(spec)?;
-        let node = self.node_for(spec).await?;
+        let np = self.node_plan(spec).await?;
+        let node = np.node.clone();
         let d = self.desired_for(spec, &node).await?;
+        let at = np.live_node.clone().unwrap_or_else(|| node.clone());
         let (live, digest) = self
-            .read_live(&node, spec.vmid)
+            .read_live(&at, spec.vmid)
             .await
-            .with_context(|| format!("{}: cannot read CT {} on node {node}", spec.name, spec.vmid))?;
+            .with_context(|| format!("{}: cannot read CT {} on node {at}", spec.name, spec.vmid))?;
         let planned = planner::plan(&d, &live, policy, self.client.auth().is_root());
+        // A node change alone is a migration; a recreate (for other reasons) destroys on the
+        // node the container is on and creates on the new one, so the migration stays in the
+        // plan to name both; a refused plan moves nothing.
+        let migrate = match (&planned.action, np.migrate) {
+            (Action::Refused { .. }, _) | (Action::Create, _) => None,
+            (_, m) => m,
+        };
         self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -313,6 +394,9 @@ impl PveBackend {
             hostname: spec.hostname.clone(),
             action: planned.action,
             start: planned.start,
+            node: Some(node),
+            placement: np.placement,
+            migrate,
         })
     }
 
@@ -330,7 +414,7 @@ impl PveBackend {
     /// # Errors
     /// Node discovery and API errors.
     pub async fn live_hostname(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
-        let node = self.node_for(spec).await?;
+        let Some(node) = self.live_node(spec).await? else { return Ok(None) };
         match self.client.get(&format!("/nodes/{node}/lxc/{}/config", spec.vmid), &[]).await {
             Ok(c) => Ok(Some(c.get("hostname").and_then(Value::as_str).unwrap_or("").to_string())),
             Err(e) if e.is_absent() => Ok(None),

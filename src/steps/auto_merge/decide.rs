@@ -148,6 +148,16 @@ fn problem(v: &ContainerVerdict, policy: RecreatePolicy) -> Option<String> {
 /// What provisioning will do to `v`, in a few words (its plan is not refused).
 fn wording(v: &ContainerVerdict, policy: RecreatePolicy) -> String {
     let Some(plan) = &v.plan else { return "not planned".into() };
+    let what = wording_action(plan, policy);
+    match &plan.migrate {
+        Some(m) if !matches!(plan.action, Action::Recreate { .. }) => {
+            format!("migrate {} → {}{}, then {what}", m.from, m.to, if m.restart { " (restart)" } else { "" })
+        }
+        _ => what,
+    }
+}
+
+fn wording_action(plan: &crate::backend::model::ContainerPlan, policy: RecreatePolicy) -> String {
     match &plan.action {
         Action::Create => "create".into(),
         Action::Nothing => "no change".into(),
@@ -165,6 +175,9 @@ fn wording(v: &ContainerVerdict, policy: RecreatePolicy) -> String {
 
 fn kind_word(v: &ContainerVerdict) -> &'static str {
     match v.plan.as_ref().map(|p| &p.action) {
+        Some(Action::Nothing | Action::Update { .. }) if v.plan.as_ref().is_some_and(|p| p.migrate.is_some()) => {
+            "to migrate"
+        }
         Some(Action::Create) => "to create",
         Some(Action::Nothing) => "unchanged",
         Some(Action::Update { .. }) => "to update in place",
@@ -198,7 +211,16 @@ mod tests {
             name: name.into(),
             vmid: 101,
             repository: None,
-            plan: Some(ContainerPlan { name: name.into(), vmid: 101, hostname: name.into(), action, start: false }),
+            plan: Some(ContainerPlan {
+                name: name.into(),
+                vmid: 101,
+                hostname: name.into(),
+                action,
+                start: false,
+                node: None,
+                placement: None,
+                migrate: None,
+            }),
             plan_error: None,
         }
     }

@@ -1,0 +1,156 @@
+"""Benchmark: how close one container's provision comes to its physical limit (not a test).
+
+Usage: python3 benches/provision_latency.py PATH/TO/proxmox-gitops [ROUNDS=6] [SCALES=1,0.1]
+
+The physical limit of a create + start is the sum of the two PVE tasks' durations: nothing can
+notice the end of a task before it ends. fakepve (in this process, 127.0.0.1, its own
+certificate, the template present) runs with realistic durations — `vzcreate` 10 PVE seconds
+(`ct_secs['create']`), `vzstart` 3 (`start_secs` of every new container) — at each time scale
+(1: real durations, 13 s; 0.1: scaled tenfold, 1.3 s). For each scale, ROUNDS fresh runs of
+`provision -c ct000` (the container removed between runs, the SSH wait answered by a banner
+listener on 127.0.0.1), each a new process with its own `XDG_CACHE_HOME` shared by the rounds of
+one scale: round 1 knows no task duration (cold), later rounds use the ones learned before
+(warm; see src/pve/task.rs).
+
+Per round: wall time of the process, the limit, wall / limit, the task status polls
+(`GET /nodes/…/tasks/…/status`), polls per task-second, and every API request fakepve answered
+(login included). Prints Markdown. Loopback only.
+"""
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import fakepve.lxc
+from fakepve import FakePve
+from fakepve.certs import make_cert
+
+TEMPLATE = 'debian-13-standard_13.1-2'
+CREATE_SECS = 10
+START_SECS = 3
+
+
+def every_new_ct_starts_in(secs):
+    """fakepve's start_secs is per container (0 by default): give every new one `secs`."""
+    init = fakepve.lxc.FakeCt.__init__
+
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.start_secs = secs
+    fakepve.lxc.FakeCt.__init__ = patched
+
+
+class Served:
+    def __init__(self, directory, scale):
+        cert, key, _ = make_cert(directory, hosts=('127.0.0.1',))
+        self.ca = cert
+        self.pve = FakePve(user='root@pam', password='secret', host='127.0.0.1', port=0)
+        self.pve.time_scale = scale
+        self.pve.ct_secs['create'] = CREATE_SECS
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self.pve.start(cert, key), self.loop).result(30)
+        self.call(lambda: self.pve.store_file('local', TEMPLATE + '_amd64.tar.zst', 1024 ** 2, content='vztmpl'))
+
+    def call(self, fn):
+        async def run():
+            return fn()
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
+
+    def stop(self):
+        asyncio.run_coroutine_threadsafe(self.pve.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def ssh_banner():
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(('127.0.0.1', 0))
+    srv.listen(16)
+
+    def serve():
+        while True:
+            conn, _ = srv.accept()
+            try:
+                conn.sendall(b'SSH-2.0-OpenSSH_9.2 bench\r\n')
+            finally:
+                conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+def repo(directory):
+    lib = os.path.join(directory, 'libs', 'ct000')
+    os.makedirs(lib)
+    with open(os.path.join(lib, 'container.env'), 'w') as f:
+        f.write('ID=1000\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n')
+
+
+def provision(binary, served, repo_dir, share, cache, ssh_port):
+    env = dict(PATH=os.environ.get('PATH', ''), HOME=cache, XDG_CACHE_HOME=cache, PROXMOX_HOST='127.0.0.1',
+               PROXMOX_PORT=str(served.pve.port), PROXMOX_USER='root@pam', PROXMOX_PASSWORD='secret',
+               PROXMOX_NODE='pve1', PROXMOX_TEMPLATE=TEMPLATE, PROXMOX_STORAGE='local',
+               PROXMOX_GATEWAY='127.0.0.254', PROXMOX_SHARE=share, RUST_LOG='warn')
+    cmd = [binary, '--repo', repo_dir, '--quiet', 'provision', '--pve-ca', served.ca, '--ssh-port', str(ssh_port),
+           '--container', 'ct000']
+    start = time.perf_counter()
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        sys.exit('provision failed ({0}):\n{1}\n{2}'.format(out.returncode, out.stdout, out.stderr))
+    return wall
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1])
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 6
+    scales = [float(s) for s in (sys.argv[3] if len(sys.argv) > 3 else '1,0.1').split(',')]
+    every_new_ct_starts_in(START_SECS)
+    ssh_port = ssh_banner()
+    print('| time scale | round | wall time | limit (create + start) | wall / limit | status polls '
+          '| polls per task-second | API requests |')
+    print('|---|---|---|---|---|---|---|---|')
+    summary = []
+    for scale in scales:
+        with tempfile.TemporaryDirectory() as tmp:
+            served = Served(tmp, scale)
+            cache = tempfile.mkdtemp(dir=tmp)
+            limit = (CREATE_SECS + START_SECS) * scale
+            ratios = []
+            for r in range(1, rounds + 1):
+                repo_dir = tempfile.mkdtemp(dir=tmp)
+                share = tempfile.mkdtemp(dir=tmp)
+                repo(repo_dir)
+                served.call(lambda: served.pve.cts.clear())
+                served.call(lambda: served.pve.requests.clear())
+                wall = provision(binary, served, repo_dir, share, cache, ssh_port)
+                reqs = served.call(lambda: list(served.pve.requests))
+                polls = sum(1 for (m, p, _) in reqs if m == 'GET' and '/tasks/' in p and p.endswith('/status'))
+                if limit:
+                    ratio = wall / limit
+                    if r > 1:
+                        ratios.append(ratio)
+                    cells = ('{0:.3f}'.format(ratio), '{0:.2f}'.format(polls / limit))
+                else:
+                    # Time scale 0: the tasks take no time; what is left is the client's own cost.
+                    cells = ('-', '-')
+                print('| {0:g} | {1}{2} | {3:.3f} s | {4:.3f} s | {5} | {6} | {7} | {8} |'.format(
+                    scale, r, ' (cold)' if r == 1 else '', wall, limit, cells[0], polls, cells[1], len(reqs)))
+                sys.stdout.flush()
+            served.stop()
+            if ratios:
+                summary.append((scale, min(ratios), sum(ratios) / len(ratios), max(ratios)))
+    print()
+    print('| time scale | warm rounds: wall / limit min / mean / max |')
+    print('|---|---|')
+    for scale, lo, mean, hi in summary:
+        print('| {0:g} | {1:.3f} / {2:.3f} / {3:.3f} |'.format(scale, lo, mean, hi))
+
+
+if __name__ == '__main__':
+    main()

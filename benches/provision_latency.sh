@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Benchmark: one container's create + start against its physical limit (the tasks' durations) on
+# fakepve with realistic task durations at time scales 1 and 0.1; not a test. Builds the release
+# binary, then runs benches/provision_latency.py. Results: docs/benchmarks/latency.md.
+# Usage: [PROFILE=release|dev] benches/provision_latency.sh [ROUNDS=6] [SCALES=1,0.1]
+# (the wall time is the tasks' and the client's waiting, so the dev build measures the same)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PROFILE=${PROFILE:-release}
+if [ "$PROFILE" = dev ]; then cargo build --locked --quiet; BIN=target/debug/proxmox-gitops
+else cargo build --release --locked --quiet; BIN=target/release/proxmox-gitops; fi
+echo "machine: $(nproc) CPU(s), $(uname -sr), load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "binary: $BIN ($PROFILE)"
+python3 benches/provision_latency.py "$BIN" "${1:-6}" "${2:-1,0.1}"
