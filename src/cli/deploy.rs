@@ -94,7 +94,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     let backend = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
     let secs = std::time::Duration::from_secs;
     let runner_opts = RunnerOptions {
-        pve: args.pve.connect()?,
+        pve: crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? },
         recreate: args.policy.policy(),
         wait_ssh: args.ssh.wait(),
         ssh_port: args.ssh.ssh_port,

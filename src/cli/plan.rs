@@ -85,7 +85,8 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     };
     let backend = match (offline.is_none() && provisions, kind) {
         (true, Some(BackendKind::Pve)) => {
-            Some(crate::backend::open(BackendKind::Pve, &settings, &args.pve.connect()?)?)
+            let connect = crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? };
+            Some(crate::backend::open(BackendKind::Pve, &settings, &connect)?)
         }
         (true, Some(BackendKind::Lxc)) => match crate::backend::lxc_backend(&settings) {
             Ok(b) => Some(crate::backend::Backend::Lxc(b)),
@@ -162,7 +163,7 @@ fn mark_done_steps(ctx: &Ctx, inv: &crate::inventory::Inventory, p: &mut Plan, r
 fn provision_cell(c: &PlannedContainer) -> String {
     match (&c.provision, &c.provision_error) {
         (Some(cp), _) => match &cp.action {
-            Action::Update { .. } => super::describe::action_word(&cp.action).to_string(),
+            Action::Update { .. } | Action::Adopt { .. } => super::describe::action_word(&cp.action).to_string(),
             _ => super::describe::describe(cp),
         },
         (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
@@ -261,7 +262,8 @@ fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -
     }
     s.push_str("| Container | VMID | Node | Action | Old → new | Deploy |\n|---|---|---|---|---|---|\n");
     let failing = |c: &&PlannedContainer| {
-        c.provision_error.is_some() || matches!(&c.provision, Some(cp) if matches!(cp.action, Action::Refused { .. }))
+        c.provision_error.is_some()
+            || matches!(&c.provision, Some(cp) if matches!(cp.action, Action::Refused { .. } | Action::Foreign { .. }))
     };
     let (first, rest): (Vec<&PlannedContainer>, Vec<&PlannedContainer>) = p.containers.iter().partition(failing);
     for c in first.into_iter().chain(rest) {
@@ -271,6 +273,7 @@ fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -
                 super::describe::action_word(&cp.action).to_string(),
                 match &cp.action {
                     Action::Recreate { reasons } | Action::Refused { reasons } => reasons.join("; "),
+                    Action::Foreign { reason } => reason.clone(),
                     _ => super::describe::setting_lines(&c.settings),
                 },
             ),

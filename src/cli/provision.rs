@@ -84,7 +84,11 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     let specs: Vec<_> = inv.select(&args.containers, args.all, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
     let kind = args.backend.unwrap_or_else(|| backend::default_backend(&settings));
-    let backend = backend::open(kind, &settings, &args.pve.connect()?)?;
+    let backend = backend::open(
+        kind,
+        &settings,
+        &crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? },
+    )?;
     ctx.inputs_checked()?;
     let jobs = usize::from(args.jobs);
     let policy = args.policy.policy();

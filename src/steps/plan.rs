@@ -107,7 +107,11 @@ impl PlannedContainer {
     pub fn changes_pending(&self) -> bool {
         self.steps_to_run().iter().any(|s| match s {
             Step::Provision => match &self.provision {
-                Some(p) => p.action.changes_something() || p.start || matches!(p.action, Action::Refused { .. }),
+                Some(p) => {
+                    p.action.changes_something()
+                        || p.start
+                        || matches!(p.action, Action::Refused { .. } | Action::Foreign { .. })
+                }
                 None => true,
             },
             Step::Configure | Step::Snapshot => true,
@@ -128,6 +132,12 @@ pub struct Counts {
     pub unchanged: usize,
     /// Containers needing a recreate the policy forbids (the provision step would fail).
     pub refused: usize,
+    /// Containers not created by proxmox-gitops to take over in place (`--adopt`).
+    #[serde(default)]
+    pub adopt: usize,
+    /// Containers at a lib's vmid that are not ours (no `--adopt`: the provision step fails).
+    #[serde(default)]
+    pub foreign: usize,
     /// Containers that could not be planned (`provision_error`).
     pub failed: usize,
     /// Containers whose provision action is unknown (no live state: offline plan).
@@ -138,7 +148,8 @@ pub struct Counts {
 
 impl Counts {
     /// The count line: `2 to create, 1 to update in place, 1 to recreate, 3 unchanged`, then
-    /// `, N refused (needs --allow-recreate)`, `, N cannot be planned`, `, N unknown (no live
+    /// `, N to adopt`, `, N refused (needs --allow-recreate)`, `, N foreign (not ours; --adopt takes
+    /// over)`, `, N cannot be planned`, `, N unknown (no live
     /// state)`, `, N skipped (already provisioned)` when not zero. The first four always appear.
     pub fn line(&self) -> String {
         let mut s = format!(
@@ -146,7 +157,9 @@ impl Counts {
             self.create, self.update, self.recreate, self.unchanged
         );
         for (n, what) in [
+            (self.adopt, "to adopt"),
             (self.refused, "refused (needs --allow-recreate)"),
+            (self.foreign, "foreign (not ours; --adopt takes over)"),
             (self.failed, "cannot be planned"),
             (self.unknown, "unknown (no live state)"),
             (self.skipped, "skipped (already provisioned for the same inputs)"),
@@ -191,6 +204,8 @@ impl Plan {
                     Action::Recreate { .. } => n.recreate += 1,
                     Action::Nothing => n.unchanged += 1,
                     Action::Refused { .. } => n.refused += 1,
+                    Action::Adopt { .. } => n.adopt += 1,
+                    Action::Foreign { .. } => n.foreign += 1,
                 },
                 (None, Some(_)) => n.failed += 1,
                 (None, None) => n.unknown += 1,

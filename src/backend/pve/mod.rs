@@ -24,6 +24,7 @@
 
 pub mod desired;
 mod executor;
+pub mod lease;
 mod lifecycle;
 pub mod planner;
 
@@ -60,6 +61,8 @@ pub struct Timeouts {
     pub resize: Duration,
     /// How long a locked container is waited for (`CT is locked`): 120 s.
     pub lock: Duration,
+    /// How long to wait while another proxmox-gitops run holds a container's lease: 900 s.
+    pub lease: Duration,
 }
 
 impl Default for Timeouts {
@@ -73,6 +76,7 @@ impl Default for Timeouts {
             download: Duration::from_secs(1800),
             resize: Duration::from_secs(300),
             lock: Duration::from_secs(120),
+            lease: Duration::from_secs(900),
         }
     }
 }
@@ -86,6 +90,9 @@ pub struct PveBackendOptions {
     pub node: Option<String>,
     /// Timeouts.
     pub timeouts: Timeouts,
+    /// `--adopt`: take over containers at a lib's vmid that lack our mark, in place
+    /// ([`planner::plan_with`]).
+    pub adopt: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -281,7 +288,39 @@ impl PveBackend {
         Ok((Live::Present(ct), digest))
     }
 
-    /// Plans `spec` against the live container under `policy` (reads only).
+    /// [`PveBackend::read_live`], after PVE's own `lock` on the container has cleared: its
+    /// running task is waited for ([`PveBackend::settle_lock`], bounded), so a re-run after a
+    /// `kill -9` during a create sees the finished container and converges. Returns notes for
+    /// the artifact (what held the lock).
+    async fn read_settled(
+        &self,
+        spec: &ContainerSpec,
+        node: &str,
+    ) -> anyhow::Result<(Live, Option<String>, Vec<String>)> {
+        let mut notes = Vec::new();
+        for _ in 0..5 {
+            let (live, digest) = self
+                .read_live(node, spec.vmid)
+                .await
+                .with_context(|| format!("{}: cannot read CT {} on node {node}", spec.name, spec.vmid))?;
+            let lock = match &live {
+                Live::Present(ct) => ct.config.get("lock").cloned(),
+                Live::Absent => None,
+            };
+            let Some(lock) = lock else { return Ok((live, digest, notes)) };
+            let note = self.settle_lock(node, spec.vmid, &lock).await.with_context(|| format!("{}", spec.name))?;
+            tracing::info!("{}: {note}", spec.name);
+            notes.push(note);
+        }
+        bail!(
+            "{}: CT {} on node {node} was locked again and again while it was planned; re-run later",
+            spec.name,
+            spec.vmid
+        )
+    }
+
+    /// Plans `spec` against the live container under `policy` (reads only; a container PVE
+    /// locks is waited for, see [`PveBackend::read_settled`]).
     ///
     /// # Errors
     /// Root-only options under a non-root identity (before any API call), spec problems
@@ -290,11 +329,9 @@ impl PveBackend {
         self.check_permissions(spec)?;
         let node = self.node_for(spec).await?;
         let d = self.desired_for(spec, &node).await?;
-        let (live, digest) = self
-            .read_live(&node, spec.vmid)
-            .await
-            .with_context(|| format!("{}: cannot read CT {} on node {node}", spec.name, spec.vmid))?;
-        let planned = planner::plan(&d, &live, policy, self.client.auth().is_root());
+        let (live, digest, notes) = self.read_settled(spec, &node).await?;
+        let mut planned = planner::plan_with(&d, &live, policy, self.client.auth().is_root(), self.opts.adopt);
+        planned.warnings.splice(0..0, notes);
         self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -306,6 +343,25 @@ impl PveBackend {
             action: planned.action,
             start: planned.start,
         })
+    }
+
+    /// Whether the live CT `spec.vmid` on its node carries our mark for `spec`'s lib
+    /// ([`desired::marked_for`]; lease lines ignored) and its hostname
+    /// (`GET /nodes/{node}/lxc/{vmid}/config`): `None` when the CT does not exist.
+    ///
+    /// # Errors
+    /// Node discovery and API errors.
+    pub async fn live_mark(&self, spec: &ContainerSpec) -> anyhow::Result<Option<(String, bool)>> {
+        let node = self.node_for(spec).await?;
+        match self.client.get(&format!("/nodes/{node}/lxc/{}/config", spec.vmid), &[]).await {
+            Ok(c) => {
+                let hostname = c.get("hostname").and_then(Value::as_str).unwrap_or("").to_string();
+                let desc = c.get("description").and_then(Value::as_str).unwrap_or("");
+                Ok(Some((hostname, desired::marked_for(&desired::without_lease(desc), &spec.name))))
+            }
+            Err(e) if e.is_absent() => Ok(None),
+            Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read CT {} on node {node}", spec.vmid))),
+        }
     }
 
     /// The hostname of the live CT `spec.vmid` on its node (`GET /nodes/{node}/lxc/{vmid}/config`),

@@ -135,6 +135,7 @@ fn problem(v: &ContainerVerdict, policy: RecreatePolicy) -> Option<String> {
                 reasons.join("; "),
                 policy_word(policy)
             )),
+            Action::Foreign { reason } => Some(format!("{}: {reason}", v.name)),
             _ => None,
         },
         (None, Some(e)) => Some(format!("{} could not be planned: {}", v.name, e.lines().next().unwrap_or(""))),
@@ -157,6 +158,11 @@ fn wording(v: &ContainerVerdict, policy: RecreatePolicy) -> String {
             format!("recreate, allowed by the recreate policy `{}` ({})", policy_word(policy), reasons.join("; "))
         }
         Action::Refused { reasons } => format!("refused ({})", reasons.join("; ")),
+        Action::Adopt { changes, .. } => {
+            let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+            format!("adopt in place ({})", keys.join(", "))
+        }
+        Action::Foreign { reason } => format!("foreign ({reason})"),
     }
 }
 
@@ -167,6 +173,8 @@ fn kind_word(v: &ContainerVerdict) -> &'static str {
         Some(Action::Update { .. }) => "to update in place",
         Some(Action::Recreate { .. }) => "to recreate",
         Some(Action::Refused { .. }) => "refused",
+        Some(Action::Adopt { .. }) => "to adopt",
+        Some(Action::Foreign { .. }) => "foreign",
         None => "not planned",
     }
 }

@@ -207,7 +207,8 @@ fn mounts_added_or_changed_recreate() {
 fn ostemplate_unknown_is_a_warning() {
     let d = want();
     let mut ct = live_of(&d);
-    ct.config.remove("description");
+    // Ours (the lib line), but made before the ostemplate line existed.
+    ct.config.insert("description".into(), "managed by proxmox-gitops: lib `broker`\n".into());
     let p = run(&d, ct, RecreatePolicy::Never, false);
     assert_eq!(p.action, Action::Nothing);
     assert_eq!(p.warnings.len(), 1);
@@ -383,4 +384,64 @@ fn share_and_features_in_the_users_terms() {
         ]
     );
     assert!(setting_changes(&share, &Action::Create).is_empty());
+}
+
+#[test]
+fn lease_lines_are_not_a_change() {
+    let d = want();
+    let mut ct = live_of(&d);
+    ct.config.insert("description".into(), format!("{}proxmox-gitops lease: h:1:ab until 99\n", d.description));
+    assert_eq!(run(&d, ct, RecreatePolicy::Never, false).action, Action::Nothing);
+}
+
+#[test]
+fn foreign_containers_are_never_touched_without_adopt() {
+    let d = want();
+    for desc in [None, Some("my own notes\n"), Some("managed by proxmox-gitops: lib `cache`\nostemplate: x\n")] {
+        let mut ct = live_of(&d);
+        match desc {
+            Some(t) => ct.config.insert("description".into(), t.into()),
+            None => ct.config.remove("description"),
+        };
+        // Another template and a shrink would need a recreate: still no destroy, whatever the policy.
+        ct.config.insert("rootfs".into(), "local-lvm:vm-101-disk-0,size=64G".into());
+        ct.running = false;
+        for policy in [RecreatePolicy::Never, RecreatePolicy::WhenNeeded, RecreatePolicy::Always] {
+            let p = run(&d, ct.clone(), policy, true);
+            let Action::Foreign { reason } = &p.action else { panic!("{desc:?} {policy:?}: {:?}", p.action) };
+            assert!(reason.contains("not created by proxmox-gitops for lib `broker`"), "{reason}");
+            assert!(reason.contains("--adopt"), "{reason}");
+            assert!(!reason.contains("--allow-recreate"), "{reason}");
+            assert!(!p.start, "a foreign container is not even started");
+        }
+        // Adopting: never a recreate either.
+        let p = plan_with(&d, &Live::Present(ct.clone()), RecreatePolicy::WhenNeeded, true, true);
+        let Action::Refused { reasons } = &p.action else { panic!("{:?}", p.action) };
+        assert!(reasons.iter().any(|r| r.contains("adopting never destroys")), "{reasons:?}");
+    }
+}
+
+#[test]
+fn adopt_writes_the_mark_in_place() {
+    let d = want();
+    let mut ct = live_of(&d);
+    ct.config.insert("description".into(), "hand-made\n".into());
+    ct.config.insert("tags".into(), "prod".into());
+    ct.config.insert("memory".into(), "512".into());
+    let p = plan_with(&d, &Live::Present(ct), RecreatePolicy::Never, false, true);
+    assert_eq!(
+        p.action,
+        Action::Adopt {
+            changes: vec![
+                Change { key: "memory".into(), from: Some("512".into()), to: Some("1024".into()) },
+                Change { key: "description".into(), from: Some("hand-made\n".into()), to: Some(d.description.clone()) },
+                Change { key: "tags".into(), from: Some("prod".into()), to: Some("prod;proxmox-gitops".into()) },
+            ],
+            resizes: vec![],
+            reboot_needed: false,
+        }
+    );
+    assert!(!p.start);
+    // Adopting our own container changes nothing.
+    assert_eq!(plan_with(&d, &Live::Present(live_of(&d)), RecreatePolicy::Never, false, true).action, Action::Nothing);
 }
