@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use backon::{ExponentialBuilder, Retryable};
 use serde_json::Value;
 
-use super::desired::{Lease, with_lease, without_lease};
+use super::desired::{with_lease, without_lease};
 use super::lease::{Acquired, Held, new_lease};
 use super::lifecycle::Created;
 use super::planner::Live;
@@ -151,8 +151,10 @@ impl PveBackend {
                 fin.status = None;
                 bail!("{}: {reason}; nothing was changed", spec.name);
             }
-            Action::Nothing | Action::Create => {}
-            Action::Update { .. } | Action::Adopt { .. } | Action::Recreate { .. } => {
+            // Nothing to write: no lease (a converged container sees no write at all).
+            Action::Nothing if !plan.start => {}
+            Action::Create => {}
+            Action::Nothing | Action::Update { .. } | Action::Adopt { .. } | Action::Recreate { .. } => {
                 if let Some(again) = self.lease_and_check(spec, &plan, opts, node, held, fin).await? {
                     plan = again;
                 }
@@ -164,11 +166,11 @@ impl PveBackend {
             Action::Create => {
                 let d = self.desired_for(spec, node).await?;
                 self.ensure_template(node, &d, rec).await?;
-                // The lease outlives the create's own bound: PVE locks the CT while it runs.
-                let lease = Lease { until: new_lease().until + self.opts.timeouts.create.as_secs(), ..new_lease() };
-                match self.create(node, &d, opts, &lease, rec).await? {
+                // PVE locks the CT while the create runs (waiters wait for the task); the lease is
+                // renewed right after a create that took long.
+                match self.create(node, &d, opts, &new_lease(), rec).await? {
                     Created::Yes => {
-                        if let Some(old) = held.replace(self.hold(node, vmid)) {
+                        if let Some(old) = held.replace(self.hold_after_create(node, vmid).await) {
                             old.stop();
                         }
                         fin.created = true;
@@ -183,10 +185,9 @@ impl PveBackend {
                 // Our lease goes with the container (its renewal then ends by itself); the create
                 // writes a new one.
                 self.shutdown_and_destroy(node, vmid, rec).await?;
-                let lease = Lease { until: new_lease().until + self.opts.timeouts.create.as_secs(), ..new_lease() };
-                match self.create(node, &d, opts, &lease, rec).await? {
+                match self.create(node, &d, opts, &new_lease(), rec).await? {
                     Created::Yes => {
-                        if let Some(old) = held.replace(self.hold(node, vmid)) {
+                        if let Some(old) = held.replace(self.hold_after_create(node, vmid).await) {
                             old.stop();
                         }
                         fin.created = true;

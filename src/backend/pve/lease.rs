@@ -64,6 +64,21 @@ pub fn holder() -> &'static str {
     })
 }
 
+/// Whether `holder` names a process of this host that no longer runs (`/proc/PID` is gone): its
+/// lease is dead before it expires (a `kill -9` on the same runner). A holder on another host,
+/// or a PID that runs (perhaps reused), counts as alive.
+fn holder_is_dead(holder: &str) -> bool {
+    let mut parts = holder.split(':');
+    let (Some(host), Some(pid)) = (parts.next(), parts.next().and_then(|p| p.parse::<u32>().ok())) else {
+        return false;
+    };
+    let me = self::holder();
+    me.split(':').next() == Some(host)
+        && pid != std::process::id()
+        && std::path::Path::new("/proc/self").exists()
+        && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Seconds since the Unix epoch.
 fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -130,6 +145,22 @@ impl PveBackend {
         Held { node: node.to_string(), vmid, renewal }
     }
 
+    /// [`PveBackend::hold`] after our create: the lease written with the create is renewed at
+    /// once when the create took more than half of [`LEASE_TTL`].
+    pub(super) async fn hold_after_create(&self, node: &str, vmid: u32) -> Held {
+        let path = format!("/nodes/{node}/lxc/{vmid}/config");
+        let lease = match self.client.get(&path, &[]).await {
+            Ok(cfg) => desired::parse_lease(&str_field(&cfg, "description").unwrap_or_default()),
+            Err(_) => None,
+        };
+        if lease.is_some_and(|l| l.until < now_secs() + LEASE_TTL.as_secs() / 2)
+            && let Err(e) = renew(&self.client, node, vmid, self.opts.timeouts.lock).await
+        {
+            tracing::info!("CT {vmid}: lease renewal after the create failed ({e:#}); trying again later");
+        }
+        self.hold(node, vmid)
+    }
+
     /// Takes the lease on CT `vmid` (see the module docs): waits while PVE locks the container
     /// ([`PveBackend::settle_lock`]) or another run's lease is valid, then writes ours with the
     /// digest just read.
@@ -158,8 +189,14 @@ impl PveBackend {
             let digest = str_field(&cfg, "digest");
             let desc = str_field(&cfg, "description").unwrap_or_default();
             if let Some(other) = desired::parse_lease(&desc).filter(|l| l.holder != holder()) {
+                if holder_is_dead(&other.holder) {
+                    tracing::info!(
+                        "CT {vmid}: the lease holder `{}` is a process of this host that no longer runs; taking over",
+                        other.holder
+                    );
+                }
                 let now = now_secs();
-                if other.live_at(now) {
+                if other.live_at(now) && !holder_is_dead(&other.holder) {
                     let waited = started.elapsed();
                     if waited >= limit || polls >= MAX_POLLS {
                         bail!(
@@ -185,11 +222,13 @@ impl PveBackend {
                     delay = (delay * 2).min(Duration::from_secs(5));
                     continue;
                 }
-                tracing::info!(
-                    "CT {vmid}: the lease of `{}` expired at {} (its run died?); taking it over",
-                    other.holder,
-                    when(other.until)
-                );
+                if !other.live_at(now) {
+                    tracing::info!(
+                        "CT {vmid}: the lease of `{}` expired at {} (its run died?); taking it over",
+                        other.holder,
+                        when(other.until)
+                    );
+                }
             }
             let lease = new_lease();
             let mut params = vec![("description", desired::with_lease(&desc, &lease))];
