@@ -168,9 +168,10 @@ impl PveBackend {
                 self.ensure_template(node, &d, rec).await?;
                 // PVE locks the CT while the create runs (waiters wait for the task); the lease is
                 // renewed right after a create that took long.
-                match self.create(node, &d, opts, &new_lease(), rec).await? {
+                let lease = new_lease();
+                match self.create(node, &d, opts, &lease, rec).await? {
                     Created::Yes => {
-                        if let Some(old) = held.replace(self.hold_after_create(node, vmid).await) {
+                        if let Some(old) = held.replace(self.hold_after_create(node, vmid, &lease).await) {
                             old.stop();
                         }
                         fin.created = true;
@@ -185,9 +186,10 @@ impl PveBackend {
                 // Our lease goes with the container (its renewal then ends by itself); the create
                 // writes a new one.
                 self.shutdown_and_destroy(node, vmid, rec).await?;
-                match self.create(node, &d, opts, &new_lease(), rec).await? {
+                let lease = new_lease();
+                match self.create(node, &d, opts, &lease, rec).await? {
                     Created::Yes => {
-                        if let Some(old) = held.replace(self.hold_after_create(node, vmid).await) {
+                        if let Some(old) = held.replace(self.hold_after_create(node, vmid, &lease).await) {
                             old.stop();
                         }
                         fin.created = true;

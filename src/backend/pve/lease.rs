@@ -145,15 +145,10 @@ impl PveBackend {
         Held { node: node.to_string(), vmid, renewal }
     }
 
-    /// [`PveBackend::hold`] after our create: the lease written with the create is renewed at
-    /// once when the create took more than half of [`LEASE_TTL`].
-    pub(super) async fn hold_after_create(&self, node: &str, vmid: u32) -> Held {
-        let path = format!("/nodes/{node}/lxc/{vmid}/config");
-        let lease = match self.client.get(&path, &[]).await {
-            Ok(cfg) => desired::parse_lease(&str_field(&cfg, "description").unwrap_or_default()),
-            Err(_) => None,
-        };
-        if lease.is_some_and(|l| l.until < now_secs() + LEASE_TTL.as_secs() / 2)
+    /// [`PveBackend::hold`] after our create, which wrote `lease`: renewed at once when the
+    /// create took more than half of [`LEASE_TTL`].
+    pub(super) async fn hold_after_create(&self, node: &str, vmid: u32, lease: &Lease) -> Held {
+        if lease.until < now_secs() + LEASE_TTL.as_secs() / 2
             && let Err(e) = renew(&self.client, node, vmid, self.opts.timeouts.lock).await
         {
             tracing::info!("CT {vmid}: lease renewal after the create failed ({e:#}); trying again later");
