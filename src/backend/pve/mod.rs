@@ -5,10 +5,20 @@
 //! * [`PveBackend`] (this file) reads live state and plans;
 //! * `executor` — [`PveBackend::apply`]: runs a plan (config update, resize, start, address)
 //!   and records every action;
-//! * `lifecycle` — template download, create, shutdown and destroy ([`PveBackend::destroy`]).
+//! * `lifecycle` — template download, create, shutdown and destroy ([`PveBackend::destroy`]);
+//! * [`lease`] — one actor per vmid (a lease line in the description, written with the config
+//!   digest; the create itself for a new container) and waiting out PVE's own locks.
+//!
+//! Ownership: a container at a lib's vmid without our mark ([`desired::marked_for`]) is planned
+//! as `foreign` and never touched; `--adopt` ([`PveBackendOptions::adopt`]) plans it as `adopt`
+//! (our mark written in place), never as a recreate.
 //!
 //! Execution rules (PVE behaviour handled here, each covered by `tests/provision_pve.rs`):
 //!
+//! * a container PVE locks when it is planned (`lock` in its config) is planned after its running
+//!   task ended ([`lease`] module docs); a leftover lock fails naming `pct unlock VMID`;
+//! * every apply that writes holds the container's lease from before its first write until after
+//!   its last (also on failure), and plans again under it when the config changed since the plan;
 //! * `CT is locked (…)` / `can't lock file … got timeout` — the operation is repeated with
 //!   capped exponential backoff for at most [`Timeouts::lock`], whether the error came as an
 //!   HTTP answer or as a task's exit status;
@@ -320,7 +330,7 @@ impl PveBackend {
     }
 
     /// Plans `spec` against the live container under `policy` (reads only; a container PVE
-    /// locks is waited for, see [`PveBackend::read_settled`]).
+    /// locks is waited for first: its running task, bounded; see the [`lease`] module).
     ///
     /// # Errors
     /// Root-only options under a non-root identity (before any API call), spec problems

@@ -4,6 +4,9 @@
 //! applied, PVE's default), the keys `GET …/pending` marks as pending, and whether the container
 //! runs. Rules (pve-container semantics):
 //!
+//! * a container without our mark for the lib ([`marked_for`]) → **foreign** (never touched),
+//!   or with `--adopt` **adopt** (the mark and the in-place changes; see [`plan_with`]);
+//! * lease lines of the description (`proxmox-gitops lease: …`) are ignored;
 //! * absent → **create**;
 //! * identical → **nothing**;
 //! * only `cores`, `memory`, `swap`, `onboot`, `description`, `net0`, `tags` (the
