@@ -208,6 +208,7 @@ mod tests {
             "timeout-destroy",
             "timeout-lock",
             "timeout-download",
+            "timeout-lease",
         ];
         let with = |extra: &[&str]| tls.iter().chain(extra).map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(timeouts("plan"), with(&[]));
