@@ -113,7 +113,7 @@ impl PveBackend {
             bail!(
                 "{}: CT {vmid} changed on PVE since the plan (now: {}); nothing was changed, plan again",
                 spec.name,
-                crate::actions::redact(&format!("{:?}", again.action))
+                summary(&again.action)
             );
         }
         fin.replanned = Some(again.clone());
@@ -247,10 +247,7 @@ impl PveBackend {
         let note = format!(
             "CT {vmid} was created by another run at the same time; waited {} s for it, then planned again: {}",
             started.elapsed().as_secs(),
-            match &again.action {
-                Action::Nothing => "nothing to do".to_string(),
-                other => format!("{other:?}"),
-            }
+            summary(&again.action)
         );
         tracing::info!("{}: {note}", spec.name);
         rec.warnings.push(crate::actions::redact(&note));
@@ -264,7 +261,7 @@ impl PveBackend {
             Action::Create | Action::Recreate { .. } | Action::Refused { .. } => bail!(
                 "{}: CT {vmid} was created by another run and differs from this run's spec ({}); nothing was changed, plan again",
                 spec.name,
-                crate::actions::redact(&format!("{:?}", again.action))
+                summary(&again.action)
             ),
         }
         fin.replanned = Some(again.clone());
@@ -496,6 +493,27 @@ impl PveBackend {
             tokio::time::sleep(delay.min(timeout.saturating_sub(start.elapsed()))).await;
             delay = (delay * 2).min(Duration::from_secs(3));
         }
+    }
+}
+
+/// A plan's action in words for messages: `nothing to do`, `update in place (memory, cores)`,
+/// `recreate (reasons)` ….
+fn summary(action: &Action) -> String {
+    let keys = |c: &[crate::backend::model::Change], r: &[crate::backend::model::Resize]| {
+        c.iter()
+            .map(|c| c.key.clone())
+            .chain(r.iter().map(|r| format!("resize {}", r.disk)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match action {
+        Action::Create => "create".into(),
+        Action::Nothing => "nothing to do".into(),
+        Action::Update { changes, resizes, .. } => format!("update in place ({})", keys(changes, resizes)),
+        Action::Adopt { changes, resizes, .. } => format!("adopt ({})", keys(changes, resizes)),
+        Action::Recreate { reasons } => format!("recreate ({})", reasons.join("; ")),
+        Action::Refused { reasons } => format!("refused ({})", reasons.join("; ")),
+        Action::Foreign { reason } => format!("foreign ({reason})"),
     }
 }
 

@@ -318,7 +318,7 @@ impl PveBackend {
                 Live::Absent => None,
             };
             let Some(lock) = lock else { return Ok((live, digest, notes)) };
-            let note = self.settle_lock(node, spec.vmid, &lock).await.with_context(|| format!("{}", spec.name))?;
+            let note = self.settle_lock(node, spec.vmid, &lock).await.with_context(|| spec.name.clone())?;
             tracing::info!("{}: {note}", spec.name);
             notes.push(note);
         }
