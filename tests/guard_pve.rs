@@ -230,6 +230,12 @@ async fn another_runs_lease_is_waited_for_a_dead_one_taken_over_and_the_wait_is_
     assert!(error.contains("--timeout-lease"), "{error}");
     assert_eq!(env.pve.ct_config(101).unwrap()["memory"], 2048);
     assert!(env.pve.writes(false).iter().all(|(m, _, _)| m == "POST"), "no PUT: only a login");
+    // The destroy step waits for the lease as well: bounded, then refused; the container stays.
+    let opts = DestroyOptions { share: env.share.path().to_path_buf(), no_snapshot: true };
+    let out = destroy::destroy_all(&b, &[spec(2048)], &opts, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert!(error.contains("holds its lease until"), "{error}");
+    assert_eq!(env.pve.ct_config(101).unwrap()["status"], "running");
     // The planner and the plan ignore lease lines: the container is ours and converged.
     let b = env.backend(10, 60, false);
     assert_eq!(b.plan(&spec(2048), RecreatePolicy::Never).await.unwrap().action, Action::Nothing);

@@ -10,6 +10,7 @@ use anyhow::{Context, anyhow};
 use serde_json::Value;
 
 use super::desired::{Desired, Lease, TEMPLATE_BASE_URL, create_params, template_file, template_volid, with_lease};
+use super::lease::Acquired;
 use super::{PveBackend, Rec, upid_of};
 use crate::backend::model::{ActionRecord, ApplyOptions};
 use crate::inventory::ContainerSpec;
@@ -227,15 +228,30 @@ impl PveBackend {
         Ok(())
     }
 
-    /// Destroys the container of `spec` (shutdown, stop after the timeout, destroy with purge).
-    /// An absent container yields no actions.
+    /// Destroys the container of `spec` (shutdown, stop after the timeout, destroy with purge)
+    /// under its lease ([`super::lease`]: another run working on it is waited for, bounded). An
+    /// absent container yields no actions.
     ///
     /// # Errors
-    /// API and task errors.
+    /// API and task errors; another run's lease that outlasts the wait; a PVE lock that does not
+    /// clear.
     pub async fn destroy(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<ActionRecord>> {
         let node = self.node_for(spec).await?;
         let mut rec = Rec::default();
-        self.shutdown_and_destroy(&node, spec.vmid, &mut rec).await?;
+        let held = match self.acquire(&node, spec.vmid).await? {
+            Acquired::Absent => return Ok(rec.actions),
+            Acquired::Held { held, .. } => held,
+        };
+        match self.shutdown_and_destroy(&node, spec.vmid, &mut rec).await {
+            // The lease went with the container.
+            Ok(()) => held.stop(),
+            Err(e) => {
+                if let Err(r) = self.release(held).await {
+                    tracing::warn!("CT {}: cannot remove our lease ({r:#}); it expires by itself", spec.vmid);
+                }
+                return Err(e);
+            }
+        }
         Ok(rec.actions)
     }
 }
