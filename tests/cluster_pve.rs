@@ -130,7 +130,16 @@ async fn a_container_moved_by_hand_is_found_and_migrated_back_in_restart_mode_ne
     assert!(m.upid.as_deref().is_some_and(|u| u.starts_with("UPID:pve2:") && u.contains(":vzmigrate:101:")), "{m:?}");
     assert_eq!(m.detail.as_deref(), Some("pve2 → pve1 (restart mode)"));
     assert_eq!(out[0].node.as_deref(), Some("pve1"));
-    assert_eq!(c.writes(), vec!["POST /nodes/pve2/lxc/101/migrate target=pve1&restart=1&timeout=120"]);
+    // Under our lease (taken on the node it was on; the lease line moves with the config, and
+    // is released on the node it is on now).
+    let writes = c.writes();
+    assert_eq!(
+        paths(&writes),
+        vec!["PUT /nodes/pve2/lxc/101/config", "POST /nodes/pve2/lxc/101/migrate", "PUT /nodes/pve1/lxc/101/config"]
+    );
+    assert!(writes[0].contains("proxmox-gitops+lease"), "{writes:?}");
+    assert_eq!(writes[1], "POST /nodes/pve2/lxc/101/migrate target=pve1&restart=1&timeout=120");
+    assert!(!writes[2].contains("lease"), "released: {writes:?}");
     assert_eq!(c.node_of(101), "pve1");
     assert_eq!(c.pve.ct_config(101).unwrap()["status"], "running");
 
@@ -161,16 +170,18 @@ async fn a_node_change_with_a_memory_change_migrates_offline_then_updates_on_the
     assert_eq!(actions(&out[0]), vec!["migrate", "config", "start", "wait-ssh"]);
     assert_eq!(out[0].actions[0].detail.as_deref(), Some("pve1 → pve2 (offline)"));
     let writes = c.writes();
-    let paths: Vec<String> = writes.iter().map(|w| w.split(' ').take(2).collect::<Vec<_>>().join(" ")).collect();
     assert_eq!(
-        paths,
+        paths(&writes),
         vec![
+            "PUT /nodes/pve1/lxc/101/config",
             "POST /nodes/pve1/lxc/101/migrate",
             "PUT /nodes/pve2/lxc/101/config",
-            "POST /nodes/pve2/lxc/101/status/start"
-        ]
+            "POST /nodes/pve2/lxc/101/status/start",
+            "PUT /nodes/pve2/lxc/101/config"
+        ],
+        "lease, migrate, memory, start, release"
     );
-    assert_eq!(writes[0], "POST /nodes/pve1/lxc/101/migrate target=pve2", "offline: no restart");
+    assert_eq!(writes[1], "POST /nodes/pve1/lxc/101/migrate target=pve2", "offline: no restart");
     assert_eq!(c.node_of(101), "pve2");
     let cfg = c.pve.ct_config(101).unwrap();
     assert_eq!((cfg["memory"].to_string(), cfg["status"].as_str()), ("1024".to_string(), Some("running")));
@@ -189,13 +200,19 @@ async fn a_container_started_since_the_plan_is_migrated_in_restart_mode() {
     let out = b.apply(&spec("pve2"), &plan, &c.opts(), &ArtifactDir::new(c.artifacts.path())).await;
     ok(&out);
     assert_eq!(out.actions[0].detail.as_deref(), Some("pve1 → pve2 (restart mode)"));
+    let writes = c.writes();
     assert_eq!(
-        c.writes(),
-        vec![
+        writes[1..4],
+        [
             "POST /nodes/pve1/lxc/101/migrate target=pve2",
             "POST /nodes/pve1/lxc/101/migrate target=pve2&restart=1&timeout=120",
             "POST /nodes/pve2/lxc/101/status/start"
         ]
+    );
+    assert_eq!(
+        (paths(&writes[..1]), paths(&writes[4..])),
+        (vec!["PUT /nodes/pve1/lxc/101/config".to_string()], vec!["PUT /nodes/pve2/lxc/101/config".to_string()]),
+        "the lease, taken and released: {writes:?}"
     );
     assert_eq!(c.node_of(101), "pve2");
 }
@@ -263,4 +280,9 @@ async fn unset_node_on_two_online_nodes_places_and_on_one_keeps_todays_behaviour
     let b = c.backend();
     let plan = c.plan(&b, &unset()).await;
     assert_eq!((plan.node.as_deref(), plan.placement), (Some("pve1"), None));
+}
+
+/// `METHOD PATH` of each write (the parameters dropped).
+fn paths(writes: &[String]) -> Vec<String> {
+    writes.iter().map(|w| w.split(' ').take(2).collect::<Vec<_>>().join(" ")).collect()
 }

@@ -219,8 +219,9 @@ async fn create_from_nothing_with_ticket_auth() {
     let on_disk: Provision = artifact::read(&env.artifacts.path().join("provision/broker.json")).unwrap();
     assert_eq!(on_disk, out[0]);
     // Exactly these requests: one login, the cluster's view (where the container is; the only
-    // online node), arch, live state, template check, create, start (time scale 0: each task is
-    // done at the first poll).
+    // online node), arch, live state, template check, create (with our lease in its
+    // description), start (time scale 0: each task is done at the first poll), and the lease's
+    // release (read, write with the digest).
     assert_eq!(
         paths(&env.pve.requests(false)),
         vec![
@@ -233,6 +234,8 @@ async fn create_from_nothing_with_ticket_auth() {
             "GET /nodes/pve1/tasks/UPID:pve1:vzcreate:101:root@pam/status",
             "POST /nodes/pve1/lxc/101/status/start",
             "GET /nodes/pve1/tasks/UPID:pve1:vzstart:101:root@pam/status",
+            "GET /nodes/pve1/lxc/101/config",
+            "PUT /nodes/pve1/lxc/101/config",
         ]
     );
     // The password went in the login body only (fakepve records it redacted), never a URL.
@@ -259,6 +262,13 @@ async fn create_from_nothing_with_ticket_auth() {
     assert_eq!(sent["ssh-public-keys"], key.trim());
     assert_eq!(sent["rootfs"], "local-lvm:8");
     assert_eq!(sent["tags"], "proxmox-gitops", "the ownership tag");
+    // The create decides who works on the vmid: it carries this run's lease, released at the end.
+    let lease = sent["description"].lines().nth(2).unwrap_or_default().to_string();
+    assert!(lease.starts_with("proxmox-gitops lease: ") && lease.contains(" until "), "{sent:?}");
+    let release = reqs.iter().rfind(|(m, _, _)| m == "PUT").unwrap();
+    let released: BTreeMap<String, String> = url::form_urlencoded::parse(release.2.as_bytes()).into_owned().collect();
+    assert_eq!(released.keys().collect::<Vec<_>>(), vec!["description", "digest"]);
+    assert!(!released["description"].contains("lease"), "{released:?}");
     assert!(!sent.contains_key("features"), "features only when set: {sent:?}");
 }
 
@@ -332,9 +342,11 @@ async fn memory_change_is_applied_in_place_with_the_digest() {
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     assert_eq!(p.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["config", "wait-ssh"]);
     assert_eq!(p.actions[0].detail.as_deref(), Some("memory: 1024 → 2048"));
+    // Lease, change (with the digest read after the lease), release.
     let writes = env.pve.writes(false);
-    assert_eq!(writes.len(), 1, "{writes:?}");
-    let (m, path, body) = &writes[0];
+    assert_eq!(paths(&writes), vec!["PUT /nodes/pve1/lxc/101/config"; 3], "{writes:?}");
+    assert!(writes[0].2.contains("proxmox-gitops+lease%3A"), "{writes:?}");
+    let (m, path, body) = &writes[1];
     assert_eq!((m.as_str(), path.as_str()), ("PUT", "/nodes/pve1/lxc/101/config"));
     let sent: BTreeMap<String, String> = url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
     assert_eq!(sent.keys().cloned().collect::<Vec<_>>(), vec!["digest".to_string(), "memory".to_string()]);
@@ -361,8 +373,12 @@ async fn disk_grow_is_a_resize_not_a_rootfs_put() {
     );
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     let writes = env.pve.writes(false);
-    assert_eq!(paths(&writes), vec!["PUT /nodes/pve1/lxc/101/resize"]);
-    assert_eq!(writes[0].2, "disk=rootfs&size=12G");
+    assert_eq!(
+        paths(&writes),
+        vec!["PUT /nodes/pve1/lxc/101/config", "PUT /nodes/pve1/lxc/101/resize", "PUT /nodes/pve1/lxc/101/config"],
+        "the resize, under our lease"
+    );
+    assert_eq!(writes[1].2, "disk=rootfs&size=12G");
     assert_eq!(env.pve.ct_config(101).unwrap()["rootfs"], "local-lvm:vm-101-disk-0,size=12G");
     assert_eq!(
         normalised(p)["actions"][0],
@@ -548,7 +564,7 @@ async fn pve_validation_errors_are_surfaced_with_fields() {
 #[tokio::test(flavor = "multi_thread")]
 async fn locked_container_is_retried_until_the_lock_clears() {
     let (env, b) = with_broker().await;
-    // A backup holds the lock for a moment.
+    // A backup lock (no task) that clears after a moment: planned once it has cleared.
     env.pve.exec(
         "pve.snapshot_lock(101, 'backup')\nasync def later():\n    await asyncio.sleep(0.8)\n    pve.unlock(101)\nasyncio.ensure_future(later())",
     );
@@ -559,7 +575,7 @@ async fn locked_container_is_retried_until_the_lock_clears() {
     assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
     assert!(out[0].warnings.iter().any(|w| w.contains("locked (backup)")), "{:?}", out[0].warnings);
     let puts = env.pve.writes(false).into_iter().filter(|(m, _, _)| m == "PUT").count();
-    assert!(puts >= 2, "the first PUT met the lock, a later one went through ({puts})");
+    assert_eq!(puts, 3, "planned after the lock cleared: the lease, the change, the release");
     assert_eq!(env.pve.ct_config(101).unwrap()["cores"], 4);
 
     // A lock that never clears fails after the bounded wait, naming the lock.
@@ -586,7 +602,7 @@ async fn config_lock_timeout_is_retried() {
     let out = env.provision_one(&b, s).await;
     assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
     let puts = env.pve.writes(false).into_iter().filter(|(m, _, _)| m == "PUT").count();
-    assert_eq!(puts, 3, "two PUTs met the config lock, the third went through");
+    assert_eq!(puts, 5, "two PUTs (of the lease) met the config lock, then the lease, the change and the release");
     assert_eq!(env.pve.ct_config(101).unwrap()["cores"], 4);
 }
 
@@ -687,7 +703,10 @@ async fn plan_shows_the_live_action_without_changing_anything() {
     env.pve.requests(true);
     let mut plan = proxmox_gitops::steps::plan::plan(&inv, "refs/heads/release", &[]).unwrap();
     proxmox_gitops::steps::plan::with_live_state(&mut plan, &inv, &b, RecreatePolicy::Never, 2).await;
-    let v = artifact::to_value(&plan);
+    let mut v = artifact::to_value(&plan);
+    // The existing CT's config digest is recorded (for `deploy --plan`); the new one has none.
+    let digest = v["containers"][0].as_object_mut().unwrap().remove("config_digest");
+    assert!(digest.as_ref().and_then(|d| d.as_str()).is_some_and(|d| d.len() == 40), "{digest:?}");
     assert_eq!(
         v["containers"],
         json!([

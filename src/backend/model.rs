@@ -143,6 +143,24 @@ pub enum Action {
         #[serde(default = "yes", skip_serializing_if = "is_true")]
         needs_recreate: bool,
     },
+    /// `--adopt`: the container at the vmid was not created by proxmox-gitops; our mark (the
+    /// `proxmox-gitops` tag and the description naming the lib) is written in place, together
+    /// with the in-place changes the spec needs. Never a destroy.
+    Adopt {
+        /// Config changes, `description` and `tags` (the mark) included.
+        changes: Vec<Change>,
+        /// Volumes to grow.
+        resizes: Vec<Resize>,
+        /// True when some change only applies after a reboot (PVE `pending`).
+        reboot_needed: bool,
+    },
+    /// The container at the vmid was not created by proxmox-gitops for this lib (it lacks our
+    /// mark): it is never stopped, changed, destroyed or recreated; the step fails. `--adopt`
+    /// takes it over in place.
+    Foreign {
+        /// What is there and why it is not ours.
+        reason: String,
+    },
 }
 
 fn yes() -> bool {
@@ -166,7 +184,7 @@ impl Action {
 
     /// True when executing the action changes something.
     pub fn changes_something(&self) -> bool {
-        !matches!(self, Action::Nothing | Action::Refused { .. })
+        !matches!(self, Action::Nothing | Action::Refused { .. } | Action::Foreign { .. })
     }
 }
 

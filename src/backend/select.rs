@@ -25,11 +25,19 @@ pub struct PveConnect {
     pub timeouts: Timeouts,
     /// Timeout of one HTTP request.
     pub request_timeout: Duration,
+    /// `--adopt`: plan a container at a lib's vmid that proxmox-gitops did not create as
+    /// `adopt` (our mark written in place) instead of refusing it as foreign.
+    pub adopt: bool,
 }
 
 impl Default for PveConnect {
     fn default() -> Self {
-        Self { tls: TlsMode::System, timeouts: Timeouts::default(), request_timeout: Duration::from_secs(60) }
+        Self {
+            tls: TlsMode::System,
+            timeouts: Timeouts::default(),
+            request_timeout: Duration::from_secs(60),
+            adopt: false,
+        }
     }
 }
 
@@ -107,6 +115,7 @@ pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBacke
             },
             node: s.node.clone(),
             timeouts: connect.timeouts.clone(),
+            adopt: connect.adopt,
         },
     ))
 }

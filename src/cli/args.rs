@@ -60,7 +60,12 @@ impl PveTlsArgs {
     /// # Errors
     /// See [`PveTlsArgs::tls`].
     pub fn connect(&self) -> Result<PveConnect> {
-        Ok(PveConnect { tls: self.tls()?, timeouts: Timeouts::default(), request_timeout: Duration::from_secs(60) })
+        Ok(PveConnect {
+            tls: self.tls()?,
+            timeouts: Timeouts::default(),
+            request_timeout: Duration::from_secs(60),
+            adopt: false,
+        })
     }
 }
 
@@ -156,6 +161,9 @@ pub struct PveArgs {
     /// Seconds moving a container to its NODE may take (PVE copies local volumes).
     #[arg(long, value_name = "SECS", default_value_t = 1800)]
     pub timeout_migrate: u64,
+    /// Seconds to wait while another proxmox-gitops run holds a container's lease (works on it).
+    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    pub timeout_lease: u64,
 }
 
 impl PveArgs {
@@ -170,6 +178,7 @@ impl PveArgs {
         c.timeouts.start = s(self.timeout_start);
         c.timeouts.download = s(self.timeout_download);
         c.timeouts.migrate = s(self.timeout_migrate);
+        c.timeouts.lease = s(self.timeout_lease);
         c.timeouts.resize = s(self.timeout_create.max(300));
         self.stop.apply(&mut c.timeouts);
         Ok(c)
@@ -186,6 +195,11 @@ pub struct PolicyArgs {
     /// Recreate policy: never (default), when-needed, always (the seed's behaviour on release).
     #[arg(long, value_enum, conflicts_with = "allow_recreate")]
     pub recreate: Option<RecreatePolicy>,
+    /// Take over a container at a lib's vmid that proxmox-gitops did not create (PVE): the plan
+    /// shows it as `adopt`, then the `proxmox-gitops` tag and the lib's description are written
+    /// in place with the spec's in-place changes. Never destroys it.
+    #[arg(long)]
+    pub adopt: bool,
 }
 
 impl PolicyArgs {

@@ -111,7 +111,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     };
     let secs = std::time::Duration::from_secs;
     let runner_opts = RunnerOptions {
-        pve: args.pve.connect()?,
+        pve: crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? },
         recreate,
         wait_ssh: args.ssh.wait(),
         ssh_port: args.ssh.ssh_port,

@@ -121,7 +121,8 @@ pub fn setting_lines(changes: &[SettingChange]) -> String {
     changes.iter().map(setting_line).collect::<Vec<_>>().join(", ")
 }
 
-/// The action in a word or two: `create`, `update in place`, `recreate`, `nothing`, `refused`.
+/// The action in a word or two: `create`, `update in place`, `recreate`, `nothing`, `refused`,
+/// `adopt`, `foreign`.
 pub fn action_word(action: &Action) -> &'static str {
     match action {
         Action::Create => "create",
@@ -129,6 +130,8 @@ pub fn action_word(action: &Action) -> &'static str {
         Action::Recreate { .. } => "recreate",
         Action::Nothing => "nothing",
         Action::Refused { .. } => "refused",
+        Action::Adopt { .. } => "adopt",
+        Action::Foreign { .. } => "foreign",
     }
 }
 
@@ -171,7 +174,7 @@ fn describe_action(plan: &ContainerPlan) -> String {
     match &plan.action {
         Action::Create => "create".into(),
         Action::Nothing => "nothing".into(),
-        Action::Update { changes, resizes, reboot_needed } => {
+        Action::Update { changes, resizes, reboot_needed } | Action::Adopt { changes, resizes, reboot_needed } => {
             let mut parts: Vec<String> = changes
                 .iter()
                 .map(|c| {
@@ -187,8 +190,10 @@ fn describe_action(plan: &ContainerPlan) -> String {
                 })
                 .collect();
             parts.extend(resizes.iter().map(|r| format!("resize {} {}→{} GiB", r.disk, r.from_gib, r.to_gib)));
-            format!("update {}{}", parts.join(" "), if *reboot_needed { " (reboot needed)" } else { "" })
+            let word = if matches!(plan.action, Action::Adopt { .. }) { "adopt, then update" } else { "update" };
+            format!("{word} {}{}", parts.join(" "), if *reboot_needed { " (reboot needed)" } else { "" })
         }
+        Action::Foreign { reason } => format!("foreign (not touched; --adopt takes it over): {reason}"),
         Action::Recreate { reasons } => format!("RECREATE: {}", reasons.join("; ")),
         Action::Refused { reasons, needs_recreate: true } => {
             format!("refused (needs --allow-recreate): {}", reasons.join("; "))

@@ -85,7 +85,8 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     };
     let backend = match (offline.is_none() && provisions, kind) {
         (true, Some(BackendKind::Pve)) => {
-            Some(crate::backend::open(BackendKind::Pve, &settings, &args.pve.connect()?)?)
+            let connect = crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? };
+            Some(crate::backend::open(BackendKind::Pve, &settings, &connect)?)
         }
         (true, Some(BackendKind::Lxc)) => match crate::backend::lxc_backend(&settings) {
             Ok(b) => Some(crate::backend::Backend::Lxc(b)),
@@ -166,6 +167,7 @@ fn provision_cell(c: &PlannedContainer) -> String {
         (Some(cp), _) => match &cp.action {
             Action::Update { .. } => super::describe::plan_word(cp),
             Action::Nothing if cp.migrate.is_some() => super::describe::plan_word(cp),
+            Action::Adopt { .. } => super::describe::action_word(&cp.action).to_string(),
             _ => super::describe::describe(cp),
         },
         (None, Some(e)) => format!("cannot plan: {}", e.lines().next().unwrap_or("")),
@@ -265,7 +267,8 @@ fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -
     }
     s.push_str("| Container | VMID | Node | Action | Old → new | Deploy |\n|---|---|---|---|---|---|\n");
     let failing = |c: &&PlannedContainer| {
-        c.provision_error.is_some() || matches!(&c.provision, Some(cp) if matches!(cp.action, Action::Refused { .. }))
+        c.provision_error.is_some()
+            || matches!(&c.provision, Some(cp) if matches!(cp.action, Action::Refused { .. } | Action::Foreign { .. }))
     };
     let (first, rest): (Vec<&PlannedContainer>, Vec<&PlannedContainer>) = p.containers.iter().partition(failing);
     for c in first.into_iter().chain(rest) {
@@ -277,6 +280,7 @@ fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -
                 match (&cp.action, &cp.placement) {
                     (Action::Recreate { reasons } | Action::Refused { reasons, .. }, _) => reasons.join("; "),
                     (Action::Create, Some(why)) => why.clone(),
+                    (Action::Foreign { reason }, _) => reason.clone(),
                     _ => super::describe::setting_lines(&c.settings),
                 },
             ),
@@ -468,6 +472,7 @@ mod tests {
             stage: "main".into(),
             containers: vec![moved, placed],
             backend: Some(BackendKind::Pve),
+            recreate: None,
         };
         assert_eq!(p.counts().line(), "1 to create, 0 to update in place, 0 to recreate, 1 to migrate, 0 unchanged");
         assert!(p.changes_pending());

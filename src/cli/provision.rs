@@ -113,7 +113,11 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         }
         None => inv.select(&args.containers, args.all, NotFound::InStage)?.into_iter().cloned().collect(),
     };
-    let backend = backend::open(kind, &settings, &args.pve.connect()?)?;
+    let backend = backend::open(
+        kind,
+        &settings,
+        &crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? },
+    )?;
     ctx.inputs_checked()?;
     let jobs = usize::from(args.jobs);
     let policy = saved.as_ref().map_or_else(|| args.policy.policy(), |(_, _, p)| *p);
@@ -281,6 +285,7 @@ mod tests {
             "timeout-lock",
             "timeout-download",
             "timeout-migrate",
+            "timeout-lease",
         ];
         let with = |extra: &[&str]| tls.iter().chain(extra).map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(timeouts("plan"), with(&[]));

@@ -1,7 +1,7 @@
 //! Step `destroy`: remove containers, never without a snapshot of their data.
 //!
 //! For each container: check it exists and is the one the spec describes (PVE: the CT's
-//! `hostname` is the spec's; LXC: the container's `proxmox-gitops.json` names the vmid); apply
+//! `hostname` is the spec's and its description carries our mark for the lib; LXC: the container's `proxmox-gitops.json` names the vmid); apply
 //! the safety rule ([`crate::snapshot::guard::protect`] — a verified data snapshot when the lib
 //! declares `SNAPSHOT` paths, refusal when that fails, unless `--no-snapshot`); then the backend's
 //! `destroy` (PVE: shutdown, stop after the timeout, `DELETE …/lxc/{vmid}` with `purge=1` and
@@ -71,14 +71,23 @@ pub fn artifact_path(artifacts: &ArtifactDir, name: &str) -> PathBuf {
 async fn exists(backend: &Backend, spec: &ContainerSpec) -> anyhow::Result<bool> {
     match backend {
         Backend::Lxc(b) => b.owned(spec),
-        Backend::Pve(b) => match b.live_hostname(spec).await? {
+        Backend::Pve(b) => match b.live_mark(spec).await? {
             None => Ok(false),
-            Some(h) if h == spec.hostname => Ok(true),
-            Some(h) => anyhow::bail!(
+            Some((h, _)) if h != spec.hostname => anyhow::bail!(
                 "CT {} holds hostname `{h}`, not `{}`: it is not {}'s container; not destroying it",
                 spec.vmid,
                 spec.hostname,
                 spec.name
+            ),
+            Some((_, true)) => Ok(true),
+            Some((h, false)) => anyhow::bail!(
+                "CT {} (hostname `{h}`) was not created by proxmox-gitops for lib `{}` (its description lacks the line \
+                 `{}{}`): not destroying it; remove it yourself (`pct destroy {}` on its node) if it really must go",
+                spec.vmid,
+                spec.name,
+                crate::backend::pve::desired::LIB_MARKER,
+                spec.name,
+                spec.vmid
             ),
         },
     }

@@ -113,7 +113,11 @@ impl PlannedContainer {
     pub fn changes_pending(&self) -> bool {
         self.steps_to_run().iter().any(|s| match s {
             Step::Provision => match &self.provision {
-                Some(p) => p.changes_something() || matches!(p.action, Action::Refused { .. }),
+                Some(p) => {
+                    p.changes_something()
+                        || p.start
+                        || matches!(p.action, Action::Refused { .. } | Action::Foreign { .. })
+                }
                 None => true,
             },
             Step::Configure | Step::Snapshot => true,
@@ -143,6 +147,12 @@ pub struct Counts {
     /// what to change.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub blocked: usize,
+    /// Containers not created by proxmox-gitops to take over in place (`--adopt`).
+    #[serde(default)]
+    pub adopt: usize,
+    /// Containers at a lib's vmid that are not ours (no `--adopt`: the provision step fails).
+    #[serde(default)]
+    pub foreign: usize,
     /// Containers that could not be planned (`provision_error`).
     pub failed: usize,
     /// Containers whose provision action is unknown (no live state: offline plan).
@@ -157,9 +167,10 @@ fn is_zero(n: &usize) -> bool {
 
 impl Counts {
     /// The count line: `2 to create, 1 to update in place, 1 to recreate, 3 unchanged`, with
-    /// `, N to migrate` after the recreates when not zero, then
+    /// `, N to migrate` after the recreates when not zero, then `, N to adopt`,
     /// `, N refused (needs --allow-recreate)`, `, N refused (see the reasons)` (no policy allows
-    /// the change), `, N cannot be planned`, `, N unknown (no live
+    /// the change), `, N foreign (not ours; --adopt takes over)`, `, N cannot be planned`,
+    /// `, N unknown (no live
     /// state)`, `, N skipped (already provisioned)` when not zero. The first four always appear.
     pub fn line(&self) -> String {
         let mut s =
@@ -169,8 +180,10 @@ impl Counts {
         }
         s.push_str(&format!(", {} unchanged", self.unchanged));
         for (n, what) in [
+            (self.adopt, "to adopt"),
             (self.refused, "refused (needs --allow-recreate)"),
             (self.blocked, "refused (see the reasons)"),
+            (self.foreign, "foreign (not ours; --adopt takes over)"),
             (self.failed, "cannot be planned"),
             (self.unknown, "unknown (no live state)"),
             (self.skipped, "skipped (already provisioned for the same inputs)"),
@@ -221,6 +234,8 @@ impl Plan {
                     Action::Nothing => n.unchanged += 1,
                     Action::Refused { needs_recreate: true, .. } => n.refused += 1,
                     Action::Refused { needs_recreate: false, .. } => n.blocked += 1,
+                    Action::Adopt { .. } => n.adopt += 1,
+                    Action::Foreign { .. } => n.foreign += 1,
                 },
                 (None, Some(_)) => n.failed += 1,
                 (None, None) => n.unknown += 1,
@@ -450,7 +465,7 @@ mod tests {
     }
 
     fn saved(action: Action, digest: Option<&str>) -> (PlannedContainer, ContainerPlan) {
-        let cp = ContainerPlan { name: "broker".into(), vmid: 101, hostname: "broker".into(), action, start: false };
+        let cp = ContainerPlan::new("broker", 101, "broker", action, false);
         let c = PlannedContainer {
             name: "broker".into(),
             hostname: "broker".into(),

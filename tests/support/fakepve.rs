@@ -158,7 +158,12 @@ impl FakePve {
     /// Connection options that trust this server's certificate, with `timeouts` for its tasks
     /// and 20 s per request.
     pub fn connect(&self, timeouts: Timeouts) -> PveConnect {
-        PveConnect { tls: TlsMode::CaFile(self.ca.clone()), timeouts, request_timeout: Duration::from_secs(20) }
+        PveConnect {
+            tls: TlsMode::CaFile(self.ca.clone()),
+            timeouts,
+            request_timeout: Duration::from_secs(20),
+            adopt: false,
+        }
     }
 
     /// Runs Python `code` inside the server (as an async function body with `pve` in scope;

@@ -45,6 +45,11 @@ impl LxcBackend {
                 "container `{name}` must be recreated ({}), but the recreate policy forbids it: rerun with --allow-recreate",
                 reasons.join("; ")
             ),
+            Action::Foreign { reason } => bail!("{reason}"),
+            Action::Adopt { .. } => bail!(
+                "container `{name}`: --adopt is supported by the pve backend only; the lxc backend does not take over \
+                 containers it did not make"
+            ),
             Action::Recreate { reasons } => {
                 if opts.recreate == RecreatePolicy::Never {
                     bail!("the plan recreates `{name}` ({}), but the recreate policy is `never`", reasons.join("; "));

@@ -11,6 +11,9 @@ use anyhow::{Context, bail};
 use backon::{ExponentialBuilder, Retryable};
 use serde_json::Value;
 
+use super::desired::{with_lease, without_lease};
+use super::lease::{Acquired, Held, new_lease};
+use super::lifecycle::Created;
 use super::planner::Live;
 use super::{PveBackend, Rec, upid_of};
 use crate::backend::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Migration, Outcome, Provision};
@@ -42,7 +45,7 @@ impl PveBackend {
             status: fin.status,
             created: fin.created,
             outcome,
-            ..Provision::new(BackendKind::Pve, spec, plan.clone(), opts)
+            ..Provision::new(BackendKind::Pve, spec, fin.replanned.unwrap_or_else(|| plan.clone()), opts)
         }
     }
 
@@ -61,7 +64,86 @@ impl PveBackend {
             Some(n) => n.clone(),
             None => self.node_for(spec).await?,
         };
+        let mut held: Option<Held> = None;
+        let result = self.apply_leased(spec, plan, opts, &node, &mut held, rec, fin).await;
+        if let Some(h) = held {
+            // Also after a failure: the next run must not wait for a lease nobody renews.
+            if let Err(e) = self.release(h).await {
+                let msg = format!(
+                    "CT {}: cannot remove our lease line from its description ({e:#}); it expires by itself within {} s",
+                    spec.vmid,
+                    super::lease::LEASE_TTL.as_secs()
+                );
+                tracing::warn!("{msg}");
+                rec.warnings.push(msg);
+            }
+        }
+        result
+    }
+
+    /// Takes the lease on the container (module docs of [`super::lease`]) and checks that the
+    /// plan still holds under it: when the config changed between the plan and the lease (its
+    /// digest), the container is planned again; a new plan that changes only in place replaces
+    /// the old one (recorded in `fin.replanned`), anything else fails with "plan again".
+    async fn lease_and_check(
+        &self,
+        spec: &ContainerSpec,
+        plan: &ContainerPlan,
+        opts: &ApplyOptions,
+        node: &str,
+        held: &mut Option<Held>,
+        fin: &mut Final,
+    ) -> anyhow::Result<Option<ContainerPlan>> {
         let vmid = spec.vmid;
+        let planned_digest =
+            self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&vmid).and_then(|c| c.digest.clone());
+        match self.acquire(plan.migrate.as_ref().map_or(node, |m| m.from.as_str()), vmid).await? {
+            Acquired::Absent => {
+                bail!("{}: CT {vmid} disappeared from node {node} since the plan; plan again", spec.name)
+            }
+            Acquired::Held { held: h, before, after } => {
+                *held = Some(h);
+                if before.is_some() && before == planned_digest {
+                    self.set_digest(vmid, after);
+                    return Ok(None);
+                }
+            }
+        }
+        tracing::info!("{}: CT {vmid} changed since the plan; planning again under the lease", spec.name);
+        let again = self.plan(spec, opts.recreate).await?;
+        if again.action == plan.action {
+            return Ok(None);
+        }
+        let fine = matches!(again.action, Action::Nothing | Action::Update { .. } | Action::Adopt { .. })
+            || (matches!(again.action, Action::Recreate { .. }) && matches!(plan.action, Action::Recreate { .. }));
+        if !fine {
+            bail!(
+                "{}: CT {vmid} changed on PVE since the plan (now: {}); nothing was changed, plan again",
+                spec.name,
+                summary(&again.action)
+            );
+        }
+        fin.replanned = Some(again.clone());
+        Ok(Some(again))
+    }
+
+    fn set_digest(&self, vmid: u32, digest: Option<String>) {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).entry(vmid).or_default().digest = digest;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn apply_leased(
+        &self,
+        spec: &ContainerSpec,
+        plan: &ContainerPlan,
+        opts: &ApplyOptions,
+        node: &str,
+        held: &mut Option<Held>,
+        rec: &mut Rec,
+        fin: &mut Final,
+    ) -> anyhow::Result<()> {
+        let vmid = spec.vmid;
+        let mut plan = plan.clone();
         match &plan.action {
             Action::Refused { reasons, needs_recreate: false } => {
                 fin.status = None;
@@ -76,50 +158,70 @@ impl PveBackend {
                     reasons.join("; ")
                 );
             }
-            Action::Nothing => {
-                if let Some(m) = &plan.migrate {
-                    self.migrate(vmid, m, rec).await?;
-                }
+            Action::Foreign { reason } => {
+                fin.status = None;
+                bail!("{}: {reason}; nothing was changed", spec.name);
             }
-            Action::Create => {
-                let d = self.desired_for(spec, &node).await?;
-                self.ensure_template(&node, &d, rec).await?;
-                self.create(&node, &d, opts, rec).await?;
-                fin.created = true;
-            }
-            Action::Recreate { reasons } => {
-                tracing::warn!("{}: recreating CT {vmid}: {}", spec.name, reasons.join("; "));
-                let d = self.desired_for(spec, &node).await?;
-                self.ensure_template(&node, &d, rec).await?;
-                // Destroyed where it is, created where NODE wants it (no migration first).
-                let live_node = plan.migrate.as_ref().map_or(node.as_str(), |m| m.from.as_str());
-                self.shutdown_and_destroy(live_node, vmid, rec).await?;
-                self.create(&node, &d, opts, rec).await?;
-                fin.created = true;
-            }
-            Action::Update { changes, resizes, .. } => {
-                if let Some(m) = &plan.migrate {
-                    self.migrate(vmid, m, rec).await?;
-                }
-                if !changes.is_empty() {
-                    self.update_config(&node, spec, changes, rec).await?;
-                }
-                for r in resizes {
-                    self.resize(&node, vmid, &r.disk, r.to_gib, rec).await?;
-                }
-                if !plan.start {
-                    self.apply_pending(&node, vmid, opts, rec).await?;
+            // Nothing to write: no lease (a converged container sees no write at all).
+            Action::Nothing if !plan.start && plan.migrate.is_none() => {}
+            Action::Create => {}
+            Action::Nothing | Action::Update { .. } | Action::Adopt { .. } | Action::Recreate { .. } => {
+                if let Some(again) = self.lease_and_check(spec, &plan, opts, node, held, fin).await? {
+                    plan = again;
                 }
             }
         }
+        match &plan.action {
+            Action::Refused { .. } | Action::Foreign { .. } => unreachable!("checked above"),
+            Action::Nothing => self.migrate_leased(vmid, &plan, node, held, rec).await?,
+            Action::Create => {
+                let d = self.desired_for(spec, node).await?;
+                self.ensure_template(node, &d, rec).await?;
+                // PVE locks the CT while the create runs (waiters wait for the task); the lease is
+                // renewed right after a create that took long.
+                let lease = new_lease();
+                match self.create(node, &d, opts, &lease, rec).await? {
+                    Created::Yes => {
+                        if let Some(old) = held.replace(self.hold_after_create(node, vmid, &lease).await) {
+                            old.stop();
+                        }
+                        fin.created = true;
+                    }
+                    Created::Taken => plan = self.after_lost_race(spec, node, opts, held, rec, fin).await?,
+                }
+            }
+            Action::Recreate { reasons } => {
+                tracing::warn!("{}: recreating CT {vmid}: {}", spec.name, reasons.join("; "));
+                let d = self.desired_for(spec, node).await?;
+                self.ensure_template(node, &d, rec).await?;
+                // Our lease goes with the container (its renewal then ends by itself); the create
+                // writes a new one.
+                // Destroyed where it is, created where NODE wants it (no migration first).
+                self.shutdown_and_destroy(plan.migrate.as_ref().map_or(node, |m| m.from.as_str()), vmid, rec).await?;
+                let lease = new_lease();
+                match self.create(node, &d, opts, &lease, rec).await? {
+                    Created::Yes => {
+                        if let Some(old) = held.replace(self.hold_after_create(node, vmid, &lease).await) {
+                            old.stop();
+                        }
+                        fin.created = true;
+                    }
+                    Created::Taken => plan = self.after_lost_race(spec, node, opts, held, rec, fin).await?,
+                }
+            }
+            Action::Update { changes, resizes, .. } | Action::Adopt { changes, resizes, .. } => {
+                self.migrate_leased(vmid, &plan, node, held, rec).await?;
+                self.update_in_place(node, spec, &plan, changes, resizes, opts, rec).await?;
+            }
+        }
         if plan.start || fin.created {
-            self.start(&node, vmid, rec).await?;
+            self.start(node, vmid, rec).await?;
         }
         // Started now, or already running (the plan only skips the start for a running CT).
         fin.status = Some("running".to_string());
         let address = match spec.ip {
             IpConfig::Static { address, .. } => Some(IpAddr::V4(address)),
-            IpConfig::Dhcp => self.dhcp_address(&node, vmid, opts.ssh_timeout).await?,
+            IpConfig::Dhcp => self.dhcp_address(node, vmid, opts.ssh_timeout).await?,
         };
         fin.address = address.map(|a| a.to_string());
         if opts.wait_ssh {
@@ -129,6 +231,103 @@ impl PveBackend {
                 .await
                 .with_context(|| format!("{}: CT {vmid} runs, but SSH does not answer", spec.name))?;
             rec.push("wait-ssh", None, started, Some(format!("{ip}:{}", opts.ssh_port)));
+        }
+        Ok(())
+    }
+
+    /// Our create met an existing vmid: another run created it first. Waits for that run's lease
+    /// (bounded), then plans again under our own lease with the policy `never` (a container
+    /// another run just made is never destroyed here): nothing to do, or an in-place change, is
+    /// carried out; anything else fails with the new plan's reasons.
+    async fn after_lost_race(
+        &self,
+        spec: &ContainerSpec,
+        node: &str,
+        opts: &ApplyOptions,
+        held: &mut Option<Held>,
+        rec: &mut Rec,
+        fin: &mut Final,
+    ) -> anyhow::Result<ContainerPlan> {
+        let vmid = spec.vmid;
+        let started = Instant::now();
+        match self.acquire(node, vmid).await? {
+            Acquired::Absent => bail!(
+                "{}: CT {vmid} existed when we created it, and is gone now (its create failed?); plan again",
+                spec.name
+            ),
+            Acquired::Held { held: h, .. } => *held = Some(h),
+        }
+        let again = self.plan(spec, crate::backend::model::RecreatePolicy::Never).await?;
+        let note = format!(
+            "CT {vmid} was created by another run at the same time; waited {} s for it, then planned again: {}",
+            started.elapsed().as_secs(),
+            summary(&again.action)
+        );
+        tracing::info!("{}: {note}", spec.name);
+        rec.warnings.push(crate::actions::redact(&note));
+        rec.push("lease-wait", None, started, Some(format!("CT {vmid} created by another run")));
+        match &again.action {
+            Action::Nothing => {}
+            Action::Update { changes, resizes, .. } | Action::Adopt { changes, resizes, .. } => {
+                self.update_in_place(node, spec, &again, changes, resizes, opts, rec).await?;
+            }
+            Action::Foreign { reason } => bail!("{}: {reason}", spec.name),
+            Action::Create | Action::Recreate { .. } | Action::Refused { .. } => bail!(
+                "{}: CT {vmid} was created by another run and differs from this run's spec ({}); nothing was changed, plan again",
+                spec.name,
+                summary(&again.action)
+            ),
+        }
+        fin.replanned = Some(again.clone());
+        Ok(again)
+    }
+
+    /// The in-place part of an `update` or `adopt`: `PUT …/config`, resizes, then what PVE
+    /// keeps pending ([`PveBackend::apply_pending`]: a reboot when the policy allows it, else a
+    /// note) when the container is not started by this run anyway.
+    #[allow(clippy::too_many_arguments)]
+    async fn update_in_place(
+        &self,
+        node: &str,
+        spec: &ContainerSpec,
+        plan: &ContainerPlan,
+        changes: &[crate::backend::model::Change],
+        resizes: &[crate::backend::model::Resize],
+        opts: &ApplyOptions,
+        rec: &mut Rec,
+    ) -> anyhow::Result<()> {
+        let vmid = spec.vmid;
+        if matches!(plan.action, Action::Adopt { .. }) {
+            tracing::warn!("{}: adopting CT {vmid} (not created by proxmox-gitops): writing our mark", spec.name);
+        }
+        if !changes.is_empty() {
+            self.update_config(node, spec, changes, rec).await?;
+        }
+        for r in resizes {
+            self.resize(node, vmid, &r.disk, r.to_gib, rec).await?;
+        }
+        if !plan.start {
+            self.apply_pending(node, vmid, opts, rec).await?;
+        }
+        Ok(())
+    }
+
+    /// The plan's migration, if any ([`PveBackend::migrate`]), under our lease: the lease line
+    /// moves with the config, so its renewal follows the container to `node`.
+    async fn migrate_leased(
+        &self,
+        vmid: u32,
+        plan: &ContainerPlan,
+        node: &str,
+        held: &mut Option<Held>,
+        rec: &mut Rec,
+    ) -> anyhow::Result<()> {
+        let Some(m) = &plan.migrate else { return Ok(()) };
+        self.migrate(vmid, m, rec).await?;
+        if held.is_some()
+            && let Some(old) = held.replace(self.hold(node, vmid))
+        {
+            old.stop();
         }
         Ok(())
     }
@@ -222,8 +421,16 @@ impl PveBackend {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let mut params: Vec<(&str, String)> =
-                todo.iter().filter_map(|c| c.to.as_ref().map(|v| (c.key.as_str(), v.clone()))).collect();
+            // Called under our lease: a new description keeps (renews) it.
+            let mut params: Vec<(&str, String)> = todo
+                .iter()
+                .filter_map(|c| {
+                    c.to.as_ref().map(|v| {
+                        let v = if c.key == "description" { with_lease(v, &new_lease()) } else { v.clone() };
+                        (c.key.as_str(), v)
+                    })
+                })
+                .collect();
             let deletes: Vec<&str> = todo.iter().filter(|c| c.to.is_none()).map(|c| c.key.as_str()).collect();
             if !deletes.is_empty() {
                 params.push(("delete", deletes.join(",")));
@@ -238,7 +445,8 @@ impl PveBackend {
                     tracing::info!("{e}; reading the config again");
                     let (live, new_digest) = self.read_live(node, vmid).await?;
                     let Live::Present(ct) = live else { bail!("CT {vmid} disappeared while its config was written") };
-                    todo.retain(|c| !written(c, &ct.config));
+                    let cfg = lease_free(&ct.config);
+                    todo.retain(|c| !written(c, &cfg));
                     if todo.is_empty() {
                         break;
                     }
@@ -252,8 +460,13 @@ impl PveBackend {
                     // values the plan saw; otherwise the plan is stale.
                     let (live, new_digest) = self.read_live(node, vmid).await?;
                     let Live::Present(ct) = live else { bail!("CT {vmid} disappeared while its config was written") };
-                    todo.retain(|c| !written(c, &ct.config));
-                    if let Some(c) = todo.iter().find(|c| ct.config.get(&c.key) != c.from.as_ref()) {
+                    let cfg = lease_free(&ct.config);
+                    todo.retain(|c| !written(c, &cfg));
+                    if let Some(c) = todo.iter().find(|c| {
+                        let from =
+                            if c.key == "description" { c.from.as_deref().map(without_lease) } else { c.from.clone() };
+                        cfg.get(&c.key) != from.as_ref()
+                    }) {
                         return Err(e).with_context(|| {
                             format!(
                                 "cannot change the config of CT {vmid}: `{}` changed on PVE since the plan (now {}); plan again",
@@ -407,11 +620,43 @@ fn written(c: &crate::backend::model::Change, config: &std::collections::BTreeMa
         && to_props.get("mp") == live_props.get("mp")
 }
 
+/// A plan's action in words for messages: `nothing to do`, `update in place (memory, cores)`,
+/// `recreate (reasons)` ….
+fn summary(action: &Action) -> String {
+    let keys = |c: &[crate::backend::model::Change], r: &[crate::backend::model::Resize]| {
+        c.iter()
+            .map(|c| c.key.clone())
+            .chain(r.iter().map(|r| format!("resize {}", r.disk)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match action {
+        Action::Create => "create".into(),
+        Action::Nothing => "nothing to do".into(),
+        Action::Update { changes, resizes, .. } => format!("update in place ({})", keys(changes, resizes)),
+        Action::Adopt { changes, resizes, .. } => format!("adopt ({})", keys(changes, resizes)),
+        Action::Recreate { reasons } => format!("recreate ({})", reasons.join("; ")),
+        Action::Refused { reasons, .. } => format!("refused ({})", reasons.join("; ")),
+        Action::Foreign { reason } => format!("foreign ({reason})"),
+    }
+}
+
+/// The live config for comparisons: the description without lease lines.
+fn lease_free(config: &std::collections::BTreeMap<String, String>) -> std::collections::BTreeMap<String, String> {
+    let mut c = config.clone();
+    if let Some(d) = c.get_mut("description") {
+        *d = without_lease(d);
+    }
+    c
+}
+
 #[derive(Default)]
 struct Final {
     address: Option<String>,
     status: Option<String>,
     created: bool,
+    /// The plan carried out, when it differs from the one given (planned again under the lease).
+    replanned: Option<ContainerPlan>,
 }
 
 #[cfg(test)]

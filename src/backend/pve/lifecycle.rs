@@ -10,11 +10,21 @@ use anyhow::{Context, anyhow};
 use serde_json::Value;
 
 use super::desired::template::template_source;
-use super::desired::{Desired, create_params, template_file, template_volid};
+use super::desired::{Desired, Lease, create_params, template_file, template_volid, with_lease};
+use super::lease::Acquired;
 use super::{PveBackend, Rec, upid_of};
 use crate::backend::model::{ActionRecord, ApplyOptions};
 use crate::inventory::ContainerSpec;
 use crate::pve::{PveError, Replay, TaskOutcome};
+
+/// What a create did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Created {
+    /// This run created the container.
+    Yes,
+    /// The vmid was taken when the create arrived: nothing was created.
+    Taken,
+}
 
 impl PveBackend {
     /// Makes sure the template is on the storage: when missing, downloads it over https with
@@ -92,16 +102,23 @@ impl PveBackend {
         Ok(())
     }
 
+    /// Creates CT `d.vmid` with `lease` in its description (the create decides which run gets
+    /// the vmid: PVE refuses a second create). [`Created::Taken`] when PVE answered that the vmid
+    /// exists on a first attempt: another run (or someone) got it first.
     pub(super) async fn create(
         &self,
         node: &str,
         d: &Desired,
         opts: &ApplyOptions,
+        lease: &Lease,
         rec: &mut Rec,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Created> {
         let key = crate::keys::ensure(&opts.share, d.vmid, &d.hostname)?;
         let params = create_params(d, &key.public_line);
-        let params: Vec<(&str, String)> = params.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let params: Vec<(&str, String)> = params
+            .iter()
+            .map(|(k, v)| (k.as_str(), if k == "description" { with_lease(v, lease) } else { v.clone() }))
+            .collect();
         let path = format!("/nodes/{node}/lxc");
         let started = Instant::now();
         let mut lost_answers = 0;
@@ -116,6 +133,10 @@ impl PveBackend {
                 Err(e) if lost_answers > 0 && e.is_already_exists() => {
                     break self.find_create_task(node, d.vmid).await?;
                 }
+                Err(e) if e.is_already_exists() => {
+                    tracing::warn!("create CT {}: {e}; another run got the vmid first", d.vmid);
+                    return Ok(Created::Taken);
+                }
                 Err(e) => return Err(e).with_context(|| format!("cannot create CT {} on node {node}", d.vmid)),
             }
         };
@@ -126,7 +147,7 @@ impl PveBackend {
             .await
             .with_context(|| format!("creating CT {} on node {node} failed", d.vmid))?;
         rec.push("create", Some(&out), started, Some(d.ostemplate.clone()));
-        Ok(())
+        Ok(Created::Yes)
     }
 
     /// The latest `vzcreate` task of `vmid` started by this identity (after a create whose
@@ -235,14 +256,29 @@ impl PveBackend {
     }
 
     /// Destroys the container of `spec` (shutdown, stop after the timeout, destroy with purge) on
-    /// the node it is on ([`PveBackend::live_node`]). An absent container yields no actions.
+    /// the node it is on ([`PveBackend::live_node`]), under its lease ([`super::lease`]: another
+    /// run working on it is waited for, bounded). An absent container yields no actions.
     ///
     /// # Errors
-    /// API and task errors.
+    /// API and task errors; another run's lease that outlasts the wait; a PVE lock that does not
+    /// clear.
     pub async fn destroy(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<ActionRecord>> {
         let Some(node) = self.live_node(spec).await? else { return Ok(vec![]) };
         let mut rec = Rec::default();
-        self.shutdown_and_destroy(&node, spec.vmid, &mut rec).await?;
+        let held = match self.acquire(&node, spec.vmid).await? {
+            Acquired::Absent => return Ok(rec.actions),
+            Acquired::Held { held, .. } => held,
+        };
+        match self.shutdown_and_destroy(&node, spec.vmid, &mut rec).await {
+            // The lease went with the container.
+            Ok(()) => held.stop(),
+            Err(e) => {
+                if let Err(r) = self.release(held).await {
+                    tracing::warn!("CT {}: cannot remove our lease ({r:#}); it expires by itself", spec.vmid);
+                }
+                return Err(e);
+            }
+        }
         Ok(rec.actions)
     }
 }

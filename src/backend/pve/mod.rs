@@ -7,10 +7,20 @@
 //! * [`PveBackend`] (this file) reads live state and plans;
 //! * `executor` — [`PveBackend::apply`]: runs a plan (migration, config update, resize, start, address)
 //!   and records every action;
-//! * `lifecycle` — template download, create, shutdown and destroy ([`PveBackend::destroy`]).
+//! * `lifecycle` — template download, create, shutdown and destroy ([`PveBackend::destroy`]);
+//! * [`lease`] — one actor per vmid (a lease line in the description, written with the config
+//!   digest; the create itself for a new container) and waiting out PVE's own locks.
+//!
+//! Ownership: a container at a lib's vmid without our mark ([`desired::marked_for`]) is planned
+//! as `foreign` and never touched; `--adopt` ([`PveBackendOptions::adopt`]) plans it as `adopt`
+//! (our mark written in place), never as a recreate.
 //!
 //! Execution rules (PVE behaviour handled here, each covered by `tests/provision_pve.rs`):
 //!
+//! * a container PVE locks when it is planned (`lock` in its config) is planned after its running
+//!   task ended ([`lease`] module docs); a leftover lock fails naming `pct unlock VMID`;
+//! * every apply that writes holds the container's lease from before its first write until after
+//!   its last (also on failure), and plans again under it when the config changed since the plan;
 //! * `CT is locked (…)` / `can't lock file … got timeout` — the operation is repeated with
 //!   capped exponential backoff for at most [`Timeouts::lock`], whether the error came as an
 //!   HTTP answer or as a task's exit status;
@@ -32,6 +42,7 @@
 
 pub mod desired;
 mod executor;
+pub mod lease;
 mod lifecycle;
 pub mod placement;
 pub mod planner;
@@ -72,6 +83,8 @@ pub struct Timeouts {
     pub lock: Duration,
     /// `vzmigrate` to another node (PVE copies local volumes): 1800 s.
     pub migrate: Duration,
+    /// How long to wait while another proxmox-gitops run holds a container's lease: 900 s.
+    pub lease: Duration,
 }
 
 impl Default for Timeouts {
@@ -86,6 +99,7 @@ impl Default for Timeouts {
             resize: Duration::from_secs(300),
             lock: Duration::from_secs(120),
             migrate: Duration::from_secs(1800),
+            lease: Duration::from_secs(900),
         }
     }
 }
@@ -101,6 +115,9 @@ pub struct PveBackendOptions {
     pub node: Option<String>,
     /// Timeouts.
     pub timeouts: Timeouts,
+    /// `--adopt`: take over containers at a lib's vmid that lack our mark, in place
+    /// ([`planner::plan_with`]).
+    pub adopt: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -361,7 +378,39 @@ impl PveBackend {
         Ok((Live::Present(ct), digest))
     }
 
-    /// Plans `spec` against the live container under `policy` (reads only).
+    /// [`PveBackend::read_live`], after PVE's own `lock` on the container has cleared: its
+    /// running task is waited for ([`PveBackend::settle_lock`], bounded), so a re-run after a
+    /// `kill -9` during a create sees the finished container and converges. Returns notes for
+    /// the artifact (what held the lock).
+    async fn read_settled(
+        &self,
+        spec: &ContainerSpec,
+        node: &str,
+    ) -> anyhow::Result<(Live, Option<String>, Vec<String>)> {
+        let mut notes = Vec::new();
+        for _ in 0..5 {
+            let (live, digest) = self
+                .read_live(node, spec.vmid)
+                .await
+                .with_context(|| format!("{}: cannot read CT {} on node {node}", spec.name, spec.vmid))?;
+            let lock = match &live {
+                Live::Present(ct) => ct.config.get("lock").cloned(),
+                Live::Absent => None,
+            };
+            let Some(lock) = lock else { return Ok((live, digest, notes)) };
+            let note = self.settle_lock(node, spec.vmid, &lock).await.with_context(|| spec.name.clone())?;
+            tracing::info!("{}: {note}", spec.name);
+            notes.push(note);
+        }
+        bail!(
+            "{}: CT {} on node {node} was locked again and again while it was planned; re-run later",
+            spec.name,
+            spec.vmid
+        )
+    }
+
+    /// Plans `spec` against the live container under `policy` (reads only; a container PVE
+    /// locks is waited for first: its running task, bounded; see the [`lease`] module).
     ///
     /// # Errors
     /// Root-only options under a non-root identity (before any API call), spec problems
@@ -372,16 +421,14 @@ impl PveBackend {
         let node = np.node.clone();
         let d = self.desired_for(spec, &node).await?;
         let at = np.live_node.clone().unwrap_or_else(|| node.clone());
-        let (live, digest) = self
-            .read_live(&at, spec.vmid)
-            .await
-            .with_context(|| format!("{}: cannot read CT {} on node {at}", spec.name, spec.vmid))?;
-        let planned = planner::plan(&d, &live, policy, self.client.auth().is_root());
+        let (live, digest, notes) = self.read_settled(spec, &at).await?;
+        let mut planned = planner::plan_with(&d, &live, policy, self.client.auth().is_root(), self.opts.adopt);
+        planned.warnings.splice(0..0, notes);
         // A node change alone is a migration; a recreate (for other reasons) destroys on the
         // node the container is on and creates on the new one, so the migration stays in the
-        // plan to name both; a refused plan moves nothing.
+        // plan to name both; a refused or foreign plan moves nothing.
         let migrate = match (&planned.action, np.migrate) {
-            (Action::Refused { .. }, _) | (Action::Create, _) => None,
+            (Action::Refused { .. } | Action::Foreign { .. } | Action::Create, _) => None,
             (_, m) => m,
         };
         self.cache
@@ -405,6 +452,25 @@ impl PveBackend {
     /// planned by this instance. An update applies with exactly this digest.
     pub fn planned_digest(&self, vmid: u32) -> Option<String> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&vmid).and_then(|c| c.digest.clone())
+    }
+
+    /// Whether the live CT `spec.vmid` on its node carries our mark for `spec`'s lib
+    /// ([`desired::marked_for`]; lease lines ignored) and its hostname
+    /// (`GET /nodes/{node}/lxc/{vmid}/config`): `None` when the CT does not exist.
+    ///
+    /// # Errors
+    /// Node discovery and API errors.
+    pub async fn live_mark(&self, spec: &ContainerSpec) -> anyhow::Result<Option<(String, bool)>> {
+        let Some(node) = self.live_node(spec).await? else { return Ok(None) };
+        match self.client.get(&format!("/nodes/{node}/lxc/{}/config", spec.vmid), &[]).await {
+            Ok(c) => {
+                let hostname = c.get("hostname").and_then(Value::as_str).unwrap_or("").to_string();
+                let desc = c.get("description").and_then(Value::as_str).unwrap_or("");
+                Ok(Some((hostname, desired::marked_for(&desired::without_lease(desc), &spec.name))))
+            }
+            Err(e) if e.is_absent() => Ok(None),
+            Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read CT {} on node {node}", spec.vmid))),
+        }
     }
 
     /// The hostname of the live CT `spec.vmid` on its node (`GET /nodes/{node}/lxc/{vmid}/config`),

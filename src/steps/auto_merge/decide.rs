@@ -138,6 +138,7 @@ fn problem(v: &ContainerVerdict, policy: RecreatePolicy) -> Option<String> {
             Action::Refused { reasons, needs_recreate: false } => {
                 Some(format!("{} cannot be provisioned as specified: {}", v.name, reasons.join("; ")))
             }
+            Action::Foreign { reason } => Some(format!("{}: {reason}", v.name)),
             _ => None,
         },
         (None, Some(e)) => Some(format!("{} could not be planned: {}", v.name, e.lines().next().unwrap_or(""))),
@@ -170,6 +171,11 @@ fn wording_action(plan: &crate::backend::model::ContainerPlan, policy: RecreateP
             format!("recreate, allowed by the recreate policy `{}` ({})", policy_word(policy), reasons.join("; "))
         }
         Action::Refused { reasons, .. } => format!("refused ({})", reasons.join("; ")),
+        Action::Adopt { changes, .. } => {
+            let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+            format!("adopt in place ({})", keys.join(", "))
+        }
+        Action::Foreign { reason } => format!("foreign ({reason})"),
     }
 }
 
@@ -183,6 +189,8 @@ fn kind_word(v: &ContainerVerdict) -> &'static str {
         Some(Action::Update { .. }) => "to update in place",
         Some(Action::Recreate { .. }) => "to recreate",
         Some(Action::Refused { .. }) => "refused",
+        Some(Action::Adopt { .. }) => "to adopt",
+        Some(Action::Foreign { .. }) => "foreign",
         None => "not planned",
     }
 }

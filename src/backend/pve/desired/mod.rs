@@ -166,6 +166,69 @@ pub fn recorded_lib(description: &str) -> Option<&str> {
     description.lines().find_map(|l| l.trim().strip_prefix(LIB_MARKER)).and_then(|r| r.split('`').next())
 }
 
+/// Start of the lease line a run writes into a container's description while it acts on the
+/// container: `proxmox-gitops lease: HOLDER until UNIX_SECS` (see `crate::backend::pve` module
+/// docs, "one actor per vmid"). The planner, drift and every description comparison ignore such
+/// lines ([`without_lease`]).
+pub const LEASE_MARKER: &str = "proxmox-gitops lease:";
+
+/// A lease parsed from a description line (see [`LEASE_MARKER`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Who holds it: `HOST:PID` (plus `:run-ID` with `GITHUB_RUN_ID`) and a per-process nonce.
+    pub holder: String,
+    /// When it expires, seconds since the Unix epoch (the holder's clock).
+    pub until: u64,
+}
+
+impl Lease {
+    /// The description line: `proxmox-gitops lease: HOLDER until UNIX_SECS`.
+    pub fn line(&self) -> String {
+        format!("{LEASE_MARKER} {} until {}", self.holder, self.until)
+    }
+
+    /// Whether it is still valid at `now` (Unix seconds).
+    pub fn live_at(&self, now: u64) -> bool {
+        self.until > now
+    }
+}
+
+/// Whether `line` is a lease line (it starts with [`LEASE_MARKER`], leading blanks allowed).
+pub fn is_lease_line(line: &str) -> bool {
+    line.trim_start().starts_with(LEASE_MARKER)
+}
+
+/// The lease recorded in `description` (the first well-formed lease line), if any. A malformed
+/// lease line (no `until`, a bad number) is not a lease.
+pub fn parse_lease(description: &str) -> Option<Lease> {
+    description.lines().filter(|l| is_lease_line(l)).find_map(|l| {
+        let rest = l.trim().strip_prefix(LEASE_MARKER)?.trim();
+        let (holder, until) = rest.rsplit_once(" until ")?;
+        let until = until.trim().parse::<u64>().ok()?;
+        let holder = holder.trim();
+        (!holder.is_empty()).then(|| Lease { holder: holder.to_string(), until })
+    })
+}
+
+/// `description` without its lease lines (the other lines unchanged, in order, each ending
+/// with a newline as [`desired()`] writes them; an empty description stays empty).
+pub fn without_lease(description: &str) -> String {
+    description.lines().filter(|l| !is_lease_line(l)).map(|l| format!("{l}\n")).collect()
+}
+
+/// `description` with `lease` as its only lease line, appended after the other lines.
+pub fn with_lease(description: &str, lease: &Lease) -> String {
+    format!("{}{}\n", without_lease(description), lease.line())
+}
+
+/// Whether a live `description` carries our mark for lib `name`: the first-line marker
+/// ``managed by proxmox-gitops: lib `NAME` `` ([`LIB_MARKER`], written by [`desired()`]). A
+/// container at a lib's vmid without it is foreign: never stopped, destroyed or recreated, and
+/// changed only when the user adopts it (`--adopt`).
+pub fn marked_for(description: &str, name: &str) -> bool {
+    recorded_lib(description) == Some(name)
+}
+
 /// Marker line in the description that records the ostemplate.
 pub const OSTEMPLATE_MARKER: &str = "ostemplate: ";
 

@@ -123,3 +123,24 @@ fn a_share_needs_a_privileged_container_with_mount_cifs() {
     assert!(p.iter().all(|(k, _)| !k.starts_with("mp")), "{p:?}");
     assert_eq!(root_only_options(&d), vec!["features=mount=cifs,nesting=1 on a privileged container (share mount)"]);
 }
+
+#[test]
+fn lease_lines_round_trip_and_are_ignored() {
+    let d = desired(&spec(), &defaults(), "amd64").unwrap();
+    let lease = Lease { holder: "runner1:4242:run-77:1a2b".into(), until: 1_800_000_000 };
+    assert_eq!(lease.line(), "proxmox-gitops lease: runner1:4242:run-77:1a2b until 1800000000");
+    let leased = with_lease(&d.description, &lease);
+    assert_eq!(parse_lease(&leased), Some(lease.clone()));
+    assert_eq!(without_lease(&leased), d.description);
+    assert!(marked_for(&leased, "broker"));
+    assert!(!marked_for(&leased, "cache"));
+    // A second lease replaces the first; a malformed one is no lease.
+    let other = Lease { holder: "h:1".into(), until: 5 };
+    assert_eq!(parse_lease(&with_lease(&leased, &other)), Some(other.clone()));
+    assert_eq!(with_lease(&leased, &other).matches(LEASE_MARKER).count(), 1);
+    assert_eq!(parse_lease("proxmox-gitops lease: nobody\n"), None);
+    assert_eq!(parse_lease("x\nproxmox-gitops lease: a until soon\n"), None);
+    assert!(other.live_at(4) && !other.live_at(5));
+    assert_eq!(without_lease(""), "");
+    assert_eq!(without_lease("proxmox-gitops lease: a until 1"), "");
+}

@@ -4,6 +4,9 @@
 //! applied, PVE's default), the keys `GET …/pending` marks as pending, and whether the container
 //! runs. Rules (pve-container semantics):
 //!
+//! * a container without our mark for the lib ([`marked_for`]) → **foreign** (never touched),
+//!   or with `--adopt` **adopt** (the mark and the in-place changes; see [`plan_with`]);
+//! * lease lines of the description (`proxmox-gitops lease: …`) are ignored;
 //! * absent → **create**;
 //! * identical → **nothing**;
 //! * only `cores`, `memory`, `swap`, `onboot`, `description`, `net0`, `tags` (the
@@ -36,7 +39,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::desired::{Desired, DesiredMount, OSTEMPLATE_MARKER, features_string, props_string, tags_with_owner};
+use super::desired::{
+    Desired, DesiredMount, LIB_MARKER, OSTEMPLATE_MARKER, features_string, marked_for, props_string, recorded_lib,
+    tags_with_owner, without_lease,
+};
 use crate::backend::model::{Action, Change, RecreatePolicy, Resize, SettingChange};
 use crate::inventory::{ContainerSpec, Mount};
 
@@ -271,8 +277,24 @@ fn describe_mount(m: &DesiredMount) -> String {
 }
 
 /// Plans `d` against `live` under `policy`; `is_root` says whether the API identity is a
-/// `root@pam` ticket (see [`crate::pve::Auth::is_root`]).
+/// `root@pam` ticket (see [`crate::pve::Auth::is_root`]). A container without our mark is
+/// [`Action::Foreign`] (see [`plan_with`]).
 pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> Planned {
+    plan_with(d, live, policy, is_root, false)
+}
+
+/// [`plan`], with `adopt` (`--adopt`) saying whether a container at the vmid that lacks our
+/// mark ([`marked_for`]: the description line naming this lib) may be taken over:
+///
+/// * not adopting → [`Action::Foreign`] whatever differs: it is never stopped, changed,
+///   destroyed or recreated;
+/// * adopting, everything in place → [`Action::Adopt`]: the mark (description, `tags`) and the
+///   in-place changes;
+/// * adopting, a recreate needed → [`Action::Refused`] whatever the policy: a container this tool
+///   did not create is never destroyed (the reasons say to save its data and remove it by hand).
+///
+/// Lease lines in the description (`proxmox-gitops lease: …`) are ignored throughout.
+pub fn plan_with(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool, adopt: bool) -> Planned {
     let ct = match live {
         Live::Absent => return Planned { action: Action::Create, start: true, warnings: vec![] },
         Live::Present(ct) => ct,
@@ -304,7 +326,24 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
     if live_arch != d.arch {
         recreate.push(format!("arch changes from {live_arch} to {}", d.arch));
     }
-    let live_desc = cfg.get("description").map(String::as_str).unwrap_or("");
+    let live_desc = without_lease(cfg.get("description").map(String::as_str).unwrap_or(""));
+    let live_desc = live_desc.as_str();
+    let ours = marked_for(live_desc, &d.name);
+    if !ours && !adopt {
+        let what = match recorded_lib(live_desc) {
+            Some(lib) => format!("it was made by proxmox-gitops for lib `{lib}`"),
+            None => format!("its description lacks the line `{LIB_MARKER}{}`", d.name),
+        };
+        let reason = format!(
+            "CT {} (hostname `{}`) was not created by proxmox-gitops for lib `{}`: {what}. \
+             It is never stopped, changed, destroyed or recreated; to take it over in place, re-run with --adopt, \
+             or give the lib another ID",
+            d.vmid,
+            cfg.get("hostname").map(String::as_str).unwrap_or("(none)"),
+            d.name
+        );
+        return Planned { action: Action::Foreign { reason }, start: false, warnings: vec![] };
+    }
     let recorded = recorded_ostemplate(live_desc);
     match recorded {
         Some(t) if t != d.ostemplate => recreate.push(format!("ostemplate changes from {t} to {}", d.ostemplate)),
@@ -461,7 +500,7 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
     if truthy(cfg.get("onboot")) != d.onboot {
         set("onboot", cfg.get("onboot"), if d.onboot { "1" } else { "0" }.into());
     }
-    if recorded.is_some() && live_desc.trim() != d.description.trim() {
+    if (recorded.is_some() || !ours) && live_desc.trim() != d.description.trim() {
         set("description", cfg.get("description"), d.description.clone());
     }
     if let Some(tags) = tags_with_owner(cfg.get("tags").map(String::as_str)) {
@@ -528,7 +567,25 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
         reboot_needed |= ct.running;
     }
 
-    let action = if policy == RecreatePolicy::Always {
+    let action = if !ours {
+        // Adopting: in place only, never a destroy.
+        if !recreate.is_empty() || policy == RecreatePolicy::Always {
+            let mut reasons = recreate;
+            if reasons.is_empty() {
+                reasons.push("recreate policy `always`".into());
+            }
+            reasons.push(format!(
+                "CT {} was not created by proxmox-gitops, and adopting never destroys a container: save its data \
+                 and remove it yourself (`pct destroy {}` on its node), then provision creates it",
+                d.vmid, d.vmid
+            ));
+            Action::refused_blocked(reasons)
+        } else if !blocked.is_empty() {
+            Action::refused_blocked(blocked)
+        } else {
+            Action::Adopt { changes, resizes, reboot_needed }
+        }
+    } else if policy == RecreatePolicy::Always {
         let mut reasons = recreate;
         reasons.push("recreate policy `always`".into());
         Action::Recreate { reasons }
@@ -549,8 +606,8 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
     };
     let start = match &action {
         Action::Create | Action::Recreate { .. } => true,
-        Action::Refused { .. } => false,
-        Action::Nothing | Action::Update { .. } => !ct.running,
+        Action::Refused { .. } | Action::Foreign { .. } => false,
+        Action::Nothing | Action::Update { .. } | Action::Adopt { .. } => !ct.running,
     };
     Planned { action, start, warnings }
 }
@@ -597,7 +654,11 @@ fn spec_volume<'a>(spec: &'a ContainerSpec, key: &str, to_gib: u64) -> Option<&'
 /// ([`RecreatePolicy::allows_restart`]), else `pending until restart`. Empty for other actions
 /// (their reasons say what differs).
 pub fn setting_changes(spec: &ContainerSpec, action: &Action, policy: RecreatePolicy) -> Vec<SettingChange> {
-    let Action::Update { changes, resizes, reboot_needed } = action else { return vec![] };
+    let (Action::Update { changes, resizes, reboot_needed } | Action::Adopt { changes, resizes, reboot_needed }) =
+        action
+    else {
+        return vec![];
+    };
     let pending_how = if policy.allows_restart() { "reboot" } else { "pending until restart" };
     let how = |s: SettingChange| if *reboot_needed { s.how(pending_how) } else { s };
     let mut out = Vec::new();

@@ -389,7 +389,8 @@ fn match_mounts_by_path_then_own_number_then_free() {
 fn ostemplate_unknown_is_a_warning() {
     let d = want();
     let mut ct = live_of(&d);
-    ct.config.remove("description");
+    // Ours (the lib line), but made before the ostemplate line existed.
+    ct.config.insert("description".into(), "managed by proxmox-gitops: lib `broker`\n".into());
     let p = run(&d, ct, RecreatePolicy::Never, false);
     assert_eq!(p.action, Action::Nothing);
     assert_eq!(p.warnings.len(), 1);
@@ -576,4 +577,74 @@ fn share_and_features_in_the_users_terms() {
     let never = setting_changes(&share, &action, RecreatePolicy::Never);
     assert_eq!(never[0].how.as_deref(), Some("pending until restart"));
     assert!(setting_changes(&share, &Action::Create, RecreatePolicy::Never).is_empty());
+}
+
+#[test]
+fn lease_lines_are_not_a_change() {
+    let d = want();
+    let mut ct = live_of(&d);
+    ct.config.insert("description".into(), format!("{}proxmox-gitops lease: h:1:ab until 99\n", d.description));
+    assert_eq!(run(&d, ct, RecreatePolicy::Never, false).action, Action::Nothing);
+}
+
+#[test]
+fn foreign_containers_are_never_touched_without_adopt() {
+    let d = want();
+    for desc in [None, Some("my own notes\n"), Some("managed by proxmox-gitops: lib `cache`\nostemplate: x\n")] {
+        let mut ct = live_of(&d);
+        match desc {
+            Some(t) => ct.config.insert("description".into(), t.into()),
+            None => ct.config.remove("description"),
+        };
+        // Another template and a shrink would need a recreate: still no destroy, whatever the policy.
+        ct.config.insert("rootfs".into(), "local-lvm:vm-101-disk-0,size=64G".into());
+        ct.running = false;
+        for policy in [RecreatePolicy::Never, RecreatePolicy::WhenNeeded, RecreatePolicy::Always] {
+            let p = run(&d, ct.clone(), policy, true);
+            let Action::Foreign { reason } = &p.action else { panic!("{desc:?} {policy:?}: {:?}", p.action) };
+            assert!(reason.contains("not created by proxmox-gitops for lib `broker`"), "{reason}");
+            assert!(reason.contains("--adopt"), "{reason}");
+            assert!(!reason.contains("--allow-recreate"), "{reason}");
+            assert!(!p.start, "a foreign container is not even started");
+        }
+        // Adopting: a shrink is refused as for our own containers (or, with another recorded
+        // ostemplate, as a recreate), and what needs a recreate (the rootfs on another storage)
+        // is refused too: adopting never destroys.
+        let p = plan_with(&d, &Live::Present(ct.clone()), RecreatePolicy::WhenNeeded, true, true);
+        let Action::Refused { reasons, needs_recreate: false } = &p.action else { panic!("{:?}", p.action) };
+        assert!(
+            reasons.iter().any(|r| r.contains("cannot shrink") || r.contains("adopting never destroys")),
+            "{reasons:?}"
+        );
+        let mut moved = ct.clone();
+        moved.config.insert("rootfs".into(), "other:vm-101-disk-0,size=8G".into());
+        let p = plan_with(&d, &Live::Present(moved), RecreatePolicy::WhenNeeded, true, true);
+        let Action::Refused { reasons, needs_recreate: false } = &p.action else { panic!("{:?}", p.action) };
+        assert!(reasons.iter().any(|r| r.contains("adopting never destroys")), "{reasons:?}");
+    }
+}
+
+#[test]
+fn adopt_writes_the_mark_in_place() {
+    let d = want();
+    let mut ct = live_of(&d);
+    ct.config.insert("description".into(), "hand-made\n".into());
+    ct.config.insert("tags".into(), "prod".into());
+    ct.config.insert("memory".into(), "512".into());
+    let p = plan_with(&d, &Live::Present(ct), RecreatePolicy::Never, false, true);
+    assert_eq!(
+        p.action,
+        Action::Adopt {
+            changes: vec![
+                Change { key: "memory".into(), from: Some("512".into()), to: Some("1024".into()) },
+                Change { key: "description".into(), from: Some("hand-made\n".into()), to: Some(d.description.clone()) },
+                Change { key: "tags".into(), from: Some("prod".into()), to: Some("prod;proxmox-gitops".into()) },
+            ],
+            resizes: vec![],
+            reboot_needed: false,
+        }
+    );
+    assert!(!p.start);
+    // Adopting our own container changes nothing.
+    assert_eq!(plan_with(&d, &Live::Present(live_of(&d)), RecreatePolicy::Never, false, true).action, Action::Nothing);
 }

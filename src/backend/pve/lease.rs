@@ -1,0 +1,448 @@
+//! One actor per vmid, coordinated through PVE itself, and PVE's own locks.
+//!
+//! **Lease** (no local lock file: two runners on two hosts share nothing but PVE). A run that
+//! changes a container first writes the line `proxmox-gitops lease: HOLDER until UNIX_SECS`
+//! ([`desired::Lease`]) into its `description` with `PUT /nodes/{node}/lxc/{vmid}/config`,
+//! passing the `digest` of the config it read just before: PVE refuses a stale digest
+//! ("detected modified configuration"), so of two runs writing at once exactly one succeeds
+//! (compare-and-set). A container that does not exist yet is decided by the create itself: the
+//! lease goes into the create's `description`, and PVE refuses a second create of the vmid. The
+//! other run waits — bounded by [`Timeouts::lease`](super::Timeouts::lease) and
+//! [`MAX_POLLS`] polls, logging the holder — while the lease is valid, then plans again. A
+//! lease lives [`LEASE_TTL`] and is renewed every [`RENEW_EVERY`] while its run works, so the
+//! lease of a process that died (kill -9, a lost runner) expires by itself; the holder removes it
+//! at the end, also after a failure. The holder is `HOST:PID` (`:run-ID` with `GITHUB_RUN_ID`)
+//! plus a per-process nonce ([`holder`]).
+//!
+//! **PVE locks** (`lock: create|backup|migrate|snapshot|rollback|…` in the config): the running
+//! task of the container is looked up (`GET /nodes/{node}/tasks?vmid=…&source=active`) and
+//! waited for (a `vzcreate`/`vzrestore` up to `Timeouts::create`, others up to
+//! `Timeouts::lock`); a lock without a running task is waited out for `Timeouts::lock`, then
+//! reported with the command that clears it (`pct unlock VMID` on the node).
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::Value;
+
+use super::PveBackend;
+use super::desired::{self, Lease};
+use crate::pve::{PveClient, PveError, Replay};
+
+/// How long a lease is valid after it is written or renewed: 300 s.
+pub const LEASE_TTL: Duration = Duration::from_secs(300);
+
+/// How often a held lease is renewed: every 60 s.
+pub const RENEW_EVERY: Duration = Duration::from_secs(60);
+
+/// At most this many config reads while waiting for another run's lease.
+pub const MAX_POLLS: u32 = 2000;
+
+/// PVE's answer to a `PUT …/config` whose `digest` is stale (pve-common `assert_if_modified`).
+const MODIFIED: &str = "detected modified configuration";
+
+/// This process's lease holder: `HOST:PID` (`/proc/sys/kernel/hostname`), `:run-ID` when
+/// `GITHUB_RUN_ID` is set (Gitea and GitHub Actions), and a random 4-hex-digit nonce (two
+/// runner containers may share a hostname and a PID).
+pub fn holder() -> &'static str {
+    static HOLDER: OnceLock<String> = OnceLock::new();
+    HOLDER.get_or_init(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        let host: String = host.chars().filter(|c| !c.is_whitespace()).collect();
+        let run = std::env::var("GITHUB_RUN_ID")
+            .ok()
+            .map(|r| r.trim().chars().filter(|c| !c.is_whitespace()).collect::<String>())
+            .filter(|r| !r.is_empty())
+            .map(|r| format!(":run-{r}"))
+            .unwrap_or_default();
+        format!("{host}:{}{run}:{:04x}", std::process::id(), rand::random::<u16>())
+    })
+}
+
+/// Whether `holder` names a process of this host that no longer runs (`/proc/PID` is gone): its
+/// lease is dead before it expires (a `kill -9` on the same runner). A holder on another host,
+/// or a PID that runs (perhaps reused), counts as alive.
+fn holder_is_dead(holder: &str) -> bool {
+    let mut parts = holder.split(':');
+    let (Some(host), Some(pid)) = (parts.next(), parts.next().and_then(|p| p.parse::<u32>().ok())) else {
+        return false;
+    };
+    let me = self::holder();
+    me.split(':').next() == Some(host)
+        && pid != std::process::id()
+        && std::path::Path::new("/proc/self").exists()
+        && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Seconds since the Unix epoch.
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// `UNIX_SECS` as `YYYY-MM-DD HH:MM:SS UTC` for messages.
+fn when(secs: u64) -> String {
+    let fmt = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    time::OffsetDateTime::from_unix_timestamp(secs as i64)
+        .ok()
+        .and_then(|t| t.format(fmt).ok())
+        .unwrap_or_else(|| secs.to_string())
+}
+
+/// A new lease of this process, valid for [`LEASE_TTL`] from now.
+pub(super) fn new_lease() -> Lease {
+    Lease { holder: holder().to_string(), until: now_secs() + LEASE_TTL.as_secs() }
+}
+
+/// A lease this run holds on a container; renewed in the background until
+/// [`PveBackend::release`].
+pub(super) struct Held {
+    node: String,
+    vmid: u32,
+    renewal: tokio::task::JoinHandle<()>,
+}
+
+/// What [`PveBackend::acquire`] found.
+pub(super) enum Acquired {
+    /// The lease is ours; `before` is the config digest read just before it was written (to
+    /// tell whether the container changed since the plan), `after` the digest with our lease.
+    Held { held: Held, before: Option<String>, after: Option<String> },
+    /// The container does not exist (any more).
+    Absent,
+}
+
+fn str_field(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(|x| match x {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    })
+}
+
+impl PveBackend {
+    /// Starts renewing `lease` on CT `vmid` (every [`RENEW_EVERY`]) and returns the handle that
+    /// [`PveBackend::release`] ends.
+    pub(super) fn hold(&self, node: &str, vmid: u32) -> Held {
+        let client = self.client.clone();
+        let (n, lock_wait) = (node.to_string(), self.opts.timeouts.lock);
+        let renewal = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RENEW_EVERY).await;
+                match renew(&client, &n, vmid, lock_wait).await {
+                    Ok(true) => tracing::debug!("CT {vmid}: lease renewed"),
+                    Ok(false) => {
+                        tracing::warn!("CT {vmid}: our lease is gone from its description; no longer renewing it");
+                        return;
+                    }
+                    Err(e) => tracing::info!("CT {vmid}: lease renewal failed ({e:#}); trying again later"),
+                }
+            }
+        });
+        Held { node: node.to_string(), vmid, renewal }
+    }
+
+    /// [`PveBackend::hold`] after our create, which wrote `lease`: renewed at once when the
+    /// create took more than half of [`LEASE_TTL`].
+    pub(super) async fn hold_after_create(&self, node: &str, vmid: u32, lease: &Lease) -> Held {
+        if lease.until < now_secs() + LEASE_TTL.as_secs() / 2
+            && let Err(e) = renew(&self.client, node, vmid, self.opts.timeouts.lock).await
+        {
+            tracing::info!("CT {vmid}: lease renewal after the create failed ({e:#}); trying again later");
+        }
+        self.hold(node, vmid)
+    }
+
+    /// Takes the lease on CT `vmid` (see the module docs): waits while PVE locks the container
+    /// ([`PveBackend::settle_lock`]) or another run's lease is valid, then writes ours with the
+    /// digest just read.
+    ///
+    /// # Errors
+    /// Another run's lease still valid after [`super::Timeouts::lease`] or [`MAX_POLLS`] reads
+    /// (the message names the holder and its expiry); a PVE lock that does not clear; API errors.
+    pub(super) async fn acquire(&self, node: &str, vmid: u32) -> anyhow::Result<Acquired> {
+        let path = format!("/nodes/{node}/lxc/{vmid}/config");
+        let started = Instant::now();
+        let limit = self.opts.timeouts.lease;
+        let mut delay = Duration::from_millis(250);
+        let mut waiting_for: Option<String> = None;
+        let mut polls = 0u32;
+        loop {
+            polls += 1;
+            let cfg = match self.client.get(&path, &[]).await {
+                Ok(c) => c,
+                Err(e) if e.is_absent() => return Ok(Acquired::Absent),
+                Err(e) => return Err(e).with_context(|| format!("cannot read CT {vmid} for its lease")),
+            };
+            if let Some(lock) = str_field(&cfg, "lock") {
+                self.settle_lock(node, vmid, &lock).await?;
+                continue;
+            }
+            let digest = str_field(&cfg, "digest");
+            let desc = str_field(&cfg, "description").unwrap_or_default();
+            if let Some(other) = desired::parse_lease(&desc).filter(|l| l.holder != holder()) {
+                if holder_is_dead(&other.holder) {
+                    tracing::info!(
+                        "CT {vmid}: the lease holder `{}` is a process of this host that no longer runs; taking over",
+                        other.holder
+                    );
+                }
+                let now = now_secs();
+                if other.live_at(now) && !holder_is_dead(&other.holder) {
+                    let waited = started.elapsed();
+                    if waited >= limit || polls >= MAX_POLLS {
+                        bail!(
+                            "CT {vmid} is busy: proxmox-gitops run `{}` holds its lease until {} ({} s from now); \
+                             waited {} s ({polls} reads) for it. Let that run finish and re-run; a run that died leaves \
+                             a lease that expires by itself at that time (or raise --timeout-lease)",
+                            other.holder,
+                            when(other.until),
+                            other.until - now,
+                            waited.as_secs()
+                        );
+                    }
+                    if waiting_for.as_deref() != Some(other.holder.as_str()) {
+                        tracing::warn!(
+                            "CT {vmid}: proxmox-gitops run `{}` is working on it (lease until {}); waiting (at most {} s)",
+                            other.holder,
+                            when(other.until),
+                            limit.as_secs()
+                        );
+                        waiting_for = Some(other.holder.clone());
+                    }
+                    tokio::time::sleep(delay.min(limit.saturating_sub(waited)).max(Duration::from_millis(50))).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+                if !other.live_at(now) {
+                    tracing::info!(
+                        "CT {vmid}: the lease of `{}` expired at {} (its run died?); taking it over",
+                        other.holder,
+                        when(other.until)
+                    );
+                }
+            }
+            let lease = new_lease();
+            let mut params = vec![("description", desired::with_lease(&desc, &lease))];
+            if let Some(d) = &digest {
+                params.push(("digest", d.clone()));
+            }
+            match self.client.put(&path, &params, Replay::Unsafe).await {
+                Ok(_) => {}
+                Err(e) if e.message().is_some_and(|m| m.contains(MODIFIED)) || e.is_locked() => {
+                    tracing::info!("CT {vmid}: its config changed while taking the lease ({e}); reading it again");
+                    continue;
+                }
+                Err(e @ PveError::Transport { retryable: true, .. }) => {
+                    tracing::info!("CT {vmid}: {e}; checking whether the lease was written");
+                    continue;
+                }
+                Err(e) => return Err(e).with_context(|| format!("cannot write the lease of CT {vmid}")),
+            }
+            // Read back: the digest with our lease, and proof that it is ours.
+            let after = match self.client.get(&path, &[]).await {
+                Ok(c) => c,
+                Err(e) if e.is_absent() => return Ok(Acquired::Absent),
+                Err(e) => return Err(e).with_context(|| format!("cannot read CT {vmid} after taking its lease")),
+            };
+            let now_desc = str_field(&after, "description").unwrap_or_default();
+            if desired::parse_lease(&now_desc).is_none_or(|l| l.holder != holder()) {
+                continue;
+            }
+            if let Some(w) = waiting_for {
+                tracing::info!("CT {vmid}: `{w}` is done; lease taken after {} s", started.elapsed().as_secs());
+            }
+            return Ok(Acquired::Held {
+                held: self.hold(node, vmid),
+                before: digest,
+                after: str_field(&after, "digest"),
+            });
+        }
+    }
+
+    /// Ends the renewal of `held` and removes our lease line from the description (with the
+    /// digest; repeated after a concurrent change). A container gone by now is fine. A failure is
+    /// returned for the caller to report; the lease then expires by itself.
+    pub(super) async fn release(&self, held: Held) -> anyhow::Result<()> {
+        held.renewal.abort();
+        let (node, vmid) = (held.node.as_str(), held.vmid);
+        let path = format!("/nodes/{node}/lxc/{vmid}/config");
+        for _ in 0..6 {
+            let cfg = match self.client.get(&path, &[]).await {
+                Ok(c) => c,
+                Err(e) if e.is_absent() => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            let desc = str_field(&cfg, "description").unwrap_or_default();
+            if desired::parse_lease(&desc).is_none_or(|l| l.holder != holder()) {
+                return Ok(());
+            }
+            let rest = desired::without_lease(&desc);
+            let mut params: Vec<(&str, String)> =
+                if rest.is_empty() { vec![("delete", "description".into())] } else { vec![("description", rest)] };
+            if let Some(d) = str_field(&cfg, "digest") {
+                params.push(("digest", d));
+            }
+            match self.locked("release lease", || self.client.put(&path, &params, Replay::Unsafe)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.message().is_some_and(|m| m.contains(MODIFIED)) => continue,
+                Err(PveError::Transport { retryable: true, .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(anyhow!("the config of CT {vmid} kept changing"))
+    }
+
+    /// Waits until PVE's config `lock` of CT `vmid` clears: finds the container's running task
+    /// (`GET /nodes/{node}/tasks?vmid=…&source=active`) and waits for it (`vzcreate`/`vzrestore`
+    /// up to `Timeouts::create`, others up to `Timeouts::lock`; the task's own failure is not
+    /// ours); without a running task, polls the config for `Timeouts::lock`. Returns a note for
+    /// the artifact (what held the lock, how long it was waited for).
+    ///
+    /// # Errors
+    /// The task still runs after its bound; the lock stays without a task (the message names
+    /// `pct unlock VMID` on the node, and never `--allow-recreate`); API errors.
+    pub(super) async fn settle_lock(&self, node: &str, vmid: u32, lock: &str) -> anyhow::Result<String> {
+        let started = Instant::now();
+        let lock_wait = self.opts.timeouts.lock;
+        let mut delay = Duration::from_millis(200);
+        let mut polls = 0u32;
+        loop {
+            polls += 1;
+            if let Some((upid, kind)) = self.active_task(node, vmid).await? {
+                let bound = if matches!(kind.as_str(), "vzcreate" | "vzrestore") {
+                    self.opts.timeouts.create
+                } else {
+                    lock_wait
+                };
+                tracing::warn!(
+                    "CT {vmid} is locked ({lock}) by the running task {upid}; waiting for it (at most {} s)",
+                    bound.as_secs()
+                );
+                match self.client.wait_task(&upid, bound, &format!("{kind} of CT {vmid} (holding lock {lock})")).await {
+                    Ok(_) => {}
+                    Err(PveError::Task { exit_status, .. }) => {
+                        tracing::info!("CT {vmid}: the task {upid} that held the lock failed: {exit_status}")
+                    }
+                    Err(e @ PveError::Timeout { .. }) => {
+                        return Err(e).context(format!(
+                            "CT {vmid} is locked ({lock}) by the task {upid}, which still runs; re-run when it has ended \
+                             (see it in the PVE UI's task list of node {node}), or raise {}",
+                            if bound == lock_wait { "--timeout-lock" } else { "--timeout-create" }
+                        ));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                return Ok(format!(
+                    "CT {vmid} was locked ({lock}) by the task {upid}; waited {} s for it",
+                    started.elapsed().as_secs()
+                ));
+            }
+            // No task: a lock that clears soon (a writer between tasks), or one left over.
+            let cfg = match self.client.get(&format!("/nodes/{node}/lxc/{vmid}/config"), &[]).await {
+                Ok(c) => c,
+                Err(e) if e.is_absent() => {
+                    return Ok(format!("CT {vmid} was locked ({lock}) and is gone now"));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let Some(now) = str_field(&cfg, "lock") else {
+                return Ok(format!(
+                    "CT {vmid} was locked ({lock}); waited {} s for the lock to clear",
+                    started.elapsed().as_secs()
+                ));
+            };
+            if started.elapsed() >= lock_wait || polls >= MAX_POLLS {
+                let create = if now == "create" {
+                    format!(
+                        " An interrupted create leaves an unfinished container: after the unlock, check it with \
+                         `pct config {vmid}` and remove it with `pct destroy {vmid}` if it is that."
+                    )
+                } else {
+                    String::new()
+                };
+                bail!(
+                    "CT {vmid}: PVE says `CT is locked ({now})`, and no task of CT {vmid} runs on node {node} (waited {} s): \
+                     the lock is left over from an interrupted operation. Make sure nothing works on it, then run \
+                     `pct unlock {vmid}` on node {node} and re-run.{create}",
+                    started.elapsed().as_secs()
+                );
+            }
+            tokio::time::sleep(delay.min(lock_wait.saturating_sub(started.elapsed())).max(Duration::from_millis(50)))
+                .await;
+            delay = (delay * 2).min(Duration::from_secs(3));
+        }
+    }
+
+    /// The running task of CT `vmid` on `node` (`GET /nodes/{node}/tasks` with `vmid`,
+    /// `source=active`): its UPID and type; a listed task that has ended (an `endtime` or a
+    /// `status`) does not count.
+    async fn active_task(&self, node: &str, vmid: u32) -> anyhow::Result<Option<(String, String)>> {
+        let tasks = self
+            .client
+            .get(
+                &format!("/nodes/{node}/tasks"),
+                &[("vmid", vmid.to_string()), ("source", "active".into()), ("limit", "50".into())],
+            )
+            .await
+            .with_context(|| format!("cannot list the tasks of CT {vmid} on node {node}"))?;
+        Ok(tasks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t.get("endtime").is_none_or(Value::is_null))
+            .filter(|t| str_field(t, "status").is_none_or(|s| s == "running"))
+            .filter(|t| str_field(t, "id").is_none_or(|id| id == vmid.to_string()))
+            .find_map(|t| {
+                let upid = str_field(t, "upid")?;
+                let kind = str_field(t, "type").unwrap_or_else(|| "task".into());
+                Some((upid, kind))
+            }))
+    }
+}
+
+/// Renews our lease on CT `vmid`: `Ok(false)` when it is no longer ours (or the CT is gone).
+async fn renew(client: &PveClient, node: &str, vmid: u32, lock_wait: Duration) -> anyhow::Result<bool> {
+    let path = format!("/nodes/{node}/lxc/{vmid}/config");
+    let started = Instant::now();
+    loop {
+        let cfg = match client.get(&path, &[]).await {
+            Ok(c) => c,
+            Err(e) if e.is_absent() => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let desc = str_field(&cfg, "description").unwrap_or_default();
+        if str_field(&cfg, "lock").is_none() {
+            // A create in progress has no description yet: the lease is in the create's.
+            if desired::parse_lease(&desc).is_none_or(|l| l.holder != holder()) {
+                return Ok(false);
+            }
+            let mut params = vec![("description", desired::with_lease(&desc, &new_lease()))];
+            if let Some(d) = str_field(&cfg, "digest") {
+                params.push(("digest", d));
+            }
+            match client.put(&path, &params, Replay::Unsafe).await {
+                Ok(_) => return Ok(true),
+                Err(e) if !(e.message().is_some_and(|m| m.contains(MODIFIED)) || e.is_locked()) => {
+                    return Err(e.into());
+                }
+                Err(_) => {}
+            }
+        }
+        if started.elapsed() >= lock_wait {
+            bail!("CT {vmid} stayed locked or kept changing for {} s", lock_wait.as_secs());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+impl Held {
+    /// Stops renewing without touching the container (it is about to be destroyed, and the
+    /// lease with it).
+    pub(super) fn stop(self) {
+        self.renewal.abort();
+    }
+}

@@ -1,0 +1,420 @@
+//! One actor per vmid, PVE's own locks, and ownership, against fakepve (PyPI) on loopback:
+//!
+//! * two processes of the binary started together (separate artifacts directories) create the
+//!   container exactly once; the other waits and then converges;
+//! * a lease of another run is waited for (bounded, naming the holder); a dead run's lease is
+//!   taken over; a `kill -9` during a create is converged by the first re-run, which waits for
+//!   the create task PVE still runs;
+//! * PVE locks: a running task is waited for; a lock without a task names `pct unlock`;
+//! * a container without our mark is never stopped, changed or destroyed; `--adopt` takes it
+//!   over in place.
+//!
+//! Waiting tests run fakepve with a time scale above 0, so the polling loops really loop. Only
+//! 127.0.0.1 is contacted.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proxmox_gitops::artifact::{self, ArtifactDir};
+use proxmox_gitops::backend::model::{Action, ApplyOptions, Outcome, Provision, RecreatePolicy};
+use proxmox_gitops::backend::pve::Timeouts;
+use proxmox_gitops::backend::{self, Backend};
+use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::steps::destroy::{self, DestroyOptions};
+use proxmox_gitops::steps::provision as step;
+use serde_json::Value;
+use support::fakepve::{FakePve, TEMPLATE, TEMPLATE_FILE};
+
+const BROKER_ENV: &str = "ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n";
+
+fn description(lib: &str) -> String {
+    format!("managed by proxmox-gitops: lib `{lib}`\nostemplate: local:vztmpl/{TEMPLATE_FILE}\n")
+}
+
+/// A monorepo with the lib `broker` (vmid 101) and a share: (repo, share).
+fn broker_repo() -> (tempfile::TempDir, tempfile::TempDir) {
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join("libs/broker")).unwrap();
+    std::fs::write(repo.path().join("libs/broker/container.env"), BROKER_ENV).unwrap();
+    (repo, share)
+}
+
+/// The binary with `args`, `--repo`, `--artifacts` against `pve` (root@pam / secret), started,
+/// its output piped.
+fn spawn(pve: &FakePve, repo: &Path, share: &Path, artifacts: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .args(args)
+        .arg("--repo")
+        .arg(repo)
+        .arg("--artifacts")
+        .arg(artifacts)
+        .arg("--pve-ca")
+        .arg(&pve.ca)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PROXMOX_HOST", "127.0.0.1")
+        .env("PROXMOX_PORT", pve.port.to_string())
+        .env("PROXMOX_USER", "root@pam")
+        .env("PROXMOX_PASSWORD", "secret")
+        .env("PROXMOX_TEMPLATE", TEMPLATE)
+        .env("PROXMOX_STORAGE", "local")
+        .env("PROXMOX_GATEWAY", "127.0.0.254")
+        .env("PROXMOX_SHARE", share)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child` (at most 180 s, then kills it and fails): (exit code, stdout + stderr).
+fn finish(child: Child) -> (Option<i32>, String) {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(180)) {
+        Ok(out) => {
+            let out = out.unwrap();
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            (out.status.code(), text)
+        }
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("the run did not end within 180 s");
+        }
+    }
+}
+
+fn vzcreate_tasks(pve: &FakePve) -> usize {
+    pve.exec("result = len([t for t in pve.tasklog if t['type'] == 'vzcreate' and t['id'] == '101'])").as_u64().unwrap()
+        as usize
+}
+
+fn provision_artifact(dir: &Path) -> Provision {
+    artifact::read(&dir.join("provision/broker.json")).unwrap()
+}
+
+#[test]
+fn two_processes_started_together_create_the_container_once() {
+    // Tasks take real time (a create of 20 PVE seconds is 1 s), so the two runs overlap.
+    let pve = FakePve::start_scaled(0.05);
+    pve.add_template();
+    pve.exec("pve.ct_secs['create'] = 20");
+    let (repo, share) = broker_repo();
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let args = ["provision", "--container", "broker", "--no-wait-ssh"];
+    let a = spawn(&pve, repo.path(), share.path(), a_dir.path(), &args);
+    let b = spawn(&pve, repo.path(), share.path(), b_dir.path(), &args);
+    let (a_code, a_out) = finish(a);
+    let (b_code, b_out) = finish(b);
+    assert_eq!(a_code, Some(0), "{a_out}");
+    assert_eq!(b_code, Some(0), "{b_out}");
+
+    // Exactly one create went through; PVE refused any second one.
+    assert_eq!(vzcreate_tasks(&pve), 1);
+    let creates: Vec<_> =
+        pve.writes(false).into_iter().filter(|(m, p, _)| m == "POST" && p == "/nodes/pve1/lxc").collect();
+    assert!(!creates.is_empty() && creates.len() <= 2, "{creates:?}");
+    let arts = [provision_artifact(a_dir.path()), provision_artifact(b_dir.path())];
+    assert_eq!(arts.iter().filter(|p| p.created).count(), 1, "{arts:#?}");
+    let other = arts.iter().find(|p| !p.created).unwrap();
+    assert_eq!(other.outcome, Outcome::Ok, "{other:#?}");
+    assert!(!other.actions.iter().any(|a| a.action == "create" || a.action == "destroy"), "{other:#?}");
+    eprintln!("creates sent: {} (2: the second run lost the create race)", creates.len());
+    if creates.len() == 2 {
+        // It lost the create race: it waited for the winner's lease, then found nothing to do.
+        assert!(other.warnings.iter().any(|w| w.contains("created by another run")), "{other:#?}");
+        assert_eq!(other.plan.action, Action::Nothing, "{other:#?}");
+    }
+    // The container runs, carries our mark, and no lease is left behind.
+    let cfg = pve.ct_config(101).unwrap();
+    assert_eq!(cfg["status"], "running");
+    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+    assert_eq!(cfg["tags"], "proxmox-gitops");
+}
+
+/// fakepve (time scale `scale`) with the template, a backend (lock wait `lock`, lease wait
+/// `lease`, `adopt`) and the share/artifacts directories.
+struct Env {
+    pve: FakePve,
+    share: tempfile::TempDir,
+    artifacts: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(scale: f64) -> Env {
+        let pve = FakePve::start_scaled(scale);
+        pve.add_template();
+        Env { pve, share: tempfile::tempdir().unwrap(), artifacts: tempfile::tempdir().unwrap() }
+    }
+
+    fn backend(&self, lock: u64, lease: u64, adopt: bool) -> Backend {
+        let mut settings = self.pve.settings(self.share.path());
+        settings.pve.gateway = Some("127.0.0.254".into());
+        let timeouts =
+            Timeouts { lock: Duration::from_secs(lock), lease: Duration::from_secs(lease), ..Timeouts::default() };
+        let connect = backend::PveConnect { adopt, ..self.pve.connect(timeouts) };
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &connect).unwrap()
+    }
+
+    async fn provision(&self, b: &Backend, s: ContainerSpec, policy: RecreatePolicy) -> Provision {
+        let planned = backend::plan_all(b, vec![s], policy, 1).await;
+        let opts = ApplyOptions {
+            share: self.share.path().to_path_buf(),
+            wait_ssh: false,
+            recreate: policy,
+            ..ApplyOptions::default()
+        };
+        let dir = ArtifactDir::new(self.artifacts.path());
+        step::apply_all(b, planned, &opts, 1, &dir).await.unwrap().remove(0)
+    }
+
+    fn set_description(&self, vmid: u32, text: &str) {
+        self.pve.exec(&format!("pve.ct({vmid}).config['description'] = {}", serde_json::to_string(text).unwrap()));
+    }
+}
+
+fn spec(memory: u64) -> ContainerSpec {
+    support::spec::spec("broker", 101).loopback().resources(1, memory, 512).build()
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_runs_lease_is_waited_for_a_dead_one_taken_over_and_the_wait_is_bounded() {
+    let env = Env::new(0.01);
+    let b = env.backend(10, 60, false);
+    let first = env.provision(&b, spec(512), RecreatePolicy::Never).await;
+    assert_eq!(first.outcome, Outcome::Ok, "{first:#?}");
+    assert!(first.created);
+
+    // Another run (on another host) works on it for 2 more seconds: waited for, then applied.
+    env.set_description(
+        101,
+        &format!("{}proxmox-gitops lease: runner9:77:run-5:beef until {}\n", description("broker"), now() + 2),
+    );
+    let started = Instant::now();
+    let out = env.provision(&b, spec(1024), RecreatePolicy::Never).await;
+    assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
+    assert!(started.elapsed() >= Duration::from_secs(1), "it waited for the lease");
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert_eq!(cfg["memory"], 1024);
+    assert_eq!(cfg["description"], Value::String(description("broker")), "our lease is released: {cfg}");
+
+    // A lease that expired (its run died): taken over at once.
+    env.set_description(
+        101,
+        &format!("{}proxmox-gitops lease: runner9:77:beef until {}\n", description("broker"), now() - 5),
+    );
+    let out = env.provision(&b, spec(2048), RecreatePolicy::Never).await;
+    assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
+    assert_eq!(env.pve.ct_config(101).unwrap()["memory"], 2048);
+
+    // A live lease that outlasts --timeout-lease: a clear failure naming the holder; nothing changed.
+    let b = env.backend(10, 1, false);
+    env.set_description(
+        101,
+        &format!("{}proxmox-gitops lease: runner9:77:beef until {}\n", description("broker"), now() + 600),
+    );
+    env.pve.requests(true);
+    let out = env.provision(&b, spec(4096), RecreatePolicy::Never).await;
+    let Outcome::Failed { error } = &out.outcome else { panic!("{out:#?}") };
+    assert!(error.contains("proxmox-gitops run `runner9:77:beef` holds its lease until"), "{error}");
+    assert!(error.contains("--timeout-lease"), "{error}");
+    assert_eq!(env.pve.ct_config(101).unwrap()["memory"], 2048);
+    assert!(env.pve.writes(false).iter().all(|(m, _, _)| m == "POST"), "no PUT: only a login");
+    // The destroy step waits for the lease as well: bounded, then refused; the container stays.
+    let opts = DestroyOptions { share: env.share.path().to_path_buf(), no_snapshot: true };
+    let out = destroy::destroy_all(&b, &[spec(2048)], &opts, &ArtifactDir::new(env.artifacts.path())).await.unwrap();
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert!(error.contains("holds its lease until"), "{error}");
+    assert_eq!(env.pve.ct_config(101).unwrap()["status"], "running");
+    // The planner and the plan ignore lease lines: the container is ours and converged.
+    let b = env.backend(10, 60, false);
+    assert_eq!(b.plan(&spec(2048), RecreatePolicy::Never).await.unwrap().action, Action::Nothing);
+}
+
+#[test]
+fn kill_9_during_a_create_then_the_first_rerun_waits_for_the_task_and_converges() {
+    let pve = FakePve::start_scaled(0.05);
+    pve.add_template();
+    // The create task runs 10 s: long enough to be killed in, whatever the machine's load.
+    pve.exec("pve.ct_secs['create'] = 200");
+    let (repo, share) = broker_repo();
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let args = ["provision", "--container", "broker", "--no-wait-ssh"];
+    let mut a = spawn(&pve, repo.path(), share.path(), a_dir.path(), &args);
+    // Wait (bounded) until PVE holds CT 101 locked `create`, then kill the run.
+    let mut locked = false;
+    for _ in 0..600 {
+        let cfg = pve.ct_config(101);
+        if cfg.as_ref().is_some_and(|c| c["lock"] == "create") {
+            locked = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(locked, "the create started");
+    a.kill().unwrap();
+    a.wait().unwrap();
+    // The re-run sees the lock, finds the running vzcreate task, waits for it, and converges;
+    // the dead run's lease (this host, PID gone) does not hold it up.
+    let (code, out) = finish(spawn(&pve, repo.path(), share.path(), b_dir.path(), &args));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("--allow-recreate"), "{out}");
+    assert_eq!(vzcreate_tasks(&pve), 1, "no second create");
+    let art = provision_artifact(b_dir.path());
+    assert_eq!(art.outcome, Outcome::Ok, "{art:#?}");
+    assert!(art.warnings.iter().any(|w| w.contains("locked (create) by the task UPID:pve1:")), "{art:#?}");
+    let cfg = pve.ct_config(101).unwrap();
+    assert_eq!(cfg["status"], "running");
+    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pve_locks_a_running_task_is_waited_for_a_leftover_lock_names_pct_unlock() {
+    let env = Env::new(0.02);
+    let b = env.backend(60, 60, false);
+    assert_eq!(env.provision(&b, spec(512), RecreatePolicy::Never).await.outcome, Outcome::Ok);
+
+    // A backup runs for 60 PVE seconds (1.2 s): the plan waits for its task, then converges.
+    env.pve.exec("await pve.backup(101, secs=60)");
+    let out = env.provision(&b, spec(1024), RecreatePolicy::Never).await;
+    assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
+    assert!(
+        out.warnings.iter().any(|w| w.contains("locked (backup) by the task UPID:pve1:") && w.contains(":vzdump:")),
+        "{out:#?}"
+    );
+    assert_eq!(env.pve.ct_config(101).unwrap()["memory"], 1024);
+
+    // A lock left over by an interrupted snapshot (no task): bounded wait, then the command to run.
+    env.pve.exec("pve.snapshot_lock(101, 'snapshot')");
+    let b = env.backend(1, 60, false);
+    env.pve.requests(true);
+    let planned = backend::plan_all(&b, vec![spec(2048)], RecreatePolicy::WhenNeeded, 1).await;
+    let e = format!("{:#}", planned[0].plan.as_ref().unwrap_err());
+    assert!(e.contains("CT is locked (snapshot)") && e.contains("no task of CT 101 runs on node pve1"), "{e}");
+    assert!(e.contains("`pct unlock 101` on node pve1"), "{e}");
+    assert!(!e.contains("--allow-recreate"), "{e}");
+    assert!(env.pve.writes(false).iter().all(|(m, _, _)| m == "POST"), "nothing written");
+    let tasks = env
+        .pve
+        .requests(false)
+        .into_iter()
+        .filter(|(_, p, _)| p == "/nodes/pve1/tasks" || p.starts_with("/nodes/pve1/tasks?"))
+        .count();
+    assert!(tasks >= 1, "the running task was looked for");
+
+    // The interrupted create of someone else (config holding only the lock): same advice, plus how
+    // to check and remove the unfinished container.
+    env.pve.exec("pve.add_ct(102, defaults=False, config={'lock': 'create'})");
+    let planned = backend::plan_all(
+        &b,
+        vec![support::spec::spec("cache", 102).loopback().build()],
+        RecreatePolicy::WhenNeeded,
+        1,
+    )
+    .await;
+    let e = format!("{:#}", planned[0].plan.as_ref().unwrap_err());
+    assert!(e.contains("`pct unlock 102` on node pve1") && e.contains("pct destroy 102"), "{e}");
+    assert!(!e.contains("--allow-recreate"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreign_container_is_never_touched_and_adopt_takes_it_over_in_place() {
+    let env = Env::new(0.0);
+    // Someone's container at broker's vmid: same hostname, no mark, a bigger disk (a shrink
+    // would need a recreate), stopped.
+    env.pve.exec(
+        "pve.add_ct(101, name='broker', config={'description': 'hand-made: keep me', 'tags': 'prod', \
+         'rootfs': 'local-lvm:vm-101-disk-0,size=64G', 'cores': 1})",
+    );
+    let b = env.backend(5, 60, false);
+    for policy in [RecreatePolicy::Never, RecreatePolicy::WhenNeeded, RecreatePolicy::Always] {
+        env.pve.requests(true);
+        let out = env.provision(&b, spec(512), policy).await;
+        let Outcome::Failed { error } = &out.outcome else { panic!("{out:#?}") };
+        assert!(matches!(out.plan.action, Action::Foreign { .. }), "{out:#?}");
+        assert!(
+            error.contains("was not created by proxmox-gitops for lib `broker`") && error.contains("--adopt"),
+            "{error}"
+        );
+        assert!(!error.contains("--allow-recreate"), "{error}");
+        assert!(
+            env.pve.writes(false).iter().all(|(m, p, _)| m == "POST" && p == "/access/ticket"),
+            "{policy:?}: nothing written"
+        );
+    }
+    // The destroy step refuses it as well (it declares no SNAPSHOT paths, the old hole).
+    let opts = DestroyOptions { share: env.share.path().to_path_buf(), no_snapshot: true };
+    let dir = ArtifactDir::new(env.artifacts.path());
+    let out = destroy::destroy_all(&b, &[spec(512)], &opts, &dir).await.unwrap();
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert!(
+        error.contains("not created by proxmox-gitops for lib `broker`") && error.contains("not destroying it"),
+        "{error}"
+    );
+    assert!(env.pve.ct_config(101).is_some());
+
+    // --adopt with a change that needs a recreate (the rootfs on another storage): still never
+    // destroyed.
+    env.pve.exec("pve.ct(101).config['rootfs'] = 'other:vm-101-disk-0,size=8G'");
+    let adopting = env.backend(5, 60, true);
+    let out = env.provision(&adopting, spec(512), RecreatePolicy::WhenNeeded).await;
+    let Action::Refused { reasons, .. } = &out.plan.action else { panic!("{out:#?}") };
+    assert!(reasons.iter().any(|r| r.contains("adopting never destroys")), "{reasons:?}");
+    assert_eq!(env.pve.ct_config(101).unwrap()["rootfs"], "other:vm-101-disk-0,size=8G");
+
+    // --adopt where everything applies in place: the plan says `adopt`, then our mark is written.
+    env.pve.exec("pve.ct(101).config['rootfs'] = 'local-lvm:vm-101-disk-0,size=8G'");
+    let plan = adopting.plan(&spec(1024), RecreatePolicy::Never).await.unwrap();
+    let Action::Adopt { changes, .. } = &plan.action else { panic!("{plan:#?}") };
+    let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+    for k in ["memory", "description", "tags"] {
+        assert!(keys.contains(&k), "{keys:?}");
+    }
+    let out = env.provision(&adopting, spec(1024), RecreatePolicy::Never).await;
+    assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
+    assert!(matches!(out.plan.action, Action::Adopt { .. }), "{out:#?}");
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+    assert_eq!(cfg["tags"], "prod;proxmox-gitops");
+    assert_eq!(cfg["memory"], 1024);
+    assert_eq!(cfg["status"], "running");
+    // From now on it is ours: without --adopt, nothing to do.
+    assert_eq!(b.plan(&spec(1024), RecreatePolicy::Never).await.unwrap().action, Action::Nothing);
+}
+
+#[test]
+fn cli_plan_shows_foreign_and_adopt() {
+    let pve = FakePve::start();
+    pve.add_template();
+    pve.exec("pve.add_ct(101, name='broker', status='running', config={'cores': 1, 'memory': 512, 'swap': 512})");
+    let (repo, share) = broker_repo();
+    let artifacts = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| finish(spawn(&pve, repo.path(), share.path(), artifacts.path(), args));
+    let (code, out) = run(&["plan", "--ref", "refs/heads/release"]);
+    assert_eq!(code, Some(0), "{out}");
+    let row = out.lines().find(|l| l.starts_with("broker")).unwrap_or_default();
+    assert!(row.contains("foreign"), "{out}");
+    assert!(out.contains("1 foreign (not ours; --adopt takes over)"), "{out}");
+    let (code, out) = run(&["plan", "--ref", "refs/heads/release", "--adopt"]);
+    assert_eq!(code, Some(0), "{out}");
+    let row = out.lines().find(|l| l.starts_with("broker")).unwrap_or_default();
+    assert!(row.trim_end().ends_with("adopt"), "{out}");
+    assert!(out.contains("1 to adopt"), "{out}");
+    // provision without --adopt fails and changes nothing; with it, adopts.
+    let (code, out) = run(&["provision", "--container", "broker", "--no-wait-ssh"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(pve.ct_config(101).unwrap().get("description").is_none());
+    let (code, out) = run(&["provision", "--container", "broker", "--no-wait-ssh", "--adopt"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(pve.ct_config(101).unwrap()["description"], Value::String(description("broker")));
+}
