@@ -6,12 +6,13 @@
 //! This module writes our name (`pgo-…`) as the comment's first line and the description after
 //! it, and maps names back by reading the snapshots the client lists; snapshots without a
 //! comment are listed under their `snapN` name (and so never pruned). `ts` is read as UTC (the
-//! runner's clock is UTC in CI). Creating a snapshot of a directory-backed container needs it
-//! stopped (`lxc-snapshot` has no `--allowrunning`): a running container gives
-//! [`CtSnapshotError::NotSupported`]. Rollback (`lxc-snapshot -r snapN`) replaces the
-//! container's rootfs and also needs it stopped.
+//! runner's clock is UTC in CI). A stopped container is snapshotted with `lxc-snapshot`; a
+//! running one (which `lxc-snapshot` refuses) is frozen for the copy
+//! ([`LxcClient::snapshot_running`], the same snapshot on disk), and the time it was frozen is
+//! reported as the snapshot's downtime. Rollback (`lxc-snapshot -r snapN`) replaces the
+//! container's rootfs and needs it stopped (see [`crate::backend::live`]).
 
-use super::ct::{CtSnapshotError, CtSnapshotInfo, CtSnapshots};
+use super::ct::{CtCreated, CtSnapshotError, CtSnapshotInfo, CtSnapshots};
 use crate::exec::BoxFuture;
 use crate::lxc::{LxcClient, State};
 
@@ -66,28 +67,34 @@ impl CtSnapshots for LxcSnapshots {
         format!("LXC container {}", self.name)
     }
 
-    fn create<'a>(
-        &'a self,
-        name: &'a str,
-        description: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+    fn create<'a>(&'a self, name: &'a str, description: &'a str) -> BoxFuture<'a, Result<CtCreated, CtSnapshotError>> {
         Box::pin(async move {
             if self.scan()?.iter().any(|s| s.info.name == name) {
                 return Err(CtSnapshotError::NameInUse { target: self.target(), name: name.into() });
             }
-            if self.client.state(&self.name).await.map_err(|e| self.failed(e))? == State::Running {
-                return Err(CtSnapshotError::NotSupported {
+            let comment = format!("{name}\n{description}\n");
+            match self.client.state(&self.name).await.map_err(|e| self.failed(e))? {
+                State::Stopped => {
+                    let mut file =
+                        tempfile::NamedTempFile::new().map_err(|e| self.failed(format!("temp file: {e}")))?;
+                    use std::io::Write;
+                    file.write_all(comment.as_bytes()).map_err(|e| self.failed(e))?;
+                    self.client.snapshot_create(&self.name, file.path()).await.map_err(|e| self.failed(e))?;
+                    Ok(CtCreated::default())
+                }
+                State::Running => {
+                    let (_, frozen) =
+                        self.client.snapshot_running(&self.name, &comment).await.map_err(|e| self.failed(e))?;
+                    Ok(CtCreated { upid: None, downtime_ms: Some(frozen.as_millis() as u64) })
+                }
+                other => Err(CtSnapshotError::NotSupported {
                     target: self.target(),
-                    detail: "the container is running, and lxc-snapshot copies a directory-backed rootfs \
-                             only while the container is stopped"
-                        .into(),
-                });
+                    detail: format!(
+                        "the container is {} (neither running nor stopped); try again once it has settled",
+                        other.as_str()
+                    ),
+                }),
             }
-            let mut comment = tempfile::NamedTempFile::new().map_err(|e| self.failed(format!("temp file: {e}")))?;
-            use std::io::Write;
-            writeln!(comment, "{name}").and_then(|_| writeln!(comment, "{description}")).map_err(|e| self.failed(e))?;
-            self.client.snapshot_create(&self.name, comment.path()).await.map_err(|e| self.failed(e))?;
-            Ok(None)
         })
     }
 

@@ -3,10 +3,11 @@
 //! commands with `lxc-attach`, snapshots with `lxc-snapshot` through [`LxcSnapshots`] (our
 //! `pgo-…` names kept in the snapshot's comment).
 //!
-//! `lxc-snapshot` copies a directory-backed rootfs only while the container is stopped, and its
-//! restore replaces the container's directory: a snapshot stops and restarts a running
-//! container, and a rollback keeps the backend's `proxmox-gitops.json` (which `lxc-snapshot -r`
-//! would drop) so the container stays recognisably ours.
+//! A running container is snapshotted frozen (see [`crate::lxc::snapshot`]: paused for the copy,
+//! not restarted; the pause is reported as the downtime). `lxc-snapshot -r` replaces the
+//! container's directory and needs it stopped: a rollback stops it, restores, keeps the
+//! backend's `proxmox-gitops.json` (which `lxc-snapshot -r` would drop) so the container stays
+//! recognisably ours, and starts it again.
 
 use std::time::Duration;
 
@@ -89,22 +90,8 @@ impl LxcLive {
         name: &str,
         description: &str,
     ) -> anyhow::Result<SnapshotTaken> {
-        let host = spec.hostname.as_str();
-        let running = self.backend.client().state(host).await? == State::Running;
-        if running {
-            self.stop(host).await?;
-        }
-        let created = self.snaps(spec).create(name, description).await;
-        if running {
-            // Started again whatever the snapshot did: a failed snapshot must not leave the
-            // container down.
-            let started = self.start(host).await;
-            created?;
-            started?;
-        } else {
-            created?;
-        }
-        Ok(SnapshotTaken { upid: None, restarted: running })
+        let created = self.snaps(spec).create(name, description).await?;
+        Ok(SnapshotTaken { upid: None, restarted: false, downtime_ms: created.downtime_ms })
     }
 
     pub(super) async fn snapshots(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<CtSnapshotInfo>> {

@@ -35,6 +35,7 @@
 mod base;
 pub mod desired;
 mod executor;
+pub mod guest;
 pub mod host;
 pub mod planner;
 
@@ -48,9 +49,9 @@ use crate::backend::model::{ActionRecord, ContainerPlan, RecreatePolicy};
 use crate::inventory::ContainerSpec;
 use crate::lxc::LxcClient;
 
-pub use base::BaseStatus;
+pub use base::{BaseStatus, bootstrap_env, transient_download_error};
 pub use desired::{Desired, MANAGED_KEYS, desired, hwaddr};
-pub use host::{Cgroup, DeviceNode, HostFacts, HostPath, host_path_kind};
+pub use host::{Cgroup, CurrentAddress, DeviceNode, HostFacts, HostPath, host_path_kind};
 pub use planner::{Live, config_changes, plan_container};
 
 /// Name of the metadata file in a container's directory.
@@ -58,6 +59,11 @@ pub const META_FILE: &str = "proxmox-gitops.json";
 /// Marker file in the base's directory, written as the last step of a bootstrap: a base without
 /// it is a half-made one and is bootstrapped again.
 pub const BASE_READY_FILE: &str = "proxmox-gitops-base.json";
+
+/// The Debian mirror of the base bootstrap unless configured (the debian template's own default).
+pub const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
+/// The Debian security mirror of the base bootstrap unless configured (the template's default).
+pub const DEFAULT_SECURITY_MIRROR: &str = "http://security.debian.org/debian-security";
 
 /// Options of the LXC backend.
 #[derive(Debug, Clone)]
@@ -79,6 +85,15 @@ pub struct LxcOptions {
     pub address_timeout: Duration,
     /// Bound for the base bootstrap (debootstrap), default 20 min.
     pub bootstrap_timeout: Duration,
+    /// The Debian mirror the base is bootstrapped from (`MIRROR` of the debian template),
+    /// default [`DEFAULT_MIRROR`]; `$PGO_LXC_MIRROR` in the CLI.
+    pub mirror: String,
+    /// The Debian security mirror (`SECURITY_MIRROR` of the template), default
+    /// [`DEFAULT_SECURITY_MIRROR`]; `$PGO_LXC_SECURITY_MIRROR` in the CLI.
+    pub security_mirror: String,
+    /// The template's download cache (`LXC_CACHE_PATH`); `None`: the template's default
+    /// (`/var/cache/lxc/debian`).
+    pub cache_path: Option<PathBuf>,
     /// Clean-shutdown time before a stop kills the container, default 30 s.
     pub stop_timeout: Duration,
 }
@@ -94,6 +109,9 @@ impl Default for LxcOptions {
             clone: CloneMode::Auto,
             address_timeout: Duration::from_secs(60),
             bootstrap_timeout: Duration::from_secs(20 * 60),
+            mirror: DEFAULT_MIRROR.into(),
+            security_mirror: DEFAULT_SECURITY_MIRROR.into(),
+            cache_path: None,
             stop_timeout: Duration::from_secs(30),
         }
     }
