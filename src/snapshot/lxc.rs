@@ -21,7 +21,12 @@ use crate::lxc::{LxcClient, State};
 pub struct LxcSnapshots {
     client: LxcClient,
     name: String,
+    /// Files of the container's directory kept across a rollback (see [`LxcSnapshots::keeping`]).
+    keep: Vec<String>,
 }
+
+/// How long a rollback lets a running container shut down cleanly before it is killed.
+pub const ROLLBACK_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A snapshot as `lxc-snapshot` names it and as we name it.
 struct SnapDir {
@@ -33,7 +38,15 @@ struct SnapDir {
 impl LxcSnapshots {
     /// Container `name` (its LXC name: the hostname) under `client`'s LXC path.
     pub fn new(client: LxcClient, name: &str) -> Self {
-        Self { client, name: name.into() }
+        Self { client, name: name.into(), keep: Vec::new() }
+    }
+
+    /// Keeps the file `file` of the container's directory (`<lxcpath>/<name>/FILE`, e.g. the lxc
+    /// backend's `proxmox-gitops.json`) across a rollback: `lxc-snapshot -r` replaces the
+    /// directory and would drop it.
+    pub fn keeping(mut self, file: &str) -> Self {
+        self.keep.push(file.to_string());
+        self
     }
 
     fn scan(&self) -> Result<Vec<SnapDir>, CtSnapshotError> {
@@ -102,10 +115,35 @@ impl CtSnapshots for LxcSnapshots {
         Box::pin(async move { Ok(self.scan()?.into_iter().map(|s| s.info).collect()) })
     }
 
+    /// Rolls back with `lxc-snapshot -r`, which needs the container stopped: a running one is
+    /// shut down cleanly (killed after [`ROLLBACK_STOP_TIMEOUT`]), restored and started again;
+    /// the files named with [`LxcSnapshots::keeping`] are written back.
     fn rollback<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             let snap = self.lxc_name_of(name)?;
-            self.client.snapshot_restore(&self.name, &snap).await.map_err(|e| self.failed(e))?;
+            let dir = self.client.container_dir(&self.name);
+            let mut kept = Vec::new();
+            for f in &self.keep {
+                match std::fs::read(dir.join(f)) {
+                    Ok(b) => kept.push((dir.join(f), b)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(self.failed(format!("cannot read {}: {e}", dir.join(f).display()))),
+                }
+            }
+            let was = self.client.state(&self.name).await.map_err(|e| self.failed(e))?;
+            if was != State::Stopped {
+                self.client.stop(&self.name, ROLLBACK_STOP_TIMEOUT).await.map_err(|e| self.failed(e))?;
+            }
+            let restored = self.client.snapshot_restore(&self.name, &snap).await.map_err(|e| self.failed(e));
+            for (path, bytes) in &kept {
+                if !path.exists() {
+                    crate::lxc::write_atomic(path, bytes, 0o644).map_err(|e| self.failed(e))?;
+                }
+            }
+            restored?;
+            if was == State::Running {
+                self.client.start(&self.name).await.map_err(|e| self.failed(e))?;
+            }
             Ok(None)
         })
     }

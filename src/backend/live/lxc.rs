@@ -37,7 +37,7 @@ impl LxcLive {
     }
 
     fn snaps(&self, spec: &ContainerSpec) -> LxcSnapshots {
-        LxcSnapshots::new(self.backend.client().clone(), &spec.hostname)
+        LxcSnapshots::new(self.backend.client().clone(), &spec.hostname).keeping(META_FILE)
     }
 
     fn stop_timeout(&self) -> Duration {
@@ -104,21 +104,17 @@ impl LxcLive {
 
     pub(super) async fn rollback(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
         let host = spec.hostname.as_str();
-        let client = self.backend.client();
-        let meta_path = client.container_dir(host).join(META_FILE);
-        let meta = std::fs::read(&meta_path).with_context(|| format!("cannot read {}", meta_path.display()))?;
-        // The snapshot must exist before the container is stopped.
-        if !self.snaps(spec).list().await?.iter().any(|s| s.name == name) {
-            anyhow::bail!("LXC container {host}: no snapshot named `{name}`");
+        let meta_path = self.backend.client().container_dir(host).join(META_FILE);
+        if !meta_path.is_file() {
+            anyhow::bail!("cannot read {}: not rolling back a container without it", meta_path.display());
         }
-        self.stop(host).await?;
-        let restored = self.snaps(spec).rollback(name).await;
-        if !meta_path.exists() {
-            crate::lxc::write_atomic(&meta_path, &meta, 0o644)
-                .with_context(|| format!("cannot write back {}", meta_path.display()))?;
+        // Checks that the snapshot exists before the container is stopped; stops a running
+        // container, restores, keeps proxmox-gitops.json, starts it again.
+        let snaps = self.snaps(spec);
+        crate::snapshot::ct::rollback(&snaps, name).await?;
+        if self.backend.client().state(host).await? != State::Running {
+            self.start(host).await?;
         }
-        restored?;
-        self.start(host).await?;
         Ok(None)
     }
 

@@ -21,16 +21,24 @@
 //! * [`planner`] — desired + live → [`ContainerPlan`] (pure);
 //! * `executor` — [`LxcBackend::apply`] and [`LxcBackend::destroy`]: run a plan with the LXC
 //!   client;
-//! * `base` — the cached base container every container is cloned from.
+//! * [`guest`] — files written into a new container's rootfs before its first start;
+//! * `base` — the cached base container every container is cloned from (bootstrapped with a
+//!   cleared environment and the configured Debian mirror, retried once after a download
+//!   failure).
 //!
 //! All LXC tools are run through [`LxcClient`] (LXC path, timeouts, cleared environment).
 //!
 //! # Addresses
 //!
-//! The network is LXC's bridge (`lxcbr0`, started with `lxc-net` when missing). A static `IP`
-//! inside the bridge's subnet is configured as `lxc.net.0.ipv4.address`; any other static `IP`
-//! (e.g. the PVE LAN address of the lib) is ignored with a warning and DHCP applies. The address
-//! is read back with `lxc-info -iH` and recorded in the artifact.
+//! The network is LXC's bridge (`lxcbr0`, started with `lxc-net` when missing). Containers get
+//! static addresses set by LXC before init runs (`lxc.net.0.ipv4.address`/`gateway`), so no boot
+//! waits for DHCP: a static `IP` inside the bridge's subnet as it is; otherwise one the backend
+//! chooses from the part of the subnet lxc-net's dnsmasq does not lease ([`desired()`]'s address
+//! rule; the range is narrowed once in `/etc/default/lxc-net` when it covers the whole subnet,
+//! see [`crate::lxc::reserve_static_range`]), under a lock so containers made at once never
+//! share one. A new clone's rootfs gets its network files, an SSH host key and root's
+//! `authorized_keys` before it starts ([`guest`]). The address is read back with `lxc-info -iH`
+//! and recorded in the artifact.
 
 mod base;
 pub mod desired;
