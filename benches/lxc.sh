@@ -15,6 +15,7 @@ ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet || /usr/libexec/lxc/lxc-ne
 cargo build --locked --quiet --example lxc_bench
 breakdown_file=$(mktemp)
 trap 'rm -f "$breakdown_file"' EXIT
+load=$(cut -d' ' -f1 /proc/loadavg)
 table=$(target/debug/examples/lxc_bench 2>"$breakdown_file") || { cat "$breakdown_file" >&2; exit 1; }
 breakdown=$(grep -E '^pgobench-[0-9]+-p10x[0-9]+:' "$breakdown_file" | sed -E 's/^pgobench-[0-9]+-//')
 
@@ -24,7 +25,8 @@ cgroup=v1; [ -f /sys/fs/cgroup/cgroup.controllers ] && cgroup=v2
   echo
   echo "Produced by \`benches/lxc.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'): $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB RAM,"
   echo "kernel $(uname -r), LXC $(lxc-ls --version), cgroup $cgroup, LXC path on $(df --output=fstype "$(lxc-config lxc.lxcpath)" | tail -1)."
-  echo "The host was shared with other builds and tests while this ran, so times are upper bounds."
+  echo "The host was shared with other builds and tests while this ran (load average $load when it started), so"
+  echo "times are upper bounds."
   echo
   echo "$table"
   echo

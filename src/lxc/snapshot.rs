@@ -103,6 +103,8 @@ impl LxcClient {
         if overlay {
             copy.push("--snapshot");
         }
+        // lxc-snapshot creates the directory; lxc-copy does not.
+        std::fs::create_dir_all(&dir).map_err(|source| LxcError::Io { path: dir.clone(), source })?;
         let started = Instant::now();
         run("lxc-freeze", &self.args(&["-n", name]), None, QUICK_TIMEOUT).await?;
         let copied = run("lxc-copy", &self.args(&copy), None, SNAPSHOT_TIMEOUT).await;

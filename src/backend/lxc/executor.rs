@@ -156,21 +156,14 @@ impl LxcBackend {
         p.actions.push(record("clone", t, Some(format!("{how} of {}", self.opts.base))));
         p.created = true;
         let t = Instant::now();
-        let result = match self.address_lock().await {
-            Ok(lock) => {
-                let r = self.configure_new(spec, opts).await;
-                drop(lock);
-                r
-            }
-            Err(e) => Err(e),
-        };
-        match result {
+        match self.configure_new(spec, opts).await {
             Ok((desired, key, detail)) => {
                 p.actions.push(record("config", t, Some(detail)));
                 if let Some(key) = &key {
+                    // Part of the config action (the file was written with the others).
                     p.actions.push(record(
                         "install-key",
-                        t,
+                        Instant::now(),
                         Some(format!("{} → /root/.ssh/authorized_keys (written into the rootfs)", key.display())),
                     ));
                 }
@@ -185,13 +178,15 @@ impl LxcBackend {
         }
     }
 
-    /// The part of [`Self::create`] after the clone, called under the address lock.
+    /// The part of [`Self::create`] after the clone: the address is chosen and the config written
+    /// under the address lock; the guest files and the metadata after it.
     async fn configure_new(
         &self,
         spec: &ContainerSpec,
         opts: &ApplyOptions,
     ) -> Result<(Desired, Option<std::path::PathBuf>, String)> {
         let name = spec.hostname.as_str();
+        let lock = self.address_lock().await?;
         let mut host = HostFacts::gather(spec, &self.opts, &self.client, true).await?;
         // The clone exists already, with the base's config: it is new.
         host.current = CurrentAddress::Absent;
@@ -200,6 +195,7 @@ impl LxcBackend {
             std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
         }
         let config = self.write_config(name, &desired)?;
+        drop(lock);
         let mut detail = vec![match desired.static_address {
             Some(a) => format!("address {a}"),
             None => "address from DHCP".to_string(),
