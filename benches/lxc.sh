@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Benchmark of the lxc backend (not a test): wall time of the base bootstrap (cold and warm
 # debootstrap cache), of one container cloned from the cached base until SSH answers, and of
-# five containers in parallel. Needs root, lxc, debootstrap and Debian's mirror; everything it
-# creates is named pgobench-<pid>-… and removed at the end.
+# five and ten containers in parallel, next to the figures from before containers had static
+# addresses. Needs root, lxc, debootstrap and Debian's mirror; everything it creates is named
+# pgobench-<pid>-… and removed at the end.
 #
-#   sudo benches/lxc.sh            # prints the results and writes docs/benchmarks/lxc.md
+#   sudo benches/lxc.sh                                  # everything; writes docs/benchmarks/lxc.md
+#   sudo PGO_BENCH_BASE=pgo-base-bookworm benches/lxc.sh # reuse a ready base: no bootstrap rows
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "error: LXC needs root: run sudo $0" >&2; exit 1; }
@@ -13,8 +15,9 @@ ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet || /usr/libexec/lxc/lxc-ne
 cargo build --locked --quiet --example lxc_bench
 breakdown_file=$(mktemp)
 trap 'rm -f "$breakdown_file"' EXIT
+load=$(cut -d' ' -f1 /proc/loadavg)
 table=$(target/debug/examples/lxc_bench 2>"$breakdown_file") || { cat "$breakdown_file" >&2; exit 1; }
-breakdown=$(grep -E '^pgobench-[0-9]+-par[0-9]+:' "$breakdown_file" | sed -E 's/^pgobench-[0-9]+-//')
+breakdown=$(grep -E '^pgobench-[0-9]+-p10x[0-9]+:' "$breakdown_file" | sed -E 's/^pgobench-[0-9]+-//')
 
 cgroup=v1; [ -f /sys/fs/cgroup/cgroup.controllers ] && cgroup=v2
 {
@@ -22,26 +25,30 @@ cgroup=v1; [ -f /sys/fs/cgroup/cgroup.controllers ] && cgroup=v2
   echo
   echo "Produced by \`benches/lxc.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'): $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB RAM,"
   echo "kernel $(uname -r), LXC $(lxc-ls --version), cgroup $cgroup, LXC path on $(df --output=fstype "$(lxc-config lxc.lxcpath)" | tail -1)."
-  echo "The host was shared with other builds and tests while this ran, so times are upper bounds."
+  echo "The host was shared with other builds and tests while this ran (load average $load when it started), so"
+  echo "times are upper bounds."
   echo
   echo "$table"
   echo
-  echo "\"SSH-ready\" means: plan, clone (overlay snapshot), config, start, DHCP address read back,"
-  echo "key installed, and sshd answering with its banner. The cold bootstrap downloads Debian bookworm"
-  echo "(minbase + openssh-server + python3) from Debian's mirror; the warm one reuses the debootstrap cache."
-  echo "Both wait on the debian template's global lock (/var/lock/subsys/lxc-debian) while other"
-  echo "lxc-create runs on the host hold it."
+  echo "\"SSH-ready\" means: plan, clone (overlay snapshot), config (address chosen, guest files written),"
+  echo "start, address read back, and sshd answering with its banner. The cold bootstrap downloads Debian"
+  echo "bookworm (minbase + openssh-server + python3) from Debian's mirror; the warm one reuses the"
+  echo "debootstrap cache. Both wait on the debian template's global lock (/var/lock/subsys/lxc-debian)"
+  echo "while other lxc-create runs on the host hold it."
   echo
-  echo "Where the time goes, per container of the parallel run (seconds, from the artifacts' actions;"
-  echo "\"address\" is the wait from start until lxc-info shows the DHCP lease, i.e. the container's boot):"
+  echo "Before, nearly all of the time was DHCP: lxc-net's dnsmasq pings each address before offering it"
+  echo "(up to 3 s), and the leases of containers booting together queued behind those checks (a"
+  echo "container's log showed the offer after 3 s and the acknowledgement 12 s later); then the clone's"
+  echo "first boot generated its SSH host keys (\`ssh-keygen -A\`, over a second for the RSA key) before"
+  echo "sshd started. Now each container has a static address set by LXC before its init runs (outside"
+  echo "dnsmasq's range, see docs/lxc.md \"Addresses\"), \`eth0\` is \`manual\` in the guest, its ed25519"
+  echo "host key and root's authorized_keys are written before the start, and SSH is polled every 50-250 ms."
+  echo
+  echo "Where the time goes, per container of the run with ten (seconds, from the artifacts' actions;"
+  echo "\"start\" is lxc-start -d, \"wait-ssh\" the boot until sshd answers):"
   echo
   echo '```'
   echo "$breakdown"
   echo '```'
-  echo
-  echo "Nearly all of it is DHCP: lxc-net's dnsmasq pings each address before offering it (up to 3 s),"
-  echo "and the leases of containers booting together queue behind those checks (a container's log"
-  echo "showed the offer after 3 s and the acknowledgement 12 s later). docs/lxc.md shows how to switch"
-  echo "the ping off on a machine that only runs LXC's containers on lxcbr0."
 } > docs/benchmarks/lxc.md
 cat docs/benchmarks/lxc.md

@@ -3,10 +3,11 @@
 //! 1. base bootstrap, cold (a private, empty debootstrap cache: downloads from Debian's mirror)
 //!    and warm (the cache from 1);
 //! 2. one container cloned from the cached base, until SSH answers;
-//! 3. five containers in parallel, until SSH answers on all.
+//! 3. five, then ten containers in parallel, until SSH answers on all.
 //!
-//! Prints a Markdown table of wall times. Everything it creates is named `pgobench-<pid>-…` and
-//! removed at the end, also on failure.
+//! Prints a Markdown table of wall times next to the figures measured before containers had
+//! static addresses ([`BEFORE`]). `PGO_BENCH_BASE=NAME` reuses a ready base (no bootstrap rows).
+//! Everything it creates is named `pgobench-<pid>-…` and removed at the end, also on failure.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,6 +15,10 @@ use std::time::{Duration, Instant};
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
 use proxmox_gitops::backend::model::{ApplyOptions, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
+
+/// The figures of `benches/lxc.sh` on 2026-11-30 (2 CPUs, every container waiting for its DHCP
+/// lease), by row key.
+const BEFORE: &[(&str, f64)] = &[("cold", 154.7), ("warm", 38.4), ("one", 5.3), ("par5", 17.8)];
 
 struct Cleanup {
     lxc_path: std::path::PathBuf,
@@ -59,56 +64,77 @@ async fn provision(b: &LxcBackend, s: &ContainerSpec, opts: &ApplyOptions) -> an
     Ok((p, t.elapsed()))
 }
 
+const COLD: &str = "base bootstrap, cold (empty debootstrap cache, Debian mirror)";
+const WARM: &str = "base bootstrap, warm (debootstrap cache filled)";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let prefix = format!("pgobench-{}-", std::process::id());
     let cache = tempfile::tempdir()?;
     let share = tempfile::tempdir()?;
-    // SAFETY: single-threaded at this point; the debian template reads LXC_CACHE_PATH.
-    unsafe { std::env::set_var("LXC_CACHE_PATH", cache.path()) };
-    let opts = LxcOptions { base: format!("{prefix}base"), share: share.path().join("share"), ..LxcOptions::default() };
+    let mut opts = LxcOptions {
+        base: format!("{prefix}base"),
+        share: share.path().join("share"),
+        cache_path: Some(cache.path().to_path_buf()),
+        ..LxcOptions::default()
+    };
+    // Only the clone-to-SSH figures: reuse a ready base (e.g. local/run.sh's pgo-base-bookworm).
+    if let Ok(base) = std::env::var("PGO_BENCH_BASE") {
+        opts.base = base;
+    }
     let b = LxcBackend::new(opts).await?;
     let _cleanup = Cleanup { lxc_path: b.client().path().to_path_buf(), prefix: prefix.clone() };
     let apply = ApplyOptions { share: share.path().to_path_buf(), ..ApplyOptions::default() };
-    let mut rows: Vec<(String, f64)> = Vec::new();
+    let mut rows: Vec<(&str, String, Option<f64>)> = Vec::new();
 
-    if std::env::var_os("PGO_BENCH_SKIP_BOOTSTRAP").is_none() {
+    if std::env::var_os("PGO_BENCH_SKIP_BOOTSTRAP").is_none() && std::env::var_os("PGO_BENCH_BASE").is_none() {
         let t = Instant::now();
         b.ensure_base().await?;
-        rows.push(("base bootstrap, cold (empty debootstrap cache, Debian mirror)".into(), t.elapsed().as_secs_f64()));
+        rows.push(("cold", COLD.into(), Some(t.elapsed().as_secs_f64())));
         b.destroy_base().await?;
         let t = Instant::now();
         b.ensure_base().await?;
-        rows.push(("base bootstrap, warm (debootstrap cache filled)".into(), t.elapsed().as_secs_f64()));
+        rows.push(("warm", WARM.into(), Some(t.elapsed().as_secs_f64())));
     } else {
         b.ensure_base().await?;
+        rows.push(("cold", COLD.into(), None));
+        rows.push(("warm", WARM.into(), None));
     }
 
     let (p, took) = provision(&b, &spec(&prefix, "one", 95001), &apply).await?;
     let clone_ms = p.actions.iter().find(|a| a.action == "clone").map_or(0, |a| a.duration_ms);
     rows.push((
+        "one",
         format!("1 container from the cached base to SSH-ready (clone itself: {clone_ms} ms)"),
-        took.as_secs_f64(),
+        Some(took.as_secs_f64()),
     ));
 
-    let specs: Vec<ContainerSpec> = (0..5).map(|i| spec(&prefix, &format!("par{i}"), 95010 + i)).collect();
-    let t = Instant::now();
-    let results = futures_join(&b, &specs, &apply).await;
-    let wall = t.elapsed().as_secs_f64();
-    let mut each = Vec::new();
-    for r in results {
-        let (p, took) = r?;
-        let steps: Vec<String> =
-            p.actions.iter().map(|a| format!("{} {:.1}", a.action, a.duration_ms as f64 / 1000.0)).collect();
-        eprintln!("{}: {:.1} s total; {}", p.name, took.as_secs_f64(), steps.join(", "));
-        each.push(format!("{:.1}", took.as_secs_f64()));
+    let mut vmid = 95010;
+    for n in [5u32, 10] {
+        let specs: Vec<ContainerSpec> = (0..n).map(|i| spec(&prefix, &format!("p{n}x{i}"), vmid + i)).collect();
+        vmid += 100;
+        let t = Instant::now();
+        let results = futures_join(&b, &specs, &apply).await;
+        let wall = t.elapsed().as_secs_f64();
+        let mut each = Vec::new();
+        for r in results {
+            let (p, took) = r?;
+            let steps: Vec<String> =
+                p.actions.iter().map(|a| format!("{} {:.2}", a.action, a.duration_ms as f64 / 1000.0)).collect();
+            eprintln!("{}: {:.2} s total; {}", p.name, took.as_secs_f64(), steps.join(", "));
+            each.push(format!("{:.1}", took.as_secs_f64()));
+        }
+        let key = if n == 5 { "par5" } else { "par10" };
+        rows.push((key, format!("{n} containers in parallel to SSH-ready (each: {} s)", each.join(", ")), Some(wall)));
     }
-    rows.push((format!("5 containers in parallel to SSH-ready (each: {} s)", each.join(", ")), wall));
 
-    println!("| what | wall time |");
-    println!("|---|---|");
-    for (what, secs) in rows {
-        println!("| {what} | {secs:.1} s |");
+    println!("| what | before: DHCP (2026-11-30) | now: static addresses |");
+    println!("|---|---|---|");
+    for (key, what, secs) in rows {
+        let before =
+            BEFORE.iter().find(|(k, _)| *k == key).map_or("not measured".to_string(), |(_, s)| format!("{s:.1} s"));
+        let now = secs.map_or("not re-measured".to_string(), |s| format!("{s:.2} s"));
+        println!("| {what} | {before} | {now} |");
     }
     Ok(())
 }

@@ -9,15 +9,17 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 
 /// Waits until a TCP connection to `addr` succeeds and the peer sends an SSH banner
-/// (`SSH-2.0-…`), polling with capped exponential backoff (0.1 s doubling up to 2 s) for at most
-/// `timeout`. A port that accepts but never sends a banner keeps being retried.
+/// (`SSH-2.0-…`), polling with capped exponential backoff (0.05 s doubling up to 0.25 s: a
+/// container that just started has sshd listening within a second, and a refused connection
+/// costs nothing, so a coarser interval would only add idle time) for at most `timeout`. A port
+/// that accepts but never sends a banner keeps being retried.
 ///
 /// # Errors
 /// When `timeout` passes first: the error names the address and the last failure.
 pub async fn wait_for_ssh(addr: SocketAddr, timeout: Duration) -> Result<Duration> {
     use tokio::io::AsyncReadExt;
     let start = Instant::now();
-    let mut delay = Duration::from_millis(100);
+    let mut delay = Duration::from_millis(50);
     let mut last = String::from("no attempt");
     let mut wait = crate::progress::Wait::start(format!("waiting for SSH at {addr}"));
     loop {
@@ -45,7 +47,7 @@ pub async fn wait_for_ssh(addr: SocketAddr, timeout: Duration) -> Result<Duratio
         }
         wait.state(&last);
         tokio::time::sleep(delay.min(timeout.saturating_sub(start.elapsed()))).await;
-        delay = (delay * 2).min(Duration::from_secs(2));
+        delay = (delay * 2).min(Duration::from_millis(250));
     }
 }
 

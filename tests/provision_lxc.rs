@@ -40,17 +40,27 @@ async fn first(f: &'static Fixture) -> &'static (ContainerSpec, Provision) {
         .await
 }
 
-/// The artifact as JSON with the varying parts (durations, the DHCP address) normalised.
+/// The artifact as JSON with the varying parts (durations, the address the backend chose)
+/// normalised.
 fn normalised(p: &Provision) -> Value {
     let mut v = serde_json::to_value(p).unwrap();
+    let address = p.address.clone().unwrap_or_default();
     for a in v["actions"].as_array_mut().unwrap() {
         a["duration_ms"] = json!(0);
+        if let Some(d) = a["detail"].as_str().filter(|_| !address.is_empty()) {
+            a["detail"] = json!(d.replace(&address, "<address>"));
+        }
     }
     if v["address"].is_string() {
-        v["address"] = json!("<dhcp>");
+        v["address"] = json!("<address>");
     }
     v
 }
+
+/// The guest files a new container gets (the config action's detail).
+const GUEST_FILES: &str = "written into the rootfs: /etc/ssh/ssh_host_ed25519_key, /etc/ssh/ssh_host_ed25519_key.pub, \
+     /etc/ssh/sshd_config.d/proxmox-gitops-hostkey.conf, /etc/network/interfaces, /etc/resolv.conf, \
+     /root/.ssh/authorized_keys";
 
 fn actions(p: &Provision) -> Vec<&str> {
     p.actions.iter().map(|a| a.action.as_str()).collect()
@@ -63,6 +73,15 @@ fn assert_ok(p: &Provision) {
 fn assert_lxcbr0(addr: &str) {
     let a: std::net::Ipv4Addr = addr.parse().expect("an IPv4 address");
     assert_eq!(a.octets()[..3], [10, 0, 3], "address {a} is not on lxcbr0 (10.0.3.0/24)");
+}
+
+/// An address the backend chose: on lxcbr0, outside the range lxc-net's dnsmasq leases.
+fn assert_static_pool(addr: &str) {
+    assert_lxcbr0(addr);
+    let settings = std::fs::read_to_string(proxmox_gitops::lxc::LXC_NET_SETTINGS).ok();
+    let (first, last) = proxmox_gitops::lxc::lxc_net_dhcp_range(settings.as_deref()).expect("lxc-net's DHCP range");
+    let a: std::net::Ipv4Addr = addr.parse().unwrap();
+    assert!(!(first..=last).contains(&a), "{a} is inside lxc-net's DHCP range {first}-{last}");
 }
 
 fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
@@ -80,7 +99,7 @@ fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
                 "node": null,
                 "vmid": 90001,
                 "hostname": spec.hostname,
-                "address": "<dhcp>",
+                "address": "<address>",
                 "ssh_port": 22,
                 "plan": {"name": spec.name, "vmid": 90001, "hostname": spec.hostname, "action": "create", "start": true},
                 "actions": [
@@ -88,14 +107,16 @@ fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
                      "detail": format!("{base} (debian bookworm) in {}", f.lxc_path.display())},
                     {"action": "clone", "upid": null, "exit_status": "OK", "duration_ms": 0,
                      "detail": format!("overlay snapshot of {base}")},
-                    {"action": "config", "upid": null, "exit_status": "OK", "duration_ms": 0, "detail": null},
+                    {"action": "config", "upid": null, "exit_status": "OK", "duration_ms": 0,
+                     "detail": format!("address <address>; {GUEST_FILES}")},
+                    {"action": "install-key", "upid": null, "exit_status": "OK", "duration_ms": 0,
+                     "detail": format!("{}/.keys/90001.pub → /root/.ssh/authorized_keys (written into the rootfs)",
+                                       f.share.path().display())},
                     {"action": "start", "upid": null, "exit_status": "OK", "duration_ms": 0, "detail": null},
                     {"action": "address", "upid": null, "exit_status": "OK", "duration_ms": 0,
-                     "detail": format!("{} (lxc-info -iH)", p.address.as_deref().unwrap())},
-                    {"action": "install-key", "upid": null, "exit_status": "OK", "duration_ms": 0,
-                     "detail": format!("{}/.keys/90001.pub → /root/.ssh/authorized_keys", f.share.path().display())},
+                     "detail": "<address> (lxc-info -iH)"},
                     {"action": "wait-ssh", "upid": null, "exit_status": "OK", "duration_ms": 0,
-                     "detail": format!("{}:22", p.address.as_deref().unwrap())},
+                     "detail": "<address>:22"},
                 ],
                 "warnings": [warning],
                 "status": "running",
@@ -105,7 +126,7 @@ fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
                 "result": "ok",
             })
         );
-        assert_lxcbr0(p.address.as_deref().unwrap());
+        assert_static_pool(p.address.as_deref().unwrap());
         // The base is kept stopped for the next clones.
         let base_state = f.backend.client().state(base).await.unwrap();
         assert_eq!(base_state.as_str(), "stopped");
@@ -121,7 +142,11 @@ fn test_ssh_reachable_with_the_generated_key() -> Result<(), Failed> {
         let addr = p.address.as_deref().unwrap();
         // The address read back is the one the container really has.
         let ips = f.attach(&spec.hostname, &["hostname", "-I"]);
-        assert!(ips.split_whitespace().any(|i| i == addr), "{addr} not in `hostname -I`: {ips}");
+        // Its only IPv4 address: no DHCP client added a second one.
+        let v4: Vec<&str> = ips.split_whitespace().filter(|i| i.parse::<std::net::Ipv4Addr>().is_ok()).collect();
+        assert_eq!(v4, vec![addr], "`hostname -I`: {ips}");
+        let resolv = f.attach(&spec.hostname, &["cat", "/etc/resolv.conf"]);
+        assert!(resolv.contains("nameserver 10.0.3.1"), "{resolv}");
         let out = f.ssh(addr, spec.vmid, &["hostname"]).expect("ssh with the generated key");
         assert_eq!(out.trim(), spec.hostname);
         let modes = f.ssh(addr, spec.vmid, &["stat -c '%a %U' /root/.ssh /root/.ssh/authorized_keys"]).unwrap();
@@ -139,21 +164,21 @@ fn test_second_container_clones_from_the_cache() -> Result<(), Failed> {
         let (first_spec, fp) = first(f).await;
         assert_ok(fp);
         let mut spec = f.spec("second", 90002);
-        // A LAN address meant for PVE: ignored here (never contacted), DHCP applies.
+        // A LAN address meant for PVE: ignored here (never contacted), the backend chooses one.
         spec.ip = proxmox_gitops::inventory::IpConfig::Static { address: "192.0.2.10".parse().unwrap(), prefix: Some(24) };
         let _g = f.guard(&spec);
         let t = Instant::now();
         let p = f.provision(&spec, RecreatePolicy::Never).await;
         let took = t.elapsed();
         assert_ok(&p);
-        assert_eq!(actions(&p), vec!["clone", "config", "start", "address", "install-key", "wait-ssh"]);
+        assert_eq!(actions(&p), vec!["clone", "config", "install-key", "start", "address", "wait-ssh"]);
         assert_eq!(p.actions[0].detail.as_deref(), Some(format!("overlay snapshot of {}", f.backend.options().base).as_str()));
         assert!(p.created);
-        assert_lxcbr0(p.address.as_deref().unwrap());
+        assert_static_pool(p.address.as_deref().unwrap());
         assert_ne!(p.address, fp.address, "two containers, two addresses");
         assert_eq!(
             p.warnings[0],
-            "IP 192.0.2.10 is outside lxcbr0's subnet 10.0.3.1/24: ignored by the lxc backend, the address comes from DHCP"
+            "IP 192.0.2.10 is outside lxcbr0's subnet 10.0.3.1/24: ignored by the lxc backend, which chooses the container's address itself"
         );
         eprintln!("second container: SSH-ready in {:.1}s", took.as_secs_f64());
         // Every clone has its own SSH host key and machine-id.
@@ -185,8 +210,7 @@ fn test_rerun_changes_nothing() -> Result<(), Failed> {
         assert!(!p2.created);
         assert_eq!(p2.address, p1.address);
         assert_eq!(p2.status.as_deref(), Some("running"));
-        // A stopped container is only started again (same address: the MAC, hence the lease, is
-        // stable).
+        // A stopped container is only started again, with the same (static) address.
         f.backend.client().stop(&spec.hostname, std::time::Duration::from_secs(30)).await.unwrap();
         let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
         assert_eq!((plan.action.clone(), plan.start), (Action::Nothing, true));
@@ -295,7 +319,9 @@ fn test_recreate_refused_without_the_flag() -> Result<(), Failed> {
         assert!(matches!(plan.action, Action::Recreate { .. }), "{plan:?}");
         let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::WhenNeeded)).await;
         assert_ok(&p);
-        assert_eq!(actions(&p), vec!["stop", "destroy", "clone", "config", "start", "address", "install-key", "wait-ssh"]);
+        assert_eq!(actions(&p), vec!["stop", "destroy", "clone", "config", "install-key", "start", "address", "wait-ssh"]);
+        // The recreated container gets the address it had: derived from its hostname, and free.
+        assert_eq!(p.address, p1.address);
         assert!(p.created);
         let meta = std::fs::read_to_string(f.lxc_path.join(&spec.hostname).join(META_FILE)).unwrap();
         assert!(meta.contains("90006"), "{meta}");
@@ -369,31 +395,72 @@ fn test_mounts_and_devices_reach_the_container() -> Result<(), Failed> {
     Ok(())
 }
 
-/// An address of lxcbr0's subnet that dnsmasq has not leased (from the top of the range down).
-fn unleased_address() -> std::net::Ipv4Addr {
+/// An address of lxcbr0's subnet that neither dnsmasq has leased nor a container is configured
+/// with, from the top of lxc-net's DHCP range down (so the backend never chooses it for another
+/// container meanwhile: it chooses from outside that range).
+fn unleased_address(f: &Fixture) -> std::net::Ipv4Addr {
     let leases = std::fs::read_to_string("/var/lib/misc/dnsmasq.lxcbr0.leases").unwrap_or_default();
-    let used: Vec<&str> = leases.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
-    (100..=253u8)
+    let mut used: Vec<String> =
+        leases.lines().filter_map(|l| l.split_whitespace().nth(2)).map(str::to_string).collect();
+    used.extend(f.backend.client().configured_addresses().unwrap().into_iter().map(|(_, a)| a.to_string()));
+    let settings = std::fs::read_to_string(proxmox_gitops::lxc::LXC_NET_SETTINGS).ok();
+    let (first, last) = proxmox_gitops::lxc::lxc_net_dhcp_range(settings.as_deref()).expect("lxc-net's DHCP range");
+    (u32::from(first)..=u32::from(last))
         .rev()
-        .map(|i| std::net::Ipv4Addr::new(10, 0, 3, i))
-        .find(|a| !used.contains(&a.to_string().as_str()))
-        .expect("a free address in 10.0.3.100-253")
+        .map(std::net::Ipv4Addr::from)
+        .find(|a| !used.contains(&a.to_string()))
+        .expect("a free address in lxc-net's DHCP range")
 }
 
 fn test_static_address_inside_the_bridge_subnet_is_used() -> Result<(), Failed> {
     let f = fixture()?;
     RT.block_on(async {
         assert_ok(&first(f).await.1);
-        let addr = unleased_address();
+        let addr = unleased_address(f);
         let mut spec = f.spec("static", 90010);
         spec.ip = proxmox_gitops::inventory::IpConfig::Static { address: addr, prefix: Some(24) };
         let _g = f.guard(&spec);
         let p = f.provision(&spec, RecreatePolicy::Never).await;
         assert_ok(&p);
         assert_eq!(p.address, Some(addr.to_string()));
-        assert!(!p.warnings.iter().any(|w| w.contains("outside")), "{:?}", p.warnings);
+        assert!(!p.warnings.iter().any(|w| w.contains("outside lxcbr0's subnet")), "{:?}", p.warnings);
+        let inside = format!("IP {addr} is inside lxc-net's DHCP range");
+        assert!(p.warnings.iter().any(|w| w.starts_with(&inside)), "{:?}", p.warnings);
         let out = f.ssh(&addr.to_string(), spec.vmid, &["hostname"]).expect("ssh to the static address");
         assert_eq!(out.trim(), spec.hostname);
+    });
+    Ok(())
+}
+
+fn test_containers_made_at_once_get_distinct_static_addresses() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        assert_ok(&first(f).await.1);
+        let specs: Vec<ContainerSpec> = (0..4).map(|i| f.spec(&format!("par{i}"), 90020 + i)).collect();
+        let _guards: Vec<_> = specs.iter().map(|s| f.guard(s)).collect();
+        let mut set = tokio::task::JoinSet::new();
+        for s in specs.clone() {
+            set.spawn(async move { f.provision(&s, RecreatePolicy::Never).await });
+        }
+        let mut addresses = Vec::new();
+        while let Some(p) = set.join_next().await {
+            let p = p.unwrap();
+            assert_ok(&p);
+            assert_static_pool(p.address.as_deref().unwrap());
+            let out = f.ssh(p.address.as_deref().unwrap(), p.vmid, &["hostname"]).expect("ssh");
+            assert_eq!(out.trim(), p.hostname);
+            addresses.push(p.address.unwrap());
+        }
+        let mut distinct = addresses.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), specs.len(), "{addresses:?}");
+        // What each config says is what each container has.
+        for s in &specs {
+            let config = f.backend.client().read_config(&s.hostname).unwrap().unwrap();
+            let configured = config.get("lxc.net.0.ipv4.address").unwrap().split('/').next().unwrap().to_string();
+            assert!(addresses.contains(&configured), "{configured} not in {addresses:?}");
+        }
     });
     Ok(())
 }
@@ -411,6 +478,10 @@ fn main() {
         ("destroy", test_destroy),
         ("mounts_and_devices_reach_the_container", test_mounts_and_devices_reach_the_container),
         ("static_address_inside_the_bridge_subnet_is_used", test_static_address_inside_the_bridge_subnet_is_used),
+        (
+            "containers_made_at_once_get_distinct_static_addresses",
+            test_containers_made_at_once_get_distinct_static_addresses,
+        ),
     ];
     let trials = tests.into_iter().map(|(name, t)| Trial::test(name, t)).collect();
     let conclusion = libtest_mimic::run(&args, trials);

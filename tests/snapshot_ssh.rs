@@ -112,11 +112,13 @@ fn snapshot_over_ssh_then_configure_restores_the_wiped_data() {
     let stored = store.pick("keeper", None).unwrap();
     let archived = rt.block_on(data::verify(&stored)).unwrap();
     assert_eq!(archived.entries, before, "the archive's manifest differs from the container's tree");
-    // A running overlay-backed LXC container cannot be snapshotted by lxc-snapshot: a warning,
-    // the data archive protects the data.
-    assert_eq!(taken.warnings.len(), 1, "{:?}", taken.warnings);
-    assert!(taken.warnings[0].starts_with("no container snapshot: "), "{:?}", taken.warnings);
+    // The running overlay-backed LXC container also gets a container snapshot: frozen for the
+    // copy of its overlay, the pause recorded.
+    assert_eq!(taken.warnings, Vec::<String>::new());
+    let record = taken.ct_snapshot.clone().unwrap_or_else(|| panic!("a container snapshot: {taken:#?}"));
+    assert!(record.name.starts_with("pgo-") && record.downtime_ms.is_some(), "{record:?}");
     let mut want = Snapshot::new(&spec, Operation::Snapshot);
+    want.ct_snapshot = Some(record);
     want.snapshot_id = Some(stored.id.clone());
     want.archive = Some(stored.archive.clone());
     want.manifest = Some(stored.manifest.clone());

@@ -134,7 +134,9 @@ pub fn open(kind: BackendKind, settings: &Settings, connect: &PveConnect) -> Res
 
 /// Builds the local LXC backend: LXC path from `$PGO_LXC_PATH` (else `lxc-config
 /// lxc.lxcpath`), the share directory from the settings (`PROXMOX_SHARE`), bridge `lxcbr0`, the
-/// cached base container from `$PGO_LXC_BASE` (default `pgo-base-bookworm`).
+/// cached base container from `$PGO_LXC_BASE` (default `pgo-base-bookworm`), bootstrapped from
+/// the Debian mirror `$PGO_LXC_MIRROR` (default [`crate::backend::lxc::DEFAULT_MIRROR`]) and
+/// security mirror `$PGO_LXC_SECURITY_MIRROR`; the caller's own `MIRROR` is never used.
 ///
 /// # Errors
 /// [`Error::Failed`] when the host cannot run it (not root, LXC tools missing — the message says
@@ -143,6 +145,12 @@ pub fn lxc_backend(settings: &Settings) -> Result<LxcBackend> {
     let mut opts = LxcOptions { share: settings.share.clone(), ..LxcOptions::default() };
     if let Some(base) = std::env::var("PGO_LXC_BASE").ok().filter(|b| !b.trim().is_empty()) {
         opts.base = base.trim().to_string();
+    }
+    if let Some(m) = std::env::var("PGO_LXC_MIRROR").ok().filter(|m| !m.trim().is_empty()) {
+        opts.mirror = m.trim().to_string();
+    }
+    if let Some(m) = std::env::var("PGO_LXC_SECURITY_MIRROR").ok().filter(|m| !m.trim().is_empty()) {
+        opts.security_mirror = m.trim().to_string();
     }
     LxcBackend::open(opts).map_err(Error::Failed)
 }

@@ -1,6 +1,6 @@
 //! Client for the host's LXC tools (`lxc-create`, `lxc-copy`, `lxc-start`, `lxc-info`,
 //! `lxc-attach`, `lxc-cgroup`, `lxc-stop`, `lxc-destroy`, `lxc-ls`, `lxc-config`,
-//! `lxc-snapshot`): the only door of the crate to LXC.
+//! `lxc-snapshot`, `lxc-freeze`, `lxc-unfreeze`): the only door of the crate to LXC.
 //!
 //! Why the command-line tools and not liblxc: the only Rust bindings (`lxc-sys`) are unmaintained
 //! raw FFI, while the tools are what every LXC user already has and debugs with. Every call runs
@@ -37,11 +37,11 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use bridge::{
-    LXC_NET_RUN_DIR, bridge_ipv4, bridge_ipv4_or_planned, dnsmasq_serves, ensure_bridge, lxc_net_bridge,
-    lxc_net_settings,
+    LXC_NET_RUN_DIR, LXC_NET_SETTINGS, Lease, bridge_ipv4, bridge_ipv4_or_planned, dnsmasq_serves, ensure_bridge,
+    leases_file, lxc_net_bridge, lxc_net_dhcp_range, lxc_net_settings, parse_leases, reserve_static_range, static_pool,
 };
 pub use config::LxcConfig;
-pub use process::{Streamed, effective_uid, require_tool, run, run_streaming, which};
+pub use process::{Streamed, effective_uid, require_tool, run, run_in, run_streaming, which};
 pub use snapshot::LxcSnapshot;
 
 use process::{os, tail};
@@ -55,6 +55,10 @@ pub const QUICK_TIMEOUT: Duration = Duration::from_secs(120);
 /// The `PATH` a command run with [`LxcClient::attach`] or [`LxcClient::attach_streaming`] sees
 /// (its only environment variable: the host's environment is cleared).
 pub const ATTACH_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The `PATH` of a template run by [`LxcClient::create`] (the sbin directories included:
+/// debootstrap and `chroot` live there).
+pub const BOOTSTRAP_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Errors from the LXC tools.
 #[derive(Debug, thiserror::Error)]
@@ -174,6 +178,8 @@ pub const TOOLS: &[&str] = &[
     "lxc-ls",
     "lxc-config",
     "lxc-snapshot",
+    "lxc-freeze",
+    "lxc-unfreeze",
 ];
 
 /// The LXC path to use: `path` when given, else `$PGO_LXC_PATH` (when set and not empty), else
@@ -296,17 +302,26 @@ impl LxcClient {
     }
 
     /// Creates `name` from a template (`lxc-create -t TEMPLATE -- ARGS…`), bounded by `timeout`
-    /// (a debootstrap takes about a minute).
+    /// (a debootstrap takes about a minute), with a cleared environment holding only `env` (the
+    /// templates read settings such as `MIRROR` from the environment, so the caller's own
+    /// variables must not leak into them; see [`BOOTSTRAP_PATH`] for a `PATH`).
     ///
     /// # Errors
     /// A failing `lxc-create` (its stderr says why: mirror unreachable, debootstrap missing …).
-    pub async fn create(&self, name: &str, template: &str, template_args: &[&str], timeout: Duration) -> Result<()> {
+    pub async fn create(
+        &self,
+        name: &str,
+        template: &str,
+        template_args: &[&str],
+        env: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<()> {
         if template == "debian" {
             require_tool("debootstrap")?;
         }
         let mut args = self.args(&["-n", name, "-t", template, "--"]);
         args.extend(os(template_args));
-        run("lxc-create", &args, None, timeout).await?;
+        process::run_in("lxc-create", &args, Some(env), None, timeout).await?;
         Ok(())
     }
 
@@ -442,6 +457,28 @@ impl LxcClient {
     pub fn write_config(&self, name: &str, config: &LxcConfig) -> Result<()> {
         let path = self.config_path(name);
         write_atomic(&path, config.render().as_bytes(), 0o640)
+    }
+
+    /// The static IPv4 address (`lxc.net.0.ipv4.address`, without its prefix length) of every
+    /// container under the LXC path that has one, by container name, whoever made it. Unreadable
+    /// configs are skipped.
+    ///
+    /// # Errors
+    /// [`LxcError::Io`] when the LXC path cannot be listed.
+    pub fn configured_addresses(&self) -> Result<Vec<(String, Ipv4Addr)>> {
+        let rd = std::fs::read_dir(&self.path).map_err(|source| LxcError::Io { path: self.path.clone(), source })?;
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let Some(name) = e.file_name().to_str().map(str::to_string) else { continue };
+            let Ok(text) = std::fs::read_to_string(e.path().join("config")) else { continue };
+            let config = LxcConfig::parse(&text);
+            if let Some(a) = config.get("lxc.net.0.ipv4.address").and_then(|v| v.split('/').next()?.trim().parse().ok())
+            {
+                out.push((name, a));
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     pub(crate) fn must_exist(&self, name: &str) -> Result<()> {

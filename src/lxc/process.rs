@@ -79,9 +79,27 @@ pub async fn run(
     stdin: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<std::process::Output> {
+    run_in(tool, args, None, stdin, timeout).await
+}
+
+/// Like [`run`], with a **cleared** environment holding only `env` (names and values) when `env`
+/// is given; the variables' values never appear in errors or logs.
+///
+/// # Errors
+/// As for [`run`].
+pub async fn run_in(
+    tool: &str,
+    args: &[OsString],
+    env: Option<&[(String, String)]>,
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<std::process::Output> {
     let exe = require_tool(tool)?;
     let command = command_line(tool, args);
     let mut cmd = tokio::process::Command::new(exe);
+    if let Some(env) = env {
+        cmd.env_clear().envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
     cmd.args(args)
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
@@ -186,6 +204,17 @@ mod tests {
         );
         let e = run("sleep", &os(&["5"]), None, Duration::from_millis(100)).await.unwrap_err();
         assert_eq!(e.to_string(), "`sleep 5` did not finish within 0.1s");
+    }
+
+    #[tokio::test]
+    async fn run_in_clears_the_environment() {
+        // SAFETY: a variable only this test reads; set before any process is spawned by it.
+        unsafe { std::env::set_var("PGO_TEST_LEAK", "from the caller") };
+        let env = [("PATH".to_string(), "/usr/bin:/bin".to_string()), ("MIRROR".to_string(), "http://m/".to_string())];
+        let out = run_in("env", &[], Some(&env), None, super::super::QUICK_TIMEOUT).await.unwrap();
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+        lines.sort();
+        assert_eq!(lines, ["MIRROR=http://m/", "PATH=/usr/bin:/bin"]);
     }
 
     #[tokio::test]

@@ -65,7 +65,9 @@ fn ct_snapshots_with(
     lxc: Option<&LxcClient>,
 ) -> Option<Box<dyn CtSnapshots>> {
     match prov.backend {
-        BackendKind::Lxc => Some(Box::new(LxcSnapshots::new(lxc?.clone(), &prov.hostname))),
+        BackendKind::Lxc => {
+            Some(Box::new(LxcSnapshots::new(lxc?.clone(), &prov.hostname).keeping(crate::backend::lxc::META_FILE)))
+        }
         BackendKind::Pve => {
             let (pve, node) = (pve?, prov.node.as_deref()?);
             Some(Box::new(PveSnapshots::new(pve.client.clone(), node, prov.vmid).with_timeout(pve.task_timeout)))

@@ -106,17 +106,24 @@ pub fn classify(target: &str, name: &str, message: &str) -> CtSnapshotError {
     CtSnapshotError::Failed { target, message: m.into() }
 }
 
+/// What [`CtSnapshots::create`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CtCreated {
+    /// The create task's UPID (PVE), `None` for LXC.
+    pub upid: Option<String>,
+    /// How long the container's processes were paused for the snapshot, in milliseconds (LXC: a
+    /// running container is frozen while its rootfs is copied); `None` when it was not
+    /// interrupted (PVE, a stopped container).
+    pub downtime_ms: Option<u64>,
+}
+
 /// Container snapshots of one container. Every call returns after the backend finished (PVE:
 /// the task's UPID was waited on and ended `OK`); `Option<String>` is that UPID.
 pub trait CtSnapshots: Send + Sync {
     /// The container, for messages (`CT 101 on pve1`).
     fn target(&self) -> String;
-    /// Creates snapshot `name` with `description`.
-    fn create<'a>(
-        &'a self,
-        name: &'a str,
-        description: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>>;
+    /// Creates snapshot `name` with `description`, also of a running container.
+    fn create<'a>(&'a self, name: &'a str, description: &'a str) -> BoxFuture<'a, Result<CtCreated, CtSnapshotError>>;
     /// Lists the snapshots (without PVE's `current`).
     fn list(&self) -> BoxFuture<'_, Result<Vec<CtSnapshotInfo>, CtSnapshotError>>;
     /// Rolls the container back to `name` (PVE stops a running container first).
@@ -145,6 +152,10 @@ pub struct CtSnapshotRecord {
     pub upid: Option<String>,
     /// Description given.
     pub description: String,
+    /// How long the container was paused for it, in milliseconds (see [`CtCreated`]); absent
+    /// when it was not interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downtime_ms: Option<u64>,
 }
 
 /// Takes a container snapshot named for `now` (next free `-N` when that second's name exists).
@@ -162,8 +173,8 @@ pub async fn take(
         stamp = stamp.next();
     }
     let name = name_for(stamp);
-    let upid = ct.create(&name, description).await?;
-    Ok(CtSnapshotRecord { name, upid, description: description.into() })
+    let CtCreated { upid, downtime_ms } = ct.create(&name, description).await?;
+    Ok(CtSnapshotRecord { name, upid, description: description.into(), downtime_ms })
 }
 
 /// Keeps the newest `keep` snapshots named by this tool (ordered by the stamp in the name) and
@@ -216,7 +227,7 @@ pub(crate) mod tests {
         fn target(&self) -> String {
             "CT 101".into()
         }
-        fn create<'a>(&'a self, name: &'a str, d: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+        fn create<'a>(&'a self, name: &'a str, d: &'a str) -> BoxFuture<'a, Result<CtCreated, CtSnapshotError>> {
             Box::pin(async move {
                 self.calls.lock().unwrap().push(format!("create {name}"));
                 if let Some(m) = &self.fail_create {
@@ -227,7 +238,7 @@ pub(crate) mod tests {
                     return Err(classify("CT 101", name, &format!("snapshot name '{name}' already used")));
                 }
                 s.push(CtSnapshotInfo { name: name.into(), description: d.into(), snaptime: None });
-                Ok(Some(format!("UPID:pve1:create:{name}")))
+                Ok(CtCreated { upid: Some(format!("UPID:pve1:create:{name}")), downtime_ms: None })
             })
         }
         fn list(&self) -> BoxFuture<'_, Result<Vec<CtSnapshotInfo>, CtSnapshotError>> {
@@ -263,7 +274,8 @@ pub(crate) mod tests {
             CtSnapshotRecord {
                 name: "pgo-20261130-160102".into(),
                 upid: Some("UPID:pve1:create:pgo-20261130-160102".into()),
-                description: "d".into()
+                description: "d".into(),
+                downtime_ms: None,
             }
         );
         assert_eq!(b.name, "pgo-20261130-160102-2");

@@ -6,12 +6,13 @@
 //! This module writes our name (`pgo-…`) as the comment's first line and the description after
 //! it, and maps names back by reading the snapshots the client lists; snapshots without a
 //! comment are listed under their `snapN` name (and so never pruned). `ts` is read as UTC (the
-//! runner's clock is UTC in CI). Creating a snapshot of a directory-backed container needs it
-//! stopped (`lxc-snapshot` has no `--allowrunning`): a running container gives
-//! [`CtSnapshotError::NotSupported`]. Rollback (`lxc-snapshot -r snapN`) replaces the
-//! container's rootfs and also needs it stopped.
+//! runner's clock is UTC in CI). A stopped container is snapshotted with `lxc-snapshot`; a
+//! running one (which `lxc-snapshot` refuses) is frozen for the copy
+//! ([`LxcClient::snapshot_running`], the same snapshot on disk), and the time it was frozen is
+//! reported as the snapshot's downtime. Rollback (`lxc-snapshot -r snapN`) replaces the
+//! container's rootfs and needs it stopped (see [`crate::backend::live`]).
 
-use super::ct::{CtSnapshotError, CtSnapshotInfo, CtSnapshots};
+use super::ct::{CtCreated, CtSnapshotError, CtSnapshotInfo, CtSnapshots};
 use crate::exec::BoxFuture;
 use crate::lxc::{LxcClient, State};
 
@@ -20,7 +21,12 @@ use crate::lxc::{LxcClient, State};
 pub struct LxcSnapshots {
     client: LxcClient,
     name: String,
+    /// Files of the container's directory kept across a rollback (see [`LxcSnapshots::keeping`]).
+    keep: Vec<String>,
 }
+
+/// How long a rollback lets a running container shut down cleanly before it is killed.
+pub const ROLLBACK_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A snapshot as `lxc-snapshot` names it and as we name it.
 struct SnapDir {
@@ -32,7 +38,15 @@ struct SnapDir {
 impl LxcSnapshots {
     /// Container `name` (its LXC name: the hostname) under `client`'s LXC path.
     pub fn new(client: LxcClient, name: &str) -> Self {
-        Self { client, name: name.into() }
+        Self { client, name: name.into(), keep: Vec::new() }
+    }
+
+    /// Keeps the file `file` of the container's directory (`<lxcpath>/<name>/FILE`, e.g. the lxc
+    /// backend's `proxmox-gitops.json`) across a rollback: `lxc-snapshot -r` replaces the
+    /// directory and would drop it.
+    pub fn keeping(mut self, file: &str) -> Self {
+        self.keep.push(file.to_string());
+        self
     }
 
     fn scan(&self) -> Result<Vec<SnapDir>, CtSnapshotError> {
@@ -66,28 +80,34 @@ impl CtSnapshots for LxcSnapshots {
         format!("LXC container {}", self.name)
     }
 
-    fn create<'a>(
-        &'a self,
-        name: &'a str,
-        description: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+    fn create<'a>(&'a self, name: &'a str, description: &'a str) -> BoxFuture<'a, Result<CtCreated, CtSnapshotError>> {
         Box::pin(async move {
             if self.scan()?.iter().any(|s| s.info.name == name) {
                 return Err(CtSnapshotError::NameInUse { target: self.target(), name: name.into() });
             }
-            if self.client.state(&self.name).await.map_err(|e| self.failed(e))? == State::Running {
-                return Err(CtSnapshotError::NotSupported {
+            let comment = format!("{name}\n{description}\n");
+            match self.client.state(&self.name).await.map_err(|e| self.failed(e))? {
+                State::Stopped => {
+                    let mut file =
+                        tempfile::NamedTempFile::new().map_err(|e| self.failed(format!("temp file: {e}")))?;
+                    use std::io::Write;
+                    file.write_all(comment.as_bytes()).map_err(|e| self.failed(e))?;
+                    self.client.snapshot_create(&self.name, file.path()).await.map_err(|e| self.failed(e))?;
+                    Ok(CtCreated::default())
+                }
+                State::Running => {
+                    let (_, frozen) =
+                        self.client.snapshot_running(&self.name, &comment).await.map_err(|e| self.failed(e))?;
+                    Ok(CtCreated { upid: None, downtime_ms: Some(frozen.as_millis() as u64) })
+                }
+                other => Err(CtSnapshotError::NotSupported {
                     target: self.target(),
-                    detail: "the container is running, and lxc-snapshot copies a directory-backed rootfs \
-                             only while the container is stopped"
-                        .into(),
-                });
+                    detail: format!(
+                        "the container is {} (neither running nor stopped); try again once it has settled",
+                        other.as_str()
+                    ),
+                }),
             }
-            let mut comment = tempfile::NamedTempFile::new().map_err(|e| self.failed(format!("temp file: {e}")))?;
-            use std::io::Write;
-            writeln!(comment, "{name}").and_then(|_| writeln!(comment, "{description}")).map_err(|e| self.failed(e))?;
-            self.client.snapshot_create(&self.name, comment.path()).await.map_err(|e| self.failed(e))?;
-            Ok(None)
         })
     }
 
@@ -95,10 +115,35 @@ impl CtSnapshots for LxcSnapshots {
         Box::pin(async move { Ok(self.scan()?.into_iter().map(|s| s.info).collect()) })
     }
 
+    /// Rolls back with `lxc-snapshot -r`, which needs the container stopped: a running one is
+    /// shut down cleanly (killed after [`ROLLBACK_STOP_TIMEOUT`]), restored and started again;
+    /// the files named with [`LxcSnapshots::keeping`] are written back.
     fn rollback<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             let snap = self.lxc_name_of(name)?;
-            self.client.snapshot_restore(&self.name, &snap).await.map_err(|e| self.failed(e))?;
+            let dir = self.client.container_dir(&self.name);
+            let mut kept = Vec::new();
+            for f in &self.keep {
+                match std::fs::read(dir.join(f)) {
+                    Ok(b) => kept.push((dir.join(f), b)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(self.failed(format!("cannot read {}: {e}", dir.join(f).display()))),
+                }
+            }
+            let was = self.client.state(&self.name).await.map_err(|e| self.failed(e))?;
+            if was != State::Stopped {
+                self.client.stop(&self.name, ROLLBACK_STOP_TIMEOUT).await.map_err(|e| self.failed(e))?;
+            }
+            let restored = self.client.snapshot_restore(&self.name, &snap).await.map_err(|e| self.failed(e));
+            for (path, bytes) in &kept {
+                if !path.exists() {
+                    crate::lxc::write_atomic(path, bytes, 0o644).map_err(|e| self.failed(e))?;
+                }
+            }
+            restored?;
+            if was == State::Running {
+                self.client.start(&self.name).await.map_err(|e| self.failed(e))?;
+            }
             Ok(None)
         })
     }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::ct::{CtSnapshotError, CtSnapshotInfo, CtSnapshots, classify};
+use super::ct::{CtCreated, CtSnapshotError, CtSnapshotInfo, CtSnapshots, classify};
 use crate::exec::BoxFuture;
 use crate::pve::{PveClient, PveError, Replay};
 
@@ -120,16 +120,13 @@ impl CtSnapshots for PveSnapshots {
         format!("CT {} on {}", self.vmid, self.node)
     }
 
-    fn create<'a>(
-        &'a self,
-        name: &'a str,
-        description: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
+    fn create<'a>(&'a self, name: &'a str, description: &'a str) -> BoxFuture<'a, Result<CtCreated, CtSnapshotError>> {
         Box::pin(async move {
             self.check_name(name)?;
             let path = self.base();
             let params = [("snapname", name.to_string()), ("description", description.to_string())];
-            self.task("snapshot", name, self.client.post(&path, &params, Replay::Unsafe)).await
+            let upid = self.task("snapshot", name, self.client.post(&path, &params, Replay::Unsafe)).await?;
+            Ok(CtCreated { upid, downtime_ms: None })
         })
     }
 

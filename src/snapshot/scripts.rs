@@ -36,6 +36,10 @@ pub const PRE_SNAPSHOT_TIMEOUT_SECS: u32 = 120;
 ///
 /// MODE `manifest`: print the manifest only. MODE `archive`: run the hooks in
 /// [`PRE_SNAPSHOT_DIR`], then print the manifest, then the tar stream.
+/// Its work files (the manifest's parts, the file list) live in a fresh directory under
+/// `/run/proxmox-gitops/` (mode 0700, removed on exit), not under `/tmp`: `systemd-tmpfiles`
+/// cleans `/tmp` during early boot and on its timer, which could remove them while a snapshot
+/// of a container that just started is running.
 /// Exit codes: 0 ok, 3 bad path (not absolute, `..`), 4 a path does not exist, 5 a pre-snapshot
 /// hook failed or timed out, other: the failing tool's code (tar's 1 = a file changed while it
 /// was read).
@@ -70,7 +74,8 @@ if [[ "$mode" == archive && -d "$hooks" ]]; then
     fi
   done
 fi
-work="$(mktemp -d /tmp/.pgo-snapshot.XXXXXX)"
+mkdir -p -m 0700 /run/proxmox-gitops
+work="$(mktemp -d /run/proxmox-gitops/snapshot.XXXXXX)"
 trap 'rm -rf -- "$work"' EXIT
 cd /
 find "${rel[@]}" ! -type s -printf '%y\0%m\0%U\0%G\0%T@\0%s\0%p\0%l\0' > "$work/meta"

@@ -232,8 +232,13 @@ impl Containers for Fake {
             let info = CtSnapshotInfo { name: name.into(), description: description.into(), snaptime: None };
             let disk = s.disk.clone();
             s.snapshots.push((info, disk));
-            let restarted = self.kind == BackendKind::Lxc;
-            Ok(SnapshotTaken { upid: (!restarted).then(|| format!("UPID:pve1:vzsnapshot:{name}")), restarted })
+            // As the backends do: PVE returns a UPID; LXC freezes the running container.
+            let lxc = self.kind == BackendKind::Lxc;
+            Ok(SnapshotTaken {
+                upid: (!lxc).then(|| format!("UPID:pve1:vzsnapshot:{name}")),
+                restarted: false,
+                downtime_ms: lxc.then_some(120),
+            })
         })
     }
 

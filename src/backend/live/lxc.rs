@@ -3,10 +3,11 @@
 //! commands with `lxc-attach`, snapshots with `lxc-snapshot` through [`LxcSnapshots`] (our
 //! `pgo-…` names kept in the snapshot's comment).
 //!
-//! `lxc-snapshot` copies a directory-backed rootfs only while the container is stopped, and its
-//! restore replaces the container's directory: a snapshot stops and restarts a running
-//! container, and a rollback keeps the backend's `proxmox-gitops.json` (which `lxc-snapshot -r`
-//! would drop) so the container stays recognisably ours.
+//! A running container is snapshotted frozen (see [`crate::lxc::snapshot`]: paused for the copy,
+//! not restarted; the pause is reported as the downtime). `lxc-snapshot -r` replaces the
+//! container's directory and needs it stopped: a rollback stops it, restores, keeps the
+//! backend's `proxmox-gitops.json` (which `lxc-snapshot -r` would drop) so the container stays
+//! recognisably ours, and starts it again.
 
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ impl LxcLive {
     }
 
     fn snaps(&self, spec: &ContainerSpec) -> LxcSnapshots {
-        LxcSnapshots::new(self.backend.client().clone(), &spec.hostname)
+        LxcSnapshots::new(self.backend.client().clone(), &spec.hostname).keeping(META_FILE)
     }
 
     fn stop_timeout(&self) -> Duration {
@@ -89,22 +90,8 @@ impl LxcLive {
         name: &str,
         description: &str,
     ) -> anyhow::Result<SnapshotTaken> {
-        let host = spec.hostname.as_str();
-        let running = self.backend.client().state(host).await? == State::Running;
-        if running {
-            self.stop(host).await?;
-        }
-        let created = self.snaps(spec).create(name, description).await;
-        if running {
-            // Started again whatever the snapshot did: a failed snapshot must not leave the
-            // container down.
-            let started = self.start(host).await;
-            created?;
-            started?;
-        } else {
-            created?;
-        }
-        Ok(SnapshotTaken { upid: None, restarted: running })
+        let created = self.snaps(spec).create(name, description).await?;
+        Ok(SnapshotTaken { upid: None, restarted: false, downtime_ms: created.downtime_ms })
     }
 
     pub(super) async fn snapshots(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<CtSnapshotInfo>> {
@@ -117,21 +104,17 @@ impl LxcLive {
 
     pub(super) async fn rollback(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
         let host = spec.hostname.as_str();
-        let client = self.backend.client();
-        let meta_path = client.container_dir(host).join(META_FILE);
-        let meta = std::fs::read(&meta_path).with_context(|| format!("cannot read {}", meta_path.display()))?;
-        // The snapshot must exist before the container is stopped.
-        if !self.snaps(spec).list().await?.iter().any(|s| s.name == name) {
-            anyhow::bail!("LXC container {host}: no snapshot named `{name}`");
+        let meta_path = self.backend.client().container_dir(host).join(META_FILE);
+        if !meta_path.is_file() {
+            anyhow::bail!("cannot read {}: not rolling back a container without it", meta_path.display());
         }
-        self.stop(host).await?;
-        let restored = self.snaps(spec).rollback(name).await;
-        if !meta_path.exists() {
-            crate::lxc::write_atomic(&meta_path, &meta, 0o644)
-                .with_context(|| format!("cannot write back {}", meta_path.display()))?;
+        // Checks that the snapshot exists before the container is stopped; stops a running
+        // container, restores, keeps proxmox-gitops.json, starts it again.
+        let snaps = self.snaps(spec);
+        crate::snapshot::ct::rollback(&snaps, name).await?;
+        if self.backend.client().state(host).await? != State::Running {
+            self.start(host).await?;
         }
-        restored?;
-        self.start(host).await?;
         Ok(None)
     }
 

@@ -75,9 +75,12 @@ pub enum CtState {
 pub struct SnapshotTaken {
     /// The PVE task's UPID (`None` for LXC).
     pub upid: Option<String>,
-    /// True when the container was stopped for the snapshot and started again (LXC: a
-    /// directory-backed rootfs is copied while stopped): the caller waits until it answers.
+    /// True when the container was stopped for the snapshot and started again: the caller
+    /// waits until it answers. (No backend does so today: LXC freezes a running container.)
     pub restarted: bool,
+    /// How long the container was paused for it, in milliseconds (LXC: frozen while its rootfs
+    /// was copied); `None` when it was not interrupted.
+    pub downtime_ms: Option<u64>,
 }
 
 /// Operations on existing containers, one implementation per backend ([`Live`]); the steps

@@ -159,8 +159,8 @@ impl PveLive {
         description: &str,
     ) -> anyhow::Result<SnapshotTaken> {
         let node = self.node(spec).await?;
-        let upid = self.snaps(&node, spec).create(name, description).await?;
-        Ok(SnapshotTaken { upid, restarted: false })
+        let created = self.snaps(&node, spec).create(name, description).await?;
+        Ok(SnapshotTaken { upid: created.upid, restarted: false, downtime_ms: created.downtime_ms })
     }
 
     pub(super) async fn snapshots(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<CtSnapshotInfo>> {

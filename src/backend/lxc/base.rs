@@ -1,7 +1,9 @@
 //! The cached base container: bootstrapped once per host (`lxc-create -t debian`, prepared for
 //! cloning: SSH host keys and machine-id removed, AppArmor unconfined, [`super::BASE_READY_FILE`]
 //! written last), then cloned for every container (`lxc-copy`, an overlay snapshot where the kernel
-//! allows it). A lock file serialises concurrent bootstraps.
+//! allows it). A lock file serialises concurrent bootstraps. The bootstrap runs with a cleared
+//! environment plus the mirror settings ([`bootstrap_env`]) and is tried once more after a
+//! download failure ([`transient_download_error`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,6 +12,57 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::{BASE_READY_FILE, CloneMode, LxcBackend};
 use crate::lxc;
+
+/// The whole environment of the base bootstrap (`lxc-create -t debian`): the template reads
+/// `MIRROR`, `SECURITY_MIRROR` and `LXC_CACHE_PATH` from its environment, so the caller's
+/// environment is not passed on (a `MIRROR` set for something else used to break the bootstrap
+/// with "Invalid release bookworm (not found in mirror)"). It holds `PATH`
+/// ([`lxc::BOOTSTRAP_PATH`]), `MIRROR` and `SECURITY_MIRROR` from the options,
+/// `LXC_CACHE_PATH` when the options set one, and from `caller` (the process's variables) only
+/// the proxy settings `http_proxy`, `https_proxy`, `no_proxy` (either case), which debootstrap's
+/// downloads need behind a proxy.
+pub fn bootstrap_env(
+    opts: &super::LxcOptions,
+    caller: impl IntoIterator<Item = (String, String)>,
+) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("PATH".to_string(), lxc::BOOTSTRAP_PATH.to_string()),
+        ("MIRROR".to_string(), opts.mirror.clone()),
+        ("SECURITY_MIRROR".to_string(), opts.security_mirror.clone()),
+    ];
+    if let Some(c) = &opts.cache_path {
+        env.push(("LXC_CACHE_PATH".to_string(), c.display().to_string()));
+    }
+    let proxies = ["http_proxy", "https_proxy", "no_proxy"];
+    let mut passed: Vec<(String, String)> =
+        caller.into_iter().filter(|(k, _)| proxies.contains(&k.to_ascii_lowercase().as_str())).collect();
+    passed.sort();
+    env.extend(passed);
+    env
+}
+
+/// Whether a failed bootstrap's message shows a download failure that may pass (the mirror or
+/// the network briefly unavailable), worth one more try: the debian template's "Failed to
+/// download the rootfs" / "Failed to download 'debian base'", its release check ("not found in
+/// mirror": the Release file could not be fetched), debootstrap's "Failed getting release file",
+/// "Couldn't download", and resolver or connection errors.
+pub fn transient_download_error(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "failed to download",
+        "not found in mirror",
+        "failed getting release",
+        "couldn't download",
+        "temporary failure",
+        "could not resolve",
+        "connection timed out",
+        "connection refused",
+        "network is unreachable",
+        "hash sum mismatch",
+    ]
+    .iter()
+    .any(|p| m.contains(p))
+}
 
 /// Outcome of [`LxcBackend::ensure_base`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +79,8 @@ impl LxcBackend {
     /// `<lxcpath>/.<base>.lock`, so the base is bootstrapped once.
     ///
     /// # Errors
-    /// A failing `lxc-create` (mirror unreachable, debootstrap missing), a base without sshd.
+    /// A failing `lxc-create` (mirror unreachable twice, debootstrap missing), a base without
+    /// sshd.
     pub async fn ensure_base(&self) -> Result<BaseStatus> {
         let base = self.opts.base.clone();
         let lock_path = self.base_lock_path();
@@ -52,17 +106,37 @@ impl LxcBackend {
             self.client.destroy(&base).await.context("cannot remove the incomplete base")?;
         }
         let wait = crate::progress::Wait::start(format!(
-            "bootstrapping base `{base}` (debootstrap debian {}, about a minute)",
-            self.opts.release
+            "bootstrapping base `{base}` (debootstrap debian {} from {}, about a minute)",
+            self.opts.release, self.opts.mirror
         ));
         let release = format!("--release={}", self.opts.release);
-        let r =
-            self.client.create(&base, "debian", &[&release, "--packages=python3"], self.opts.bootstrap_timeout).await;
-        if let Err(e) = r {
+        let env = bootstrap_env(&self.opts, std::env::vars());
+        let mut attempt = 1;
+        loop {
+            let r = self
+                .client
+                .create(&base, "debian", &[&release, "--packages=python3"], &env, self.opts.bootstrap_timeout)
+                .await;
+            let Err(e) = r else { break };
             if self.client.exists(&base) {
                 let _ = self.client.destroy(&base).await;
             }
-            return Err(anyhow!(e).context(format!("cannot bootstrap the base container `{base}`")));
+            let text = e.to_string();
+            if attempt == 1 && transient_download_error(&text) {
+                tracing::warn!(
+                    "bootstrapping the base `{base}` failed on a download from {}; trying once more in 5 s: {text}",
+                    self.opts.mirror
+                );
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                attempt += 1;
+                continue;
+            }
+            let tries = if attempt > 1 { " (tried twice)" } else { "" };
+            return Err(anyhow!(e).context(format!(
+                "cannot bootstrap the base container `{base}` from the Debian mirror {}{tries}; \
+                 set PGO_LXC_MIRROR to a mirror that serves {} (see docs/lxc.md)",
+                self.opts.mirror, self.opts.release
+            )));
         }
         self.prepare_base(&base).with_context(|| format!("cannot prepare the base container `{base}`"))?;
         wait.finish("ready");
@@ -154,5 +228,55 @@ impl LxcBackend {
         self.client.destroy(base).await.with_context(|| format!("cannot destroy the base `{base}`"))?;
         let _ = std::fs::remove_file(self.base_lock_path());
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::lxc::LxcOptions;
+
+    #[test]
+    fn the_bootstrap_sees_only_path_mirrors_cache_and_proxies() {
+        let caller = [
+            ("MIRROR", "http://apt.example/ubuntu"),
+            ("HOME", "/root"),
+            ("https_proxy", "http://proxy:3128"),
+            ("NO_PROXY", "localhost"),
+            ("LXC_CACHE_PATH", "/elsewhere"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let opts = LxcOptions { cache_path: Some("/srv/cache".into()), ..LxcOptions::default() };
+        let env: Vec<String> = bootstrap_env(&opts, caller).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(
+            env,
+            [
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "MIRROR=http://deb.debian.org/debian",
+                "SECURITY_MIRROR=http://security.debian.org/debian-security",
+                "LXC_CACHE_PATH=/srv/cache",
+                "NO_PROXY=localhost",
+                "https_proxy=http://proxy:3128",
+            ]
+        );
+        let opts = LxcOptions { mirror: "http://mirror.local/debian".into(), ..LxcOptions::default() };
+        assert!(bootstrap_env(&opts, []).contains(&("MIRROR".into(), "http://mirror.local/debian".into())));
+        assert!(!bootstrap_env(&opts, []).iter().any(|(k, _)| k == "LXC_CACHE_PATH"));
+    }
+
+    #[test]
+    fn download_failures_are_retried_others_not() {
+        for m in [
+            "`lxc-create …` failed (exit status: 1): Failed to download the rootfs, aborting.",
+            "Invalid release bookworm (not found in mirror)",
+            "E: Failed getting release file http://deb.debian.org/debian/dists/bookworm/Release",
+            "W: Couldn't download package libc6",
+            "wget: unable to resolve host address: Temporary failure in name resolution",
+        ] {
+            assert!(transient_download_error(m), "{m}");
+        }
+        for m in ["`debootstrap` is not installed", "No space left on device", "Failed to add configuration"] {
+            assert!(!transient_download_error(m), "{m}");
+        }
     }
 }

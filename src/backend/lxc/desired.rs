@@ -3,8 +3,11 @@
 //! What the spec becomes: [`desired()`] turns a [`ContainerSpec`] into the LXC config keys this backend manages (see
 //! [`MANAGED_KEYS`]): memory (`MEMORY` MiB) and swap (`SWAP` MiB) limits, a CPU quota of `CORES`
 //! CPUs, `lxc.start.auto` from `BOOT`, `lxc.mount.entry` for bind/share/volume mounts,
-//! device passthrough (`lxc.cgroup[2].devices.allow` + a bind of the node), the bridge and a MAC
-//! address derived from the hostname (so the DHCP lease, hence the address, is stable). cgroup
+//! device passthrough (`lxc.cgroup[2].devices.allow` + a bind of the node), the bridge, a MAC
+//! address derived from the hostname, and a static address on the bridge
+//! (`lxc.net.0.ipv4.address`/`gateway`, chosen by [`desired()`]'s address rule: the spec's `IP`
+//! inside the bridge's subnet, else one from the part of the subnet lxc-net's dnsmasq does not
+//! lease), so a container has its address the moment it starts instead of after a DHCP exchange. cgroup
 //! v2 hosts get `lxc.cgroup2.memory.max`, `memory.swap.max`, `cpu.max`; cgroup v1 hosts the
 //! `lxc.cgroup.memory.limit_in_bytes`, `memory.memsw.limit_in_bytes`, `cpu.cfs_quota_us` family.
 //! The file `<lxcpath>/<name>/proxmox-gitops.json` ([`super::Meta`]) records the vmid and base the
@@ -18,7 +21,7 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use sha2::Digest;
 
-use super::{Cgroup, HostFacts, HostPath, LxcOptions, Meta};
+use super::{Cgroup, CurrentAddress, HostFacts, HostPath, LxcOptions, Meta};
 use crate::inventory::{ContainerSpec, IpConfig, Mount};
 use crate::lxc;
 
@@ -58,7 +61,9 @@ pub struct Desired {
     pub meta: Meta,
     /// Directories to create on the host before start (volumes, share directories).
     pub host_dirs: Vec<PathBuf>,
-    /// The static address configured, when the spec's `IP` fits the bridge's subnet.
+    /// The static address configured (`lxc.net.0.ipv4.address`): the spec's `IP` when it fits
+    /// the bridge's subnet, else the one the container has, else one from the static pool;
+    /// `None`: DHCP.
     pub static_address: Option<Ipv4Addr>,
     /// Spec settings this backend cannot honour, one sentence each.
     pub warnings: Vec<String>,
@@ -80,6 +85,61 @@ fn spec_file(spec: &ContainerSpec) -> String {
     spec.sources.first().cloned().unwrap_or_else(|| spec.dir.join("container.env")).display().to_string()
 }
 
+/// The static address of the container, `None` for DHCP (see the module docs):
+///
+/// 1. an `IP` inside the bridge's subnet is used as it is (with a warning when lxc-net's DHCP
+///    range or another container has it too);
+/// 2. otherwise a container that exists keeps what it has: its static address (unless another
+///    container took it), or DHCP (no address change under a running service; a recreate gives it
+///    a static one);
+/// 3. a new container gets the first free address of the static pool, counting from a place
+///    derived from its hostname (SHA-256, so the same lib gets the same address again when it is
+///    free), skipping `host.taken`. No pool, or a full one: DHCP, with a warning.
+fn address(spec: &ContainerSpec, host: &HostFacts, opts: &LxcOptions, warnings: &mut Vec<String>) -> Option<Ipv4Addr> {
+    if let IpConfig::Static { address, .. } = spec.ip {
+        if in_subnet(address, host.bridge_net) && address != host.bridge_net.0 {
+            if let Some((a, b)) =
+                host.dhcp_range.filter(|(a, b)| (u32::from(*a)..=u32::from(*b)).contains(&u32::from(address)))
+            {
+                warnings.push(format!(
+                    "IP {address} is inside lxc-net's DHCP range {a}-{b}: a lease may give it to another container; \
+                     choose an address outside it, or leave IP unset for the lxc backend to choose one"
+                ));
+            } else if host.taken.contains(&address) {
+                warnings.push(format!("IP {address} is also used by another container on {}", opts.bridge));
+            }
+            return Some(address);
+        }
+        warnings.push(format!(
+            "IP {address} is outside {}'s subnet {}/{}: ignored by the lxc backend, which chooses the container's address itself",
+            opts.bridge, host.bridge_net.0, host.bridge_net.1
+        ));
+    }
+    match host.current {
+        CurrentAddress::Static(a) if in_subnet(a, host.bridge_net) && !host.taken.contains(&a) => return Some(a),
+        CurrentAddress::Dhcp => return None,
+        _ => {}
+    }
+    let Some((first, last)) = host.pool else {
+        return None;
+    };
+    let (first, last) = (u32::from(first), u32::from(last));
+    let n = last - first + 1;
+    let h = sha2::Sha256::digest(spec.hostname.as_bytes());
+    let start = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) % n;
+    let found = (0..n).map(|i| Ipv4Addr::from(first + (start + i) % n)).find(|a| !host.taken.contains(a));
+    if found.is_none() {
+        warnings.push(format!(
+            "every static address {}-{} on {} is taken: `{}` gets its address from DHCP",
+            Ipv4Addr::from(first),
+            Ipv4Addr::from(last),
+            opts.bridge,
+            spec.hostname
+        ));
+    }
+    found
+}
+
 /// Computes the desired LXC config of `spec` on a host described by `host` (pure).
 ///
 /// # Errors
@@ -98,18 +158,10 @@ pub fn desired(spec: &ContainerSpec, host: &HostFacts, opts: &LxcOptions) -> Res
     set(&mut keys, "lxc.net.0.hwaddr", hwaddr(&spec.hostname));
     set(&mut keys, "lxc.start.auto", if spec.onboot { "1" } else { "0" }.into());
 
-    let mut static_address = None;
-    if let IpConfig::Static { address, .. } = spec.ip {
-        if in_subnet(address, host.bridge_net) && address != host.bridge_net.0 {
-            set(&mut keys, "lxc.net.0.ipv4.address", format!("{address}/{}", host.bridge_net.1));
-            set(&mut keys, "lxc.net.0.ipv4.gateway", host.bridge_net.0.to_string());
-            static_address = Some(address);
-        } else {
-            warnings.push(format!(
-                "IP {address} is outside {}'s subnet {}/{}: ignored by the lxc backend, the address comes from DHCP",
-                opts.bridge, host.bridge_net.0, host.bridge_net.1
-            ));
-        }
+    let static_address = address(spec, host, opts, &mut warnings);
+    if let Some(address) = static_address {
+        set(&mut keys, "lxc.net.0.ipv4.address", format!("{address}/{}", host.bridge_net.1));
+        set(&mut keys, "lxc.net.0.ipv4.gateway", host.bridge_net.0.to_string());
     }
 
     let mem = spec.memory_mib * 1024 * 1024;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::desired::{in_subnet, live_applicable};
-use super::{BaseStatus, Desired, LxcBackend, META_FILE, record};
+use super::{BaseStatus, CurrentAddress, Desired, HostFacts, LxcBackend, META_FILE, desired, guest, record};
 use crate::backend::model::{
     Action, ActionRecord, ApplyOptions, BackendKind, Change, ContainerPlan, Outcome, Provision, RecreatePolicy,
 };
@@ -38,8 +38,9 @@ impl LxcBackend {
         p: &mut Provision,
     ) -> Result<()> {
         let name = spec.hostname.as_str();
-        let desired = self.desired(spec, true).await?;
+        let mut desired = self.desired(spec, true).await?;
         p.warnings.extend(desired.warnings.iter().cloned());
+        let mut key_installed = false;
         match &plan.action {
             Action::Refused { reasons, .. } => bail!(
                 "container `{name}` must be recreated ({}), but the recreate policy forbids it: rerun with --allow-recreate",
@@ -55,19 +56,34 @@ impl LxcBackend {
                     bail!("the plan recreates `{name}` ({}), but the recreate policy is `never`", reasons.join("; "));
                 }
                 p.actions.extend(self.destroy_container(name).await?);
-                self.create(spec, &desired, p).await?;
+                (desired, key_installed) = self.create(spec, opts, p).await?;
             }
             Action::Create => {
                 if self.client.exists(name) {
                     bail!("container `{name}` appeared since the plan was made; plan again");
                 }
-                self.create(spec, &desired, p).await?;
+                (desired, key_installed) = self.create(spec, opts, p).await?;
             }
             Action::Update { changes, .. } => {
                 let t = Instant::now();
+                // Under the address lock, like a create: the address is chosen again and written.
+                let lock = self.address_lock().await?;
+                desired = self.desired(spec, true).await?;
                 self.write_config(name, &desired)?;
+                drop(lock);
                 let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
                 p.actions.push(record("config", t, Some(keys.join(", "))));
+                if let Some(addr) = desired.static_address
+                    && changes.iter().any(|c| c.key == "lxc.net.0.ipv4.address")
+                {
+                    let t = Instant::now();
+                    self.write_guest_network(name).await?;
+                    p.actions.push(record(
+                        "guest-network",
+                        t,
+                        Some(format!("{addr}: /etc/network/interfaces (eth0 manual), /etc/resolv.conf")),
+                    ));
+                }
                 if self.client.state(name).await? == State::Running {
                     let t = Instant::now();
                     let applied = self.apply_cgroups_live(name, changes).await?;
@@ -107,7 +123,7 @@ impl LxcBackend {
         let key = crate::keys::ensure(&opts.share, spec.vmid, &spec.hostname)
             .with_context(|| format!("cannot prepare the key pair of vmid {}", spec.vmid))?;
         let t = Instant::now();
-        if self.install_key(name, &key.public_line).await? {
+        if !key_installed && self.install_key(name, &key.public_line).await? {
             p.actions.push(record(
                 "install-key",
                 t,
@@ -126,7 +142,11 @@ impl LxcBackend {
         Ok(())
     }
 
-    async fn create(&self, spec: &ContainerSpec, desired: &Desired, p: &mut Provision) -> Result<()> {
+    /// Clones the base as the container of `spec`, then, under the address lock, chooses its
+    /// address and writes its config, its guest files (network, SSH host key, root's
+    /// `authorized_keys`) and its metadata. Returns the desired state written and whether the
+    /// SSH key was installed. A failure after the clone removes the clone again.
+    async fn create(&self, spec: &ContainerSpec, opts: &ApplyOptions, p: &mut Provision) -> Result<(Desired, bool)> {
         let name = spec.hostname.as_str();
         let t = Instant::now();
         if self.ensure_base().await? == BaseStatus::Bootstrapped {
@@ -141,26 +161,128 @@ impl LxcBackend {
         p.actions.push(record("clone", t, Some(format!("{how} of {}", self.opts.base))));
         p.created = true;
         let t = Instant::now();
-        let result = (|| -> Result<()> {
-            for d in &desired.host_dirs {
-                std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+        match self.configure_new(spec, opts).await {
+            Ok((desired, key, detail)) => {
+                p.actions.push(record("config", t, Some(detail)));
+                if let Some(key) = &key {
+                    // Part of the config action (the file was written with the others).
+                    p.actions.push(record(
+                        "install-key",
+                        Instant::now(),
+                        Some(format!("{} → /root/.ssh/authorized_keys (written into the rootfs)", key.display())),
+                    ));
+                }
+                Ok((desired, key.is_some()))
             }
-            self.write_config(name, desired)?;
-            let meta = serde_json::to_vec_pretty(&desired.meta)?;
-            lxc::write_atomic(&self.client.container_dir(name).join(META_FILE), &meta, 0o644)?;
-            Ok(())
-        })();
-        if let Err(e) = result {
-            // Nothing half-made stays behind: the clone without its config is removed.
-            let _ = self.client.destroy(name).await;
-            p.created = false;
-            return Err(e.context(format!("cannot configure the new container `{name}` (removed again)")));
+            Err(e) => {
+                // Nothing half-made stays behind: the clone without its config is removed.
+                let _ = self.client.destroy(name).await;
+                p.created = false;
+                Err(e.context(format!("cannot configure the new container `{name}` (removed again)")))
+            }
         }
-        p.actions.push(record("config", t, None));
+    }
+
+    /// The part of [`Self::create`] after the clone: the address is chosen and the config written
+    /// under the address lock; the guest files and the metadata after it.
+    async fn configure_new(
+        &self,
+        spec: &ContainerSpec,
+        opts: &ApplyOptions,
+    ) -> Result<(Desired, Option<std::path::PathBuf>, String)> {
+        let name = spec.hostname.as_str();
+        let lock = self.address_lock().await?;
+        let mut host = HostFacts::gather(spec, &self.opts, &self.client, true).await?;
+        // The clone exists already, with the base's config: it is new.
+        host.current = CurrentAddress::Absent;
+        let desired = desired(spec, &host, &self.opts)?;
+        for d in &desired.host_dirs {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+        }
+        let config = self.write_config(name, &desired)?;
+        drop(lock);
+        let mut detail = vec![match desired.static_address {
+            Some(a) => format!("address {a}"),
+            None => "address from DHCP".to_string(),
+        }];
+        let mut key_installed = None;
+        if let Some(root) = guest::guest_root(&config) {
+            let mut files = guest::host_key_files(name)?;
+            if let Some(bridge) = desired.static_address.map(|_| host.bridge_net.0) {
+                files.extend(guest::network_files(bridge));
+            }
+            let key = crate::keys::ensure(&opts.share, spec.vmid, &spec.hostname)
+                .with_context(|| format!("cannot prepare the key pair of vmid {}", spec.vmid))?;
+            files.push(guest::GuestFile {
+                path: "root/.ssh/authorized_keys",
+                content: format!("{}\n", key.public_line.trim()).into_bytes(),
+                mode: 0o600,
+            });
+            for f in &files {
+                guest::write(&root, f)?;
+            }
+            let ssh_dir = root.dir.join("root/.ssh");
+            std::fs::set_permissions(&ssh_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .with_context(|| format!("cannot set the mode of {}", ssh_dir.display()))?;
+            key_installed = Some(key.public);
+            detail.push(format!(
+                "written into the rootfs: {}",
+                files.iter().map(|f| format!("/{}", f.path)).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        let meta = serde_json::to_vec_pretty(&desired.meta)?;
+        lxc::write_atomic(&self.client.container_dir(name).join(META_FILE), &meta, 0o644)?;
+        Ok((desired, key_installed, detail.join("; ")))
+    }
+
+    /// Writes the guest's network files ([`guest::network_files`]) of the existing container
+    /// `name` whose static address changed: into its rootfs while it is stopped, from the inside
+    /// with `lxc-attach` while it runs (so no host-side write can follow a symlink of a running
+    /// container). Either takes effect at its next start, with the new config.
+    async fn write_guest_network(&self, name: &str) -> Result<()> {
+        let bridge = lxc::bridge_ipv4_or_planned(&self.opts.bridge).await?.0;
+        let files = guest::network_files(bridge);
+        if self.client.state(name).await? == State::Stopped {
+            let config = self.client.read_config(name)?.ok_or_else(|| anyhow!("container `{name}` has no config"))?;
+            let Some(root) = guest::guest_root(&config) else {
+                bail!("container `{name}`: its rootfs is not a directory, so its network files cannot be written")
+            };
+            for f in &files {
+                guest::write(&root, f)?;
+            }
+            return Ok(());
+        }
+        // The path is one of ours (a constant), given as "$1", never pasted into the script.
+        let script = "umask 022 && cat > \"$1.pgo-new\" && mv -f \"$1.pgo-new\" \"$1\"";
+        for f in &files {
+            let path = format!("/{}", f.path);
+            self.client
+                .attach(name, &["/bin/sh", "-c", script, "sh", &path], Some(&f.content), lxc::QUICK_TIMEOUT)
+                .await
+                .with_context(|| format!("cannot write {path} in `{name}`"))?;
+        }
         Ok(())
     }
 
-    fn write_config(&self, name: &str, desired: &Desired) -> Result<()> {
+    /// Serialises choosing and writing addresses (threads and processes): an exclusive lock on
+    /// `<lxcpath>/.proxmox-gitops-addresses.lock`, released when the returned file is dropped.
+    async fn address_lock(&self) -> Result<std::fs::File> {
+        let path = self.client.path().join(".proxmox-gitops-addresses.lock");
+        tokio::task::spawn_blocking(move || -> Result<std::fs::File> {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            f.lock().with_context(|| format!("cannot lock {}", path.display()))?;
+            Ok(f)
+        })
+        .await?
+    }
+
+    /// Writes the managed keys of `desired` into the container's config; returns the config.
+    fn write_config(&self, name: &str, desired: &Desired) -> Result<lxc::LxcConfig> {
         let mut config = self
             .client
             .read_config(name)?
@@ -172,7 +294,7 @@ impl LxcBackend {
             config.set_all(k, v);
         }
         self.client.write_config(name, &config)?;
-        Ok(())
+        Ok(config)
     }
 
     /// Sets changed cgroup limits on the running container; returns the keys set. A limit that

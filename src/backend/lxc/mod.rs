@@ -21,20 +21,29 @@
 //! * [`planner`] — desired + live → [`ContainerPlan`] (pure);
 //! * `executor` — [`LxcBackend::apply`] and [`LxcBackend::destroy`]: run a plan with the LXC
 //!   client;
-//! * `base` — the cached base container every container is cloned from.
+//! * [`guest`] — files written into a new container's rootfs before its first start;
+//! * `base` — the cached base container every container is cloned from (bootstrapped with a
+//!   cleared environment and the configured Debian mirror, retried once after a download
+//!   failure).
 //!
 //! All LXC tools are run through [`LxcClient`] (LXC path, timeouts, cleared environment).
 //!
 //! # Addresses
 //!
-//! The network is LXC's bridge (`lxcbr0`, started with `lxc-net` when missing). A static `IP`
-//! inside the bridge's subnet is configured as `lxc.net.0.ipv4.address`; any other static `IP`
-//! (e.g. the PVE LAN address of the lib) is ignored with a warning and DHCP applies. The address
-//! is read back with `lxc-info -iH` and recorded in the artifact.
+//! The network is LXC's bridge (`lxcbr0`, started with `lxc-net` when missing). Containers get
+//! static addresses set by LXC before init runs (`lxc.net.0.ipv4.address`/`gateway`), so no boot
+//! waits for DHCP: a static `IP` inside the bridge's subnet as it is; otherwise one the backend
+//! chooses from the part of the subnet lxc-net's dnsmasq does not lease ([`desired()`]'s address
+//! rule; the range is narrowed once in `/etc/default/lxc-net` when it covers the whole subnet,
+//! see [`crate::lxc::reserve_static_range`]), under a lock so containers made at once never
+//! share one. A new clone's rootfs gets its network files, an SSH host key and root's
+//! `authorized_keys` before it starts ([`guest`]). The address is read back with `lxc-info -iH`
+//! and recorded in the artifact.
 
 mod base;
 pub mod desired;
 mod executor;
+pub mod guest;
 pub mod host;
 pub mod planner;
 
@@ -48,9 +57,9 @@ use crate::backend::model::{ActionRecord, ContainerPlan, RecreatePolicy};
 use crate::inventory::ContainerSpec;
 use crate::lxc::LxcClient;
 
-pub use base::BaseStatus;
+pub use base::{BaseStatus, bootstrap_env, transient_download_error};
 pub use desired::{Desired, MANAGED_KEYS, desired, hwaddr};
-pub use host::{Cgroup, DeviceNode, HostFacts, HostPath, host_path_kind};
+pub use host::{Cgroup, CurrentAddress, DeviceNode, HostFacts, HostPath, host_path_kind};
 pub use planner::{Live, config_changes, plan_container};
 
 /// Name of the metadata file in a container's directory.
@@ -58,6 +67,11 @@ pub const META_FILE: &str = "proxmox-gitops.json";
 /// Marker file in the base's directory, written as the last step of a bootstrap: a base without
 /// it is a half-made one and is bootstrapped again.
 pub const BASE_READY_FILE: &str = "proxmox-gitops-base.json";
+
+/// The Debian mirror of the base bootstrap unless configured (the debian template's own default).
+pub const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
+/// The Debian security mirror of the base bootstrap unless configured (the template's default).
+pub const DEFAULT_SECURITY_MIRROR: &str = "http://security.debian.org/debian-security";
 
 /// Options of the LXC backend.
 #[derive(Debug, Clone)]
@@ -79,6 +93,15 @@ pub struct LxcOptions {
     pub address_timeout: Duration,
     /// Bound for the base bootstrap (debootstrap), default 20 min.
     pub bootstrap_timeout: Duration,
+    /// The Debian mirror the base is bootstrapped from (`MIRROR` of the debian template),
+    /// default [`DEFAULT_MIRROR`]; `$PGO_LXC_MIRROR` in the CLI.
+    pub mirror: String,
+    /// The Debian security mirror (`SECURITY_MIRROR` of the template), default
+    /// [`DEFAULT_SECURITY_MIRROR`]; `$PGO_LXC_SECURITY_MIRROR` in the CLI.
+    pub security_mirror: String,
+    /// The template's download cache (`LXC_CACHE_PATH`); `None`: the template's default
+    /// (`/var/cache/lxc/debian`).
+    pub cache_path: Option<PathBuf>,
     /// Clean-shutdown time before a stop kills the container, default 30 s.
     pub stop_timeout: Duration,
 }
@@ -94,6 +117,9 @@ impl Default for LxcOptions {
             clone: CloneMode::Auto,
             address_timeout: Duration::from_secs(60),
             bootstrap_timeout: Duration::from_secs(20 * 60),
+            mirror: DEFAULT_MIRROR.into(),
+            security_mirror: DEFAULT_SECURITY_MIRROR.into(),
+            cache_path: None,
             stop_timeout: Duration::from_secs(30),
         }
     }

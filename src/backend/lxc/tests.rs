@@ -20,6 +20,10 @@ fn host(cgroup: Cgroup) -> HostFacts {
         bridge_net: ("10.0.3.1".parse().unwrap(), 24),
         paths: BTreeMap::new(),
         container_dir: "/var/lib/lxc/broker".into(),
+        dhcp_range: None,
+        pool: None,
+        taken: Default::default(),
+        current: CurrentAddress::Absent,
     }
 }
 
@@ -102,7 +106,7 @@ fn static_ip_inside_the_bridge_subnet_is_used_outside_ignored() {
     assert!(!keys(&d).iter().any(|(k, _)| k.starts_with("lxc.net.0.ipv4")));
     assert_eq!(
         d.warnings[0],
-        "IP 192.168.178.20 is outside lxcbr0's subnet 10.0.3.1/24: ignored by the lxc backend, the address comes from DHCP"
+        "IP 192.168.178.20 is outside lxcbr0's subnet 10.0.3.1/24: ignored by the lxc backend, which chooses the container's address itself"
     );
 }
 
@@ -335,4 +339,96 @@ fn unmanaged_keys_are_ignored() {
     live.config.set("lxc.tty.max", "4");
     live.config.set("lxc.include", "/usr/share/lxc/config/nesting.conf");
     assert_eq!(plan_container(&s, &d, Some(&live), RecreatePolicy::Never), plan_of(Action::Nothing, false));
+}
+
+fn pooled(current: CurrentAddress, taken: &[&str]) -> HostFacts {
+    HostFacts {
+        dhcp_range: Some(("10.0.3.2".parse().unwrap(), "10.0.3.99".parse().unwrap())),
+        pool: Some(("10.0.3.100".parse().unwrap(), "10.0.3.254".parse().unwrap())),
+        taken: taken.iter().map(|a| a.parse().unwrap()).collect(),
+        current,
+        ..host(Cgroup::V2 { swap: true })
+    }
+}
+
+fn address_keys(d: &Desired) -> Vec<(String, Vec<String>)> {
+    keys(d).into_iter().filter(|(k, _)| k.starts_with("lxc.net.0.ipv4")).collect()
+}
+
+#[test]
+fn a_new_container_gets_a_static_address_from_the_pool_derived_from_its_hostname() {
+    let d = desired(&spec(), &pooled(CurrentAddress::Absent, &[]), &LxcOptions::default()).unwrap();
+    let a = d.static_address.expect("an address from the pool");
+    assert!((100..=254).contains(&a.octets()[3]) && a.octets()[..3] == [10, 0, 3], "{a}");
+    assert_eq!(
+        address_keys(&d),
+        vec![kv("lxc.net.0.ipv4.address", &[&format!("{a}/24")]), kv("lxc.net.0.ipv4.gateway", &["10.0.3.1"])]
+    );
+    // Deterministic: the same hostname, the same address; another hostname, (here) another one.
+    let again = desired(&spec(), &pooled(CurrentAddress::Absent, &[]), &LxcOptions::default()).unwrap();
+    assert_eq!(again.static_address, Some(a));
+    let mut other = spec();
+    other.hostname = "web".into();
+    let w = desired(&other, &pooled(CurrentAddress::Absent, &[]), &LxcOptions::default()).unwrap();
+    assert_ne!(w.static_address, Some(a));
+    // Taken (another container's config, a lease): the next free one, wrapping around.
+    let next = desired(&spec(), &pooled(CurrentAddress::Absent, &[&a.to_string()]), &LxcOptions::default()).unwrap();
+    let expected =
+        if a.octets()[3] == 254 { "10.0.3.100".parse().unwrap() } else { std::net::Ipv4Addr::from(u32::from(a) + 1) };
+    assert_eq!(next.static_address, Some(expected));
+    assert!(next.warnings.iter().all(|w| !w.contains("taken")), "{:?}", next.warnings);
+}
+
+#[test]
+fn an_existing_container_keeps_its_address_and_a_full_pool_falls_back_to_dhcp() {
+    let opts = LxcOptions::default();
+    let kept = desired(&spec(), &pooled(CurrentAddress::Static("10.0.3.150".parse().unwrap()), &[]), &opts).unwrap();
+    assert_eq!(kept.static_address, Some("10.0.3.150".parse().unwrap()));
+    // A container made before static addresses keeps DHCP (no address change under a service).
+    let dhcp = desired(&spec(), &pooled(CurrentAddress::Dhcp, &[]), &opts).unwrap();
+    assert_eq!((dhcp.static_address, address_keys(&dhcp)), (None, vec![]));
+    // Its address taken meanwhile by another container: a new one.
+    let moved =
+        desired(&spec(), &pooled(CurrentAddress::Static("10.0.3.150".parse().unwrap()), &["10.0.3.150"]), &opts)
+            .unwrap();
+    assert_ne!(moved.static_address, Some("10.0.3.150".parse().unwrap()));
+    assert!(moved.static_address.is_some());
+    // Every address taken: DHCP, said once.
+    let all: Vec<String> = (100..=254).map(|i| format!("10.0.3.{i}")).collect();
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let full = desired(&spec(), &pooled(CurrentAddress::Absent, &all), &opts).unwrap();
+    assert_eq!(full.static_address, None);
+    assert!(
+        full.warnings.contains(
+            &"every static address 10.0.3.100-10.0.3.254 on lxcbr0 is taken: `broker` gets its address from DHCP"
+                .to_string()
+        ),
+        "{:?}",
+        full.warnings
+    );
+    // No pool (a bridge lxc-net does not manage): DHCP, as before.
+    let none = desired(&spec(), &host(Cgroup::V2 { swap: true }), &opts).unwrap();
+    assert_eq!(none.static_address, None);
+}
+
+#[test]
+fn a_static_ip_of_the_spec_is_used_as_it_is_with_a_warning_inside_the_dhcp_range() {
+    let mut s = spec();
+    s.ip = IpConfig::Static { address: "10.0.3.20".parse().unwrap(), prefix: Some(24) };
+    let d = desired(&s, &pooled(CurrentAddress::Static("10.0.3.150".parse().unwrap()), &[]), &LxcOptions::default())
+        .unwrap();
+    assert_eq!(d.static_address, Some("10.0.3.20".parse().unwrap()));
+    assert!(
+        d.warnings.contains(
+            &"IP 10.0.3.20 is inside lxc-net's DHCP range 10.0.3.2-10.0.3.99: a lease may give it to another container; \
+              choose an address outside it, or leave IP unset for the lxc backend to choose one"
+                .to_string()
+        ),
+        "{:?}",
+        d.warnings
+    );
+    s.ip = IpConfig::Static { address: "10.0.3.200".parse().unwrap(), prefix: Some(24) };
+    let d = desired(&s, &pooled(CurrentAddress::Absent, &["10.0.3.200"]), &LxcOptions::default()).unwrap();
+    assert_eq!(d.static_address, Some("10.0.3.200".parse().unwrap()));
+    assert!(d.warnings.contains(&"IP 10.0.3.200 is also used by another container on lxcbr0".to_string()));
 }

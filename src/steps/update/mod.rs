@@ -11,8 +11,8 @@
 //! 2. **distribution** — `/etc/os-release` picks the package manager ([`plan::package_manager`]:
 //!    apt for Debian/Ubuntu, apk for Alpine); any other fails with nothing changed;
 //! 3. **snapshot** `pgo-update-YYYYMMDD-HHMMSS` (UTC) through the backend (PVE: `POST
-//!    …/snapshot`, UPID waited for; LXC: stop, `lxc-snapshot`, start, wait until it answers); no
-//!    snapshot, no upgrade;
+//!    …/snapshot`, UPID waited for; LXC: the running container frozen while `lxc-snapshot`'s
+//!    copy is made, the pause recorded); no snapshot, no upgrade;
 //! 4. **upgrade** ([`plan::upgrade_commands`]), output logged line by line and its tail kept,
 //!    bounded by the upgrade timeout as a whole;
 //! 5. **reboot** when [`plan::REBOOT_REQUIRED`] exists (PVE `POST …/status/reboot`; LXC stop,
@@ -374,8 +374,12 @@ async fn take_snapshot(
     let description = format!("proxmox-gitops update of {}: before the package upgrade", spec.name);
     match c.snapshot(spec, &name, &description).await {
         Ok(taken) => {
-            tracing::info!("{}: snapshot {name} taken", spec.name);
-            u.act("snapshot", t, taken.upid.clone(), Ok(Some(name.clone())));
+            let detail = match taken.downtime_ms {
+                Some(ms) => format!("{name} (the container was paused for {ms} ms)"),
+                None => name.clone(),
+            };
+            tracing::info!("{}: snapshot {detail} taken", spec.name);
+            u.act("snapshot", t, taken.upid.clone(), Ok(Some(detail)));
             u.snapshot = Some(name.clone());
             if taken.restarted {
                 let t = Instant::now();

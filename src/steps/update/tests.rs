@@ -115,20 +115,15 @@ async fn unhealthy_after_the_upgrade_is_rolled_back_and_the_disk_is_restored() {
         Some("unhealthy after the upgrade: down (mosquitto failed); rolled back to pgo-update-20261201-170000")
     );
     assert_eq!(fake.get().disk, before, "the rollback restored the packages and the service");
-    // LXC restarts the container for its snapshot: it is waited for before the upgrade.
+    // LXC freezes the running container for its snapshot (no restart, nothing to wait for);
+    // the pause is recorded.
+    assert_eq!(
+        u.actions[1].detail.as_deref(),
+        Some("pgo-update-20261201-170000 (the container was paused for 120 ms)")
+    );
     assert_eq!(
         actions(&u),
-        [
-            "check OK",
-            "snapshot OK",
-            "wait OK",
-            "upgrade OK",
-            "upgrade OK",
-            "check failed",
-            "rollback OK",
-            "wait OK",
-            "check OK"
-        ]
+        ["check OK", "snapshot OK", "upgrade OK", "upgrade OK", "check failed", "rollback OK", "wait OK", "check OK"]
     );
     assert_eq!(u.health.as_ref().map(|h| h.state), Some(HealthState::Healthy));
 }
