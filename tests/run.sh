@@ -45,6 +45,21 @@ PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_
 # The LXC tests need the lxcbr0 bridge with DHCP (the lxc backend would repair it too).
 # shellcheck source=local/lxc-net.sh
 . local/lxc-net.sh
+# On its first provision the lxc backend limits lxc-net's DHCP range once (the rest of the subnet
+# is for its static addresses) and restarts lxc-net (src/lxc/bridge.rs, dhcp_split). Done here with
+# the same lines, before any test runs, so that lxc-net never restarts while tests' containers boot.
+if [ -f /etc/default/lxc-net ] && ! grep -q '^LXC_DHCP_RANGE=' /etc/default/lxc-net \
+   && ! grep -q '^LXC_ADDR=' /etc/default/lxc-net; then
+  printf '%s\n' '' \
+    '# Added by proxmox-gitops (see its docs/lxc.md, "Addresses"): lxc-net'"'"'s dnsmasq leases only' \
+    '# 10.0.3.2-10.0.3.99; proxmox-gitops gives its containers static addresses from 10.0.3.100-10.0.3.254,' \
+    '# so a static address never collides with a lease. Remove these lines to undo.' \
+    'LXC_DHCP_RANGE="10.0.3.2,10.0.3.99"' 'LXC_DHCP_MAX="98"' >>/etc/default/lxc-net
+  if lxcbr0_up; then
+    echo "==> lxc-net: DHCP range limited to 10.0.3.2-99 (static addresses above): restarting lxc-net" >&2
+    if [ -d /run/systemd/system ]; then systemctl restart lxc-net; else /usr/libexec/lxc/lxc-net restart; fi
+  fi
+fi
 ensure_lxc_net
 
 cargo test --locked "$@"
