@@ -420,9 +420,9 @@ fn auto_merge_merges_when_auto_deploy_is_true_and_no_recreate_is_refused() {
     let out =
         l.pgo(&first, &["deploy", "--ref", "refs/heads/release", "--step", "provision", "--all", "--no-wait-ssh"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    // web grows its memory (in place), db's disk shrinks (a recreate).
+    // web grows its memory (in place), db mounts the share (a privileged container: a recreate).
     l.change("web", "ID=101\nIP=127.0.20.2/24\nMEMORY=1024\n");
-    l.change("db", "ID=102\nIP=127.0.20.3/24\nDISK=local-lvm:4\n");
+    l.change("db", "ID=102\nIP=127.0.20.3/24\nMOUNT=share\n");
     l.publish();
     let checkout = l.checkout("checkout");
     let release = |repo: &str| l.d.branch("main", repo, "release").unwrap();
@@ -460,8 +460,8 @@ fn auto_merge_merges_when_auto_deploy_is_true_and_no_recreate_is_refused() {
         &[("AUTO_DEPLOY", "TRUE"), ("GITHUB_STEP_SUMMARY", s(&summary)), ("GITHUB_OUTPUT", s(&outputs))],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let refused = "db needs a recreate (rootfs would shrink from 8G to 4 GiB (PVE cannot shrink a volume)), which the \
-                   recreate policy `never` refuses: merge it by hand after a snapshot, or run with --recreate when-needed";
+    let refused = "db needs a recreate (unprivileged changes from 1 to 0), which the recreate policy `never` refuses: \
+                   merge it by hand after a snapshot, or run with --recreate when-needed";
     assert_eq!(
         verdicts(&l.report()),
         vec![
@@ -495,8 +495,7 @@ fn auto_merge_merges_when_auto_deploy_is_true_and_no_recreate_is_refused() {
                 "main/db",
                 1,
                 "merged",
-                "db: recreate, allowed by the recreate policy `when-needed` (rootfs would shrink from 8G to 4 GiB (PVE \
-                 cannot shrink a volume))"
+                "db: recreate, allowed by the recreate policy `when-needed` (unprivileged changes from 1 to 0)"
             ),
             row(
                 "main/mono",

@@ -334,16 +334,7 @@ mod tests {
 
     fn planned(name: &str, vmid: u32, action: Action) -> PlannedContainer {
         PlannedContainer {
-            provision: Some(ContainerPlan {
-                name: name.into(),
-                vmid,
-                hostname: name.into(),
-                action,
-                start: false,
-                node: None,
-                placement: None,
-                migrate: None,
-            }),
+            provision: Some(ContainerPlan::new(name, vmid, name, action, false)),
             ..container(name, vmid, vec![Step::Provision, Step::Configure])
         }
     }

@@ -179,15 +179,8 @@ impl PveBackend {
                 self.ensure_template(node, &d, rec).await?;
                 // PVE locks the CT while the create runs (waiters wait for the task); the lease is
                 // renewed right after a create that took long.
-                let lease = new_lease();
-                match self.create(node, &d, opts, &lease, rec).await? {
-                    Created::Yes => {
-                        if let Some(old) = held.replace(self.hold_after_create(node, vmid, &lease).await) {
-                            old.stop();
-                        }
-                        fin.created = true;
-                    }
-                    Created::Taken => plan = self.after_lost_race(spec, node, opts, held, rec, fin).await?,
+                if let Some(again) = self.create_leased(spec, node, &d, opts, held, rec, fin).await? {
+                    plan = again;
                 }
             }
             Action::Recreate { reasons } => {
@@ -198,15 +191,8 @@ impl PveBackend {
                 // writes a new one.
                 // Destroyed where it is, created where NODE wants it (no migration first).
                 self.shutdown_and_destroy(plan.migrate.as_ref().map_or(node, |m| m.from.as_str()), vmid, rec).await?;
-                let lease = new_lease();
-                match self.create(node, &d, opts, &lease, rec).await? {
-                    Created::Yes => {
-                        if let Some(old) = held.replace(self.hold_after_create(node, vmid, &lease).await) {
-                            old.stop();
-                        }
-                        fin.created = true;
-                    }
-                    Created::Taken => plan = self.after_lost_race(spec, node, opts, held, rec, fin).await?,
+                if let Some(again) = self.create_leased(spec, node, &d, opts, held, rec, fin).await? {
+                    plan = again;
                 }
             }
             Action::Update { changes, resizes, .. } | Action::Adopt { changes, resizes, .. } => {
@@ -233,6 +219,33 @@ impl PveBackend {
             rec.push("wait-ssh", None, started, Some(format!("{ip}:{}", opts.ssh_port)));
         }
         Ok(())
+    }
+
+    /// Creates the container with a new lease in its description and holds that lease (renewed
+    /// at once when the create took long). When PVE says the vmid is taken, another run created
+    /// it first: [`PveBackend::after_lost_race`], whose new plan is returned.
+    #[allow(clippy::too_many_arguments)]
+    async fn create_leased(
+        &self,
+        spec: &ContainerSpec,
+        node: &str,
+        d: &super::desired::Desired,
+        opts: &ApplyOptions,
+        held: &mut Option<Held>,
+        rec: &mut Rec,
+        fin: &mut Final,
+    ) -> anyhow::Result<Option<ContainerPlan>> {
+        let lease = new_lease();
+        match self.create(node, d, opts, &lease, rec).await? {
+            Created::Yes => {
+                if let Some(old) = held.replace(self.hold_after_create(node, spec.vmid, &lease).await) {
+                    old.stop();
+                }
+                fin.created = true;
+                Ok(None)
+            }
+            Created::Taken => self.after_lost_race(spec, node, opts, held, rec, fin).await.map(Some),
+        }
     }
 
     /// Our create met an existing vmid: another run created it first. Waits for that run's lease

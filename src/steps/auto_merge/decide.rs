@@ -219,16 +219,7 @@ mod tests {
             name: name.into(),
             vmid: 101,
             repository: None,
-            plan: Some(ContainerPlan {
-                name: name.into(),
-                vmid: 101,
-                hostname: name.into(),
-                action,
-                start: false,
-                node: None,
-                placement: None,
-                migrate: None,
-            }),
+            plan: Some(ContainerPlan::new(name, 101, name, action, false)),
             plan_error: None,
         }
     }
