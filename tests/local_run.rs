@@ -386,6 +386,13 @@ fn the_readme_walkthrough_lib_resolves_with_either_engine() {
     let playbook = readme_block(&readme, "Or the same with Ansible, as `libs/hello/playbook.yml`");
     assert!(script.contains("LIBS_HELLO_URL=http://${IP}/"), "{script}");
     assert!(playbook.contains("LIBS_HELLO_URL=http://{{ IP }}/"), "{playbook}");
+    // The user adds it next to the shipped libs: its ID and IP must not be one of theirs.
+    for lib in std::fs::read_dir(source_root().join("libs")).unwrap().flatten() {
+        let shipped = std::fs::read_to_string(lib.path().join("container.env")).unwrap_or_default();
+        for line in env.lines().filter(|l| l.starts_with("ID=") || l.starts_with("IP=")) {
+            assert!(!shipped.lines().any(|l| l == line), "README's hello has {line}, as libs/{:?}", lib.file_name());
+        }
+    }
     let syntax = Command::new("bash").args(["-n", "-c", &script]).output().unwrap();
     assert!(syntax.status.success(), "{}", text(&syntax.stderr));
 
@@ -401,7 +408,7 @@ fn the_readme_walkthrough_lib_resolves_with_either_engine() {
         let hello = inv.containers.iter().find(|c| c.name == "hello").unwrap();
         assert_eq!(
             (hello.vmid, hello.memory_mib, hello.engine, &hello.requires, &hello.services),
-            (130, 256, engine, &vec!["LOGIN".to_string()], &vec!["nginx.service".to_string()])
+            (140, 256, engine, &vec!["LOGIN".to_string()], &vec!["nginx.service".to_string()])
         );
     }
 }

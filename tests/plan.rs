@@ -174,6 +174,16 @@ fn mount_changes_plan_in_place_and_a_shrink_is_refused_naming_the_key() {
         out.contains("\n0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 refused (see the reasons)\n"),
         "{out}"
     );
+    // With --detailed-exitcode a refused container is an error (its provision would fail), not
+    // a pending change.
+    let (code, out, err) = run(
+        &pve,
+        repo,
+        share,
+        &[],
+        &["plan", "--ref", "refs/heads/release", "--allow-recreate", "--detailed-exitcode"],
+    );
+    assert_eq!(code, 1, "{out}\n{err}");
     let writes: Vec<_> = pve.writes(false).into_iter().filter(|(_, p, _)| p != "/access/ticket").collect();
     assert!(writes.is_empty(), "plan only reads: {writes:?}");
 }

@@ -17,7 +17,7 @@ use crate::steps::configure::{Configure, ConfigureOptions, Contract, check_requi
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("which").required(true).args(["containers", "all"])))]
 pub struct ConfigureArgs {
-    /// Container to configure (lib name or hostname); repeatable.
+    /// Container to configure (lib name or hostname); repeatable or comma-separated.
     #[arg(long = "container", short = 'c')]
     containers: Vec<String>,
     /// Configure every container of the inventory.

@@ -263,8 +263,13 @@ pub(crate) fn read_saved_plan(
     selection: &[String],
     inv: &crate::inventory::Inventory,
 ) -> Result<crate::steps::plan::Plan> {
-    let mut plan: crate::steps::plan::Plan =
-        crate::artifact::read(path).map_err(|e| Error::Usage(format!("--plan {e}")))?;
+    let mut plan: crate::steps::plan::Plan = crate::artifact::read(path).map_err(|e| {
+        Error::Usage(format!(
+            "--plan {e}; write a plan first: proxmox-gitops plan --ref {} (it writes {})",
+            git_ref.unwrap_or("refs/heads/release"),
+            path.display()
+        ))
+    })?;
     if let Some(r) = git_ref.filter(|r| *r != plan.git_ref) {
         return Err(Error::Usage(format!(
             "{} plans ref {}, but this run is for {r} (--ref or GITHUB_REF); plan that ref: proxmox-gitops plan \

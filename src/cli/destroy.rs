@@ -15,7 +15,7 @@ use crate::steps::destroy::{self as step, DestroyOptions};
 /// Arguments of `destroy`.
 #[derive(Debug, Args)]
 pub struct DestroyArgs {
-    /// Container to destroy (lib name or hostname); repeatable.
+    /// Container to destroy (lib name or hostname); repeatable or comma-separated.
     #[arg(long = "container", short = 'c', value_name = "NAME", required = true)]
     containers: Vec<String>,
     /// Destroy containers that declare SNAPSHOT paths WITHOUT a data snapshot first (their data

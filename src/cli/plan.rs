@@ -13,12 +13,13 @@ use crate::steps::plan::{Plan, PlannedContainer, Step, plan};
 /// Arguments of `plan`.
 #[derive(Debug, Args)]
 #[command(after_help = "Exit codes: 0 planned, 1 failure, 2 invalid input. With --detailed-exitcode (as \
-Terraform's): 0 no changes, 2 changes pending, 1 any error (invalid input, a container that cannot be planned).")]
+Terraform's): 0 no changes, 2 changes pending, 1 any error (invalid input, a container that cannot be planned, \
+a refused or foreign container).")]
 pub struct PlanArgs {
     /// The ref being deployed: refs/heads/release, refs/heads/main or refs/heads/snapshot.
     #[arg(long = "ref", env = "GITHUB_REF", default_value = "refs/heads/release")]
     git_ref: String,
-    /// Containers to plan (lib name or hostname); repeatable. Default: all of the stage.
+    /// Containers to plan (lib name or hostname); repeatable or comma-separated. Default: all of the stage.
     #[arg(long = "container", short = 'c')]
     containers: Vec<String>,
     /// Use this inventory artifact instead of resolving the repo again.
@@ -33,7 +34,8 @@ pub struct PlanArgs {
     #[arg(long, value_enum, env = "PGO_BACKEND")]
     backend: Option<BackendKind>,
     /// Exit 0 when a deploy would change nothing, 2 when changes are pending, 1 on any error
-    /// (invalid input included), as `terraform plan -detailed-exitcode`.
+    /// (invalid input, a container that cannot be planned, a refused or foreign container: the
+    /// provision step would fail), as `terraform plan -detailed-exitcode`.
     #[arg(long)]
     detailed_exitcode: bool,
     /// The workflow run; a snapshot step counts as done only when it succeeded in the same run.
@@ -50,13 +52,14 @@ pub struct PlanArgs {
 }
 
 /// Runs `plan` and returns the process exit code: see [`PlanArgs`]'s help (with
-/// `--detailed-exitcode`, a container that could not be planned is an error: 1). `report` prints
+/// `--detailed-exitcode`, a container that could not be planned, or is refused or foreign, is an
+/// error: 1). `report` prints
 /// an error and returns its ordinary exit code.
 pub fn main(ctx: &Ctx, args: PlanArgs, report: impl Fn(&Error) -> i32) -> i32 {
     let detailed = args.detailed_exitcode;
     let result = run(ctx, args).and_then(|p| ctx.inputs_checked().map(|()| (p.changes_pending(), p.cannot_plan())));
     match result {
-        // Terraform's 1 for an error: a container that could not be planned is one.
+        // Terraform's 1 for an error: a container that could not be planned (or is refused) is one.
         Ok((_, true)) if detailed => crate::error::EXIT_FAILURE,
         Ok((true, _)) if detailed => 2,
         Ok(_) => crate::error::EXIT_OK,

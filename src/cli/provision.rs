@@ -17,7 +17,7 @@ use crate::steps::provision as step;
 /// Arguments of `provision`.
 #[derive(Debug, Args)]
 pub struct ProvisionArgs {
-    /// Container to provision (lib name or hostname); repeatable.
+    /// Container to provision (lib name or hostname); repeatable or comma-separated.
     #[arg(long = "container", short = 'c', value_name = "NAME")]
     containers: Vec<String>,
     /// Provision every container of the stage.

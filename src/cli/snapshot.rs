@@ -15,7 +15,7 @@ use crate::steps::snapshot::{self as step, SnapshotOptions};
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("which").required(true).args(["containers", "all"])))]
 pub struct SnapshotArgs {
-    /// Containers to snapshot (lib name or hostname); repeatable.
+    /// Containers to snapshot (lib name or hostname); repeatable or comma-separated.
     #[arg(long = "container", short = 'c')]
     containers: Vec<String>,
     /// Every container of the stage that declares SNAPSHOT paths.

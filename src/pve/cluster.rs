@@ -67,6 +67,9 @@ pub struct StorageResource {
 pub struct ClusterResources {
     /// Containers (not VMs).
     pub cts: Vec<CtResource>,
+    /// QEMU VMs as `(vmid, node)`: a vmid they hold is taken for containers too (PVE's vmids are
+    /// cluster-wide).
+    pub vms: Vec<(u32, String)>,
     /// Nodes (only when the request asked for them: no `type`, or `type=node`).
     pub nodes: Vec<NodeResource>,
     /// Storages per node (no `type`, or `type=storage`).
@@ -90,8 +93,9 @@ fn u64_of(v: &Value, key: &str) -> u64 {
 }
 
 impl ClusterResources {
-    /// Parses the `data` array of `GET /cluster/resources`; entries of other types (`qemu`,
-    /// `sdn`, `pool` …) and entries without their key fields are skipped.
+    /// Parses the `data` array of `GET /cluster/resources`; entries of other types (`sdn`,
+    /// `pool` …) and entries without their key fields are skipped; of a `qemu` entry only its
+    /// vmid and node are kept.
     pub fn parse(v: &Value) -> Self {
         let mut out = ClusterResources::default();
         for r in v.as_array().into_iter().flatten() {
@@ -109,6 +113,11 @@ impl ClusterResources {
                         template: u64_of(r, "template") == 1,
                         tags: str_of(r, "tags"),
                     });
+                }
+                Some("qemu") => {
+                    if let (Some(vmid), Some(node)) = (r.get("vmid").and_then(Value::as_u64), str_of(r, "node")) {
+                        out.vms.push((vmid as u32, node));
+                    }
                 }
                 Some("node") => {
                     let Some(node) = str_of(r, "node") else { continue };
@@ -137,6 +146,11 @@ impl ClusterResources {
     /// The container with `vmid`, if listed.
     pub fn ct(&self, vmid: u32) -> Option<&CtResource> {
         self.cts.iter().find(|c| c.vmid == vmid)
+    }
+
+    /// The node of the QEMU VM with `vmid`, if one is listed.
+    pub fn vm_node(&self, vmid: u32) -> Option<&str> {
+        self.vms.iter().find(|(v, _)| *v == vmid).map(|(_, n)| n.as_str())
     }
 
     /// The online nodes' names, sorted.
@@ -229,5 +243,7 @@ mod tests {
         );
         assert_eq!(r.ct(101).map(|c| c.node.as_str()), Some("pve2"));
         assert!(r.ct(200).is_none());
+        assert_eq!(r.vm_node(200), Some("pve1"), "a VM's vmid is taken for containers too");
+        assert_eq!(r.vm_node(101), None);
     }
 }

@@ -82,7 +82,7 @@ async fn exists(backend: &Backend, spec: &ContainerSpec) -> anyhow::Result<bool>
             Some((_, true)) => Ok(true),
             Some((h, false)) => anyhow::bail!(
                 "CT {} (hostname `{h}`) was not created by proxmox-gitops for lib `{}` (its description lacks the line \
-                 `{}{}`): not destroying it; remove it yourself (`pct destroy {}` on its node) if it really must go",
+                 \"{}{}`\"): not destroying it; remove it yourself (`pct destroy {}` on its node) if it really must go",
                 spec.vmid,
                 spec.name,
                 crate::backend::pve::desired::LIB_MARKER,

@@ -248,9 +248,16 @@ impl Plan {
         n
     }
 
-    /// Whether some container's live provision plan could not be made (`provision_error`).
+    /// Whether some container's live provision plan could not be made (`provision_error`), or
+    /// was made and is refused (`refused`, `foreign`): the provision step would fail for it, so
+    /// `plan --detailed-exitcode` exits 1, not 2 (changes pending).
     pub fn cannot_plan(&self) -> bool {
-        self.containers.iter().any(|c| c.provision_error.is_some())
+        self.containers.iter().any(|c| {
+            c.provision_error.is_some()
+                || c.provision
+                    .as_ref()
+                    .is_some_and(|p| matches!(p.action, Action::Refused { .. } | Action::Foreign { .. }))
+        })
     }
 
     /// Whether applying the plan would change anything (see [`PlannedContainer::changes_pending`]);

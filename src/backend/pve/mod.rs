@@ -289,6 +289,15 @@ impl PveBackend {
         let res = self.client.cluster_resources(kind).await.with_context(|| {
             format!("{}: cannot look CT {} up in the cluster (GET /cluster/resources)", spec.name, spec.vmid)
         })?;
+        if let Some(node) = res.vm_node(spec.vmid) {
+            bail!(
+                "{}: vmid {} is a QEMU VM on node {node}, not a container; proxmox-gitops never touches it. Give the lib \
+                 a free ID in {}",
+                spec.name,
+                spec.vmid,
+                spec.sources.first().cloned().unwrap_or_else(|| spec.dir.join("container.env")).display()
+            );
+        }
         let decision = {
             let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
             let d = placement::plan_node(&wish, spec.vmid, &res, &spec.rootfs.storage, spec.memory_mib, &reserved)

@@ -219,6 +219,7 @@ mod tests {
     fn cluster() -> ClusterResources {
         ClusterResources {
             cts: vec![],
+            vms: vec![],
             nodes: vec![node("pve1", true, 6 * G, 8 * G), node("pve2", true, 2 * G, 8 * G), node("pve3", false, 0, 0)],
             storages: vec![store("pve1", "local-lvm"), store("pve2", "local-lvm"), store("pve3", "local-lvm")],
         }

@@ -332,7 +332,7 @@ pub fn plan_with(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool
     if !ours && !adopt {
         let what = match recorded_lib(live_desc) {
             Some(lib) => format!("it was made by proxmox-gitops for lib `{lib}`"),
-            None => format!("its description lacks the line `{LIB_MARKER}{}`", d.name),
+            None => format!("its description lacks the line \"{LIB_MARKER}{}`\"", d.name),
         };
         let reason = format!(
             "CT {} (hostname `{}`) was not created by proxmox-gitops for lib `{}`: {what}. \
