@@ -25,8 +25,8 @@ cgroup=v1; [ -f /sys/fs/cgroup/cgroup.controllers ] && cgroup=v2
   echo
   echo "Produced by \`benches/lxc.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'): $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB RAM,"
   echo "kernel $(uname -r), LXC $(lxc-ls --version), cgroup $cgroup, LXC path on $(df --output=fstype "$(lxc-config lxc.lxcpath)" | tail -1)."
-  echo "The host was shared with other builds and tests while this ran (load average $load when it started), so"
-  echo "times are upper bounds."
+  echo "Load average $load when it started (anything else running on the host only makes these times"
+  echo "longer: they are upper bounds)."
   echo
   echo "$table"
   echo
