@@ -36,10 +36,12 @@ pub const PRE_SNAPSHOT_TIMEOUT_SECS: u32 = 120;
 ///
 /// MODE `manifest`: print the manifest only. MODE `archive`: run the hooks in
 /// [`PRE_SNAPSHOT_DIR`], then print the manifest, then the tar stream.
-/// Its work files (the manifest's parts, the file list) live in a fresh directory under
-/// `/run/proxmox-gitops/` (mode 0700, removed on exit), not under `/tmp`: `systemd-tmpfiles`
-/// cleans `/tmp` during early boot and on its timer, which could remove them while a snapshot
-/// of a container that just started is running.
+/// Its work files (the manifest's parts, the file list) live in a fresh directory
+/// `/var/tmp/pgo-snapshot.XXXXXX` (mode 0700, removed on exit) on the container's own root
+/// filesystem. Not under `/tmp` (`systemd-tmpfiles --boot` empties it during early boot) nor
+/// under `/run` (systemd mounts a fresh tmpfs over it early in boot, hiding what was written
+/// before): a snapshot of a container that has just started may run while it still boots.
+/// `/var/tmp` is cleaned by age only (Debian's `tmp.conf`: 30 days).
 /// Exit codes: 0 ok, 3 bad path (not absolute, `..`), 4 a path does not exist, 5 a pre-snapshot
 /// hook failed or timed out, other: the failing tool's code (tar's 1 = a file changed while it
 /// was read).
@@ -74,8 +76,8 @@ if [[ "$mode" == archive && -d "$hooks" ]]; then
     fi
   done
 fi
-mkdir -p -m 0700 /run/proxmox-gitops
-work="$(mktemp -d /run/proxmox-gitops/snapshot.XXXXXX)"
+mkdir -p /var/tmp
+work="$(mktemp -d /var/tmp/pgo-snapshot.XXXXXX)"
 trap 'rm -rf -- "$work"' EXIT
 cd /
 find "${rel[@]}" ! -type s -printf '%y\0%m\0%U\0%G\0%T@\0%s\0%p\0%l\0' > "$work/meta"
