@@ -6,45 +6,18 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::deploy::monorepo;
-use support::fakepve::{self, FakePve};
-
-fn pgo(root: &Path, args: &[&str], env: &[(String, String)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"));
-    cmd.arg("--repo").arg(root).args(args).env("NO_COLOR", "1");
-    for v in ["GITHUB_ACTIONS", "GITEA_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "PGO_ARTIFACTS", "PGO_BACKEND"]
-    {
-        cmd.env_remove(v);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
+use support::fakepve::{self, FakePve, run_cli as pgo};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 fn env(pve: &FakePve, share: &Path) -> Vec<(String, String)> {
-    [
-        ("PROXMOX_HOST", "127.0.0.1".to_string()),
-        ("PROXMOX_PORT", pve.port.to_string()),
-        ("PROXMOX_USER", "root@pam".into()),
-        ("PROXMOX_PASSWORD", "secret".into()),
-        ("PROXMOX_TEMPLATE", fakepve::TEMPLATE.into()),
-        ("PROXMOX_STORAGE", "local".into()),
-        ("PROXMOX_GATEWAY", "127.0.20.254".into()),
-        ("PROXMOX_SHARE", share.display().to_string()),
-        ("PROXMOX_CA", pve.ca.display().to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    fakepve::cli_env(pve, share)
 }
 
 fn provision(root: &Path, env: &[(String, String)], names: &str) {

@@ -226,3 +226,45 @@ impl Drop for FakePve {
         let _ = self.child.wait();
     }
 }
+
+/// The settings that point the binary at `pve` (root@pam ticket, its CA, the test template and
+/// storage, gateway 127.0.20.254) with `share` as the share directory, as `(name, value)` pairs
+/// for [`run_cli`].
+pub fn cli_env(pve: &FakePve, share: &Path) -> Vec<(String, String)> {
+    [
+        ("PROXMOX_HOST", "127.0.0.1".to_string()),
+        ("PROXMOX_PORT", pve.port.to_string()),
+        ("PROXMOX_USER", "root@pam".into()),
+        ("PROXMOX_PASSWORD", "secret".into()),
+        ("PROXMOX_TEMPLATE", TEMPLATE.into()),
+        ("PROXMOX_STORAGE", "local".into()),
+        ("PROXMOX_GATEWAY", "127.0.20.254".into()),
+        ("PROXMOX_SHARE", share.display().to_string()),
+        ("PROXMOX_CA", pve.ca.display().to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Runs the binary on the monorepo `root` with `args` and `env` added to this process's
+/// environment, minus the Actions variables a CI runner may set (so a test sees no job summary,
+/// outputs file, ref, run id, artifacts directory or backend it did not ask for).
+pub fn run_cli(root: &Path, args: &[&str], env: &[(String, String)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"));
+    cmd.arg("--repo").arg(root).args(args).env("NO_COLOR", "1");
+    for v in [
+        "GITHUB_ACTIONS",
+        "GITEA_ACTIONS",
+        "GITHUB_OUTPUT",
+        "GITHUB_STEP_SUMMARY",
+        "GITHUB_REF",
+        "GITHUB_RUN_ID",
+        "PGO_ARTIFACTS",
+        "PGO_BACKEND",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    cmd.output().unwrap()
+}
