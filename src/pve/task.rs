@@ -13,27 +13,36 @@
 //! lost for nothing, and a poll that finds the task still running is a request for nothing. PVE
 //! offers no way to wait for a task on the server, so the client predicts: tasks of one type on
 //! one node take about as long each time (unpacking the same template on the same storage,
-//! booting the same kind of container). [`TaskTimes`] learns each `(node, task type)`'s
-//! duration from the tasks it waited for (in memory, and in a small JSON file across runs when
-//! [`crate::pve::ClientOptions::task_times`] names one), and the schedule polls
+//! booting the same kind of container). [`TaskTimes`] keeps, per `(node, task type)`, an interval
+//! `(lo, secs]` the duration was last seen in ([`Learned`]; in memory, and in a small JSON file
+//! across runs when [`crate::pve::ClientOptions::task_times`] names one), and the schedule polls
 //!
-//! * **known duration `E`**: once a second before `E` (so that a task much faster than learned
-//!   is noticed within a second), then just after `E` (+ max(3 ms, 0.5 %)); if still running,
-//!   every max(10 ms, 2 % of `E`) until `1.25 E + 50 ms`, then as for an unknown duration. A
-//!   task caught by the poll just after `E` lowers `E` by 3 % (doubling while that repeats), so
-//!   that a task that got a little faster is noticed: a later such poll finds it running, and
-//!   `E` becomes the middle of the last running and the first stopped poll;
-//! * **unknown duration**: at once, after 50 ms, then doubling, at most every 500 ms;
+//! * **known interval**: once a second while the interval is more than a second away (so that a
+//!   much faster task is noticed within a second), then
+//!   * while the interval is wider than max(5 ms, 0.5 % of `secs`) — *learning* — up to three
+//!     probes spread evenly inside it (a probe finding the task stopped ends the wait early and
+//!     narrows the interval from above, one finding it running narrows it from below),
+//!   * every eighth wait once narrow — a *check* — one probe twice that width below `secs`, so
+//!     that a task that got faster is followed: a check finding it running becomes the new `lo`
+//!     (the old one may be stale), so the next wait bisects once more; one finding it stopped
+//!     moves `secs` down and widens `lo` geometrically below it until a poll sees the task
+//!     running, and the waits after learn again,
+//!   * then the *target* just after `secs` (+ max(4 ms, 0.3 %)); if still running, every
+//!     max(5 ms, 1 %) until `1.25 secs + 50 ms`, then as for an unknown duration;
+//! * **unknown duration**: at once, after 50 ms, then doubling, at most every 500 ms.
 //!
-//! and never more than `4 + 2 × elapsed seconds` status polls in all (two per task-second, plus
-//! the first four, so that a task of well under a second can still be bracketed closely),
-//! whatever `E` says. Every wait ends at its timeout.
+//! A steady task therefore costs one poll per wait (plus one every eighth), noticed within about
+//! 1 % of its duration, after a few learning waits. Never more than `4 + 2 × elapsed seconds`
+//! status polls in all (two per task-second, plus the first four, so that a task of well under a
+//! second can still be bracketed), whatever the learned interval says. Every wait ends at its
+//! timeout.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{PveClient, PveError};
@@ -76,7 +85,7 @@ impl PveClient {
         let status_path = format!("/nodes/{node}/tasks/{upid}/status");
         let key = upid_type(upid).map(|t| format!("{node}/{t}"));
         let start = Instant::now();
-        let mut schedule = PollSchedule::new(key.as_deref().and_then(|k| self.task_times().expected(k)));
+        let mut schedule = PollSchedule::new(key.as_deref().and_then(|k| self.task_times().learned(k)));
         let mut wait: Option<crate::progress::Wait> = None;
         loop {
             let first = schedule.next_poll();
@@ -89,7 +98,7 @@ impl PveClient {
             let status = st.get("status").and_then(Value::as_str).unwrap_or("");
             if status == "stopped" {
                 if let Some(k) = &key {
-                    self.task_times().learn(k, &schedule.finished(polled_at));
+                    self.task_times().learn(k, schedule.finished(polled_at));
                 }
                 let exit = st.get("exitstatus").and_then(Value::as_str).unwrap_or("unknown").to_string();
                 let duration = start.elapsed();
@@ -146,56 +155,102 @@ pub fn upid_type(upid: &str) -> Option<&str> {
 
 const MS: Duration = Duration::from_millis(1);
 
+/// What is known of one `(node, task type)`'s duration between waits (and runs: the
+/// [`TaskTimes`] file keeps it). Seconds since a wait started (just after the call that started
+/// the task answered).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Learned {
+    /// The upper end: the last wait that saw the task stop saw it stopped by then.
+    pub secs: f64,
+    /// The lower end: a poll saw the task still running then. It can be stale after the task got
+    /// faster; the periodic check finds that out (see the module docs).
+    pub lo: f64,
+    /// Waits since the interval was last probed or checked.
+    #[serde(default)]
+    pub since: u32,
+}
+
+impl Learned {
+    /// The interval learned from one wait that saw nothing but a stop at `secs` (the first poll)
+    /// or a running poll at `lo` and the stop at `secs`.
+    pub fn between(lo: Option<Duration>, secs: Duration) -> Self {
+        Learned { secs: secs.as_secs_f64(), lo: lo.map_or(0.0, |d| d.as_secs_f64()), since: 0 }
+    }
+}
+
+/// Waits between two checks of a narrow interval from below.
+pub const CHECK_EVERY: u32 = 8;
+/// Probes in one learning wait, at most.
+const MAX_PROBES: u32 = 3;
+/// Between polls while a task with a known duration has not reached it: a mispredicted (much
+/// faster) task is noticed within this.
+const TICK: Duration = Duration::from_secs(1);
+
+/// An interval narrower than this is learned: max(5 ms, 0.5 % of `e`).
+fn narrow(e: Duration) -> Duration {
+    (e / 200).max(5 * MS)
+}
+
+/// The target poll comes this long after the expected end: max(4 ms, 0.3 % of `e`).
+fn margin(e: Duration) -> Duration {
+    (e * 3 / 1000).max(4 * MS)
+}
+
+/// Between polls of a task later than expected: max(5 ms, 1 % of `e`).
+fn close(e: Duration) -> Duration {
+    (e / 100).max(5 * MS)
+}
+
+/// The next whole second after `at`, or the point `t` when that second is not clearly
+/// before it (a poll just before `t` would find the task running for nothing).
+fn tick_or(at: Duration, e: Duration, t: Duration) -> Duration {
+    let tick = TICK * (at.as_millis() / TICK.as_millis() + 1) as u32;
+    if tick + (e / 20).max(50 * MS) >= t { t } else { tick }
+}
+
 /// When to poll one task's status (pure; see the module docs). Times are since the wait
 /// started (just after the call that started the task answered).
 #[derive(Debug, Clone)]
 pub struct PollSchedule {
-    expected: Option<Duration>,
-    /// The poll just after the expected end: `expected + max(3 ms, 0.5 %)`.
-    target: Option<Duration>,
-    targeted: bool,
+    /// The interval known before this wait (`None`: unknown, or `secs` under 20 ms).
+    learned: Option<Learned>,
+    /// Probes (ascending) then the target, the last element; empty when unknown.
+    points: Vec<Duration>,
+    /// This wait's only probe is a check below a narrow interval.
+    check: bool,
     polls: u32,
     last_running: Option<Duration>,
     next: Duration,
 }
 
-/// What one wait tells about the task's duration (from [`PollSchedule::finished`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Observed {
-    /// The duration to remember, seconds: the middle of the last running and the first stopped
-    /// poll, or the stopped poll's time when no poll saw it running.
-    pub secs: f64,
-    /// True when it is exact to a poll interval (a running and a stopped poll close together:
-    /// within 10 % or 60 ms).
-    pub bracketed: bool,
-    /// True when the poll just after the expected duration found the task stopped, with no
-    /// poll close before it: [`TaskTimes::learn`] then lowers the estimate, by 3 % and doubling
-    /// with each such hit in a row, until that poll finds the task running again (a steady task
-    /// costs one closely bracketed wait every few).
-    pub first_hit: bool,
-}
-
-/// Between polls while a task with a known duration has not reached it: a mispredicted (much
-/// faster) task is noticed within this.
-const TICK: Duration = Duration::from_secs(1);
-
-/// The next whole second after `at`, or the target `t` when that second is not clearly
-/// before it (a poll just before the target would find the task running for nothing).
-fn tick_or_target(at: Duration, e: Duration, t: Duration) -> Duration {
-    let tick = TICK * (at.as_millis() / TICK.as_millis() + 1) as u32;
-    if tick + (e / 20).max(50 * MS) >= t { t } else { tick }
-}
-
 impl PollSchedule {
-    /// A schedule for a task expected to take `expected` (`None`, or under 20 ms: unknown).
-    pub fn new(expected: Option<Duration>) -> Self {
-        let expected = expected.filter(|e| *e > 20 * MS);
-        let target = expected.map(|e| e + (e / 200).max(3 * MS));
-        let next = match (expected, target) {
-            (Some(e), Some(t)) => tick_or_target(Duration::ZERO, e, t),
+    /// A schedule for a task whose duration was last seen in `learned` (`None`, or `secs` under
+    /// 20 ms: unknown).
+    pub fn new(learned: Option<Learned>) -> Self {
+        let learned = learned
+            .filter(|l| l.secs.is_finite() && l.secs > 0.020 && l.secs < 86_400.0)
+            .map(|l| Learned { lo: if l.lo.is_finite() { l.lo.clamp(0.0, l.secs) } else { 0.0 }, ..l });
+        let mut points = Vec::new();
+        let mut check = false;
+        if let Some(l) = learned {
+            let e = Duration::from_secs_f64(l.secs);
+            let lo = Duration::from_secs_f64(l.lo);
+            let width = e - lo;
+            let n = narrow(e);
+            if width > n {
+                let k = (width.as_nanos().div_ceil(n.as_nanos()) as u32).saturating_sub(1).clamp(1, MAX_PROBES);
+                points.extend((1..=k).map(|i| lo + width * i / (k + 1)));
+            } else if l.since >= CHECK_EVERY && e > 2 * n {
+                check = true;
+                points.push(e - 2 * n);
+            }
+            points.push(e + margin(e));
+        }
+        let next = match (learned, points.first()) {
+            (Some(l), Some(first)) => tick_or(Duration::ZERO, Duration::from_secs_f64(l.secs), *first),
             _ => Duration::ZERO,
         };
-        PollSchedule { expected, target, targeted: false, polls: 0, last_running: None, next }
+        PollSchedule { learned, points, check, polls: 0, last_running: None, next }
     }
 
     /// When the next status poll is due.
@@ -203,46 +258,75 @@ impl PollSchedule {
         self.next
     }
 
-    fn polled(&mut self, at: Duration) {
-        self.polls += 1;
-        if self.target.is_some_and(|t| at >= t) {
-            self.targeted = true;
-        }
+    /// The target poll's time, when the duration is known.
+    fn target(&self) -> Option<Duration> {
+        self.points.last().copied()
     }
 
     /// The poll made at `at` found the task running: plans the next one.
     pub fn running_at(&mut self, at: Duration) {
-        self.polled(at);
+        self.polls += 1;
         self.last_running = Some(at);
-        let next = match (self.expected, self.target) {
-            // Before the expected end: once a second (a faster task), and the target itself.
-            (Some(e), Some(t)) if !self.targeted => tick_or_target(at, e, t),
-            // Late: close polls up to a quarter beyond the expected duration.
-            (Some(e), _) if at < e + e / 4 + 50 * MS => at + (e / 50).max(10 * MS),
-            _ => {
-                // Unknown (or far beyond the expected duration): 50 ms doubling, at most 500 ms.
-                let k = self.polls.saturating_sub(1).min(4);
-                at + (50 * MS * 2u32.pow(k)).min(500 * MS)
-            }
+        let next = match self.learned.map(|l| Duration::from_secs_f64(l.secs)) {
+            Some(e) => match self.points.iter().find(|p| **p > at) {
+                // Before the target: once a second, the probes, the target.
+                Some(p) => tick_or(at, e, *p),
+                // Late: close polls up to a quarter beyond the expected duration.
+                None if at < e + e / 4 + 50 * MS => at + close(e),
+                None => self.backoff(at),
+            },
+            None => self.backoff(at),
         };
         // Two polls per task-second, plus the first four: poll n+1 not before (n - 3) / 2 s.
         let budget = Duration::from_millis(u64::from(self.polls.saturating_sub(3)) * 500);
         self.next = next.max(budget).max(at);
     }
 
-    /// The poll made at `at` found the task stopped: what to learn about its duration.
-    pub fn finished(&mut self, at: Duration) -> Observed {
-        let targeted_now = !self.targeted && self.target.is_some_and(|t| at >= t);
-        self.polled(at);
-        match self.last_running {
-            Some(r) if at.saturating_sub(r) <= (at / 10).max(60 * MS) => {
-                Observed { secs: ((r + at) / 2).as_secs_f64(), bracketed: true, first_hit: false }
+    /// Unknown (or far beyond the expected duration): 50 ms doubling, at most 500 ms.
+    fn backoff(&self, at: Duration) -> Duration {
+        let k = self.polls.saturating_sub(1).min(4);
+        at + (50 * MS * 2u32.pow(k)).min(500 * MS)
+    }
+
+    /// The poll made at `at` found the task stopped: the interval to remember (see the module
+    /// docs).
+    pub fn finished(&mut self, at: Duration) -> Learned {
+        self.polls += 1;
+        let running = self.last_running;
+        let (Some(l), Some(target)) = (self.learned, self.target()) else {
+            return Learned::between(running, at);
+        };
+        let secs = at.as_secs_f64();
+        let run = running.map(|r| r.as_secs_f64());
+        if at < target {
+            // Stopped at a probe or a tick: faster than `secs`.
+            let descending = self.check || l.since >= CHECK_EVERY;
+            match run {
+                // A fresh lower end, not below what was known (or what was known is now wrong).
+                Some(r) if r >= l.lo || l.lo >= secs => Learned { secs, lo: r, since: 0 },
+                // Learning: what was known still fits.
+                _ if l.lo < secs && !descending => Learned { secs, lo: l.lo, since: 0 },
+                // Faster than the check (or than the interval) said, and no poll saw it running
+                // since: the lower end is a guess, twice as far below as the last step, until a
+                // poll sees the task running.
+                _ => {
+                    Learned { secs, lo: (secs - 2.0 * (l.secs - l.lo).max(l.secs - secs)).max(0.0), since: CHECK_EVERY }
+                }
             }
-            _ if targeted_now => {
-                Observed { secs: self.expected.unwrap_or(at).min(at).as_secs_f64(), bracketed: false, first_hit: true }
-            }
-            Some(r) => Observed { secs: ((r + at) / 2).as_secs_f64(), bracketed: false, first_hit: false },
-            None => Observed { secs: at.as_secs_f64(), bracketed: false, first_hit: false },
+        } else if running.is_some_and(|r| r >= target) {
+            // Late: the last close poll that saw it running and this one.
+            Learned::between(running, at)
+        } else {
+            // Stopped by the target, as expected: the interval holds, narrowed from below by
+            // the probes (or ticks) that saw it running. A check replaces the lower end (which
+            // may be stale), so that the next wait bisects the interval below the target again.
+            let probed = self.points.len() > 1;
+            let lo = match run {
+                Some(r) if self.check => r,
+                Some(r) => r.max(l.lo),
+                None => l.lo,
+            };
+            Learned { secs: l.secs, lo: lo.min(l.secs), since: if probed { 0 } else { l.since.saturating_add(1) } }
         }
     }
 
@@ -252,72 +336,119 @@ impl PollSchedule {
     }
 }
 
-/// Learned task durations per `NODE/TYPE` (see the module docs), optionally kept in a JSON file
-/// (`{"https://host:8006/api2/json NODE/TYPE": seconds, …}`, at most 256 entries) that every
-/// process using the same file shares; written atomically (a temporary file renamed).
+/// Learned task duration intervals per `NODE/TYPE` (see the module docs), optionally kept in a
+/// JSON file (`{"https://host:8006/api2/json NODE/TYPE": {"secs": …, "lo": …, "since": …}, …}`,
+/// at most 256 entries) that every process using the same file shares; written atomically (a
+/// temporary file renamed). An entry of the older form (a number of seconds) is read as an
+/// interval 3 % wide below it.
+///
+/// Inside a tokio runtime the file is written on a blocking thread, off the path from a task's
+/// end to the next request: a rename on a busy disk can take a few hundred milliseconds (seen
+/// here on ext4). What those writers have not written when the `TaskTimes` (its client) is
+/// dropped is written then, so the last wait's interval is kept also when the process ends
+/// right after it.
 pub struct TaskTimes {
     prefix: String,
     file: Option<PathBuf>,
-    map: Mutex<BTreeMap<String, f64>>,
-    /// First-poll hits in a row per key (this process only).
-    hits: Mutex<BTreeMap<String, u32>>,
+    map: Mutex<BTreeMap<String, Learned>>,
+    /// The generation of the newest snapshot handed to a writer.
+    generation: std::sync::atomic::AtomicU64,
+    /// Held while writing: the generation last written (an older snapshot is then skipped).
+    written: std::sync::Arc<Mutex<u64>>,
 }
 
 const MAX_ENTRIES: usize = 256;
 
 impl TaskTimes {
-    /// Durations of the API at `base` (the key prefix), loaded from `file` when it exists and
-    /// parses (anything else starts empty).
+    /// Intervals of the API at `base` (the key prefix), loaded from `file` when it exists and
+    /// parses (anything else starts empty; an entry that does not parse is dropped).
     pub fn new(base: &str, file: Option<PathBuf>) -> Self {
         let map = file
             .as_deref()
             .and_then(|f| std::fs::read(f).ok())
-            .and_then(|b| serde_json::from_slice::<BTreeMap<String, f64>>(&b).ok())
-            .unwrap_or_default();
-        TaskTimes { prefix: format!("{base} "), file, map: Mutex::new(map), hits: Mutex::new(BTreeMap::new()) }
+            .and_then(|b| serde_json::from_slice::<BTreeMap<String, Value>>(&b).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let l = match v {
+                    Value::Number(n) => n.as_f64().map(|secs| Learned { secs, lo: secs * 0.97, since: 0 }),
+                    v => serde_json::from_value::<Learned>(v).ok(),
+                }?;
+                (l.secs.is_finite() && l.secs >= 0.0 && l.lo.is_finite()).then_some((k, l))
+            })
+            .collect();
+        TaskTimes {
+            prefix: format!("{base} "),
+            file,
+            map: Mutex::new(map),
+            generation: std::sync::atomic::AtomicU64::new(0),
+            written: std::sync::Arc::new(Mutex::new(0)),
+        }
     }
 
-    /// The expected duration of `key` (`NODE/TYPE`), if learned.
-    pub fn expected(&self, key: &str) -> Option<Duration> {
+    /// The interval learned for `key` (`NODE/TYPE`), if any.
+    pub fn learned(&self, key: &str) -> Option<Learned> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&format!("{}{key}", self.prefix))
-            .filter(|s| s.is_finite() && **s >= 0.0 && **s < 86_400.0)
-            .map(|s| Duration::from_secs_f64(*s))
+        map.get(&format!("{}{key}", self.prefix)).copied().filter(|l| l.secs < 86_400.0)
     }
 
-    /// Remembers what a wait observed about `key`: an exact observation replaces the estimate
-    /// (averaged with it when close), a first-poll hit lowers it (see [`Observed::first_hit`]).
-    pub fn learn(&self, key: &str, o: &Observed) {
-        let full = format!("{}{key}", self.prefix);
-        let streak = {
-            let mut hits = self.hits.lock().unwrap_or_else(|e| e.into_inner());
-            let n = hits.entry(full.clone()).or_default();
-            *n = if o.first_hit { (*n + 1).min(4) } else { 0 };
-            *n
-        };
-        let snapshot = {
+    /// The upper end of what was learned for `key`, if anything.
+    pub fn expected(&self, key: &str) -> Option<Duration> {
+        self.learned(key).map(|l| Duration::from_secs_f64(l.secs))
+    }
+
+    /// Remembers what a wait learned about `key` (from [`PollSchedule::finished`]), and writes
+    /// the file when there is one: on a blocking thread inside a tokio runtime, else at once (a
+    /// failure to write is logged at debug level and otherwise ignored: the file is a cache).
+    pub fn learn(&self, key: &str, learned: Learned) {
+        use std::sync::atomic::Ordering;
+        let (snapshot, generation) = {
             let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-            let secs = match (map.get(&full), o.bracketed) {
-                _ if o.first_hit => o.secs * (1.0 - 0.03 * f64::from(1u32 << (streak - 1))),
-                (Some(old), true) if (old - o.secs).abs() <= old * 0.1 => (old + o.secs) / 2.0,
-                _ => o.secs,
-            };
-            map.insert(full, secs);
+            map.insert(format!("{}{key}", self.prefix), learned);
             while map.len() > MAX_ENTRIES {
                 let Some(k) = map.keys().next().cloned() else { break };
                 map.remove(&k);
             }
-            map.clone()
+            (map.clone(), self.generation.fetch_add(1, Ordering::SeqCst) + 1)
         };
-        if let Some(f) = &self.file
-            && let Err(e) = write_atomically(f, &snapshot)
-        {
-            tracing::debug!("cannot keep the learned task durations in {}: {e}", f.display());
+        let Some(file) = self.file.clone() else { return };
+        let written = std::sync::Arc::clone(&self.written);
+        let write = move || {
+            let mut last = written.lock().unwrap_or_else(|e| e.into_inner());
+            if *last >= generation {
+                return; // a newer snapshot is already in the file
+            }
+            if let Err(e) = write_atomically(&file, &snapshot) {
+                tracing::debug!("cannot keep the learned task durations in {}: {e}", file.display());
+            }
+            *last = generation;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(write)),
+            Err(_) => write(),
         }
     }
 }
 
-fn write_atomically(file: &Path, map: &BTreeMap<String, f64>) -> std::io::Result<()> {
+/// Writes what the blocking writers have not written yet (their last ones may never have started
+/// when the runtime shut down).
+impl Drop for TaskTimes {
+    fn drop(&mut self) {
+        let generation = *self.generation.get_mut();
+        let Some(file) = &self.file else { return };
+        let mut last = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        if *last >= generation {
+            return;
+        }
+        let map = self.map.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = write_atomically(file, map) {
+            tracing::debug!("cannot keep the learned task durations in {}: {e}", file.display());
+        }
+        *last = generation;
+    }
+}
+
+fn write_atomically(file: &Path, map: &BTreeMap<String, Learned>) -> std::io::Result<()> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -340,17 +471,43 @@ pub fn default_task_times_file() -> Option<PathBuf> {
 mod tests {
     use super::*;
 
-    /// Runs `s` against a task that stops at `t`; returns (noticed at, polls).
-    fn run(mut s: PollSchedule, t: Duration) -> (Duration, u32, Observed) {
+    /// Runs `s` against a task that stops at `t`; returns (noticed at, polls, learned).
+    fn run(mut s: PollSchedule, t: Duration) -> (Duration, u32, Learned) {
         loop {
             let at = s.next_poll();
             if at >= t {
-                let o = s.finished(at);
-                return (at, s.polls(), o);
+                let l = s.finished(at);
+                return (at, s.polls(), l);
             }
             s.running_at(at);
             assert!(s.polls() < 10_000);
         }
+    }
+
+    /// A small deterministic jitter source (0 ..= `max_ms` ms).
+    struct Jitter(u64);
+    impl Jitter {
+        fn next(&mut self, max_ms: u64) -> Duration {
+            self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            Duration::from_micros((self.0 >> 33) % (max_ms * 1000 + 1))
+        }
+    }
+
+    /// Waits for tasks of `durations` in turn, learning as `wait_task` does; returns per wait
+    /// (lateness, polls).
+    fn waits(durations: &[f64], jitter_ms: u64) -> Vec<(Duration, u32)> {
+        let times = TaskTimes::new("https://h:8006/api2/json", None);
+        let mut j = Jitter(7);
+        durations
+            .iter()
+            .map(|secs| {
+                let t = Duration::from_secs_f64(*secs) + j.next(jitter_ms);
+                let (at, polls, l) = run(PollSchedule::new(times.learned("pve1/vzcreate")), t);
+                assert!(l.lo <= l.secs, "{l:?}");
+                times.learn("pve1/vzcreate", l);
+                (at - t, polls)
+            })
+            .collect()
     }
 
     #[test]
@@ -365,75 +522,121 @@ mod tests {
         assert_eq!((at, polls), (Duration::ZERO, 1));
         for secs in [0.3, 1.0, 3.0, 10.0, 100.0] {
             let t = Duration::from_secs_f64(secs);
-            let (at, polls, o) = run(PollSchedule::new(None), t);
+            let (at, polls, l) = run(PollSchedule::new(None), t);
             assert!(at - t <= Duration::from_millis(500), "{secs}: noticed at {at:?}");
             assert!(f64::from(polls) <= 4.0 + 2.0 * secs, "{secs}: {polls} polls");
-            assert!(o.secs <= at.as_secs_f64());
+            assert!(l.lo < secs && l.secs >= secs && l.secs == at.as_secs_f64(), "{l:?}");
         }
     }
 
     #[test]
-    fn a_known_duration_is_noticed_within_one_percent_with_a_poll_a_second_before_it() {
+    fn a_learned_duration_costs_one_poll_just_after_it_plus_one_a_second_before() {
         for secs in [0.3, 1.0, 3.0, 10.0] {
             let e = Duration::from_secs_f64(secs);
-            let (at, polls, o) = run(PollSchedule::new(Some(e)), e);
+            let learned = Learned { secs, lo: secs - narrow(e).as_secs_f64() / 2.0, since: 0 };
+            let (at, polls, l) = run(PollSchedule::new(Some(learned)), e - MS);
             assert_eq!(polls, secs.ceil() as u32, "{secs}: one a second, then the one just after it");
-            assert!(at - e <= (e / 100).max(3 * MS), "{secs}: {at:?}");
-            assert!(o.first_hit && !o.bracketed, "{o:?}");
+            assert!(at - e <= margin(e), "{secs}: {at:?}");
+            assert_eq!((l.secs, l.since), (secs, 1), "the interval holds");
         }
-        // A much faster task than expected is noticed within a second, and lowers the estimate.
-        let (at, _, o) = run(PollSchedule::new(Some(Duration::from_secs(100))), Duration::from_secs_f64(9.5));
+        // A much faster task than expected is noticed within a second, and moves the interval.
+        let learned = Learned { secs: 100.0, lo: 99.9, since: 0 };
+        let (at, _, l) = run(PollSchedule::new(Some(learned)), Duration::from_secs_f64(9.5));
         assert_eq!(at, Duration::from_secs(10));
-        assert_eq!((o.secs, o.bracketed, o.first_hit), (9.5, true, false));
+        assert_eq!((l.secs, l.lo), (10.0, 9.0));
     }
 
     #[test]
-    fn a_slower_task_than_expected_is_bracketed_closely_and_the_polls_stay_bounded() {
-        let e = Duration::from_secs(10);
-        let t = Duration::from_secs_f64(10.15);
-        let (at, polls, o) = run(PollSchedule::new(Some(e)), t);
-        assert!(at - t <= Duration::from_millis(200), "{at:?}");
+    fn learning_narrows_the_interval_within_a_few_waits_then_polls_once_per_wait() {
+        for secs in [0.3, 1.0, 3.0, 10.0] {
+            let w = waits(&[secs; 40], 2);
+            let e = Duration::from_secs_f64(secs);
+            // From the fourth wait on, noticed within the learned interval's width and the
+            // target's margin (0.8 % of a long task, 9 ms of a short one) and the jitter.
+            for (i, (late, _)) in w.iter().enumerate().skip(3) {
+                assert!(*late <= narrow(e) + margin(e) + 2 * MS, "{secs} s, wait {i}: {late:?} late ({w:?})");
+            }
+            // Steady: the polls before the expected end (one a second) and the target, plus a
+            // check every eighth wait, on average.
+            let steady: u32 = w[8..].iter().map(|(_, p)| p).sum();
+            let per_wait = f64::from(steady) / 32.0;
+            assert!(per_wait <= secs.ceil() + 0.25, "{secs} s: {per_wait} polls per wait ({w:?})");
+        }
+    }
+
+    #[test]
+    fn a_slower_task_is_bracketed_closely_and_the_next_wait_is_exact_again() {
+        let w = waits(&[[10.0; 10].as_slice(), &[10.15; 5]].concat(), 0);
+        let (late, polls) = w[10];
+        assert!(late <= close(Duration::from_secs(10)), "{w:?}");
         assert!(f64::from(polls) <= 4.0 + 2.0 * 10.15, "{polls}");
-        assert!(o.bracketed && (o.secs - 10.15).abs() < 0.2, "{o:?}");
+        for (late, _) in &w[12..] {
+            assert!(*late <= Duration::from_millis(110), "{w:?}");
+        }
         // Far slower (another template, a busy storage): back to the backoff, still bounded.
-        let t = Duration::from_secs(60);
-        let (at, polls, _) = run(PollSchedule::new(Some(e)), t);
-        assert!(at - t <= Duration::from_millis(500), "{at:?}");
+        let learned = Learned { secs: 10.0, lo: 9.99, since: 0 };
+        let (at, polls, _) = run(PollSchedule::new(Some(learned)), Duration::from_secs(60));
+        assert!(at - Duration::from_secs(60) <= Duration::from_millis(500), "{at:?}");
         assert!(f64::from(polls) <= 4.0 + 2.0 * 60.0, "{polls}");
     }
 
     #[test]
-    fn learning_converges_on_a_steady_duration_and_follows_a_faster_one() {
-        let times = TaskTimes::new("https://h:8006/api2/json", None);
-        let key = "pve1/vzcreate";
-        assert_eq!(times.expected(key), None);
-        let mut late = Vec::new();
-        let rounds: Vec<f64> = [vec![10.0; 10], vec![8.0; 14]].concat();
-        for (round, secs) in rounds.iter().enumerate() {
-            let t = Duration::from_secs_f64(*secs);
-            let (at, _, o) = run(PollSchedule::new(times.expected(key)), t);
-            times.learn(key, &o);
-            late.push(((at - t).as_secs_f64() / secs, round));
+    fn a_faster_task_is_followed_by_the_checks_also_below_a_second() {
+        for (before, after) in [(1.0, 0.6), (10.0, 8.0), (0.3, 0.29)] {
+            let w = waits(&[vec![before; 12], vec![after; 30]].concat(), 1);
+            let e = Duration::from_secs_f64(after);
+            // Within two check periods the new duration is noticed as closely as the old one was.
+            for (i, (late, _)) in w.iter().enumerate().skip(12 + 2 * CHECK_EVERY as usize) {
+                assert!(*late <= narrow(e) + margin(e) + MS, "{before} → {after}, wait {i}: {late:?} ({w:?})");
+            }
         }
-        // After the first (unknown) wait, within 2 %; after the change (8 s ≪ 10 s) within 2 %
-        // again after a few waits.
-        for (rel, round) in late[1..10].iter().chain(&late[16..]) {
-            assert!(*rel <= 0.02, "round {round}: {rel} ({late:?})");
-        }
-        let mean: f64 = late[1..10].iter().map(|(r, _)| r).sum::<f64>() / 9.0;
-        assert!(mean <= 0.015, "{mean}");
     }
 
     #[test]
-    fn learned_durations_survive_in_the_file() {
+    fn no_interval_makes_a_wait_poll_more_than_two_per_task_second_plus_four() {
+        let mut j = Jitter(11);
+        for _ in 0..2000 {
+            let secs = 0.021 + j.next(20_000).as_secs_f64();
+            let lo = secs * j.next(1000).as_secs_f64();
+            let since = (j.next(10).as_millis() as u32) % (CHECK_EVERY + 2);
+            let t = j.next(30_000);
+            let s = PollSchedule::new(Some(Learned { secs, lo, since }));
+            let (at, polls, l) = run(s, t);
+            assert!(f64::from(polls) <= 4.0 + 2.0 * at.as_secs_f64() + 1e-9, "{secs} {lo} {t:?}: {polls} by {at:?}");
+            assert!(l.lo <= l.secs && l.secs <= at.as_secs_f64() + secs, "{l:?}");
+        }
+    }
+
+    #[test]
+    fn learned_intervals_survive_in_the_file_and_the_older_form_is_read() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("sub/times.json");
         let a = TaskTimes::new("https://h:8006/api2/json", Some(file.clone()));
-        a.learn("pve1/vzstart", &Observed { secs: 3.0, bracketed: true, first_hit: false });
+        a.learn("pve1/vzstart", Learned { secs: 3.0, lo: 2.99, since: 2 });
         let b = TaskTimes::new("https://h:8006/api2/json", Some(file.clone()));
+        assert_eq!(b.learned("pve1/vzstart"), Some(Learned { secs: 3.0, lo: 2.99, since: 2 }));
         assert_eq!(b.expected("pve1/vzstart"), Some(Duration::from_secs(3)));
-        let other = TaskTimes::new("https://other:8006/api2/json", Some(file));
+        let other = TaskTimes::new("https://other:8006/api2/json", Some(file.clone()));
         assert_eq!(other.expected("pve1/vzstart"), None);
+        std::fs::write(&file, r#"{"https://h:8006/api2/json pve1/vzcreate": 10.0, "x y": "garbage"}"#).unwrap();
+        let old = TaskTimes::new("https://h:8006/api2/json", Some(file));
+        assert_eq!(old.learned("pve1/vzcreate"), Some(Learned { secs: 10.0, lo: 9.7, since: 0 }));
+    }
+
+    #[test]
+    fn inside_a_runtime_the_file_is_written_off_the_waiting_path_and_the_newest_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("times.json");
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let a = TaskTimes::new("https://h:8006/api2/json", Some(file.clone()));
+            for i in 1..=20 {
+                a.learn("pve1/vzstart", Learned { secs: f64::from(i), lo: 0.5, since: 0 });
+            }
+        });
+        drop(rt);
+        let b = TaskTimes::new("https://h:8006/api2/json", Some(file));
+        assert_eq!(b.expected("pve1/vzstart"), Some(Duration::from_secs(20)), "the newest snapshot wins");
     }
 
     #[test]
