@@ -45,6 +45,7 @@ pub async fn wait_for_ssh(addr: SocketAddr, timeout: Duration) -> Result<Duratio
             Ok(Err(e)) => last = e.to_string(),
             Err(_) => last = "attempt timed out".into(),
         }
+        tracing::debug!("SSH at {addr} not answering yet after {:?}: {last}", start.elapsed());
         wait.state(&last);
         tokio::time::sleep(delay.min(timeout.saturating_sub(start.elapsed()))).await;
         delay = (delay * 2).min(Duration::from_millis(250));
