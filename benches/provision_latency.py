@@ -1,16 +1,18 @@
 """Benchmark: how close one container's provision comes to its physical limit (not a test).
 
-Usage: python3 benches/provision_latency.py PATH/TO/proxmox-gitops [ROUNDS=6] [SCALES=1,0.1]
+Usage: python3 benches/provision_latency.py PATH/TO/proxmox-gitops [ROUNDS=10] [SCALES=0,1,0.1]
 
 The physical limit of a create + start is the sum of the two PVE tasks' durations: nothing can
 notice the end of a task before it ends. fakepve (in this process, 127.0.0.1, its own
 certificate, the template present) runs with realistic durations — `vzcreate` 10 PVE seconds
 (`ct_secs['create']`), `vzstart` 3 (`start_secs` of every new container) — at each time scale
-(1: real durations, 13 s; 0.1: scaled tenfold, 1.3 s). For each scale, ROUNDS fresh runs of
-`provision -c ct000` (the container removed between runs, the SSH wait answered by a banner
-listener on 127.0.0.1), each a new process with its own `XDG_CACHE_HOME` shared by the rounds of
-one scale: round 1 knows no task duration (cold), later rounds use the ones learned before
-(warm; see src/pve/task.rs).
+(1: real durations, 13 s; 0.1: scaled tenfold, 1.3 s; 0: no task time, which leaves the
+client's own cost). For each scale, ROUNDS fresh runs of `provision -c ct000` (the container
+removed between runs, the SSH wait answered by a banner listener on 127.0.0.1), each a new
+process with its own `XDG_CACHE_HOME` shared by the rounds of one scale: round 1 knows no task
+duration (cold); later rounds use the intervals learned before (src/pve/task.rs), and are
+"learning" while an interval is still wide enough for the schedule to probe inside it, "steady"
+after.
 
 Per round: wall time of the process, the limit, wall / limit, the task status polls
 (`GET /nodes/…/tasks/…/status`), polls per task-second, and every API request fakepve answered
@@ -18,6 +20,7 @@ Per round: wall time of the process, the limit, wall / limit, the task status po
 """
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -106,10 +109,26 @@ def provision(binary, served, repo_dir, share, cache, ssh_port):
     return wall
 
 
+def learning(cache):
+    """True when a learned interval in the cache is still wider than the schedule's `narrow`
+    (max(5 ms, 0.5 %), src/pve/task.rs): the next run will probe inside it."""
+    path = os.path.join(cache, 'proxmox-gitops', 'pve-task-times.json')
+    try:
+        with open(path) as f:
+            entries = json.load(f).values()
+    except OSError:
+        return False
+    return any(isinstance(e, dict) and e['secs'] - e['lo'] > max(0.005, e['secs'] / 200) for e in entries)
+
+
+def rate(polls, task_secs):
+    return '{0:.2f}'.format(polls / task_secs) if task_secs else '-'
+
+
 def main():
     binary = os.path.abspath(sys.argv[1])
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 6
-    scales = [float(s) for s in (sys.argv[3] if len(sys.argv) > 3 else '1,0.1').split(',')]
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    scales = [float(s) for s in (sys.argv[3] if len(sys.argv) > 3 else '0,1,0.1').split(',')]
     every_new_ct_starts_in(START_SECS)
     ssh_port = ssh_banner()
     print('| time scale | round | wall time | limit (create + start) | wall / limit | status polls '
@@ -121,35 +140,37 @@ def main():
             served = Served(tmp, scale)
             cache = tempfile.mkdtemp(dir=tmp)
             limit = (CREATE_SECS + START_SECS) * scale
-            ratios = []
+            # Per kind of round (warm: learned before; steady: learned and narrow): ratios, polls.
+            kinds = {'warm': ([], 0), 'steady': ([], 0)}
             for r in range(1, rounds + 1):
                 repo_dir = tempfile.mkdtemp(dir=tmp)
                 share = tempfile.mkdtemp(dir=tmp)
                 repo(repo_dir)
+                kind = 'cold' if r == 1 else 'learning' if learning(cache) else 'steady'
                 served.call(lambda: served.pve.cts.clear())
                 served.call(lambda: served.pve.requests.clear())
                 wall = provision(binary, served, repo_dir, share, cache, ssh_port)
                 reqs = served.call(lambda: list(served.pve.requests))
                 polls = sum(1 for (m, p, _) in reqs if m == 'GET' and '/tasks/' in p and p.endswith('/status'))
-                if limit:
-                    ratio = wall / limit
-                    if r > 1:
-                        ratios.append(ratio)
-                    cells = ('{0:.3f}'.format(ratio), '{0:.2f}'.format(polls / limit))
-                else:
-                    # Time scale 0: the tasks take no time; what is left is the client's own cost.
-                    cells = ('-', '-')
-                print('| {0:g} | {1}{2} | {3:.3f} s | {4:.3f} s | {5} | {6} | {7} | {8} |'.format(
-                    scale, r, ' (cold)' if r == 1 else '', wall, limit, cells[0], polls, cells[1], len(reqs)))
+                for k in ('warm', 'steady') if kind == 'steady' else ('warm',) if kind == 'learning' else ():
+                    ratios, n = kinds[k]
+                    kinds[k] = (ratios + [wall / limit if limit else 0.0], n + polls)
+                ratio = '{0:.3f}'.format(wall / limit) if limit else '-'
+                print('| {0:g} | {1} ({2}) | {3:.3f} s | {4:.3f} s | {5} | {6} | {7} | {8} |'.format(
+                    scale, r, kind, wall, limit, ratio, polls, rate(polls, limit), len(reqs)))
                 sys.stdout.flush()
             served.stop()
-            if ratios:
-                summary.append((scale, min(ratios), sum(ratios) / len(ratios), max(ratios)))
+            if limit:
+                summary.append((scale, limit, kinds))
     print()
-    print('| time scale | warm rounds: wall / limit min / mean / max |')
-    print('|---|---|')
-    for scale, lo, mean, hi in summary:
-        print('| {0:g} | {1:.3f} / {2:.3f} / {3:.3f} |'.format(scale, lo, mean, hi))
+    print('| time scale | rounds | wall / limit min / mean / max | status polls per task-second |')
+    print('|---|---|---|---|')
+    for scale, limit, kinds in summary:
+        for k, (ratios, polls) in kinds.items():
+            if ratios:
+                print('| {0:g} | {1} ({2}) | {3:.3f} / {4:.3f} / {5:.3f} | {6} |'.format(
+                    scale, k, len(ratios), min(ratios), sum(ratios) / len(ratios), max(ratios),
+                    rate(polls, limit * len(ratios))))
 
 
 if __name__ == '__main__':

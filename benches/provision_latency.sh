@@ -2,7 +2,7 @@
 # Benchmark: one container's create + start against its physical limit (the tasks' durations) on
 # fakepve with realistic task durations at time scales 1 and 0.1; not a test. Builds the release
 # binary, then runs benches/provision_latency.py. Results: docs/benchmarks/latency.md.
-# Usage: [PROFILE=release|dev] benches/provision_latency.sh [ROUNDS=6] [SCALES=1,0.1]
+# Usage: [PROFILE=release|dev] benches/provision_latency.sh [ROUNDS=10] [SCALES=0,1,0.1]
 # (the wall time is the tasks' and the client's waiting, so the dev build measures the same)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,4 +11,4 @@ if [ "$PROFILE" = dev ]; then cargo build --locked --quiet; BIN=target/debug/pro
 else cargo build --release --locked --quiet; BIN=target/release/proxmox-gitops; fi
 echo "machine: $(nproc) CPU(s), $(uname -sr), load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "binary: $BIN ($PROFILE)"
-python3 benches/provision_latency.py "$BIN" "${1:-6}" "${2:-1,0.1}"
+python3 benches/provision_latency.py "$BIN" "${1:-10}" "${2:-0,1,0.1}"

@@ -19,9 +19,11 @@
 //!
 //! * **known interval**: once a second while the interval is more than a second away (so that a
 //!   much faster task is noticed within a second), then
-//!   * while the interval is wider than max(5 ms, 0.5 % of `secs`) — *learning* — up to three
-//!     probes spread evenly inside it (a probe finding the task stopped ends the wait early and
-//!     narrows the interval from above, one finding it running narrows it from below),
+//!   * while the interval is wider than max(5 ms, 0.5 % of `secs`) — *learning* — one probe in
+//!     its middle (a probe finding the task stopped ends the wait early and halves the interval
+//!     from above, one finding it running halves it from below: a bit per poll, which costs the
+//!     fewest polls; three probes per wait learned in fewer waits but cost 15 % more polls
+//!     per task-second in the benchmark),
 //!   * every eighth wait once narrow — a *check* — one probe twice that width below `secs`, so
 //!     that a task that got faster is followed: a check finding it running becomes the new `lo`
 //!     (the old one may be stale), so the next wait bisects once more; one finding it stopped
@@ -180,8 +182,8 @@ impl Learned {
 
 /// Waits between two checks of a narrow interval from below.
 pub const CHECK_EVERY: u32 = 8;
-/// Probes in one learning wait, at most.
-const MAX_PROBES: u32 = 3;
+/// Probes in one learning wait, at most (1: bisection, see the module docs).
+const MAX_PROBES: u32 = 1;
 /// Between polls while a task with a known duration has not reached it: a mispredicted (much
 /// faster) task is noticed within this.
 const TICK: Duration = Duration::from_secs(1);
@@ -551,9 +553,10 @@ mod tests {
         for secs in [0.3, 1.0, 3.0, 10.0] {
             let w = waits(&[secs; 40], 2);
             let e = Duration::from_secs_f64(secs);
-            // From the fourth wait on, noticed within the learned interval's width and the
-            // target's margin (0.8 % of a long task, 9 ms of a short one) and the jitter.
-            for (i, (late, _)) in w.iter().enumerate().skip(3) {
+            // After the learning waits (each halves the cold wait's last backoff step, at most
+            // 500 ms, towards 5 ms: seven at most), noticed within the learned interval's width,
+            // the target's margin (0.8 % of a long task, 9 ms of a short one) and the jitter.
+            for (i, (late, _)) in w.iter().enumerate().skip(8) {
                 assert!(*late <= narrow(e) + margin(e) + 2 * MS, "{secs} s, wait {i}: {late:?} late ({w:?})");
             }
             // Steady: the polls before the expected end (one a second) and the target, plus a
