@@ -48,8 +48,13 @@ struct Env {
 
 impl Env {
     async fn new() -> Env {
+        Env::scaled(0.0).await
+    }
+
+    /// [`Env::new`] on a fakepve whose tasks take `time_scale` real seconds per PVE second.
+    async fn scaled(time_scale: f64) -> Env {
         Env {
-            pve: FakePve::start(),
+            pve: FakePve::start_scaled(time_scale),
             ssh_port: ssh_banner().await,
             share: tempfile::tempdir().unwrap(),
             artifacts: tempfile::tempdir().unwrap(),
@@ -1336,4 +1341,61 @@ fn a_user_given_twice_is_refused_before_any_request() {
     assert!(out.contains("PROXMOX_USER") && out.contains("PROXMOX_TOKEN") && out.contains("given twice"), "{out}");
     assert!(!out.contains("s-0b8e5a72"), "{out}");
     assert!(pve.requests(false).is_empty(), "nothing was sent to PVE");
+}
+
+/// Status polls of the `vzcreate` tasks in `requests`, per task, in order.
+fn create_polls(requests: &[(String, String, String)]) -> Vec<usize> {
+    let mut per: Vec<(String, usize)> = Vec::new();
+    for (m, p, _) in requests {
+        if m == "GET" && p.contains(":vzcreate:") && p.ends_with("/status") {
+            match per.iter_mut().find(|(u, _)| p.contains(u.as_str())) {
+                Some((_, n)) => *n += 1,
+                None => per.push((p.split('/').nth(4).unwrap_or_default().to_string(), 1)),
+            }
+        }
+    }
+    per.into_iter().map(|(_, n)| n).collect()
+}
+
+/// Waiting really loops here (tasks take time): each create is polled within two polls per
+/// task-second plus four, the client learns the create's duration from its waits, and a create
+/// slower than `--timeout-create` fails after that timeout, naming the task, without waiting for
+/// it and without destroying anything.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_waits_loop_learn_the_duration_and_time_out() {
+    let env = Env::scaled(0.05).await;
+    env.pve.add_template();
+    env.pve.exec("pve.ct_secs['create'] = 10"); // 0.5 s
+    let b = env.backend(Login::Root);
+    env.pve.requests(true);
+    for (i, vmid) in (401..=404).enumerate() {
+        let started = std::time::Instant::now();
+        let out = env.provision_one(&b, spec(&format!("ct{i}"), vmid)).await;
+        assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
+        let polls = create_polls(&env.pve.requests(true));
+        assert_eq!(polls.len(), 1, "{polls:?}");
+        assert!(polls[0] as f64 <= 4.0 + 2.0 * started.elapsed().as_secs_f64(), "create {i}: {polls:?}");
+        if i == 0 {
+            assert!(polls[0] >= 3, "nothing known: polled with backoff ({polls:?})");
+        }
+    }
+    let learned = client(&b).task_times().learned("pve1/vzcreate").expect("the create's duration is learned");
+    assert!(learned.lo < learned.secs && (0.4..5.0).contains(&learned.secs), "{learned:?}");
+
+    // A create slower than the timeout.
+    env.pve.exec("pve.ct_secs['create'] = 200"); // 10 s
+    let mut connect = env.connect();
+    connect.timeouts.create = Duration::from_secs(1);
+    let slow =
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let started = std::time::Instant::now();
+    let out = env.provision_one(&slow, spec("slow", 405)).await;
+    let waited = started.elapsed();
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert!(error.contains(":vzcreate:405:") && error.contains("no result after 1 s (timeout)"), "{error}");
+    assert!(waited < Duration::from_secs(8), "did not wait for the task: {waited:?}");
+    let requests = env.pve.requests(true);
+    let polls = create_polls(&requests);
+    assert!(polls.len() == 1 && polls[0] as f64 <= 4.0 + 2.0 * waited.as_secs_f64(), "{polls:?}");
+    assert!(!requests.iter().any(|(m, _, _)| m == "DELETE"), "nothing destroyed: {requests:?}");
 }

@@ -28,6 +28,10 @@ pub struct PveConnect {
     /// `--adopt`: plan a container at a lib's vmid that proxmox-gitops did not create as
     /// `adopt` (our mark written in place) instead of refusing it as foreign.
     pub adopt: bool,
+    /// Where the learned PVE task durations are kept across runs ([`crate::pve::task::TaskTimes`]);
+    /// `None`: in memory for this run only. Default:
+    /// [`crate::pve::task::default_task_times_file`].
+    pub task_times: Option<std::path::PathBuf>,
 }
 
 impl Default for PveConnect {
@@ -37,6 +41,7 @@ impl Default for PveConnect {
             timeouts: Timeouts::default(),
             request_timeout: Duration::from_secs(60),
             adopt: false,
+            task_times: crate::pve::task::default_task_times_file(),
         }
     }
 }
@@ -84,7 +89,7 @@ pub fn pve_client(settings: &Settings, connect: &PveConnect) -> Result<PveClient
     opts.port = s.port;
     opts.tls = connect.tls.clone();
     opts.request_timeout = connect.request_timeout;
-    opts.task_times = crate::pve::task::default_task_times_file();
+    opts.task_times = connect.task_times.clone();
     PveClient::new(opts, auth).map_err(|e| Error::Failed(e.into()))
 }
 

@@ -65,6 +65,7 @@ impl PveTlsArgs {
             timeouts: Timeouts::default(),
             request_timeout: Duration::from_secs(60),
             adopt: false,
+            task_times: crate::pve::task::default_task_times_file(),
         })
     }
 }

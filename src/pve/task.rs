@@ -339,10 +339,11 @@ impl PollSchedule {
 }
 
 /// Learned task duration intervals per `NODE/TYPE` (see the module docs), optionally kept in a
-/// JSON file (`{"https://host:8006/api2/json NODE/TYPE": {"secs": …, "lo": …, "since": …}, …}`,
-/// at most 256 entries) that every process using the same file shares; written atomically (a
-/// temporary file renamed). An entry of the older form (a number of seconds) is read as an
-/// interval 3 % wide below it.
+/// JSON file (`{"https://host:8006/api2/json NODE/TYPE": {"secs": …, "lo": …, "since": …, "at":
+/// UNIX seconds learned}, …}`, at most 256 entries: beyond that the one learned longest ago is
+/// dropped) that every process using the same file shares; written atomically (a temporary file
+/// renamed). An entry of the older form (a number of seconds) is read as an interval 3 % wide
+/// below it.
 ///
 /// Inside a tokio runtime the file is written on a blocking thread, off the path from a task's
 /// end to the next request: a rename on a busy disk can take a few hundred milliseconds (seen
@@ -352,7 +353,7 @@ impl PollSchedule {
 pub struct TaskTimes {
     prefix: String,
     file: Option<PathBuf>,
-    map: Mutex<BTreeMap<String, Learned>>,
+    map: Mutex<BTreeMap<String, Entry>>,
     /// The generation of the newest snapshot handed to a writer.
     generation: std::sync::atomic::AtomicU64,
     /// Held while writing: the generation last written (an older snapshot is then skipped).
@@ -360,6 +361,19 @@ pub struct TaskTimes {
 }
 
 const MAX_ENTRIES: usize = 256;
+
+/// One key's interval in the file, with when it was learned (UNIX seconds; 0 when unknown).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Entry {
+    #[serde(flatten)]
+    learned: Learned,
+    #[serde(default)]
+    at: u64,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
 
 impl TaskTimes {
     /// Intervals of the API at `base` (the key prefix), loaded from `file` when it exists and
@@ -372,11 +386,14 @@ impl TaskTimes {
             .unwrap_or_default()
             .into_iter()
             .filter_map(|(k, v)| {
-                let l = match v {
-                    Value::Number(n) => n.as_f64().map(|secs| Learned { secs, lo: secs * 0.97, since: 0 }),
-                    v => serde_json::from_value::<Learned>(v).ok(),
+                let e = match v {
+                    Value::Number(n) => {
+                        n.as_f64().map(|secs| Entry { learned: Learned { secs, lo: secs * 0.97, since: 0 }, at: 0 })
+                    }
+                    v => serde_json::from_value::<Entry>(v).ok(),
                 }?;
-                (l.secs.is_finite() && l.secs >= 0.0 && l.lo.is_finite()).then_some((k, l))
+                let l = e.learned;
+                (l.secs.is_finite() && l.secs >= 0.0 && l.lo.is_finite()).then_some((k, e))
             })
             .collect();
         TaskTimes {
@@ -391,7 +408,7 @@ impl TaskTimes {
     /// The interval learned for `key` (`NODE/TYPE`), if any.
     pub fn learned(&self, key: &str) -> Option<Learned> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&format!("{}{key}", self.prefix)).copied().filter(|l| l.secs < 86_400.0)
+        map.get(&format!("{}{key}", self.prefix)).map(|e| e.learned).filter(|l| l.secs < 86_400.0)
     }
 
     /// The upper end of what was learned for `key`, if anything.
@@ -406,9 +423,11 @@ impl TaskTimes {
         use std::sync::atomic::Ordering;
         let (snapshot, generation) = {
             let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-            map.insert(format!("{}{key}", self.prefix), learned);
+            let full = format!("{}{key}", self.prefix);
+            map.insert(full.clone(), Entry { learned, at: unix_now() });
             while map.len() > MAX_ENTRIES {
-                let Some(k) = map.keys().next().cloned() else { break };
+                let oldest = map.iter().filter(|(k, _)| **k != full).min_by_key(|(_, e)| e.at).map(|(k, _)| k.clone());
+                let Some(k) = oldest else { break };
                 map.remove(&k);
             }
             (map.clone(), self.generation.fetch_add(1, Ordering::SeqCst) + 1)
@@ -450,7 +469,7 @@ impl Drop for TaskTimes {
     }
 }
 
-fn write_atomically(file: &Path, map: &BTreeMap<String, Learned>) -> std::io::Result<()> {
+fn write_atomically(file: &Path, map: &BTreeMap<String, Entry>) -> std::io::Result<()> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -640,6 +659,30 @@ mod tests {
         drop(rt);
         let b = TaskTimes::new("https://h:8006/api2/json", Some(file));
         assert_eq!(b.expected("pve1/vzstart"), Some(Duration::from_secs(20)), "the newest snapshot wins");
+    }
+
+    #[test]
+    fn a_full_file_drops_the_entry_learned_longest_ago_never_the_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("times.json");
+        // 256 entries of other APIs, learned at 1000 + i; the key of this API sorts first.
+        let full: BTreeMap<String, Value> = (0..MAX_ENTRIES)
+            .map(|i| {
+                (
+                    format!("https://z{i:03}:8006/api2/json pve1/vzstart"),
+                    serde_json::json!({"secs": 3.0, "lo": 2.9, "at": 1000 + i}),
+                )
+            })
+            .collect();
+        std::fs::write(&file, serde_json::to_vec(&full).unwrap()).unwrap();
+        let a = TaskTimes::new("https://a:8006/api2/json", Some(file.clone()));
+        a.learn("pve1/vzcreate", Learned { secs: 10.0, lo: 9.9, since: 0 });
+        drop(a);
+        let kept: BTreeMap<String, Value> = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(kept.len(), MAX_ENTRIES);
+        assert!(kept.contains_key("https://a:8006/api2/json pve1/vzcreate"));
+        assert!(!kept.contains_key("https://z000:8006/api2/json pve1/vzstart"), "the oldest is dropped");
+        assert!(kept.contains_key("https://z001:8006/api2/json pve1/vzstart"));
     }
 
     #[test]

@@ -155,14 +155,16 @@ impl FakePve {
         }
     }
 
-    /// Connection options that trust this server's certificate, with `timeouts` for its tasks
-    /// and 20 s per request.
+    /// Connection options that trust this server's certificate, with `timeouts` for its tasks,
+    /// 20 s per request, and the learned task durations kept in this server's directory (not in
+    /// the user's cache, shared by every test).
     pub fn connect(&self, timeouts: Timeouts) -> PveConnect {
         PveConnect {
             tls: TlsMode::CaFile(self.ca.clone()),
             timeouts,
             request_timeout: Duration::from_secs(20),
             adopt: false,
+            task_times: Some(self.dir.path().join("pve-task-times.json")),
         }
     }
 
@@ -241,6 +243,9 @@ pub fn cli_env(pve: &FakePve, share: &Path) -> Vec<(String, String)> {
         ("PROXMOX_GATEWAY", "127.0.20.254".into()),
         ("PROXMOX_SHARE", share.display().to_string()),
         ("PROXMOX_CA", pve.ca.display().to_string()),
+        // The learned task durations (and any other cache) beside this server, not in the
+        // user's cache.
+        ("XDG_CACHE_HOME", pve.dir.path().join("cache").display().to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
