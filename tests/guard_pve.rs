@@ -384,7 +384,8 @@ async fn a_foreign_container_is_never_touched_and_adopt_takes_it_over_in_place()
     assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
     assert!(matches!(out.plan.action, Action::Adopt { .. }), "{out:#?}");
     let cfg = env.pve.ct_config(101).unwrap();
-    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+    // Our mark first; the container's own description is kept after it.
+    assert_eq!(cfg["description"], Value::String(format!("{}\nhand-made: keep me\n", description("broker"))), "{cfg}");
     assert_eq!(cfg["tags"], "prod;proxmox-gitops");
     assert_eq!(cfg["memory"], 1024);
     assert_eq!(cfg["status"], "running");

@@ -221,6 +221,39 @@ pub fn with_lease(description: &str, lease: &Lease) -> String {
     format!("{}{}\n", without_lease(description), lease.line())
 }
 
+/// Whether `line` is one this tool writes into a description: the lib marker ([`LIB_MARKER`]),
+/// the ostemplate line ([`OSTEMPLATE_MARKER`]) or a lease line ([`LEASE_MARKER`]).
+pub fn is_own_line(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with(LIB_MARKER) || t.starts_with(OSTEMPLATE_MARKER) || is_lease_line(line)
+}
+
+/// The lines of `description` this tool manages (lib marker and ostemplate line, lease lines
+/// left out), each ending with a newline: what the planner compares with [`desired()`]'s.
+pub fn own_lines(description: &str) -> String {
+    description.lines().filter(|l| is_own_line(l) && !is_lease_line(l)).map(|l| format!("{l}\n")).collect()
+}
+
+/// The rest of `description`: the user's own text (notes typed in PVE's UI, or the description
+/// an adopted container had), blank lines at its start and end trimmed, each line ending with a
+/// newline; empty when there is none. Kept whenever this tool rewrites the description.
+pub fn user_notes(description: &str) -> String {
+    let lines: Vec<&str> = description.lines().filter(|l| !is_own_line(l)).collect();
+    let first = lines.iter().position(|l| !l.trim().is_empty());
+    let last = lines.iter().rposition(|l| !l.trim().is_empty());
+    match (first, last) {
+        (Some(a), Some(b)) => lines[a..=b].iter().map(|l| format!("{l}\n")).collect(),
+        _ => String::new(),
+    }
+}
+
+/// The description to write: `ours` ([`desired()`]'s), then a blank line and the user's notes
+/// of the `live` description ([`user_notes`]) when it has any.
+pub fn with_user_notes(ours: &str, live: &str) -> String {
+    let notes = user_notes(live);
+    if notes.is_empty() { ours.to_string() } else { format!("{ours}\n{notes}") }
+}
+
 /// Whether a live `description` carries our mark for lib `name`: the first-line marker
 /// ``managed by proxmox-gitops: lib `NAME` `` ([`LIB_MARKER`], written by [`desired()`]). A
 /// container at a lib's vmid without it is foreign: never stopped, destroyed or recreated, and

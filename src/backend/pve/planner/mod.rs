@@ -6,7 +6,9 @@
 //!
 //! * a container without our mark for the lib ([`marked_for`]) → **foreign** (never touched),
 //!   or with `--adopt` **adopt** (the mark and the in-place changes; see [`plan_with`]);
-//! * lease lines of the description (`proxmox-gitops lease: …`) are ignored;
+//! * lease lines of the description (`proxmox-gitops lease: …`) are ignored, and only our own
+//!   lines of it are compared: the user's text (notes, an adopted container's description) is
+//!   kept after them whenever the description is rewritten;
 //! * absent → **create**;
 //! * identical → **nothing**;
 //! * only `cores`, `memory`, `swap`, `onboot`, `description`, `net0`, `tags` (the
@@ -40,8 +42,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::desired::{
-    Desired, DesiredMount, LIB_MARKER, OSTEMPLATE_MARKER, features_string, marked_for, props_string, recorded_lib,
-    tags_with_owner, without_lease,
+    Desired, DesiredMount, LIB_MARKER, OSTEMPLATE_MARKER, features_string, marked_for, own_lines, props_string,
+    recorded_lib, tags_with_owner, with_user_notes, without_lease,
 };
 use crate::backend::model::{Action, Change, RecreatePolicy, Resize, SettingChange};
 use crate::inventory::{ContainerSpec, Mount};
@@ -500,8 +502,10 @@ pub fn plan_with(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool
     if truthy(cfg.get("onboot")) != d.onboot {
         set("onboot", cfg.get("onboot"), if d.onboot { "1" } else { "0" }.into());
     }
-    if (recorded.is_some() || !ours) && live_desc.trim() != d.description.trim() {
-        set("description", cfg.get("description"), d.description.clone());
+    // Only our lines are compared and rewritten; the user's own text (notes typed in PVE's UI,
+    // an adopted container's description) is kept after them.
+    if (recorded.is_some() || !ours) && own_lines(live_desc).trim() != d.description.trim() {
+        set("description", cfg.get("description"), with_user_notes(&d.description, live_desc));
     }
     if let Some(tags) = tags_with_owner(cfg.get("tags").map(String::as_str)) {
         set("tags", cfg.get("tags"), tags);

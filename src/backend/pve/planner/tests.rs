@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::backend::pve::desired::tests::{defaults, spec};
-use crate::backend::pve::desired::{Desired, desired};
+use crate::backend::pve::desired::{Desired, desired, user_notes};
 use crate::inventory::Mount;
 use pretty_assertions::assert_eq;
 
@@ -69,6 +69,8 @@ fn in_place_changes_only_changed_keys() {
     ct.config.remove("swap"); // PVE default 512
     ct.config.insert("cores".into(), "1".into());
     ct.config.insert("onboot".into(), "0".into());
+    // The user's own line in the description is kept: not a change (see
+    // the_users_notes_in_the_description_are_kept_and_not_a_change).
     ct.config.insert("description".into(), format!("{}old\n", d.description));
     let p = run(&d, ct, RecreatePolicy::Never, false);
     assert_eq!(
@@ -79,11 +81,6 @@ fn in_place_changes_only_changed_keys() {
                 Change { key: "memory".into(), from: Some("512".into()), to: Some("1024".into()) },
                 Change { key: "swap".into(), from: None, to: Some("256".into()) },
                 Change { key: "onboot".into(), from: Some("0".into()), to: Some("1".into()) },
-                Change {
-                    key: "description".into(),
-                    from: Some(format!("{}old\n", d.description)),
-                    to: Some(d.description.clone())
-                },
             ],
             resizes: vec![],
             reboot_needed: false,
@@ -637,7 +634,11 @@ fn adopt_writes_the_mark_in_place() {
         Action::Adopt {
             changes: vec![
                 Change { key: "memory".into(), from: Some("512".into()), to: Some("1024".into()) },
-                Change { key: "description".into(), from: Some("hand-made\n".into()), to: Some(d.description.clone()) },
+                Change {
+                    key: "description".into(),
+                    from: Some("hand-made\n".into()),
+                    to: Some(format!("{}\nhand-made\n", d.description)),
+                },
                 Change { key: "tags".into(), from: Some("prod".into()), to: Some("prod;proxmox-gitops".into()) },
             ],
             resizes: vec![],
@@ -647,4 +648,23 @@ fn adopt_writes_the_mark_in_place() {
     assert!(!p.start);
     // Adopting our own container changes nothing.
     assert_eq!(plan_with(&d, &Live::Present(live_of(&d)), RecreatePolicy::Never, false, true).action, Action::Nothing);
+    // Once adopted, the kept text is the user's: the next plan changes nothing.
+    let mut adopted = live_of(&d);
+    adopted.config.insert("description".into(), format!("{}\nhand-made\n", d.description));
+    assert_eq!(plan_with(&d, &Live::Present(adopted), RecreatePolicy::Never, false, false).action, Action::Nothing);
+}
+
+#[test]
+fn the_users_notes_in_the_description_are_kept_and_not_a_change() {
+    let d = want();
+    let mut ct = live_of(&d);
+    // Notes typed in PVE's UI below (or above) our lines, and a lease line: nothing to change.
+    let noted = format!("Backups: weekly, ask Bob\n\n{}proxmox-gitops lease: h:1 until 9\n", d.description);
+    ct.config.insert("description".into(), noted.clone());
+    assert_eq!(plan_with(&d, &Live::Present(ct.clone()), RecreatePolicy::Never, false, false).action, Action::Nothing);
+    // The user's lines and ours, told apart; ours rewritten with the notes after them.
+    assert_eq!(own_lines(&noted), d.description);
+    assert_eq!(user_notes(&noted), "Backups: weekly, ask Bob\n");
+    assert_eq!(with_user_notes(&d.description, &noted), format!("{}\nBackups: weekly, ask Bob\n", d.description));
+    assert_eq!(with_user_notes(&d.description, &d.description), d.description);
 }
