@@ -33,8 +33,9 @@
 //!     max(5 ms, 1 %) until `1.25 secs + 50 ms`, then as for an unknown duration;
 //! * **unknown duration**: at once, after 50 ms, then doubling, at most every 500 ms.
 //!
-//! A steady task therefore costs one poll per wait (plus one every eighth), noticed within about
-//! 1 % of its duration, after a few learning waits. Never more than `4 + 2 × elapsed seconds`
+//! A steady task therefore costs one poll per wait (plus two about every tenth wait: the check
+//! and the bisection after it), noticed within about 1 % of its duration, after a few learning
+//! waits. Never more than `4 + 2 × elapsed seconds`
 //! status polls in all (two per task-second, plus the first four, so that a task of well under a
 //! second can still be bracketed), whatever the learned interval says. Every wait ends at its
 //! timeout.
