@@ -394,6 +394,8 @@ async fn disk_grow_is_a_resize_not_a_rootfs_put() {
 #[tokio::test(flavor = "multi_thread")]
 async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it() {
     let (env, _b) = with_broker().await;
+    // A note someone typed into the container's description in PVE's UI.
+    env.pve.exec("pve.ct(101).config['description'] += 'Backups: ask Bob\\n'");
     // The next release uses another template.
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
@@ -429,6 +431,7 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
     assert_eq!(destroy.1, "/nodes/pve1/lxc/101");
     let cfg = env.pve.ct_config(101).unwrap();
     assert!(cfg["description"].as_str().unwrap().contains("debian-13-standard_13.2-1_amd64.tar.zst"), "{cfg}");
+    assert!(cfg["description"].as_str().unwrap().ends_with("\nBackups: ask Bob\n"), "the note goes along: {cfg}");
     assert_eq!(cfg["status"], "running");
 }
 

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use backon::{ExponentialBuilder, Retryable};
 use serde_json::Value;
 
-use super::desired::{with_lease, without_lease};
+use super::desired::{with_lease, with_user_notes, without_lease};
 use super::lease::{Acquired, Held, new_lease};
 use super::lifecycle::Created;
 use super::planner::Live;
@@ -185,12 +185,16 @@ impl PveBackend {
             }
             Action::Recreate { reasons } => {
                 tracing::warn!("{}: recreating CT {vmid}: {}", spec.name, reasons.join("; "));
-                let d = self.desired_for(spec, node).await?;
+                let mut d = self.desired_for(spec, node).await?;
                 self.ensure_template(node, &d, rec).await?;
+                // Destroyed where it is, created where NODE wants it (no migration first).
+                let from = plan.migrate.as_ref().map_or(node, |m| m.from.as_str());
+                // The user's notes in the old description go to the new container.
+                let old = self.client.get(&format!("/nodes/{from}/lxc/{vmid}/config"), &[]).await?;
+                d.description = with_user_notes(&d.description, old["description"].as_str().unwrap_or(""));
                 // Our lease goes with the container (its renewal then ends by itself); the create
                 // writes a new one.
-                // Destroyed where it is, created where NODE wants it (no migration first).
-                self.shutdown_and_destroy(plan.migrate.as_ref().map_or(node, |m| m.from.as_str()), vmid, rec).await?;
+                self.shutdown_and_destroy(from, vmid, rec).await?;
                 if let Some(again) = self.create_leased(spec, node, &d, opts, held, rec, fin).await? {
                     plan = again;
                 }
