@@ -241,6 +241,48 @@ async fn another_runs_lease_is_waited_for_a_dead_one_taken_over_and_the_wait_is_
     assert_eq!(b.plan(&spec(2048), RecreatePolicy::Never).await.unwrap().action, Action::Nothing);
 }
 
+/// Leases run on PVE's clock (the `Date` of its answers), not the runner's: with PVE's clock
+/// 1000 s behind this machine's, another run's lease valid for 2 more seconds by PVE's time is
+/// waited for (by this machine's clock it expired long ago), and our own lease is written in
+/// PVE's time.
+#[tokio::test(flavor = "multi_thread")]
+async fn leases_go_by_pves_clock_not_the_runners() {
+    let env = Env::new(0.01);
+    let b = env.backend(10, 60, false);
+    let first = env.provision(&b, spec(512), RecreatePolicy::Never).await;
+    assert_eq!(first.outcome, Outcome::Ok, "{first:#?}");
+    // fakepve's HTTP server (aiohttp) stamps each answer's Date from this function.
+    env.pve.exec(
+        "import aiohttp.web_response as wr, email.utils, time\n\
+         wr.rfc822_formatted_time = lambda: email.utils.formatdate(time.time() - 1000, usegmt=True)",
+    );
+    let pve_now = now() - 1000;
+    env.set_description(
+        101,
+        &format!("{}proxmox-gitops lease: runner9:77:run-5:beef until {}\n", description("broker"), pve_now + 2),
+    );
+    env.pve.requests(true);
+    let started = Instant::now();
+    let out = env.provision(&b, spec(1024), RecreatePolicy::Never).await;
+    assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
+    assert!(started.elapsed() >= Duration::from_secs(1), "it waited for the lease valid by PVE's clock");
+    let ours = env
+        .pve
+        .writes(false)
+        .into_iter()
+        .find_map(|(m, _, body)| (m == "PUT").then_some(body).filter(|b| b.contains("lease")))
+        .expect("our lease was written");
+    let until: u64 = ours
+        .split("until+")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no lease time in {ours}"));
+    let expected = now() - 1000 + 300;
+    assert!(until.abs_diff(expected) <= 10, "our lease is in PVE's time: until {until}, expected about {expected}");
+    assert_eq!(env.pve.ct_config(101).unwrap()["memory"], 1024);
+}
+
 #[test]
 fn kill_9_during_a_create_then_the_first_rerun_waits_for_the_task_and_converges() {
     let pve = FakePve::start_scaled(0.05);

@@ -140,6 +140,8 @@ pub struct PveClient {
     logins: AtomicU64,
     presented: tls::Presented,
     task_times: super::task::TaskTimes,
+    /// PVE's clock minus ours, seconds, from the last answer's `Date` header.
+    clock_offset: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for PveClient {
@@ -220,6 +222,7 @@ impl PveClient {
             requests: AtomicU64::new(0),
             logins: AtomicU64::new(0),
             presented,
+            clock_offset: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -231,6 +234,16 @@ impl PveClient {
     /// `https://HOST:PORT/api2/json`.
     pub fn base_url(&self) -> &str {
         self.base.as_str()
+    }
+
+    /// PVE's time, seconds since the Unix epoch: this machine's clock corrected by the offset
+    /// seen in the last answer's `Date` header (pve-http-server's `PVE::APIServer::AnyEvent`
+    /// sets it on every response from the node's clock); this machine's own clock before any
+    /// answer. Runs on several runners agree on time through it, whatever their own clocks say
+    /// (leases, see `backend::pve::lease`). Whole seconds.
+    pub fn server_now(&self) -> u64 {
+        let local = unix_now();
+        local.saturating_add_signed(self.clock_offset.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The learned task durations ([`PveClient::wait_task`] polls by them).
@@ -440,11 +453,31 @@ impl PveClient {
             PveError::Transport { method: method.to_string(), path: path.to_string(), detail, retryable }
         };
         let resp = req.send().await.map_err(transport)?;
+        if let Some(server) =
+            resp.headers().get(reqwest::header::DATE).and_then(|v| v.to_str().ok()).and_then(http_date)
+        {
+            let offset = server - i64::try_from(unix_now()).unwrap_or(i64::MAX);
+            self.clock_offset.store(offset, std::sync::atomic::Ordering::Relaxed);
+        }
         let status = resp.status();
         let reason = status.canonical_reason().unwrap_or("").to_string();
         let bytes = resp.bytes().await.map_err(transport)?;
         parse_answer(method.as_str(), path, status.as_u16(), &reason, &bytes)
     }
+}
+
+/// Seconds since the Unix epoch, by this machine's clock.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// An HTTP `Date` header (RFC 9110 IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`, as Perl's
+/// `HTTP::Date::time2str` writes it) as Unix seconds; `None` for any other form.
+fn http_date(value: &str) -> Option<i64> {
+    let fmt = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    time::PrimitiveDateTime::parse(value.trim(), fmt).ok().map(|t| t.assume_utc().unix_timestamp())
 }
 
 /// Whether a request that failed with `e` may be sent again (the caller allowing replays): when
@@ -519,6 +552,14 @@ fn snippet(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_dates_as_pve_writes_them() {
+        assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777));
+        assert_eq!(http_date("Wed, 02 Dec 2026 00:30:45 GMT"), Some(1_796_171_445));
+        assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
+        assert_eq!(http_date("garbage"), None);
+    }
 
     #[test]
     fn answers() {

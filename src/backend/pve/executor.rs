@@ -239,7 +239,7 @@ impl PveBackend {
         rec: &mut Rec,
         fin: &mut Final,
     ) -> anyhow::Result<Option<ContainerPlan>> {
-        let lease = new_lease();
+        let lease = new_lease(self.client.server_now());
         match self.create(node, d, opts, &lease, rec).await? {
             Created::Yes => {
                 if let Some(old) = held.replace(self.hold_after_create(node, spec.vmid, &lease).await) {
@@ -443,7 +443,11 @@ impl PveBackend {
                 .iter()
                 .filter_map(|c| {
                     c.to.as_ref().map(|v| {
-                        let v = if c.key == "description" { with_lease(v, &new_lease()) } else { v.clone() };
+                        let v = if c.key == "description" {
+                            with_lease(v, &new_lease(self.client.server_now()))
+                        } else {
+                            v.clone()
+                        };
                         (c.key.as_str(), v)
                     })
                 })

@@ -9,7 +9,8 @@
 //! lease goes into the create's `description`, and PVE refuses a second create of the vmid. The
 //! other run waits — bounded by [`Timeouts::lease`](super::Timeouts::lease) and
 //! [`MAX_POLLS`] polls, logging the holder — while the lease is valid, then plans again. A
-//! lease lives [`LEASE_TTL`] and is renewed every [`RENEW_EVERY`] while its run works, so the
+//! lease lives [`LEASE_TTL`] by PVE's clock ([`crate::pve::PveClient::server_now`], so runners
+//! with skewed clocks agree) and is renewed every [`RENEW_EVERY`] while its run works, so the
 //! lease of a process that died (kill -9, a lost runner) expires by itself; the holder removes it
 //! at the end, also after a failure. The holder is `HOST:PID` (`:run-ID` with `GITHUB_RUN_ID`)
 //! plus a per-process nonce ([`holder`]).
@@ -21,7 +22,7 @@
 //! reported with the command that clears it (`pct unlock VMID` on the node).
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
@@ -79,11 +80,6 @@ fn holder_is_dead(holder: &str) -> bool {
         && !std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Seconds since the Unix epoch.
-fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
 /// `UNIX_SECS` as `YYYY-MM-DD HH:MM:SS UTC` for messages.
 fn when(secs: u64) -> String {
     let fmt = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
@@ -93,9 +89,10 @@ fn when(secs: u64) -> String {
         .unwrap_or_else(|| secs.to_string())
 }
 
-/// A new lease of this process, valid for [`LEASE_TTL`] from now.
-pub(super) fn new_lease() -> Lease {
-    Lease { holder: holder().to_string(), until: now_secs() + LEASE_TTL.as_secs() }
+/// A new lease of this process, valid for [`LEASE_TTL`] from `now` (PVE's time,
+/// [`crate::pve::PveClient::server_now`], so that runners with different clocks agree).
+pub(super) fn new_lease(now: u64) -> Lease {
+    Lease { holder: holder().to_string(), until: now + LEASE_TTL.as_secs() }
 }
 
 /// A lease this run holds on a container; renewed in the background until
@@ -148,7 +145,7 @@ impl PveBackend {
     /// [`PveBackend::hold`] after our create, which wrote `lease`: renewed at once when the
     /// create took more than half of [`LEASE_TTL`].
     pub(super) async fn hold_after_create(&self, node: &str, vmid: u32, lease: &Lease) -> Held {
-        if lease.until < now_secs() + LEASE_TTL.as_secs() / 2
+        if lease.until < self.client.server_now() + LEASE_TTL.as_secs() / 2
             && let Err(e) = renew(&self.client, node, vmid, self.opts.timeouts.lock).await
         {
             tracing::info!("CT {vmid}: lease renewal after the create failed ({e:#}); trying again later");
@@ -190,7 +187,7 @@ impl PveBackend {
                         other.holder
                     );
                 }
-                let now = now_secs();
+                let now = self.client.server_now();
                 if other.live_at(now) && !holder_is_dead(&other.holder) {
                     let waited = started.elapsed();
                     if waited >= limit || polls >= MAX_POLLS {
@@ -225,7 +222,7 @@ impl PveBackend {
                     );
                 }
             }
-            let lease = new_lease();
+            let lease = new_lease(self.client.server_now());
             let mut params = vec![("description", desired::with_lease(&desc, &lease))];
             if let Some(d) = &digest {
                 params.push(("digest", d.clone()));
@@ -420,7 +417,7 @@ async fn renew(client: &PveClient, node: &str, vmid: u32, lock_wait: Duration) -
             if desired::parse_lease(&desc).is_none_or(|l| l.holder != holder()) {
                 return Ok(false);
             }
-            let mut params = vec![("description", desired::with_lease(&desc, &new_lease()))];
+            let mut params = vec![("description", desired::with_lease(&desc, &new_lease(client.server_now())))];
             if let Some(d) = str_field(&cfg, "digest") {
                 params.push(("digest", d));
             }

@@ -177,7 +177,7 @@ pub const LEASE_MARKER: &str = "proxmox-gitops lease:";
 pub struct Lease {
     /// Who holds it: `HOST:PID` (plus `:run-ID` with `GITHUB_RUN_ID`) and a per-process nonce.
     pub holder: String,
-    /// When it expires, seconds since the Unix epoch (the holder's clock).
+    /// When it expires, seconds since the Unix epoch by PVE's clock (the `Date` of its answers).
     pub until: u64,
 }
 
