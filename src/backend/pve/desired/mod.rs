@@ -158,12 +158,35 @@ pub fn tags_with_owner(live: Option<&str>) -> Option<String> {
     Some(tags.join(";"))
 }
 
-/// Start of the description's first line, followed by the lib's name in backquotes.
+/// Start of the description line that marks a container as ours, followed by the lib's name in
+/// backquotes ([`desired()`] writes it first; the user's notes may stand above it).
 pub const LIB_MARKER: &str = "managed by proxmox-gitops: lib `";
+
+/// Our own lines of a description, as indexes into `description.lines()`: the first line
+/// starting with [`LIB_MARKER`], and the [`OSTEMPLATE_MARKER`] line right after it (lease lines
+/// between them skipped). A note that merely looks like one of them elsewhere is the user's.
+fn own_indexes(description: &str) -> (Option<usize>, Option<usize>) {
+    let lines: Vec<&str> = description.lines().collect();
+    let Some(marker) = lines.iter().position(|l| l.trim_start().starts_with(LIB_MARKER)) else {
+        return (None, None);
+    };
+    let template = (marker + 1..lines.len())
+        .find(|i| !is_lease_line(lines[*i]))
+        .filter(|i| lines[*i].trim_start().starts_with(OSTEMPLATE_MARKER));
+    (Some(marker), template)
+}
 
 /// The lib name recorded in a description written by [`desired()`], if any.
 pub fn recorded_lib(description: &str) -> Option<&str> {
-    description.lines().find_map(|l| l.trim().strip_prefix(LIB_MARKER)).and_then(|r| r.split('`').next())
+    let (marker, _) = own_indexes(description);
+    description.lines().nth(marker?)?.trim().strip_prefix(LIB_MARKER)?.split('`').next()
+}
+
+/// The ostemplate recorded by [`desired()`] (the [`OSTEMPLATE_MARKER`] line right after our
+/// lib marker), if any.
+pub fn recorded_ostemplate(description: &str) -> Option<&str> {
+    let (_, template) = own_indexes(description);
+    Some(description.lines().nth(template?)?.trim().strip_prefix(OSTEMPLATE_MARKER)?.trim())
 }
 
 /// Start of the lease line a run writes into a container's description while it acts on the
@@ -221,24 +244,31 @@ pub fn with_lease(description: &str, lease: &Lease) -> String {
     format!("{}{}\n", without_lease(description), lease.line())
 }
 
-/// Whether `line` is one this tool writes into a description: the lib marker ([`LIB_MARKER`]),
-/// the ostemplate line ([`OSTEMPLATE_MARKER`]) or a lease line ([`LEASE_MARKER`]).
-pub fn is_own_line(line: &str) -> bool {
-    let t = line.trim_start();
-    t.starts_with(LIB_MARKER) || t.starts_with(OSTEMPLATE_MARKER) || is_lease_line(line)
-}
-
-/// The lines of `description` this tool manages (lib marker and ostemplate line, lease lines
-/// left out), each ending with a newline: what the planner compares with [`desired()`]'s.
+/// The lines of `description` this tool manages (our lib marker and the ostemplate line after
+/// it; lease lines left out), each ending with a newline: what the planner compares with
+/// [`desired()`]'s.
 pub fn own_lines(description: &str) -> String {
-    description.lines().filter(|l| is_own_line(l) && !is_lease_line(l)).map(|l| format!("{l}\n")).collect()
+    let (marker, template) = own_indexes(description);
+    description
+        .lines()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) == marker || Some(*i) == template)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect()
 }
 
 /// The rest of `description`: the user's own text (notes typed in PVE's UI, or the description
-/// an adopted container had), blank lines at its start and end trimmed, each line ending with a
-/// newline; empty when there is none. Kept whenever this tool rewrites the description.
+/// an adopted container had), lease lines left out, blank lines at its start and end trimmed,
+/// each line ending with a newline; empty when there is none. Kept whenever this tool rewrites
+/// the description.
 pub fn user_notes(description: &str) -> String {
-    let lines: Vec<&str> = description.lines().filter(|l| !is_own_line(l)).collect();
+    let (marker, template) = own_indexes(description);
+    let lines: Vec<&str> = description
+        .lines()
+        .enumerate()
+        .filter(|(i, l)| Some(*i) != marker && Some(*i) != template && !is_lease_line(l))
+        .map(|(_, l)| l)
+        .collect();
     let first = lines.iter().position(|l| !l.trim().is_empty());
     let last = lines.iter().rposition(|l| !l.trim().is_empty());
     match (first, last) {

@@ -124,10 +124,7 @@ fn num(v: Option<&String>) -> Option<u64> {
     v.and_then(|s| s.trim().parse::<u64>().ok())
 }
 
-/// The ostemplate recorded in a description by [`super::desired::desired()`], if any.
-pub fn recorded_ostemplate(description: &str) -> Option<&str> {
-    description.lines().find_map(|l| l.trim().strip_prefix(OSTEMPLATE_MARKER)).map(str::trim)
-}
+pub use super::desired::recorded_ostemplate;
 
 /// Parses `features` into `name → value` (booleans as `1`/`0`).
 fn parse_features(s: Option<&String>) -> BTreeMap<String, String> {

@@ -667,4 +667,18 @@ fn the_users_notes_in_the_description_are_kept_and_not_a_change() {
     assert_eq!(user_notes(&noted), "Backups: weekly, ask Bob\n");
     assert_eq!(with_user_notes(&d.description, &noted), format!("{}\nBackups: weekly, ask Bob\n", d.description));
     assert_eq!(with_user_notes(&d.description, &d.description), d.description);
+    // A note that looks like our lines (above them, or a second copy) stays a note: it is not the
+    // recorded template (which would plan a recreate) nor the owner.
+    let mut ct = live_of(&d);
+    let lookalike = format!(
+        "ostemplate: local:vztmpl/alpine.tar.xz is what Bob wants\n{}managed by proxmox-gitops: lib `other`\n",
+        d.description
+    );
+    ct.config.insert("description".into(), lookalike.clone());
+    assert_eq!(plan_with(&d, &Live::Present(ct), RecreatePolicy::WhenNeeded, false, false).action, Action::Nothing);
+    assert_eq!(own_lines(&lookalike), d.description);
+    assert_eq!(
+        user_notes(&lookalike),
+        "ostemplate: local:vztmpl/alpine.tar.xz is what Bob wants\nmanaged by proxmox-gitops: lib `other`\n"
+    );
 }
