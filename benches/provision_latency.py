@@ -9,8 +9,8 @@ certificate, the template present) runs with realistic durations — `vzcreate` 
 (1: real durations, 13 s; 0.1: scaled tenfold, 1.3 s; 0: no task time, which leaves the
 client's own cost). For each scale, ROUNDS fresh runs of `provision -c ct000` (the container
 removed between runs, the SSH wait answered by a banner listener on 127.0.0.1), each a new
-process with its own `XDG_CACHE_HOME` shared by the rounds of one scale: round 1 knows no task
-duration (cold); later rounds use the intervals learned before (src/pve/task.rs), and are
+process; the rounds of one scale share one `XDG_CACHE_HOME` (and `HOME`), a fresh one per scale:
+round 1 knows no task duration (cold); later rounds use the intervals learned before (src/pve/task.rs), and are
 "learning" while an interval is still wide enough for the schedule to probe inside it, "steady"
 after.
 
@@ -146,7 +146,8 @@ def main():
                 repo_dir = tempfile.mkdtemp(dir=tmp)
                 share = tempfile.mkdtemp(dir=tmp)
                 repo(repo_dir)
-                kind = 'cold' if r == 1 else 'learning' if learning(cache) else 'steady'
+                kind = ('no task time' if not limit else 'cold' if r == 1
+                        else 'learning' if learning(cache) else 'steady')
                 served.call(lambda: served.pve.cts.clear())
                 served.call(lambda: served.pve.requests.clear())
                 wall = provision(binary, served, repo_dir, share, cache, ssh_port)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Benchmark: one container's create + start against its physical limit (the tasks' durations) on
-# fakepve with realistic task durations at time scales 1 and 0.1; not a test. Builds the release
+# fakepve with realistic task durations at time scales 0, 1 and 0.1; not a test. Builds the release
 # binary, then runs benches/provision_latency.py. Results: docs/benchmarks/latency.md.
 # Usage: [PROFILE=release|dev] benches/provision_latency.sh [ROUNDS=10] [SCALES=0,1,0.1]
-# (the wall time is the tasks' and the client's waiting, so the dev build measures the same)
+# (above time scale 0 the wall time is mostly waiting for tasks; the client's own cost, at time
+# scale 0, is lower in the release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE=${PROFILE:-release}

@@ -22,9 +22,10 @@
 //!   * while the interval is wider than max(5 ms, 0.5 % of `secs`) — *learning* — one probe in
 //!     its middle (a probe finding the task stopped ends the wait early and halves the interval
 //!     from above, one finding it running halves it from below: a bit per poll, which costs the
-//!     fewest polls; three probes per wait learned in fewer waits but cost 15 % more polls
+//!     fewest polls; three probes per wait learned in fewer waits but cost 13 % more polls
 //!     per task-second in the benchmark),
-//!   * every eighth wait once narrow — a *check* — one probe twice that width below `secs`, so
+//!   * once narrow, after eight waits without a probe — a *check* — one probe twice that width
+//!     below `secs`, so
 //!     that a task that got faster is followed: a check finding it running becomes the new `lo`
 //!     (the old one may be stale), so the next wait bisects once more; one finding it stopped
 //!     moves `secs` down and widens `lo` geometrically below it until a poll sees the task
@@ -33,8 +34,8 @@
 //!     max(5 ms, 1 %) until `1.25 secs + 50 ms`, then as for an unknown duration;
 //! * **unknown duration**: at once, after 50 ms, then doubling, at most every 500 ms.
 //!
-//! A steady task therefore costs one poll per wait (plus two about every tenth wait: the check
-//! and the bisection after it), noticed within about 1 % of its duration, after a few learning
+//! A steady task therefore costs one poll per wait besides the once-a-second polls of a long
+//! task (plus two about every tenth wait: the check and the bisection after it), noticed within about 1 % of its duration, after a few learning
 //! waits. Never more than `4 + 2 × elapsed seconds`
 //! status polls in all (two per task-second, plus the first four, so that a task of well under a
 //! second can still be bracketed), whatever the learned interval says. Every wait ends at its
@@ -100,10 +101,14 @@ impl PveClient {
             let st = self.get(&status_path, &[]).await?;
             let status = st.get("status").and_then(Value::as_str).unwrap_or("");
             if status == "stopped" {
-                if let Some(k) = &key {
+                let exit = st.get("exitstatus").and_then(Value::as_str).unwrap_or("unknown").to_string();
+                // Only a task that did its work teaches how long that work takes (a failure
+                // after half a second says nothing about the next successful create).
+                if let Some(k) = &key
+                    && (exit == "OK" || exit.starts_with("WARNINGS"))
+                {
                     self.task_times().learn(k, schedule.finished(polled_at));
                 }
-                let exit = st.get("exitstatus").and_then(Value::as_str).unwrap_or("unknown").to_string();
                 let duration = start.elapsed();
                 if let Some(w) = wait.take() {
                     w.finish(&exit);
@@ -163,12 +168,15 @@ const MS: Duration = Duration::from_millis(1);
 /// the task answered).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Learned {
-    /// The upper end: the last wait that saw the task stop saw it stopped by then.
+    /// The upper end: the task was seen stopped by then, or by the target poll just after it
+    /// (which leaves `secs` as it was).
     pub secs: f64,
     /// The lower end: a poll saw the task still running then. It can be stale after the task got
     /// faster; the periodic check finds that out (see the module docs).
     pub lo: f64,
-    /// Waits since the interval was last probed or checked.
+    /// Waits since the interval was last probed or checked; [`CHECK_EVERY`] or more also marks
+    /// an interval whose lower end is a guess after the task got faster (the next waits keep
+    /// checking below it).
     #[serde(default)]
     pub since: u32,
 }
@@ -181,7 +189,8 @@ impl Learned {
     }
 }
 
-/// Waits between two checks of a narrow interval from below.
+/// Waits without a probe after which a narrow interval is checked from below (so a check, and
+/// the bisection it starts, come about every tenth wait).
 pub const CHECK_EVERY: u32 = 8;
 /// Probes in one learning wait, at most (1: bisection, see the module docs).
 const MAX_PROBES: u32 = 1;
@@ -580,7 +589,7 @@ mod tests {
                 assert!(*late <= narrow(e) + margin(e) + 2 * MS, "{secs} s, wait {i}: {late:?} late ({w:?})");
             }
             // Steady: the polls before the expected end (one a second) and the target, plus a
-            // check every eighth wait, on average.
+            // check and the bisection after it about every tenth wait, on average.
             let steady: u32 = w[8..].iter().map(|(_, p)| p).sum();
             let per_wait = f64::from(steady) / 32.0;
             assert!(per_wait <= secs.ceil() + 0.25, "{secs} s: {per_wait} polls per wait ({w:?})");
