@@ -45,13 +45,8 @@ impl PveLive {
     /// is found where it is); when it is not listed, the spec's `NODE`, else `PROXMOX_NODE`, else
     /// the only online node; `None` for `NODE=auto` (no node to look on: absent).
     async fn find(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
-        let res = self
-            .client
-            .cluster_resources(Some("vm"))
-            .await
-            .with_context(|| format!("cannot look CT {} up in the cluster (GET /cluster/resources)", spec.vmid))?;
-        if let Some(ct) = res.ct(spec.vmid) {
-            return Ok(Some(ct.node.clone()));
+        if let Some(node) = crate::backend::pve::listed_node(&self.client, spec.vmid).await? {
+            return Ok(Some(node));
         }
         match Wish::of(spec.node.as_deref(), self.node.as_deref()) {
             Wish::Named(n) => Ok(Some(n)),

@@ -179,6 +179,20 @@ fn upid_of(v: &Value, what: &str) -> Result<String, PveError> {
     })
 }
 
+/// The node CT `vmid` is on, as the cluster lists it (`GET /cluster/resources?type=vm`: moved by
+/// HA or by hand, it is found where it is); `None` when it is not listed (absent, or the
+/// identity lacks `VM.Audit` on it).
+///
+/// # Errors
+/// API and transport errors, naming the lookup.
+pub async fn listed_node(client: &PveClient, vmid: u32) -> anyhow::Result<Option<String>> {
+    let res = client
+        .cluster_resources(Some("vm"))
+        .await
+        .with_context(|| format!("cannot look CT {vmid} up in the cluster (GET /cluster/resources)"))?;
+    Ok(res.ct(vmid).map(|ct| ct.node.clone()))
+}
+
 /// The only online node of the cluster (`GET /nodes`), for runs where neither a spec's `NODE`
 /// nor `PROXMOX_NODE` names one.
 ///
@@ -322,13 +336,8 @@ impl PveBackend {
     /// # Errors
     /// API errors, node discovery errors.
     pub async fn live_node(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
-        let res = self
-            .client
-            .cluster_resources(Some("vm"))
-            .await
-            .with_context(|| format!("cannot look CT {} up in the cluster (GET /cluster/resources)", spec.vmid))?;
-        if let Some(ct) = res.ct(spec.vmid) {
-            return Ok(Some(ct.node.clone()));
+        if let Some(node) = listed_node(&self.client, spec.vmid).await? {
+            return Ok(Some(node));
         }
         match Wish::of(spec.node.as_deref(), self.opts.node.as_deref()) {
             Wish::Auto => Ok(None),
