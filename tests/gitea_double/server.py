@@ -38,6 +38,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -145,15 +146,17 @@ class State:
         r = subprocess.run(["git", "--git-dir", self.git_dir(repo), *args], capture_output=True, text=True)
         return r.stdout.strip() if r.returncode == 0 else None
 
-    def git_run(self, repo, *args, identity=False):
+    def git_run(self, repo, *args, identity=False, in_worktree=False):
         """(exit code, stdout, stderr) of git on the bare repository; `identity` makes the
-        authenticated user author and committer (merge commits)."""
+        authenticated user author and committer (merge commits); `in_worktree` runs git in a
+        worktree of it (args then start with `-C DIR`) instead of naming the bare git dir."""
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.root, "GIT_CONFIG_NOSYSTEM": "1"}
         if identity:
             for who in ("AUTHOR", "COMMITTER"):
                 env[f"GIT_{who}_NAME"] = self.login
                 env[f"GIT_{who}_EMAIL"] = f"{self.login}@example.invalid"
-        r = subprocess.run(["git", "--git-dir", self.git_dir(repo), *args], capture_output=True, text=True, env=env)
+        where = [] if in_worktree else ["--git-dir", self.git_dir(repo)]
+        r = subprocess.run(["git", *where, *args], capture_output=True, text=True, env=env)
         return r.returncode, r.stdout.strip(), r.stderr.strip()
 
     def branch_sha(self, repo, branch):
@@ -695,13 +698,31 @@ class Handler(BaseHTTPRequestHandler):
         def rebased():
             if is_ancestor(base_sha, head_sha):
                 return head_sha
-            # Under the repository's lock the branches are at base_sha and head_sha.
-            code, out, err = st.git_run(repo, "replay", "--onto", base_sha,
-                                        f"refs/heads/{pr['base']}..refs/heads/{pr['head']}", identity=True)
-            if code != 0:
-                raise HttpError(409, conflict={"Style": do, "StdOut": out, "StdErr": err, "Err": {}})
-            # `update <ref> <new> <old>` lines; the head branch itself is left where it is.
-            return out.splitlines()[-1].split()[2] if out else base_sha
+            # Under the repository's lock the branches are at base_sha and head_sha. As Gitea does
+            # (services/pull/merge_rebase.go: `git rebase` in a temporary checkout), rebase a
+            # detached checkout of the head onto the base in a throw-away worktree of the bare
+            # repository; commits that become empty are dropped as `git rebase` drops them. Works
+            # with git 2.39 (Debian 12), which has no `git replay`.
+            # Under --root/.work: no owner's name starts with a dot.
+            scratch = os.path.join(st.root, ".work")
+            os.makedirs(scratch, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="rebase-", dir=scratch) as tmp:
+                work = os.path.join(tmp, "w")
+                code, out, err = st.git_run(repo, "worktree", "add", "-q", "--detach", work, head_sha)
+                if code != 0:
+                    raise RuntimeError(f"worktree add failed: {err}")
+                try:
+                    code, out, err = st.git_run(repo, "-C", work, "rebase", "-q", base_sha,
+                                                identity=True, in_worktree=True)
+                    if code != 0:
+                        st.git_run(repo, "-C", work, "rebase", "--abort", in_worktree=True)
+                        raise HttpError(409, conflict={"Style": do, "StdOut": out, "StdErr": err, "Err": {}})
+                    top = st.git_run(repo, "-C", work, "rev-parse", "HEAD", in_worktree=True)[1]
+                finally:
+                    st.git_run(repo, "worktree", "remove", "--force", work)
+                    st.git_run(repo, "worktree", "prune")
+            # The head branch itself is left where it is.
+            return top
 
         if do == "merge":
             new = commit(tree_of_merge(base_sha, head_sha), base_sha, head_sha)
