@@ -1,10 +1,14 @@
-//! The checkout action every workflow proxmox-gitops renders or installs `uses:`
+//! How every workflow proxmox-gitops renders or installs checks a repository out
 //! (`PROXMOX_GITOPS_CHECKOUT`, or `checkout` in `local/config.json`).
 //!
-//! A control plane may not reach github.com: the seed mirrors `actions/checkout` into its own
-//! Gitea (as `tasks/checkout`) and points the workflows there. The value is pasted into workflow
-//! files, so it is checked to be one of the forms a `uses:` key takes (GitHub's workflow syntax,
-//! "jobs.<job_id>.steps[*].uses", and act_runner's full-URL form) and nothing else:
+//! The default, `git`, is no action at all: each checkout step becomes a `run:` step of git
+//! commands (`workflows/checkout.sh`, see `crate::workflows::checkout`), which works on a control
+//! plane without the public actions host (Gitea's `DEFAULT_ACTIONS_URL=self`) as well as with it.
+//! Any other value is an action for the steps' `uses:`: the seed, for one, mirrors
+//! `actions/checkout` into its own Gitea (as `tasks/checkout`) and points the workflows there.
+//! The value is pasted into workflow files, so it is checked to be `git` or one of the forms a
+//! `uses:` key takes (GitHub's workflow syntax, "jobs.<job_id>.steps[*].uses", and act_runner's
+//! full-URL form) and nothing else:
 //!
 //! * `OWNER/REPO@REF` or `OWNER/REPO/PATH@REF` — an action on the instance's default actions
 //!   host (Gitea's `DEFAULT_ACTIONS_URL`), e.g. `actions/checkout@v4`, `tasks/checkout@main`;
@@ -18,8 +22,11 @@
 
 use std::fmt;
 
-/// The default checkout action.
-pub const DEFAULT_CHECKOUT: &str = "actions/checkout@v4";
+/// The default: check out with git in a `run:` step, no action.
+pub const DEFAULT_CHECKOUT: &str = "git";
+/// The action the shipped workflows and templates name in their checkout steps (what any other
+/// setting replaces).
+pub const ACTIONS_CHECKOUT: &str = "actions/checkout@v4";
 
 /// A validated `uses:` value for the checkout step (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,9 +74,11 @@ impl CheckoutAction {
     /// What was expected, and the value itself unless it holds credentials.
     pub fn parse(value: &str) -> Result<CheckoutAction, String> {
         let v = value.trim();
-        let expected = "expected the checkout action as OWNER/REPO@REF (e.g. actions/checkout@v4), ./PATH, or \
-                        https://HOST/OWNER/REPO@REF";
-        let ok = if let Some(rest) = v.strip_prefix("./") {
+        let expected = "expected `git` (the default: check out with git, no action) or the checkout action as \
+                        OWNER/REPO@REF (e.g. actions/checkout@v4), ./PATH, or https://HOST/OWNER/REPO@REF";
+        let ok = if v == DEFAULT_CHECKOUT {
+            true
+        } else if let Some(rest) = v.strip_prefix("./") {
             !rest.is_empty() && rest.trim_end_matches('/').split('/').all(segment_ok)
         } else if let Some(rest) = v.strip_prefix("https://").or_else(|| v.strip_prefix("http://")) {
             let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -91,14 +100,20 @@ impl CheckoutAction {
         if ok { Ok(CheckoutAction(v.to_string())) } else { Err(format!("{expected}, found `{v}`")) }
     }
 
-    /// The value as written into `uses:`.
+    /// The setting's value (`git` or an action).
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
-    /// True for the default, `actions/checkout@v4`.
-    pub fn is_default(&self) -> bool {
+    /// True for the default, `git`: checkout steps become `run:` steps (no action).
+    pub fn is_git(&self) -> bool {
         self.0 == DEFAULT_CHECKOUT
+    }
+
+    /// What the checkout steps' `uses:` is rendered with: the action, or for `git` the shipped
+    /// [`ACTIONS_CHECKOUT`] that the git step then replaces.
+    pub fn uses(&self) -> &str {
+        if self.is_git() { ACTIONS_CHECKOUT } else { &self.0 }
     }
 }
 
@@ -123,7 +138,10 @@ mod tests {
             assert_eq!(CheckoutAction::parse(v).map(|c| c.to_string()), Ok(v.to_string()), "{v}");
         }
         assert_eq!(CheckoutAction::parse("  actions/checkout@v4\n").unwrap().as_str(), "actions/checkout@v4");
-        assert!(CheckoutAction::default().is_default());
+        assert!(CheckoutAction::default().is_git());
+        assert_eq!(CheckoutAction::default().uses(), ACTIONS_CHECKOUT);
+        assert_eq!(CheckoutAction::parse("git").unwrap(), CheckoutAction::default());
+        assert!(!CheckoutAction::parse("actions/checkout@v4").unwrap().is_git());
     }
 
     #[test]
@@ -150,7 +168,7 @@ mod tests {
             "a/b@v1\nrun: x",
         ] {
             let e = CheckoutAction::parse(v).unwrap_err();
-            assert!(e.starts_with("expected the checkout action as OWNER/REPO@REF"), "{v}: {e}");
+            assert!(e.starts_with("expected `git` (the default"), "{v}: {e}");
         }
         let e = CheckoutAction::parse("https://alice:s3cret-9f@gitea.lan/tasks/checkout@v4").unwrap_err();
         assert!(!e.contains("s3cret-9f"), "{e}");

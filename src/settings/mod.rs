@@ -50,7 +50,7 @@ use crate::error::{Location, Problems};
 
 use file::{parse_mask, read_config};
 
-pub use checkout::{CheckoutAction, DEFAULT_CHECKOUT};
+pub use checkout::{ACTIONS_CHECKOUT, CheckoutAction, DEFAULT_CHECKOUT};
 
 /// How the PVE API is authenticated, as recorded in artifacts (never the secret itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,7 +228,7 @@ fn pick_checkout(
 
 /// The checkout action the workflows use, for the monorepo at `root` with the environment `env`:
 /// `PROXMOX_GITOPS_CHECKOUT`, else `checkout` in `local/config.local.json` or `local/config.json`,
-/// else `actions/checkout@v4`. (Kept apart from [`Settings`], which holds what the steps talk to
+/// else `git` (checkout steps of git commands, no action). (Kept apart from [`Settings`], which holds what the steps talk to
 /// PVE and Gitea with; [`Settings::load`] checks it too.)
 ///
 /// # Errors

@@ -135,6 +135,7 @@ pub fn render_workflows(repo: &Path, inv: &Inventory, opts: &RenderOptions) -> R
         }
     };
 
+    let script = crate::workflows::checkout_script(repo)?;
     let mut planned = Vec::new();
     for spec in libs {
         let vars = LibPipelineVars {
@@ -142,14 +143,16 @@ pub fn render_workflows(repo: &Path, inv: &Inventory, opts: &RenderOptions) -> R
             lib_dir: slash_path(&spec.dir),
             monorepo: opts.monorepo.clone(),
             runs_on: opts.runs_on.clone(),
-            checkout: opts.checkout.to_string(),
+            checkout: opts.checkout.uses().to_string(),
         };
         let text = render(Path::new(TEMPLATE_PATH), &lib_template.text, &vars)?;
+        let text = crate::workflows::finish_checkout(Path::new(TEMPLATE_PATH), text, &opts.checkout, &script)?;
         planned.push((WorkflowKind::Lib, spec.name.clone(), spec.dir.join(OUTPUT_PATH), text));
     }
     for task in tasks {
         let vars = TaskVars::new(task, &opts.monorepo, &opts.runs_on, &opts.checkout);
         let text = render(Path::new(TASK_TEMPLATE_PATH), &task_template.text, &vars)?;
+        let text = crate::workflows::finish_checkout(Path::new(TASK_TEMPLATE_PATH), text, &opts.checkout, &script)?;
         planned.push((WorkflowKind::Task, task.name.clone(), task.dir.join(TASK_OUTPUT), text));
     }
     let mut out = Vec::new();

@@ -19,18 +19,23 @@
 //! is checked as resolve checks it. The rendered text must parse (yaml-rust2) as one mapping with
 //! `on` and `jobs` before anything is written.
 //!
-//! # The checkout action
+//! # The checkout step
 //!
-//! Every checkout step uses the action of the setting `PROXMOX_GITOPS_CHECKOUT`
-//! ([`CheckoutAction`], default `actions/checkout@v4`): the templates take it as `checkout`, and
-//! in the static files every exact `uses: actions/checkout@v4` is replaced ([`install_static`]).
+//! The shipped files check out with `uses: actions/checkout@v4`. The setting
+//! `PROXMOX_GITOPS_CHECKOUT` ([`CheckoutAction`]) decides what is installed: by default (`git`)
+//! each such step becomes a `run:` step of git commands ([`checkout`], the script
+//! `workflows/checkout.sh`), which needs no actions host; any other value is the action the steps
+//! use (the templates take it as `checkout`, and in the static files every exact
+//! `uses: actions/checkout@v4` is replaced). [`install_static`] and [`finish_checkout`] apply it.
+
+pub mod checkout;
 
 use std::path::Path;
 
 use serde::Serialize;
 
 use crate::error::{Error, Location, Problems, Result};
-use crate::settings::{CheckoutAction, DEFAULT_CHECKOUT};
+use crate::settings::{ACTIONS_CHECKOUT, CheckoutAction};
 
 /// The lib pipeline's template, relative to the monorepo root.
 pub const LIB_TEMPLATE_PATH: &str = "workflows/templates/lib_pipeline.yml.hbs";
@@ -170,7 +175,7 @@ impl TaskVars {
             cron: task.cron.clone(),
             monorepo: monorepo.to_string(),
             runs_on: runs_on.to_string(),
-            checkout: checkout.to_string(),
+            checkout: checkout.uses().to_string(),
         }
     }
 }
@@ -267,17 +272,22 @@ pub fn render<V: TemplateVars>(template_name: &Path, template: &str, vars: &V) -
     Ok(text)
 }
 
-/// A static workflow (`workflows/pipeline.yml`, `workflows/snapshot.yml`) as installed: every
-/// line's exact `uses: actions/checkout@v4` becomes `uses: "<checkout>"` (unchanged for the
-/// default), and the result must be one YAML mapping with `on` and `jobs`.
+/// A static workflow (`workflows/pipeline.yml`, `workflows/snapshot.yml`, `workflows/drift.yml`)
+/// as installed with the checkout setting `checkout`: for `git`, every checkout step becomes the
+/// git step of `script` ([`checkout::git_steps`]); for an action, every line's exact
+/// `uses: actions/checkout@v4` becomes `uses: "<action>"` (unchanged for that action itself). The
+/// result must be one YAML mapping with `on` and `jobs`.
 ///
 /// # Errors
-/// [`Error::Input`] naming the source file when it is not such YAML.
-pub fn install_static(source: &Source, checkout: &CheckoutAction) -> Result<String> {
-    let text = if checkout.is_default() {
+/// [`Error::Input`] naming the source file when it is not such YAML, or as
+/// [`checkout::git_steps`].
+pub fn install_static(source: &Source, checkout: &CheckoutAction, script: &Source) -> Result<String> {
+    let text = if checkout.is_git() {
+        checkout::git_steps(Path::new(source.path), &source.text, &script.text)?
+    } else if checkout.uses() == ACTIONS_CHECKOUT {
         source.text.clone()
     } else {
-        let from = format!("uses: {DEFAULT_CHECKOUT}");
+        let from = format!("uses: {ACTIONS_CHECKOUT}");
         let to = format!("uses: \"{}\"", yaml_escape(checkout.as_str()));
         let mut out = String::with_capacity(source.text.len());
         for line in source.text.split_inclusive('\n') {
@@ -293,6 +303,35 @@ pub fn install_static(source: &Source, checkout: &CheckoutAction) -> Result<Stri
     };
     check_yaml(Path::new(source.path), &text)?;
     Ok(text)
+}
+
+/// A workflow rendered from a template (with `checkout` = [`CheckoutAction::uses`]) as
+/// installed: for `git`, its checkout steps become the git step of `script`
+/// ([`checkout::git_steps`]); otherwise `text` as it is.
+///
+/// # Errors
+/// As [`checkout::git_steps`], naming `template_name`; [`Error::Input`] when the result is not
+/// one YAML mapping with `on` and `jobs`.
+pub fn finish_checkout(
+    template_name: &Path,
+    text: String,
+    checkout: &CheckoutAction,
+    script: &Source,
+) -> Result<String> {
+    if !checkout.is_git() {
+        return Ok(text);
+    }
+    let text = checkout::git_steps(template_name, &text, &script.text)?;
+    check_yaml(template_name, &text)?;
+    Ok(text)
+}
+
+/// The checkout script of the monorepo at `root` (`workflows/checkout.sh`), else the built-in one.
+///
+/// # Errors
+/// As [`source`].
+pub fn checkout_script(root: &Path) -> Result<Source> {
+    source(root, checkout::SCRIPT_PATH, checkout::SCRIPT)
 }
 
 /// Parses `text` as YAML and checks it is one mapping with the keys `on` and `jobs`.

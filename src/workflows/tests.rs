@@ -11,7 +11,7 @@ fn task(cron: Option<&str>) -> TaskVars {
         cron: cron.map(String::from),
         monorepo: "srv/config".into(),
         runs_on: "shell".into(),
-        checkout: DEFAULT_CHECKOUT.into(),
+        checkout: ACTIONS_CHECKOUT.into(),
     }
 }
 
@@ -166,15 +166,17 @@ fn the_checkout_action_is_rendered_and_a_bad_one_refused() {
     }
     v.checkout = "checkout\" # x".into();
     let e = render(tpl(), TASK_TEMPLATE, &v).unwrap_err();
-    assert!(e.to_string().contains("task.yml.hbs (checkout): expected the checkout action as OWNER/REPO@REF"), "{e}");
+    assert!(e.to_string().contains("task.yml.hbs (checkout): expected `git` (the default"), "{e}");
 }
 
 #[test]
 fn static_workflows_get_the_checkout_action_only_where_they_use_actions_checkout() {
     let src = Source { path: PIPELINE_PATH, text: PIPELINE.into(), builtin: true };
-    assert_eq!(install_static(&src, &CheckoutAction::default()).unwrap(), PIPELINE, "the default leaves it as is");
+    let script = Source { path: checkout::SCRIPT_PATH, text: checkout::SCRIPT.into(), builtin: true };
+    let actions = CheckoutAction::parse(ACTIONS_CHECKOUT).unwrap();
+    assert_eq!(install_static(&src, &actions, &script).unwrap(), PIPELINE, "actions/checkout@v4 leaves it as is");
     let checkout = CheckoutAction::parse("tasks/checkout@main").unwrap();
-    let text = install_static(&src, &checkout).unwrap();
+    let text = install_static(&src, &checkout, &script).unwrap();
     assert_eq!(
         text.matches("uses: \"tasks/checkout@main\"").count(),
         PIPELINE.matches("uses: actions/checkout@v4").count()
@@ -191,14 +193,64 @@ fn static_workflows_get_the_checkout_action_only_where_they_use_actions_checkout
         builtin: false,
     };
     assert_eq!(
-        install_static(&other, &checkout).unwrap(),
+        install_static(&other, &checkout, &script).unwrap(),
         "# uses: actions/checkout@v4\non: push\njobs:\n  x:\n    steps:\n      - uses: \"tasks/checkout@main\"\n      - uses: actions/checkout@v3\n"
     );
     let broken = Source { path: SNAPSHOT_PATH, text: "on: [\n".into(), builtin: false };
     assert!(
-        install_static(&broken, &checkout)
+        install_static(&broken, &checkout, &script)
             .unwrap_err()
             .to_string()
             .contains("workflows/snapshot.yml: the rendered workflow is not valid YAML")
     );
+}
+
+#[test]
+fn the_default_installs_git_steps_in_every_job_of_the_shipped_workflows() {
+    let script = Source { path: checkout::SCRIPT_PATH, text: checkout::SCRIPT.into(), builtin: true };
+    for (_, path, text) in MONOREPO_FILES {
+        let src = Source { path, text: text.into(), builtin: true };
+        let out = install_static(&src, &CheckoutAction::default(), &script).unwrap();
+        assert!(!out.contains("uses: actions/checkout"), "{path}");
+        let wf = yaml(&out);
+        let jobs = wf["jobs"].as_hash().unwrap();
+        let embedded = checkout::embedded(checkout::SCRIPT);
+        let with_checkout = jobs.values().filter(|j| j["steps"][0]["run"].as_str() == Some(embedded.as_str())).count();
+        assert_eq!(with_checkout, text.matches("uses: actions/checkout@v4").count(), "{path}");
+        for job in jobs.values().filter(|j| j["steps"][0]["run"].as_str().is_some()) {
+            let step = &job["steps"][0];
+            assert_eq!(step["shell"].as_str(), Some("bash"));
+            assert_eq!(step["env"]["PGO_CHECKOUT_SUBMODULES"].as_str(), Some("recursive"), "{path}");
+            assert_eq!(
+                step["env"]["PGO_CHECKOUT_TOKEN"].as_str(),
+                Some("${{ secrets.GITEA_TOKEN || github.token }}"),
+                "{path}"
+            );
+        }
+    }
+    // The templates: the monorepo at the pushed ref, then the lib (or task) at the run's commit.
+    let lib = LibPipelineVars {
+        lib: "alpha".into(),
+        lib_dir: "libs/alpha".into(),
+        monorepo: "srv/config".into(),
+        runs_on: "shell".into(),
+        checkout: CheckoutAction::default().uses().into(),
+    };
+    let text = render(Path::new(LIB_TEMPLATE_PATH), LIB_TEMPLATE, &lib).unwrap();
+    let text = finish_checkout(Path::new(LIB_TEMPLATE_PATH), text, &CheckoutAction::default(), &script).unwrap();
+    let wf = yaml(&text);
+    let steps = &wf["jobs"]["deploy"]["steps"];
+    assert_eq!(steps[0]["env"]["PGO_CHECKOUT_REPOSITORY"].as_str(), Some("srv/config"));
+    assert_eq!(steps[0]["env"]["PGO_CHECKOUT_REF"].as_str(), Some("${{ github.ref_name }}"));
+    assert_eq!(steps[1]["env"]["PGO_CHECKOUT_PATH"].as_str(), Some("libs/alpha"));
+    assert_eq!(steps[1]["env"]["PGO_CHECKOUT_TOKEN"].as_str(), Some("${{ github.token }}"));
+    assert_eq!(steps[1]["run"].as_str(), Some(checkout::embedded(checkout::SCRIPT).as_str()));
+    let task = finish_checkout(
+        tpl(),
+        render(tpl(), TASK_TEMPLATE, &task(Some("0 3 * * *"))).unwrap(),
+        &CheckoutAction::default(),
+        &script,
+    )
+    .unwrap();
+    assert!(!task.contains("uses: actions/checkout"));
 }

@@ -679,6 +679,12 @@ impl<'a> Runner<'a> {
         env.insert("GITHUB_RUN_ID".into(), self.seq.to_string());
         env.insert("GITHUB_RUN_NUMBER".into(), self.seq.to_string());
         env.insert("GITEA_ACTIONS".into(), "true".into());
+        // The checkout stand-in runs the product's checkout script from the source tree (act may
+        // run the action from a copy of its directory).
+        env.insert(
+            "PGO_CHECKOUT_SCRIPT".into(),
+            super::fs::source_root().join("workflows/checkout.sh").display().to_string(),
+        );
         for (k, v) in &env {
             cmd.args(["--env", &format!("{k}={v}")]);
         }

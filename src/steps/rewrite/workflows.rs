@@ -57,6 +57,7 @@ fn top_level<'a>(m: &'a ModuleRemote, dir: &str) -> Option<&'a str> {
 fn plan(wc: &Path, monorepo: &str, modules: &[ModuleRemote], opts: &WorkflowOptions) -> Result<Vec<Planned>> {
     let lib_template = workflows::source(wc, workflows::LIB_TEMPLATE_PATH, workflows::LIB_TEMPLATE)?;
     let task_template = workflows::source(wc, workflows::TASK_TEMPLATE_PATH, workflows::TASK_TEMPLATE)?;
+    let script = workflows::checkout_script(wc)?;
     let mut problems = Problems::new();
     let mut out = Vec::new();
     for (i, m) in modules.iter().enumerate() {
@@ -66,21 +67,23 @@ fn plan(wc: &Path, monorepo: &str, modules: &[ModuleRemote], opts: &WorkflowOpti
                 lib_dir: workflows::slash_path(&m.path),
                 monorepo: monorepo.to_string(),
                 runs_on: opts.runs_on.clone(),
-                checkout: opts.checkout.to_string(),
+                checkout: opts.checkout.uses().to_string(),
             };
             let text = workflows::render(Path::new(lib_template.path), &lib_template.text, &vars)?;
+            let text = workflows::finish_checkout(Path::new(lib_template.path), text, &opts.checkout, &script)?;
             out.push(Planned { module: Some(i), file: workflows::LIB_OUTPUT.into(), text });
         } else if top_level(m, "tasks").is_some() {
             let Some(task) = crate::inventory::task::read_task(wc, &m.path, &mut problems) else { continue };
             let vars = TaskVars::new(&task, monorepo, &opts.runs_on, &opts.checkout);
             let text = workflows::render(Path::new(task_template.path), &task_template.text, &vars)?;
+            let text = workflows::finish_checkout(Path::new(task_template.path), text, &opts.checkout, &script)?;
             out.push(Planned { module: Some(i), file: workflows::TASK_OUTPUT.into(), text });
         }
     }
     problems.into_result()?;
     for (file, rel, builtin) in workflows::MONOREPO_FILES {
         let source: Source = workflows::source(wc, rel, builtin)?;
-        let text = workflows::install_static(&source, &opts.checkout)?;
+        let text = workflows::install_static(&source, &opts.checkout, &script)?;
         out.push(Planned { module: None, file: file.into(), text });
     }
     Ok(out)

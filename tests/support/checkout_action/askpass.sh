@@ -1,5 +1,5 @@
 #!/bin/sh
-# GIT_ASKPASS of the test runner's checkout action (action.yml here) and of the harness's own clones
+# GIT_ASKPASS of the test harness's own clones
 # (tests/support/runner.rs): answers git's prompts from the environment, for one server only.
 #
 #   PGO_CHECKOUT_SERVER    scheme://host[:port] the credentials belong to
