@@ -7,6 +7,8 @@ mod support;
 use std::path::Path;
 
 use pretty_assertions::assert_eq;
+use proxmox_gitops::settings::CheckoutAction;
+use proxmox_gitops::workflows;
 use serde_json::{Value, json};
 use support::git::git;
 use support::gitea::{self, Creds, Double, FIXTURE_URLS, fixture, ok, run};
@@ -147,7 +149,10 @@ fn rewrite_every_url_form_recursively() {
         "Install .gitea/workflows/pipeline.yml [skip ci]\nImport libs/plain from mono [skip ci]"
     );
     let pipeline = std::fs::read_to_string(plain.join(".gitea/workflows/pipeline.yml")).unwrap();
-    assert!(pipeline.contains("container: \"plain\"") && pipeline.contains("repository: \"main/mono\""), "{pipeline}");
+    assert!(
+        pipeline.contains("container: \"plain\"") && pipeline.contains("PGO_CHECKOUT_REPOSITORY: \"main/mono\""),
+        "{pipeline}"
+    );
     let task = workdir.join("tasks/nightly");
     assert_eq!(git(&task, &["ls-tree", "-r", "--name-only", "HEAD"]), ".gitea/workflows/task.yml\nrun.sh");
     assert_eq!(
@@ -931,10 +936,15 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
     assert!(row("main/mono ").trim_end().ends_with("pipeline.yml,snapshot.yml,drift.yml"), "{table}");
     assert!(row("main/base ").trim_end().ends_with('-'), "{table}");
 
-    // On the double: the monorepo's workflows are this repository's.
+    // On the double: the monorepo's workflows are this repository's, with the git checkout step
+    // (the default PROXMOX_GITOPS_CHECKOUT) in place of actions/checkout.
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = workflows::checkout_script(manifest).unwrap();
     for f in ["pipeline.yml", "snapshot.yml", "drift.yml"] {
-        let want = std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap();
+        let text = std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap();
+        let source = workflows::Source { path: "workflows/x.yml", text, builtin: false };
+        let want = workflows::install_static(&source, &CheckoutAction::default(), &script).unwrap();
+        assert!(!want.contains("uses: actions/checkout"), "{f}");
         assert_eq!(file_on(&d, "main", "mono", "main", &format!(".gitea/workflows/{f}")), Some(want), "{f}");
     }
     // Each lib's pipeline deploys that lib from the monorepo main/mono.
@@ -942,8 +952,8 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
         let text = file_on(&d, "main", lib, "main", ".gitea/workflows/pipeline.yml").expect(lib);
         let wf = yaml(&text);
         let steps = &wf["jobs"]["deploy"]["steps"];
-        assert_eq!(steps[0]["with"]["repository"].as_str(), Some("main/mono"), "{lib}");
-        assert_eq!(steps[1]["with"]["path"].as_str(), Some(format!("libs/{lib}").as_str()), "{lib}");
+        assert_eq!(steps[0]["env"]["PGO_CHECKOUT_REPOSITORY"].as_str(), Some("main/mono"), "{lib}");
+        assert_eq!(steps[1]["env"]["PGO_CHECKOUT_PATH"].as_str(), Some(format!("libs/{lib}").as_str()), "{lib}");
         assert_eq!(steps[2]["with"]["container"].as_str(), Some(lib), "{lib}");
         assert_eq!(wf["jobs"]["deploy"]["runs-on"].as_str(), Some("shell"));
     }
@@ -1004,7 +1014,7 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("environment (PROXMOX_GITOPS_CHECKOUT): expected the checkout action as OWNER/REPO@REF"),
+            .contains("environment (PROXMOX_GITOPS_CHECKOUT): expected `git` (the default"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

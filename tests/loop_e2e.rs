@@ -59,15 +59,13 @@ fn repo_with(dir: &Path, files: &[(&str, &str)], message: &str) -> PathBuf {
 }
 
 /// `proxmox-gitops publish` of `mono` to the double with `extra` arguments (login and password in
-/// the environment, the artifacts in `artifacts`); panics with the output on failure.
+/// the environment, the artifacts in `artifacts`, the default checkout setting: the installed
+/// workflows check out with git, no action); panics with the output on failure.
 fn publish(double: &Double, mono: &Path, artifacts: &Path, extra: &[&str]) {
     let url = double.url();
     let mut args = vec!["--repo", s(mono), "--artifacts", s(artifacts), "publish", "--gitea", &url];
     args.extend_from_slice(extra);
-    ok(&run(
-        &args,
-        &[("LOGIN", LOGIN), ("PASSWORD", PASSWORD), ("PROXMOX_GITOPS_CHECKOUT", support::runner::DEFAULT_CHECKOUT)],
-    ));
+    ok(&run(&args, &[("LOGIN", LOGIN), ("PASSWORD", PASSWORD), ("PROXMOX_GITOPS_CHECKOUT", "")]));
 }
 
 /// Clones `repo` of the double at `branch`, submodules included, into `dir` (as a user would).

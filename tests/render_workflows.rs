@@ -60,7 +60,9 @@ fn options(libs: &[&str], tasks: &[&str], all: bool) -> RenderOptions {
         all,
         monorepo: "srv/config".into(),
         runs_on: "shell".into(),
-        checkout: CheckoutAction::default(),
+        // The action the templates name, so that the steps stay `uses:` steps here (the default,
+        // `git`, replaces them with run: steps: src/workflows/tests.rs).
+        checkout: CheckoutAction::parse("actions/checkout@v4").unwrap(),
     }
 }
 
@@ -347,8 +349,9 @@ fn the_cli_renders_with_the_checkout_setting_and_refuses_a_bad_one() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).lines().filter(|l| !l.contains("WARN")).collect::<Vec<_>>().join("\n"),
-        "error: 1 problem in the input:\n  environment (PROXMOX_GITOPS_CHECKOUT): expected the checkout action as \
-         OWNER/REPO@REF (e.g. actions/checkout@v4), ./PATH, or https://HOST/OWNER/REPO@REF, found `checkout`"
+        "error: 1 problem in the input:\n  environment (PROXMOX_GITOPS_CHECKOUT): expected `git` (the default: check \
+         out with git, no action) or the checkout action as OWNER/REPO@REF (e.g. actions/checkout@v4), ./PATH, or \
+         https://HOST/OWNER/REPO@REF, found `checkout`"
     );
     assert!(!root.join("tasks/health/.gitea").exists());
 
@@ -373,6 +376,17 @@ fn the_cli_renders_with_the_checkout_setting_and_refuses_a_bad_one() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let wf = yaml_to_json(&std::fs::read_to_string(root.join("tasks/health/.gitea/workflows/task.yml")).unwrap());
     assert_eq!(wf["jobs"]["task"]["steps"][0]["uses"], "tasks/checkout@main");
+    // No setting: `git`, run: steps of workflows/checkout.sh instead of any action.
+    std::fs::remove_file(root.join("local/config.json")).unwrap();
+    let out = cli(root, &args, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(root.join("tasks/health/.gitea/workflows/task.yml")).unwrap();
+    assert!(!text.contains("uses: \"actions/checkout"), "{text}");
+    let wf = yaml_to_json(&text);
+    let first = &wf["jobs"]["task"]["steps"][0];
+    assert_eq!(first["env"]["PGO_CHECKOUT_REPOSITORY"], "srv/config");
+    assert_eq!(first["shell"], "bash");
+    assert!(first["run"].as_str().unwrap().contains("git checkout -q --force"), "{text}");
 }
 
 /// The jobs act lists for `event` in `workflow` (run in `dir`): `(job id, events)`.

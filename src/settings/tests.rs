@@ -119,7 +119,7 @@ fn checkout_action_from_env_or_config_and_a_bad_value_names_the_setting() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("local")).unwrap();
     let none: BTreeMap<String, String> = BTreeMap::new();
-    assert_eq!(load_checkout(dir.path(), &none).unwrap().as_str(), "actions/checkout@v4");
+    assert_eq!(load_checkout(dir.path(), &none).unwrap().as_str(), "git");
     std::fs::write(dir.path().join("local/config.json"), "{\"checkout\": \"tasks/checkout@main\"}").unwrap();
     assert_eq!(load_checkout(dir.path(), &none).unwrap().as_str(), "tasks/checkout@main");
     let env: BTreeMap<String, String> =
@@ -132,8 +132,9 @@ fn checkout_action_from_env_or_config_and_a_bad_value_names_the_setting() {
     assert_eq!(
         e.0.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
         vec![
-            "environment (PROXMOX_GITOPS_CHECKOUT): expected the checkout action as OWNER/REPO@REF (e.g. \
-             actions/checkout@v4), ./PATH, or https://HOST/OWNER/REPO@REF, found `checkout`"
+            "environment (PROXMOX_GITOPS_CHECKOUT): expected `git` (the default: check out with git, no action) or \
+             the checkout action as OWNER/REPO@REF (e.g. actions/checkout@v4), ./PATH, or \
+             https://HOST/OWNER/REPO@REF, found `checkout`"
         ]
     );
     std::fs::write(dir.path().join("local/config.local.json"), "{\"checkout\": \"a b@v1\"}").unwrap();
