@@ -62,5 +62,29 @@ if [ -f /etc/default/lxc-net ] && ! grep -q '^LXC_DHCP_RANGE=' /etc/default/lxc-
 fi
 ensure_lxc_net
 
+# The real-host tests (tests/real_host.rs) run the real Gitea and its runner, built once from the
+# Go module proxy at the versions in versions.env and cached by version (tests/real_host/build.sh).
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  export PATH="$PATH:/usr/local/go/bin"
+fi
+if ! command -v go >/dev/null 2>&1; then
+  echo "error: go not found (nor /usr/local/go/bin/go): the real-host tests build Gitea and its runner" \
+       "from the Go module proxy; install Go (e.g. apt-get install golang-go), then run again" >&2
+  exit 1
+fi
+real_host="$(tests/real_host/build.sh)"
+for var in PGO_GITEA_BINARY PGO_GITEA_STATIC PGO_RUNNER_BINARY; do
+  line="$(printf '%s\n' "$real_host" | grep "^$var=")" || {
+    echo "error: tests/real_host/build.sh printed no $var line" >&2
+    exit 1
+  }
+  export "${line?}"
+done
+# Gitea refuses to run as root: the harness (tests/support/real_gitea.rs) runs it as this
+# unprivileged system user.
+if ! id -u pgotest-gitea >/dev/null 2>&1; then
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin pgotest-gitea
+fi
+
 cargo test --locked "$@"
 

@@ -7,7 +7,8 @@
 //! (fakepve on loopback), [`gitea`] (the Gitea double), [`fixture`] (`resolve`'s monorepos),
 //! [`deploy`] (fake step runners), [`provision`] (provision artifacts), [`configure`], [`lxc`], [`snapshot`] and [`workflows`] (real
 //! LXC containers, data snapshots, act runs), [`runner`] (Gitea's runner dispatch played on the
-//! Gitea double: pushes run the published workflows with act).
+//! Gitea double: pushes run the published workflows with act), [`real_gitea`] (the real Gitea and
+//! its real runner on loopback, built by `tests/real_host/build.sh`).
 //!
 //! Each binary uses a part of the tree, so unused items are allowed here.
 #![allow(dead_code)]
@@ -21,6 +22,7 @@ pub mod git;
 pub mod gitea;
 pub mod lxc;
 pub mod provision;
+pub mod real_gitea;
 pub mod runner;
 pub mod snapshot;
 pub mod spec;
