@@ -12,6 +12,8 @@
 //! summary, and `$GITHUB_OUTPUT` (`artifact`, `merged`, `blocked`, `failed`: `owner/repo#N`
 //! lists). Exit 0 unless a merge failed (blocked pull requests are not failures).
 
+use std::time::Duration;
+
 use clap::Args;
 
 use super::args::PveTlsArgs;
@@ -19,7 +21,7 @@ use super::{Ctx, table_of};
 use crate::artifact;
 use crate::backend::model::{BackendKind, RecreatePolicy};
 use crate::error::{Error, Location, Result};
-use crate::gitea::Client;
+use crate::gitea::{CREATE_PULL_PATIENCE, Client, Patience};
 use crate::steps::auto_merge::{
     AutoMerge, AutoMergeOptions, MergeResult, RepoRef, Verdict, auto_deploy, auto_merge, policy_word,
 };
@@ -52,6 +54,11 @@ pub struct AutoMergeArgs {
     /// How many containers are planned at the same time.
     #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     jobs: u16,
+    /// How long a merge waits, in seconds, while Gitea answers 405 "Please try again later" (its
+    /// mergeable check runs in the background after a pull request changes; a conflicting pull
+    /// request gets the same answer, and fails after the wait).
+    #[arg(long, value_name = "SECS", default_value_t = 20, env = "PGO_MERGE_WAIT", value_parser = clap::value_parser!(u64).range(1..=600))]
+    merge_wait: u64,
     /// PVE API trust (the plan only reads).
     #[command(flatten)]
     pve: PveTlsArgs,
@@ -113,8 +120,9 @@ pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
     };
     let inv = ctx.inventory(None)?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
-    let client =
-        Client::from_settings(&settings.gitea, args.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
+    let client = Client::from_settings(&settings.gitea, args.gitea.as_deref())
+        .map_err(|e| Error::Usage(e.to_string()))?
+        .with_patience(CREATE_PULL_PATIENCE, Patience::within(Duration::from_secs(args.merge_wait)));
     if !args.dry_run {
         crate::steps::publish::require_credentials(&client)?;
     }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use url::Url;
 
+use super::background::{CREATE_PULL_PATIENCE, MERGE_PATIENCE, Patience};
 use super::{Auth, GiteaError, MAX_ATTEMPTS, REQUEST_TIMEOUT, base_url};
 use crate::settings::GiteaSettings;
 
@@ -21,6 +22,8 @@ pub struct Client {
     base: Url,
     auth: Option<Auth>,
     backoff: ExponentialBuilder,
+    pub(super) create_pull_patience: Patience,
+    pub(super) merge_patience: Patience,
 }
 
 impl std::fmt::Debug for Client {
@@ -53,7 +56,14 @@ impl Client {
             .with_max_delay(Duration::from_secs(3))
             .with_max_times(MAX_ATTEMPTS - 1)
             .with_jitter();
-        Ok(Client { http, base, auth, backoff })
+        Ok(Client {
+            http,
+            base,
+            auth,
+            backoff,
+            create_pull_patience: CREATE_PULL_PATIENCE,
+            merge_patience: MERGE_PATIENCE,
+        })
     }
 
     /// A client from the settings (`HOST`, `GITEA_TOKEN` or `LOGIN`/`PASSWORD`); `base`
@@ -73,6 +83,15 @@ impl Client {
     pub fn with_backoff(mut self, min: Duration, max: Duration) -> Self {
         self.backoff =
             ExponentialBuilder::default().with_min_delay(min).with_max_delay(max).with_max_times(MAX_ATTEMPTS - 1);
+        self
+    }
+
+    /// Sets how long [`Client::create_pull`] and [`Client::merge_pull`] wait for Gitea's
+    /// background work (see [`Patience`]; defaults [`CREATE_PULL_PATIENCE`] and
+    /// [`MERGE_PATIENCE`]). Tests of the bounded failure use short ones.
+    pub fn with_patience(mut self, create_pull: Patience, merge: Patience) -> Self {
+        self.create_pull_patience = create_pull;
+        self.merge_patience = merge;
         self
     }
 

@@ -17,6 +17,9 @@
 //!   errors, timeouts and 5xx answers with exponential backoff, at most [`MAX_ATTEMPTS`]
 //!   attempts; a POST is retried only when the connection failed before the request was sent
 //!   (it cannot have had an effect).
+//! * **Gitea's background work** (`background`): the answers Gitea gives until it has recorded a
+//!   pushed branch (404 from `repoCreatePullRequest`) or checked a pull request (405 "Please try
+//!   again later" from `repoMergePullRequest`) are retried within a [`Patience`].
 //! * **Errors** ([`GiteaError`]) name the method, the API path, the HTTP status and Gitea's own
 //!   `message` (the `APIError` body `{"message": …, "url": …}`).
 //!
@@ -26,6 +29,7 @@
 //! Actions variables (list, get, create, update, delete) and their name rule; `types` the request
 //! and response bodies; `names` the repository-name rules.
 
+mod background;
 mod client;
 pub mod names;
 mod repos;
@@ -39,6 +43,7 @@ use secrecy::SecretString;
 use url::Url;
 
 use crate::settings::GiteaSettings;
+pub use background::{CREATE_PULL_PATIENCE, MERGE_PATIENCE, Patience};
 pub use client::Client;
 pub use types::*;
 pub use variables::{VariableNameError, VariableScope, valid_variable_name};

@@ -2,9 +2,10 @@
 
 use reqwest::Method;
 
+use super::background::{self, Step};
 use super::{
     Client, CreateForkOption, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, Created, EditRepoOption,
-    GiteaError, MAX_PAGES, MergePullRequestOption, Organization, PAGE_LIMIT, PullRequest, Repository, User,
+    GiteaError, MAX_PAGES, MergePullRequestOption, MergeStyle, Organization, PAGE_LIMIT, PullRequest, Repository, User,
 };
 
 impl Client {
@@ -117,17 +118,51 @@ impl Client {
     }
 
     /// `POST /repos/{owner}/{repo}/pulls` (`repoCreatePullRequest`, 201).
+    ///
+    /// Right after the push that made the head (or base) branch, Gitea 1.27.3 answers 404 "not
+    /// found" until its push queue has recorded the branch (see [`Patience`](super::Patience)): a 404 while the
+    /// repository exists is retried within the client's create-pull patience (~10 s, see
+    /// [`Client::with_patience`]).
+    ///
+    /// # Errors
+    /// [`GiteaError::Status`] with Gitea's answer: 404 at once when the repository does not
+    /// exist, 404 with the attempts made and a hint when a branch is still unknown after the
+    /// wait, 409 when an open pull request has these branches, 422 for a bad option.
     pub async fn create_pull(
         &self,
         owner: &str,
         repo: &str,
         opt: &CreatePullRequestOption,
     ) -> Result<PullRequest, GiteaError> {
-        let (a, path) = self.send(Method::POST, &["repos", owner, repo, "pulls"], &[], Self::json(opt)).await?;
-        match a.status.as_u16() {
-            201 => Self::decode(Method::POST, path, &a),
-            _ => Err(Self::status_error(Method::POST, path, &a)),
-        }
+        let attempt = || async {
+            let (a, path) = self
+                .send(Method::POST, &["repos", owner, repo, "pulls"], &[], Self::json(opt))
+                .await
+                .map_err(Step::Fail)?;
+            match a.status.as_u16() {
+                201 => Self::decode(Method::POST, path, &a).map_err(Step::Fail),
+                404 => match self.get_repo(owner, repo).await {
+                    Ok(Some(_)) => Err(Step::NotYet(Self::status_error(Method::POST, path, &a))),
+                    Ok(None) => Err(Step::Fail(Self::status_error(Method::POST, path, &a))),
+                    Err(e) => Err(Step::Fail(e)),
+                },
+                _ => Err(Step::Fail(Self::status_error(Method::POST, path, &a))),
+            }
+        };
+        let what = format!("opening a pull request {} → {} in {owner}/{repo}", opt.head, opt.base);
+        background::until_done(&what, self.create_pull_patience, attempt).await.map_err(|e| match e {
+            Ok(e) => e,
+            Err(gave_up) => {
+                let hint = format!(
+                    "Gitea still did not know branch `{}` or `{}` of {owner}/{repo} {}: it records pushed branches \
+                     in the background; check that both were pushed",
+                    opt.head,
+                    opt.base,
+                    gave_up.how_long()
+                );
+                with_hint(gave_up.last, &hint)
+            }
+        })
     }
 
     /// `GET /repos/{owner}/{repo}/pulls/{index}` (`repoGetPullRequest`, 200/404).
@@ -157,11 +192,21 @@ impl Client {
     /// the pull request with `opt.style`; the base branch moves as with a push (which starts its
     /// workflows).
     ///
+    /// Gitea 1.27.3 answers 405 "Please try again later" while its mergeable check of the pull
+    /// request runs (after it was opened, after a push to its head or base, after a refused
+    /// merge) and for a pull request the check found conflicting (`services/pull/check.go`,
+    /// `CheckPullMergeable`). That answer is retried within the client's merge patience (~20 s,
+    /// see [`Client::with_patience`]); every other answer is final.
+    ///
     /// # Errors
     /// [`GiteaError::Status`] with Gitea's answer otherwise: 404 (no such pull request, or it is
-    /// closed), 405 (already merged, or the style or the user is not allowed), 409 (conflicts,
-    /// or `head_commit_id` is not the head any more: "head out of date"), 423 (archived). A
-    /// POST is not retried once sent (see [`Client`]), so a merge is never done twice.
+    /// closed), 405 "The PR is already merged" (not retried), 405 "Please try again later" after
+    /// the wait (the message then says whether the pull request is conflicting: `mergeable`
+    /// still false), other 405s (the style or the user is not allowed), 409 (a rebase conflict,
+    /// or `head_commit_id` is not the head any more: "head out of date"), 423 (archived), 500
+    /// for a fast-forward-only merge whose base has diverged (Gitea 1.27.3 does not map
+    /// `ErrMergeDivergingFastForwardOnly`; the message is Gitea's only for an admin). A 405
+    /// or 404 had no effect, and no other answer is retried, so a merge is never done twice.
     pub async fn merge_pull(
         &self,
         owner: &str,
@@ -170,11 +215,66 @@ impl Client {
         opt: &MergePullRequestOption,
     ) -> Result<(), GiteaError> {
         let n = index.to_string();
-        let (a, path) =
-            self.send(Method::POST, &["repos", owner, repo, "pulls", &n, "merge"], &[], Self::json(opt)).await?;
-        match a.status.as_u16() {
-            200 => Ok(()),
-            _ => Err(Self::status_error(Method::POST, path, &a)),
+        let attempt = || async {
+            let segments = ["repos", owner, repo, "pulls", &n, "merge"];
+            let (a, path) = match self.send(Method::POST, &segments, &[], Self::json(opt)).await {
+                Ok(answer) => answer,
+                Err(e) if e.status() == Some(500) && opt.style == MergeStyle::FastForwardOnly => {
+                    return Err(Step::Fail(with_hint(
+                        e,
+                        "with fast-forward-only, Gitea answers 500 when the base branch has diverged from the head",
+                    )));
+                }
+                Err(e) => return Err(Step::Fail(e)),
+            };
+            match a.status.as_u16() {
+                200 => Ok(()),
+                405 => {
+                    let e = Self::status_error(Method::POST, path, &a);
+                    match &e {
+                        GiteaError::Status { message, .. } if message == TRY_AGAIN_LATER => Err(Step::NotYet(e)),
+                        _ => Err(Step::Fail(e)),
+                    }
+                }
+                _ => Err(Step::Fail(Self::status_error(Method::POST, path, &a))),
+            }
+        };
+        let what = format!("merging pull request #{index} of {owner}/{repo}");
+        let gave_up = match background::until_done(&what, self.merge_patience, attempt).await {
+            Ok(()) => return Ok(()),
+            Err(Ok(e)) => return Err(e),
+            Err(Err(gave_up)) => gave_up,
+        };
+        // Still "try again later": a conflict, or a check that takes unusually long.
+        let hint = match self.get_pull(owner, repo, index).await {
+            Ok(Some(p)) if p.state == "open" && !p.mergeable => format!(
+                "pull request #{index} ({} → {}) is still not mergeable {}: Gitea's check finds a conflict between \
+                 the branches; merge `{}` into `{}` (or rebase it) and push",
+                p.head.ref_,
+                p.base.ref_,
+                gave_up.how_long(),
+                p.base.ref_,
+                p.head.ref_
+            ),
+            Ok(_) => format!("Gitea still refused the merge {}", gave_up.how_long()),
+            Err(e) => {
+                format!("Gitea still refused the merge {} (reading the pull request failed: {e})", gave_up.how_long())
+            }
+        };
+        Err(with_hint(gave_up.last, &hint))
+    }
+}
+
+/// Gitea's message for a pull request that is not (yet) mergeable: `ErrNotMergeableState` in
+/// `routers/api/v1/repo/pull.go` (`MergePullRequest`), Gitea 1.27.3.
+const TRY_AGAIN_LATER: &str = "Please try again later";
+
+/// `e` with `hint` added to its message (a [`GiteaError::Status`]; other errors unchanged).
+fn with_hint(e: GiteaError, hint: &str) -> GiteaError {
+    match e {
+        GiteaError::Status { method, path, status, message } => {
+            GiteaError::Status { method, path, status, message: format!("{message} ({hint})") }
         }
+        other => other,
     }
 }

@@ -254,7 +254,11 @@ pub struct PullRequest {
     pub head: PrBranchInfo,
     /// `base`.
     pub base: PrBranchInfo,
-    /// `mergeable`: Gitea found no conflict between base and head (open pull requests).
+    /// `mergeable`: Gitea's last mergeable check found no conflict between base and head. Gitea
+    /// 1.27.3 checks in the background: `false` until the check of a new or changed pull request
+    /// has run (so `false` is not a conflict by itself), and `true` on a merged one
+    /// (`models/issues/pull.go`, `Mergeable`). Decide nothing on it alone: a merge answers 405
+    /// while it is not mergeable (see [`crate::gitea::Client::merge_pull`]).
     pub mergeable: bool,
     /// `merged`.
     pub merged: bool,
