@@ -10,17 +10,34 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::gitea::{
-    CreateOrgOption, CreatePullRequestOption, CreateRepoOption, CreateVariableOption, EditRepoOption,
-    MergePullRequestOption, MergeStyle, VariableScope,
+    CREATE_PULL_PATIENCE, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, CreateVariableOption,
+    EditRepoOption, MERGE_PATIENCE, MergePullRequestOption, MergeStyle, Patience, VariableScope,
 };
 use serde_json::{Value, json};
 use support::fakepve::{self, FakePve};
 use support::fs::write_files;
 use support::git::git;
 use support::gitea::{self, Creds, Double, ok, run};
+
+/// `message` with the attempts and seconds of a wait replaced by `N` and `S`.
+fn waited(message: &str) -> String {
+    let re = regex::Regex::new(r"after \d+ attempts over \d+\.\d s").unwrap();
+    re.replace_all(message, "after N attempts over S s").into_owned()
+}
+
+/// The answers of the double to merges of pull request `n` of main/web, as `status message`.
+fn merge_answers(d: &Double, n: i64) -> Vec<String> {
+    let path = format!("/repos/main/web/pulls/{n}/merge");
+    d.exchanges()
+        .iter()
+        .filter(|e| e["kind"] == "api" && e["method"] == "POST" && e["path"] == path.as_str())
+        .map(|e| format!("{} {}", e["status"], e["response"]["message"].as_str().unwrap_or("")))
+        .collect()
+}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -62,6 +79,77 @@ fn show(d: &Double, name: &str, format: &str, rev: &str) -> String {
     git(&d.bare("main", name), &["log", "-1", &format!("--format={format}"), rev])
 }
 
+/// Gitea's background work on the double, long enough (3 s) that every first answer is "not
+/// yet": the client opens a pull request right after the push and merges it right after opening
+/// it, waiting both out; and it gives up within its patience, saying why.
+#[test]
+fn the_client_waits_for_gitea_background_work_within_bounds() {
+    let d = Double::start_with_delay(Creds::basic("admin", "wait-pw-1"), Duration::from_secs(3));
+    org_with_repos(&d, &["web"]);
+    let c = d.client();
+    let rt = runtime();
+    let tmp = tempfile::tempdir().unwrap();
+    let w = tmp.path().join("w");
+    std::fs::create_dir_all(&w).unwrap();
+    git(&w, &["init", "-q"]);
+    let remote = format!("{}/main/web.git", d.url());
+    write_files(&w, &[("container.env", "ID=101\n")]);
+    commit(&w, "one");
+    d.git_authed(&w, &["push", "-q", &remote, "main:main", "main:release"]);
+    let pull = |head: &str| CreatePullRequestOption {
+        head: head.into(),
+        base: "release".into(),
+        title: "Release Pull Request".into(),
+        body: None,
+    };
+
+    // A repository that does not exist: 404 at once, no waiting.
+    let e = rt.block_on(c.create_pull("main", "nope", &pull("main"))).unwrap_err();
+    assert_eq!(e.to_string(), "Gitea POST /repos/main/nope/pulls: HTTP 404: The target couldn't be found.");
+
+    // A branch still being recorded: the client gives up after its patience, saying why.
+    let impatient = c.clone().with_patience(Patience::within(Duration::from_millis(300)), MERGE_PATIENCE);
+    let started = Instant::now();
+    let e = rt.block_on(impatient.create_pull("main", "web", &pull("main"))).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3), "bounded: {:?}", started.elapsed());
+    assert_eq!(
+        (e.status(), waited(&e.to_string())),
+        (
+            Some(404),
+            "Gitea POST /repos/main/web/pulls: HTTP 404: not found (Gitea still did not know branch `main` or \
+             `release` of main/web after N attempts over S s: it records pushed branches in the background; check \
+             that both were pushed)"
+                .to_string()
+        )
+    );
+
+    // With the default patience both succeed, with no wait in the test itself.
+    write_files(&w, &[("container.env", "ID=101\nMEMORY=1024\n")]);
+    let two = commit(&w, "two");
+    d.git_authed(&w, &["push", "-q", &remote, "main:main"]);
+    let pr = rt.block_on(c.create_pull("main", "web", &pull("main"))).unwrap();
+    assert_eq!((pr.number, pr.mergeable, pr.head.sha.as_str()), (1, false, two.as_str()));
+    let mut opt = MergePullRequestOption::new(MergeStyle::Merge);
+    opt.head_commit_id = Some(two.clone());
+    rt.block_on(c.merge_pull("main", "web", 1, &opt)).unwrap();
+    assert!(rt.block_on(c.is_pull_merged("main", "web", 1)).unwrap());
+    // What the double answered: "not yet" first, then success.
+    let answers = |template: &str| -> Vec<String> {
+        d.exchanges()
+            .iter()
+            .filter(|e| e["kind"] == "api" && e["method"] == "POST" && e["path"] == template)
+            .map(|e| e["status"].to_string())
+            .collect()
+    };
+    let creates = answers("/repos/main/web/pulls");
+    assert!(creates.len() > 2 && creates.last().map(String::as_str) == Some("201"), "{creates:?}");
+    assert!(creates[..creates.len() - 1].iter().all(|s| s == "404"), "{creates:?}");
+    let merges = merge_answers(&d, 1);
+    assert!(merges.len() > 1 && merges.last().map(String::as_str) == Some("200 "), "{merges:?}");
+    assert!(merges[..merges.len() - 1].iter().all(|a| a == "405 Please try again later"), "{merges:?}");
+    d.assert_spec_conformant();
+}
+
 #[test]
 fn the_double_merges_pull_requests_as_gitea_does() {
     let d = Double::start(Creds::basic("admin", "merge-pw-1"));
@@ -85,11 +173,15 @@ fn the_double_merges_pull_requests_as_gitea_does() {
         title: "Release Pull Request".into(),
         body: None,
     };
+    // Right after the push, as Gitea: the client waits until the double "recorded" the branch.
     let pr = rt.block_on(c.create_pull("main", "web", &pull("main"))).unwrap();
-    assert_eq!((pr.number, pr.mergeable, pr.merged, pr.head.sha.as_str()), (1, true, false, two.as_str()));
+    // As Gitea: not mergeable until the background check ran.
+    assert_eq!((pr.number, pr.mergeable, pr.merged, pr.head.sha.as_str()), (1, false, false, two.as_str()));
     assert!(!rt.block_on(c.is_pull_merged("main", "web", 1)).unwrap());
 
-    // A head that moved since it was checked is refused: what was checked is what is merged.
+    // A head that moved since it was checked is refused: what was checked is what is merged. (The
+    // client waits out the check's 405 first; the refusal queues a new check, which the next
+    // merge waits out in turn.)
     let mut opt = MergePullRequestOption::new(MergeStyle::Merge);
     opt.head_commit_id = Some(one.clone());
     let e = rt.block_on(c.merge_pull("main", "web", 1, &opt)).unwrap_err();
@@ -106,29 +198,46 @@ fn the_double_merges_pull_requests_as_gitea_does() {
     assert_eq!(show(&d, "web", "%B", &merged), "Merge the release\n\nPlanned: web update in place.");
     assert_eq!(show(&d, "web", "%an <%ae>", &merged), "admin <admin@example.invalid>");
     let pr = rt.block_on(c.get_pull("main", "web", 1)).unwrap().unwrap();
+    // As Gitea: a merged pull request is `mergeable`.
     assert_eq!(
         (pr.state.as_str(), pr.merged, pr.mergeable, pr.merge_commit_sha.as_deref(), pr.head.sha.as_str()),
-        ("closed", true, false, Some(merged.as_str()), two.as_str())
+        ("closed", true, true, Some(merged.as_str()), two.as_str())
     );
     assert!(rt.block_on(c.is_pull_merged("main", "web", 1)).unwrap());
     assert!(rt.block_on(c.get_pull("main", "web", 9)).unwrap().is_none());
-    // Merged already: 405, as Gitea.
+    // Merged already: 405, as Gitea, at once (not retried).
     let e = rt.block_on(c.merge_pull("main", "web", 1, &MergePullRequestOption::new(MergeStyle::Merge))).unwrap_err();
-    assert_eq!(e.status(), Some(405));
+    assert_eq!(e.to_string(), "Gitea POST /repos/main/web/pulls/1/merge: HTTP 405: The PR is already merged");
+    assert_eq!(merge_answers(&d, 1).last().map(String::as_str), Some("405 The PR is already merged"));
 
-    // A conflict: 409 with git's CONFLICT line; nothing moves.
+    // A conflict: as Gitea, 405 "Please try again later" (refused before trying, the answer of
+    // a check still running), retried within the client's patience, then named a conflict.
     git(&w, &["checkout", "-q", "-b", "side", &one]);
     write_files(&w, &[("container.env", "ID=101\nMEMORY=2048\n")]);
     commit(&w, "side");
     d.git_authed(&w, &["push", "-q", &remote, "side:side"]);
     let pr = rt.block_on(c.create_pull("main", "web", &pull("side"))).unwrap();
     assert_eq!((pr.number, pr.mergeable), (2, false));
-    let e = rt.block_on(c.merge_pull("main", "web", 2, &MergePullRequestOption::new(MergeStyle::Merge))).unwrap_err();
+    let impatient = c.clone().with_patience(CREATE_PULL_PATIENCE, Patience::within(Duration::from_secs(1)));
+    let started = Instant::now();
+    let e = rt
+        .block_on(impatient.merge_pull("main", "web", 2, &MergePullRequestOption::new(MergeStyle::Merge)))
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded: {:?}", started.elapsed());
     assert_eq!(
-        e.to_string(),
-        "Gitea POST /repos/main/web/pulls/2/merge: HTTP 409: merge conflict: CONFLICT (content): Merge conflict in \
-         container.env"
+        (e.status(), waited(&e.to_string())),
+        (
+            Some(405),
+            "Gitea POST /repos/main/web/pulls/2/merge: HTTP 405: Please try again later (pull request #2 (side → \
+             release) is still not mergeable after N attempts over S s: Gitea's check finds a conflict between the \
+             branches; merge `release` into `side` (or rebase it) and push)"
+                .to_string()
+        )
     );
+    let tries = merge_answers(&d, 2);
+    assert!(tries.len() > 1 && tries.iter().all(|a| a == "405 Please try again later"), "{tries:?}");
+    let pr = rt.block_on(c.get_pull("main", "web", 2)).unwrap().unwrap();
+    assert_eq!((pr.state.as_str(), pr.mergeable), ("open", false));
     assert_eq!(d.branch("main", "web", "release"), Some(merged.clone()));
 
     // fast-forward-only refuses a base that diverged; rebase replays main's new commit.
@@ -141,7 +250,18 @@ fn the_double_merges_pull_requests_as_gitea_does() {
     let e = rt
         .block_on(c.merge_pull("main", "web", 3, &MergePullRequestOption::new(MergeStyle::FastForwardOnly)))
         .unwrap_err();
-    assert_eq!(e.status(), Some(409));
+    // As Gitea 1.27.3: 500 with git's message (ErrMergeDivergingFastForwardOnly is not mapped).
+    assert_eq!(
+        (e.status(), e.to_string()),
+        (
+            Some(500),
+            "Gitea POST /repos/main/web/pulls/3/merge: HTTP 500: Merge DivergingFastForwardOnly Error: exit status \
+             128: fatal: Not possible to fast-forward, aborting. (with fast-forward-only, Gitea answers 500 when the \
+             base branch has diverged from the head)"
+                .to_string()
+        )
+    );
+    assert_eq!(d.branch("main", "web", "release"), Some(merged.clone()));
     rt.block_on(c.merge_pull("main", "web", 3, &MergePullRequestOption::new(MergeStyle::Rebase))).unwrap();
     let rebased = d.branch("main", "web", "release").unwrap();
     assert_eq!((show(&d, "web", "%P %s", &rebased)), format!("{merged} three"));
@@ -570,12 +690,19 @@ fn auto_merge_blocks_a_stale_checkout_and_reports_a_failed_merge() {
     );
     assert_eq!((release("web"), release("mono")), (before.0.clone(), before.2.clone()), "a dry run merges nothing");
 
-    // db's merge fails (409, a conflict); web is merged; the monorepo waits for db; exit 1.
-    let out = l.pgo(&checkout, &["auto-merge"], &[("AUTO_DEPLOY", "true")]);
+    // db's merge fails (as Gitea: 405 for a conflict, waited out for PGO_MERGE_WAIT, then named
+    // a conflict); web is merged; the monorepo waits for db; exit 1.
+    let out = l.pgo(&checkout, &["auto-merge"], &[("AUTO_DEPLOY", "true"), ("PGO_MERGE_WAIT", "1")]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    let conflict = "Gitea POST /repos/main/db/pulls/1/merge: HTTP 409: merge conflict: CONFLICT (content): Merge conflict in container.env";
+    let conflict = "Gitea POST /repos/main/db/pulls/1/merge: HTTP 405: Please try again later (pull request #1 (main → \
+                    release) is still not mergeable after N attempts over S s: Gitea's check finds a conflict between \
+                    the branches; merge `release` into `main` (or rebase it) and push)";
+    let report: Vec<_> = verdicts(&l.report())
+        .into_iter()
+        .map(|(repo, n, verdict, reason)| (repo, n, verdict, waited(&reason)))
+        .collect();
     assert_eq!(
-        verdicts(&l.report()),
+        report,
         vec![
             row("main/db", 1, "failed", conflict),
             row("main/web", 1, "merged", "web: create"),
@@ -590,7 +717,7 @@ fn auto_merge_blocks_a_stale_checkout_and_reports_a_failed_merge() {
     );
     assert_eq!(l.report()["result"], "failed");
     assert!(
-        text(&out.stderr).contains(&format!("error: 1 merge(s) failed:\nmain/db#1: {conflict}")),
+        waited(&text(&out.stderr)).contains(&format!("error: 1 merge(s) failed:\nmain/db#1: {conflict}")),
         "{}",
         text(&out.stderr)
     );

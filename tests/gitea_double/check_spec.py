@@ -25,8 +25,9 @@ import server  # noqa: E402
 EXTRA_STATUS = {
     # Gitea answers 409 when the repository exists and 422 for a bad name (binding errors).
     ("POST", "/orgs/{org}/repos"): {409, 422},
-    # A binding error of the form (a missing or unknown `do`).
-    ("POST", "/repos/{owner}/{repo}/pulls/{index}/merge"): {422},
+    # A binding error of the form (a missing or unknown `do`), and 500 for a fast-forward-only
+    # merge of a diverged base (Gitea 1.27.3 does not map ErrMergeDivergingFastForwardOnly).
+    ("POST", "/repos/{owner}/{repo}/pulls/{index}/merge"): {422, 500},
 }
 # Gitea answers a merge conflict with the conflict error's own fields (ErrMergeConflicts,
 # ErrRebaseConflicts, ErrMergeUnrelatedHistories serialized by ctx.JSON), not an APIError.

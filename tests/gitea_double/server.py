@@ -12,16 +12,26 @@ Gitea's merge styles do: `merge` always writes a merge commit (parents: base, he
 fast-forward), `rebase` replays the head's commits onto the base (a fast-forward when the base
 is an ancestor), `rebase-merge` does that and then a merge commit, `squash` one commit with the
 merged tree, `fast-forward-only` only moves the base, `manually-merged` only records
-`merge_commit_id`. Conflicts answer 409 (with Gitea's conflict body), an already merged pull
-request 405 and a closed one 404 (Gitea's `ErrIsClosed`); a `head_commit_id` that is not the
-head any more 409 ("head out of date"). The base branch moves with a compare-and-swap, as a push.
+`merge_commit_id`. An already merged pull request answers 405 and a closed one 404 (Gitea's
+`ErrIsClosed`); a `head_commit_id` that is not the head any more 409 ("head out of date"); a
+rebase that conflicts 409 (with Gitea's conflict body); a fast-forward-only merge of a diverged
+base 500 (Gitea 1.27.3 does not map `ErrMergeDivergingFastForwardOnly`). The base branch moves
+with a compare-and-swap, as a push.
+
+Gitea's background work (Gitea 1.27.3; see README.md): a pushed branch is known to
+`repoCreatePullRequest` only `--background-delay` seconds after the push (404 "not found"
+until then), and a pull request is checked for `--background-delay` seconds after it is opened,
+after a push to its head or base and after a refused merge (409 "head out of date", the 500
+above): meanwhile it is `mergeable: false` and a merge answers 405 "Please try again later". A
+pull request whose branches conflict gets that same 405 (Gitea refuses before trying) and stays
+`mergeable: false`; a merged one is `mergeable: true`.
 
 Log (--log FILE, one JSON object a line): every API exchange (`"kind": "api"`), every git HTTP
 request (`"kind": "git"`) and every change of branches (`"kind": "push"`: `repo` = `owner/name`,
 `via` = `git` for a push or `merge` for a merged pull request, `updates` = `[{"ref", "before",
 "after"}]` with `before`/`after` = null when created/deleted) — what a runner dispatch watches.
 
-Start: server.py --root DIR [--port 0] [--log FILE] [--faults FILE]
+Start: server.py --root DIR [--port 0] [--log FILE] [--faults FILE] [--background-delay SECONDS]
 Credentials come from the environment (never from arguments): GITEA_DOUBLE_LOGIN,
 GITEA_DOUBLE_PASSWORD, GITEA_DOUBLE_TOKEN. Prints `PORT <n>` on stdout once listening.
 
@@ -40,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -87,6 +98,9 @@ MERGE_STYLES = ("merge", "rebase", "rebase-merge", "squash", "fast-forward-only"
 DEFAULT_LIMIT, MAX_LIMIT = 30, 50
 REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 VAR_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.I)
+# Gitea's answer to a merge while the pull request is not mergeable (being checked, or
+# conflicting): `ErrNotMergeableState` in routers/api/v1/repo/pull.go.
+TRY_AGAIN_LATER = "Please try again later"
 
 
 class HttpError(Exception):
@@ -115,8 +129,11 @@ def page_and_limit(q):
 
 
 class State:
-    def __init__(self, root, login, password, token):
+    def __init__(self, root, login, password, token, background_delay=0.3):
         self.root = root
+        # Seconds Gitea's queues take to record a pushed branch and to check a pull request.
+        self.background_delay = background_delay
+        self.branch_known_at = {}  # (repo key, branch) -> monotonic time from which it is known
         self.login = login
         self.password = password
         self.token = token
@@ -166,6 +183,34 @@ class State:
         """{refname: sha} of the repository's branches."""
         out = self.git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/") or ""
         return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+    def branch_known(self, repo, branch):
+        """Whether Gitea's push queue has recorded `branch` (its last push is old enough)."""
+        with self.lock:
+            return time.monotonic() >= self.branch_known_at.get((key_of(repo), branch), 0)
+
+    def pushed(self, repo, refs, via):
+        """Starts the background work of a change of `refs`: a branch a push made is recorded
+        later, and every open pull request on a changed branch is checked again."""
+        later = time.monotonic() + self.background_delay
+        with self.lock:
+            for ref in refs:
+                branch = ref[len("refs/heads/"):]
+                if via == "git":
+                    self.branch_known_at[(key_of(repo), branch)] = later
+                for pr in self.pulls.get(key_of(repo), []):
+                    if pr["state"] == "open" and branch in (pr["head"], pr["base"]):
+                        pr["checked_at"] = later
+
+    def recheck(self, pr):
+        """Queues the mergeable check of `pr` (Gitea: `AddToTaskQueue`)."""
+        with self.lock:
+            pr["checked_at"] = time.monotonic() + self.background_delay
+
+    @staticmethod
+    def checking(pr):
+        """Whether the background check of `pr` has not run yet."""
+        return time.monotonic() < pr.get("checked_at", 0)
 
     def git_lock(self, repo):
         with self.lock:
@@ -423,6 +468,7 @@ class Handler(BaseHTTPRequestHandler):
         """Logs the branches that changed between the `before` and `after` {ref: sha} maps."""
         updates = [{"ref": ref, "before": before.get(ref), "after": after.get(ref)}
                    for ref in sorted(set(before) | set(after)) if before.get(ref) != after.get(ref)]
+        self.state.pushed(repo, [u["ref"] for u in updates], via)
         if updates:
             self.log_exchange({"kind": "push", "via": via, "repo": f"{repo['owner']}/{repo['name']}",
                                "updates": updates})
@@ -572,9 +618,16 @@ class Handler(BaseHTTPRequestHandler):
         return out if code == 0 else None
 
     def mergeable(self, repo, pr, base_sha, head_sha):
-        """Gitea's `mergeable`: an open pull request whose branches merge without conflict."""
-        if pr["state"] != "open" or not base_sha or not head_sha:
+        """Gitea's `mergeable` (models/issues/pull.go `Mergeable`): the status its last check
+        left, so true once merged, false while the check has not run, else whether the branches
+        merge without conflict."""
+        if pr.get("merged"):
+            return True
+        if pr["state"] != "open" or not base_sha or not head_sha or self.state.checking(pr):
             return False
+        return self.merges_cleanly(repo, base_sha, head_sha)
+
+    def merges_cleanly(self, repo, base_sha, head_sha):
         code, _, _ = self.state.git_run(repo, "merge-tree", "--write-tree", base_sha, head_sha)
         return code == 0
 
@@ -604,14 +657,18 @@ class Handler(BaseHTTPRequestHandler):
         repo = self.repo(p["owner"], p["repo"])
         b = b or {}
         head, base = b.get("head") or "", b.get("base") or ""
-        if not st.branch_sha(repo, head) or not st.branch_sha(repo, base):
-            raise HttpError(404)
+        # Gitea reads the branches from its branch table, which its push queue fills after the
+        # push: until then a just-pushed branch is "not found" (parseCompareInfo).
+        for branch in (head, base):
+            if not st.branch_sha(repo, branch) or not st.branch_known(repo, branch):
+                raise HttpError(404, "not found")
         pulls = st.pulls.setdefault(key_of(repo), [])
         for pr in pulls:
             if pr["state"] == "open" and pr["head"] == head and pr["base"] == base:
                 raise HttpError(409, f"pull request already exists for these targets [id: {pr['id']}]")
         pr = {"id": st.new_id(), "number": len(pulls) + 1, "title": b.get("title") or "", "body": b.get("body") or "",
               "state": "open", "head": head, "base": base}
+        st.recheck(pr)
         pulls.append(pr)
         return 201, self.pull_json(repo, pr)
 
@@ -627,7 +684,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def h_pull_merge(self, p, q, b):
         """`repoMergePullRequest`, in the order of Gitea's `MergePullRequest`: the form
-        (`do` required), merged (405) or closed (404), then the merge itself."""
+        (`do` required), merged (405) or closed (404), not mergeable (405 "Please try again
+        later": still being checked, or conflicting; `CheckPullMergeable`), then the merge
+        itself, after whose refusal (409 head out of date, 500 diverged fast-forward) the pull
+        request is checked again."""
         st = self.state
         repo = self.repo(p["owner"], p["repo"])
         pr = self.pull(repo, p["index"])
@@ -636,9 +696,23 @@ class Handler(BaseHTTPRequestHandler):
         if do not in MERGE_STYLES:
             raise HttpError(422, f"[Do]: {'Required' if not do else 'In'}")
         if pr.get("merged"):
-            raise HttpError(405, "")
+            raise HttpError(405, "The PR is already merged")
         if pr["state"] != "open":
             raise HttpError(404)
+        if do != "manually-merged":
+            base_sha, head_sha = st.branch_sha(repo, pr["base"]), st.branch_sha(repo, pr["head"])
+            if st.checking(pr) or not base_sha or not head_sha or not self.merges_cleanly(repo, base_sha, head_sha):
+                raise HttpError(405, TRY_AGAIN_LATER)
+        try:
+            return self.merge_now(repo, pr, do, b)
+        except HttpError as e:
+            if e.status in (409, 500):
+                st.recheck(pr)
+            raise
+
+    def merge_now(self, repo, pr, do, b):
+        """The merge itself (Gitea's `pull_service.Merge`) of a mergeable pull request."""
+        st = self.state
         with st.git_lock(repo):
             before = st.heads(repo)
             base_sha, head_sha = st.branch_sha(repo, pr["base"]), st.branch_sha(repo, pr["head"])
@@ -672,7 +746,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def merge_commits(self, repo, pr, do, base_sha, head_sha, message, b):
         """The new base commit and the pull request's `merge_commit_sha` for merge style `do`;
-        raises Gitea's 409 answers for conflicts and diverging fast-forwards."""
+        raises Gitea's answers for conflicts (409) and diverging fast-forwards (500)."""
         st = self.state
 
         def tree_of_merge(ours, theirs):
@@ -732,7 +806,10 @@ class Handler(BaseHTTPRequestHandler):
             return new, new
         if do == "fast-forward-only":
             if not is_ancestor(base_sha, head_sha):
-                raise HttpError(409, "fast-forward only: the base branch has diverged from the head")
+                # Gitea 1.27.3 answers this with APIErrorInternal (500) and the error's text
+                # (services/pull/merge.go ErrMergeDivergingFastForwardOnly; shown to admins).
+                raise HttpError(500, "Merge DivergingFastForwardOnly Error: exit status 128: "
+                                     "fatal: Not possible to fast-forward, aborting.\n\n")
             return head_sha, head_sha
         if do == "rebase":
             new = rebased()
@@ -856,6 +933,8 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--log")
     ap.add_argument("--faults")
+    ap.add_argument("--background-delay", type=float, default=0.3,
+                    help="seconds Gitea's background work takes (branch recording, mergeable check)")
     ap.add_argument("--list-routes", action="store_true")
     a = ap.parse_args()
     if a.list_routes:
@@ -863,7 +942,8 @@ def main():
         return
     os.makedirs(a.root, exist_ok=True)
     state = State(os.path.abspath(a.root), os.environ.get("GITEA_DOUBLE_LOGIN", "admin"),
-                  os.environ.get("GITEA_DOUBLE_PASSWORD"), os.environ.get("GITEA_DOUBLE_TOKEN"))
+                  os.environ.get("GITEA_DOUBLE_PASSWORD"), os.environ.get("GITEA_DOUBLE_TOKEN"),
+                  a.background_delay)
     srv = Server(("127.0.0.1", a.port), state, a.log, a.faults)
     print(f"PORT {srv.server_address[1]}", flush=True)
     try:

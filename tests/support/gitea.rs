@@ -40,8 +40,15 @@ pub struct Double {
 }
 
 impl Double {
-    /// Starts the double with `creds`; its state lives in a temp dir.
+    /// Starts the double with `creds` and its default background delay (0.3 s: a pushed branch
+    /// is known to `createPullRequest`, and a pull request checked, that long after a change, as
+    /// in Gitea); its state lives in a temp dir.
     pub fn start(creds: Creds) -> Double {
+        Double::start_with_delay(creds, std::time::Duration::from_millis(300))
+    }
+
+    /// Starts the double with `creds` and Gitea's background work taking `delay`.
+    pub fn start_with_delay(creds: Creds, delay: std::time::Duration) -> Double {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new("python3");
         cmd.arg(double_dir().join("server.py"))
@@ -51,6 +58,8 @@ impl Double {
             .arg(dir.path().join("exchanges.jsonl"))
             .arg("--faults")
             .arg(dir.path().join("faults.json"))
+            .arg("--background-delay")
+            .arg(delay.as_secs_f64().to_string())
             .env("GITEA_DOUBLE_LOGIN", &creds.login)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
