@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::gitea::{
-    Client, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, CreateVariableOption, Created, EditRepoOption,
-    GiteaError, MergePullRequestOption, MergeStyle, PullRequest, UpdateVariableOption, VariableScope,
+    CREATE_PULL_PATIENCE, Client, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, CreateVariableOption,
+    Created, EditRepoOption, GiteaError, MergePullRequestOption, MergeStyle, Patience, PullRequest,
+    UpdateVariableOption, VariableScope,
 };
 use support::fs::write_files;
 use support::git::git;
@@ -156,7 +157,7 @@ fn the_client_merges_pull_requests_on_real_gitea() {
     };
     let pr = rt.block_on(c.create_pull("main", "web", &pull("main"))).unwrap();
     assert_eq!((pr.number, pr.merged, pr.head.sha.as_str()), (1, false, two.as_str()));
-    // Unlike the double, `mergeable` is false until Gitea's background check ran.
+    // `mergeable` is false until Gitea's background check ran (the double does the same).
     let pr = wait_mergeable(&rt, &c, "web", 1);
     assert_eq!((pr.mergeable, pr.head.sha.as_str(), pr.base.sha.as_str()), (true, two.as_str(), one.as_str()));
     assert!(!rt.block_on(c.is_pull_merged("main", "web", 1)).unwrap());
@@ -170,8 +171,8 @@ fn the_client_merges_pull_requests_on_real_gitea() {
         (Some(409), "Gitea POST /repos/main/web/pulls/1/merge: HTTP 409: head out of date".into())
     );
     assert_eq!(branch("release"), one);
-    // Unlike the double, the refused merge leaves the pull request being checked again: merging
-    // at once answers 405 "Please try again later".
+    // The refused merge leaves the pull request being checked again: merging at once answers
+    // 405 "Please try again later" (which merge_pull waits out; waited here to test the state).
     wait_mergeable(&rt, &c, "web", 1);
 
     // `merge` writes a merge commit even though release could fast-forward.
@@ -188,7 +189,7 @@ fn the_client_merges_pull_requests_on_real_gitea() {
         (pr.state.as_str(), pr.merged, pr.merge_commit_sha.as_deref(), pr.head.sha.as_str()),
         ("closed", true, Some(merged.as_str()), two.as_str())
     );
-    // Unlike the double (false), Gitea keeps `mergeable` true on a merged pull request.
+    // Gitea keeps `mergeable` true on a merged pull request (the double does the same).
     assert!(pr.mergeable);
     assert!(rt.block_on(c.is_pull_merged("main", "web", 1)).unwrap());
     assert!(rt.block_on(c.get_pull("main", "web", 9)).unwrap().is_none());
@@ -206,12 +207,19 @@ fn the_client_merges_pull_requests_on_real_gitea() {
     g.wait_branch("main", "web", "side", &side);
     let pr = rt.block_on(c.create_pull("main", "web", &pull("side"))).unwrap();
     assert_eq!((pr.number, pr.mergeable), (2, false));
-    // Unlike the double (409 with git's CONFLICT line), Gitea answers 405 "Please try again
-    // later" for a pull request its check found conflicting (the same answer as while it checks).
-    let e = rt.block_on(c.merge_pull("main", "web", 2, &MergePullRequestOption::new(MergeStyle::Merge))).unwrap_err();
-    assert_eq!(
-        status_and_message(&e),
-        (Some(405), "Gitea POST /repos/main/web/pulls/2/merge: HTTP 405: Please try again later".into())
+    // Gitea answers 405 "Please try again later" for a pull request its check found conflicting
+    // (the same answer as while it checks): the client waits within its patience, then says
+    // "conflict".
+    let impatient = c.clone().with_patience(CREATE_PULL_PATIENCE, Patience::within(Duration::from_secs(2)));
+    let e = rt
+        .block_on(impatient.merge_pull("main", "web", 2, &MergePullRequestOption::new(MergeStyle::Merge)))
+        .unwrap_err();
+    let (status, message) = status_and_message(&e);
+    assert_eq!(status, Some(405), "{message}");
+    assert!(
+        message.starts_with("Gitea POST /repos/main/web/pulls/2/merge: HTTP 405: Please try again later (pull request #2 (side → release) is still not mergeable after ")
+            && message.contains("Gitea's check finds a conflict between the branches"),
+        "{message}"
     );
     assert_eq!(branch("release"), merged);
 
@@ -227,8 +235,8 @@ fn the_client_merges_pull_requests_on_real_gitea() {
     let e = rt
         .block_on(c.merge_pull("main", "web", 3, &MergePullRequestOption::new(MergeStyle::FastForwardOnly)))
         .unwrap_err();
-    // Unlike the double (409), Gitea 1.27.3 answers 500 with git's message: its API handler does
-    // not map ErrMergeDivergingFastForwardOnly.
+    // Gitea 1.27.3 answers 500 with git's message (the double does the same): its API handler
+    // does not map ErrMergeDivergingFastForwardOnly.
     assert_eq!(e.status(), Some(500), "{e}");
     assert!(e.to_string().contains("Not possible to fast-forward"), "{e}");
     assert_eq!(branch("release"), merged);
@@ -287,6 +295,45 @@ fn the_client_merges_pull_requests_on_real_gitea() {
         n
     };
     assert_eq!((numbers("open"), numbers("closed"), numbers("all")), (vec![2], vec![1, 3, 4, 5], vec![1, 2, 3, 4, 5]));
+}
+
+/// What publish and auto-merge do, on real Gitea: push, open the release pull request at once,
+/// merge it at once. Gitea records the pushed branch and checks the pull request in the
+/// background; the client waits both out (bounded), the test never waits itself.
+#[test]
+fn publish_like_push_open_and_merge_at_once_on_real_gitea() {
+    let g = RealGitea::start();
+    let c = g.client();
+    let rt = runtime();
+    org_with_repo(&rt, &c, "web");
+    let tmp = tempfile::tempdir().unwrap();
+    let w = tmp.path().join("w");
+    std::fs::create_dir_all(&w).unwrap();
+    git(&w, &["init", "-q"]);
+    let remote = g.clone_url("main", "web");
+    write_files(&w, &[("container.env", "ID=101\n")]);
+    let one = commit(&w, "one");
+    g.git_authed(&w, &["push", "-q", &remote, "main:main", "main:release"]);
+    write_files(&w, &[("container.env", "ID=101\nMEMORY=1024\n")]);
+    let two = commit(&w, "two");
+    g.git_authed(&w, &["push", "-q", &remote, "main:main"]);
+    let opt = CreatePullRequestOption {
+        head: "main".into(),
+        base: "release".into(),
+        title: "Release Pull Request".into(),
+        body: Some("Created automatically for deployment by proxmox-gitops publish.".into()),
+    };
+    let pr = rt.block_on(c.create_pull("main", "web", &opt)).unwrap();
+    assert_eq!((pr.number, pr.merged, pr.head.sha.as_str()), (1, false, two.as_str()));
+    let merge =
+        MergePullRequestOption { head_commit_id: Some(two.clone()), ..MergePullRequestOption::new(MergeStyle::Merge) };
+    rt.block_on(c.merge_pull("main", "web", 1, &merge)).unwrap();
+    let pr = rt.block_on(c.get_pull("main", "web", 1)).unwrap().unwrap();
+    assert_eq!((pr.state.as_str(), pr.merged, pr.mergeable), ("closed", true, true));
+    let merged = pr.merge_commit_sha.clone().unwrap();
+    g.git_authed(&w, &["fetch", "-q", &remote, "release"]);
+    assert_eq!(git(&w, &["rev-parse", "FETCH_HEAD"]), merged);
+    assert_eq!(git(&w, &["log", "-1", "--format=%P", &merged]), format!("{one} {two}"));
 }
 
 /// The probe workflow: one job on `runs-on: shell` that echoes, writes a step summary and sets an

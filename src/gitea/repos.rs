@@ -273,7 +273,7 @@ const TRY_AGAIN_LATER: &str = "Please try again later";
 fn with_hint(e: GiteaError, hint: &str) -> GiteaError {
     match e {
         GiteaError::Status { method, path, status, message } => {
-            GiteaError::Status { method, path, status, message: format!("{message} ({hint})") }
+            GiteaError::Status { method, path, status, message: format!("{} ({hint})", message.trim_end()) }
         }
         other => other,
     }
