@@ -176,11 +176,10 @@ fn rewrite_every_url_form_recursively() {
         remotes["monorepo"]["workflows"],
         json!([".gitea/workflows/pipeline.yml", ".gitea/workflows/snapshot.yml", ".gitea/workflows/drift.yml"])
     );
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     for f in ["pipeline.yml", "snapshot.yml", "drift.yml"] {
         assert_eq!(
             std::fs::read_to_string(workdir.join(".gitea/workflows").join(f)).unwrap(),
-            std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap(),
+            installed_workflow(f),
             "{f}"
         );
     }
@@ -878,6 +877,18 @@ fn file_on(d: &Double, owner: &str, repo: &str, branch: &str, path: &str) -> Opt
     out.status.success().then(|| String::from_utf8(out.stdout).unwrap())
 }
 
+/// This repository's `workflows/<f>` as publish installs it by default: with the git checkout
+/// step (`PROXMOX_GITOPS_CHECKOUT=git`) in place of actions/checkout.
+fn installed_workflow(f: &str) -> String {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = workflows::checkout_script(manifest).unwrap();
+    let text = std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap();
+    let source = workflows::Source { path: "workflows/x.yml", text, builtin: false };
+    let out = workflows::install_static(&source, &CheckoutAction::default(), &script).unwrap();
+    assert!(!out.contains("uses: actions/checkout"), "{f}");
+    out
+}
+
 fn yaml(text: &str) -> yaml_rust2::Yaml {
     let mut docs = yaml_rust2::YamlLoader::load_from_str(text).unwrap();
     assert_eq!(docs.len(), 1);
@@ -936,15 +947,9 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
     assert!(row("main/mono ").trim_end().ends_with("pipeline.yml,snapshot.yml,drift.yml"), "{table}");
     assert!(row("main/base ").trim_end().ends_with('-'), "{table}");
 
-    // On the double: the monorepo's workflows are this repository's, with the git checkout step
-    // (the default PROXMOX_GITOPS_CHECKOUT) in place of actions/checkout.
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = workflows::checkout_script(manifest).unwrap();
+    // On the double: the monorepo's workflows are this repository's, as installed.
     for f in ["pipeline.yml", "snapshot.yml", "drift.yml"] {
-        let text = std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap();
-        let source = workflows::Source { path: "workflows/x.yml", text, builtin: false };
-        let want = workflows::install_static(&source, &CheckoutAction::default(), &script).unwrap();
-        assert!(!want.contains("uses: actions/checkout"), "{f}");
+        let want = installed_workflow(f);
         assert_eq!(file_on(&d, "main", "mono", "main", &format!(".gitea/workflows/{f}")), Some(want), "{f}");
     }
     // Each lib's pipeline deploys that lib from the monorepo main/mono.

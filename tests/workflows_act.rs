@@ -22,7 +22,7 @@ use support::{fakepve, workflows};
 use std::path::Path;
 
 use support::fs::write_files;
-use workflows::{act, act_with, commit_all, monorepo, monorepo_with};
+use workflows::{act, act_with, broker_repo, commit_all, monorepo, monorepo_with};
 
 /// Backend `pve` without `PROXMOX_HOST`: nothing is ever contacted (the default backend without a
 /// PVE host would be `lxc`, i.e. real containers on this host).
@@ -435,38 +435,6 @@ fn a_binary_input_that_is_not_executable_is_refused() {
 
 const LOGIN: &str = "pgo-admin";
 const PASSWORD: &str = "mqtt-pw-7c1e94";
-
-/// A monorepo with the shipped `base/` and `libs/broker` (its container.env plus `SNAPSHOT`
-/// paths and the `extra_env` lines), this repository's action and workflows, committed.
-fn broker_repo(extra_env: &str, ip: Option<&str>) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let src = support::fs::source_root();
-    support::fs::copy_dir(&src.join("base"), &root.join("base"));
-    support::fs::copy_dir(&src.join("libs/broker"), &root.join("libs/broker"));
-    let env_path = root.join("libs/broker/container.env");
-    let mut env = std::fs::read_to_string(&env_path).unwrap();
-    if let Some(ip) = ip {
-        env = env
-            .lines()
-            .map(|l| if l.starts_with("IP=") { format!("IP={ip}") } else { l.to_string() })
-            .collect::<Vec<_>>()
-            .join("\n");
-        env.push('\n');
-    }
-    env.push_str("SNAPSHOT=/var/lib/mosquitto,/etc/mosquitto\n");
-    env.push_str(extra_env);
-    std::fs::write(&env_path, env).unwrap();
-    write_files(root, &[(".gitignore", ".proxmox-gitops/\n*.local.*\n")]);
-    std::fs::copy(src.join("action.yml"), root.join("action.yml")).unwrap();
-    std::fs::create_dir_all(root.join("workflows")).unwrap();
-    for f in ["pipeline.yml", "snapshot.yml"] {
-        std::fs::copy(src.join("workflows").join(f), root.join("workflows").join(f)).unwrap();
-    }
-    support::git::git(root, &["init", "-q"]);
-    commit_all(root, "fixture");
-    dir
-}
 
 fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
