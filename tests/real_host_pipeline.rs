@@ -59,13 +59,52 @@ fn assert_run(run: &Run, ran: &[&str]) {
     }
 }
 
-/// Waits for the `n`-th run of `owner/repo` (counting every run so far) and returns it.
+/// Waits for the `n`-th run of `owner/repo` (counting every run so far) and returns it, after
+/// printing its timeline (see [`timeline`]).
 fn nth_run(g: &RealGitea, owner: &str, repo: &str, n: usize) -> Run {
     let t = Instant::now();
     let mut runs = g.wait_for_runs(owner, repo, n, RUN_TIMEOUT);
     eprintln!("{owner}/{repo}: run {n} done after {:.1}s", t.elapsed().as_secs_f64());
     assert_eq!(runs.len(), n, "{}", runs.iter().map(|r| r.to_string()).collect::<String>());
-    runs.remove(0)
+    let run = runs.remove(0);
+    eprint!("{}", timeline(&run));
+    run
+}
+
+/// The timestamp a job log line starts with (Gitea writes each line as `<RFC 3339> <text>`).
+fn line_time(line: &str) -> Option<time::OffsetDateTime> {
+    let stamp = line.split_whitespace().next()?;
+    time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339).ok()
+}
+
+/// One line per job that ran, in the order they ran: `timeline <job> start=<s> took=<s>
+/// gap=<s>`, seconds from the first job's first log line, the gap being the time since the job
+/// before it ended (the runner's pick-up). `benches/real_host.sh` reads these lines.
+fn timeline(run: &Run) -> String {
+    let mut spans: Vec<(String, time::OffsetDateTime, time::OffsetDateTime)> = run
+        .jobs
+        .iter()
+        .filter_map(|j| {
+            let mut times = j.log.lines().filter_map(line_time);
+            let first = times.next()?;
+            let last = times.last().unwrap_or(first);
+            Some((j.name.clone(), first, last))
+        })
+        .collect();
+    spans.sort_by_key(|(_, start, _)| *start);
+    let Some(origin) = spans.first().map(|(_, start, _)| *start) else { return String::new() };
+    let mut out = String::new();
+    let mut prev_end = origin;
+    for (name, start, end) in &spans {
+        out.push_str(&format!(
+            "timeline {name} start={:.1} took={:.1} gap={:.1}\n",
+            (*start - origin).as_seconds_f64(),
+            (*end - *start).as_seconds_f64(),
+            (*start - prev_end).as_seconds_f64().max(0.0),
+        ));
+        prev_end = *end;
+    }
+    out
 }
 
 /// `mosquitto_pub` to the broker at `addr` with the login; true when it was accepted.
