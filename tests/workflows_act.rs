@@ -70,6 +70,8 @@ fn push_to_main_resolves_then_configures_every_container() {
     assert!(run.job_has("pipeline", "resolve", "containers=config,alpha,beta"), "{log}");
     // main does not provision.
     assert!(run.job("pipeline", "provision").is_empty(), "{log}");
+    // No Gitea address (HOST): no release pull request to open.
+    assert!(run.job("pipeline", "release-pr").is_empty(), "{log}");
     // configure got the inventory through the bundle output (it runs in another workspace).
     assert!(run.job_has("pipeline", "configure", "restored 1 artifact(s)"), "{log}");
     assert!(run.job_has("pipeline", "configure", "inventory.json"), "{log}");
@@ -87,6 +89,55 @@ fn push_to_main_resolves_then_configures_every_container() {
     assert_ne!(run.code, 0, "{log}");
     // The secret never shows.
     assert!(!log.contains("pve-secret-9f2c"), "{log}");
+}
+
+/// With the Gitea address set, a push to main runs the `release-pr` job: the action hands the
+/// step to the binary, which asks Gitea (the double, on loopback) for the monorepo's branches;
+/// the double holds none, so it fails saying to publish first, and the password stays masked.
+#[test]
+fn push_to_main_runs_release_pr_when_gitea_is_configured() {
+    let double = support::gitea::Double::start(support::gitea::Creds::basic("admin", "gitea-pw-71c3"));
+    let repo = monorepo(&[]);
+    let host = format!("HOST={}", double.url());
+    let run = act(
+        repo.path(),
+        "push",
+        "workflows/pipeline.yml",
+        &serde_json::json!({"ref": "refs/heads/main"}),
+        &args(
+            &[
+                &PVE_CLOSED[..],
+                &[
+                    "--var",
+                    &host,
+                    "--var",
+                    "LOGIN=admin",
+                    "-s",
+                    "PASSWORD=gitea-pw-71c3",
+                    "--env",
+                    "PROXMOX_GITOPS_MONOREPO=main/mono",
+                ],
+            ]
+            .concat(),
+        ),
+    );
+    let log = &run.log;
+    assert!(
+        run.job_has(
+            "pipeline",
+            "release-pr",
+            "main/mono on Gitea has no branch `main` or `release` (or does not exist): run `proxmox-gitops publish` first"
+        ),
+        "{log}"
+    );
+    assert!(run.job_has("pipeline", "release-pr", "Job failed"), "{log}");
+    assert!(!log.contains("gitea-pw-71c3"), "the password is masked: {log}");
+    assert!(
+        double.api_calls().iter().any(|c| c == "GET /repos/main/mono/compare/release...main 404"),
+        "{:?}",
+        double.api_calls()
+    );
+    assert_ne!(run.code, 0, "{log}");
 }
 
 #[test]

@@ -22,9 +22,9 @@
 //!
 //! Layout: this file holds the errors, the authentication and the base URL; `client` the
 //! transport (one request with retries and decoding); `repos` the calls on users, organizations,
-//! repositories, forks and pull requests (listing, reading and merging them); `variables` the
-//! Actions variables (list, get, create, update, delete) and their name rule; `types` the request
-//! and response bodies; `names` the repository-name rules.
+//! repositories, forks, pull requests (listing, reading, editing and merging them) and branch
+//! comparisons; `variables` the Actions variables (list, get, create, update, delete) and their
+//! name rule; `types` the request and response bodies; `names` the repository-name rules.
 
 mod client;
 pub mod names;

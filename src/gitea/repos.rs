@@ -3,8 +3,9 @@
 use reqwest::Method;
 
 use super::{
-    Client, CreateForkOption, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, Created, EditRepoOption,
-    GiteaError, MAX_PAGES, MergePullRequestOption, Organization, PAGE_LIMIT, PullRequest, Repository, User,
+    Client, Compare, CreateForkOption, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, Created,
+    EditPullRequestOption, EditRepoOption, GiteaError, MAX_PAGES, MergePullRequestOption, Organization, PAGE_LIMIT,
+    PullRequest, Repository, User,
 };
 
 impl Client {
@@ -127,6 +128,46 @@ impl Client {
         match a.status.as_u16() {
             201 => Self::decode(Method::POST, path, &a),
             _ => Err(Self::status_error(Method::POST, path, &a)),
+        }
+    }
+
+    /// `PATCH /repos/{owner}/{repo}/pulls/{index}` (`repoEditPullRequest`, 201): changes the
+    /// fields `opt` sets (title, description) and returns the pull request as it is now.
+    ///
+    /// # Errors
+    /// [`GiteaError::Status`] with Gitea's answer otherwise: 403 (the user may not edit it), 404
+    /// (no such pull request), 409/412/422 (a change Gitea refuses).
+    pub async fn edit_pull(
+        &self,
+        owner: &str,
+        repo: &str,
+        index: i64,
+        opt: &EditPullRequestOption,
+    ) -> Result<PullRequest, GiteaError> {
+        let n = index.to_string();
+        let (a, path) = self.send(Method::PATCH, &["repos", owner, repo, "pulls", &n], &[], Self::json(opt)).await?;
+        match a.status.as_u16() {
+            201 => Self::decode(Method::PATCH, path, &a),
+            _ => Err(Self::status_error(Method::PATCH, path, &a)),
+        }
+    }
+
+    /// `GET /repos/{owner}/{repo}/compare/{base}...{head}` (`repoCompareDiff`, 200/404): how many
+    /// commits `head` has that `base` lacks; `None` when Gitea answers 404 (the repository or one
+    /// of the refs does not exist).
+    pub async fn compare(
+        &self,
+        owner: &str,
+        repo: &str,
+        base: &str,
+        head: &str,
+    ) -> Result<Option<Compare>, GiteaError> {
+        let basehead = format!("{base}...{head}");
+        let (a, path) = self.send(Method::GET, &["repos", owner, repo, "compare", &basehead], &[], None).await?;
+        match a.status.as_u16() {
+            200 => Self::decode(Method::GET, path, &a).map(Some),
+            404 => Ok(None),
+            _ => Err(Self::status_error(Method::GET, path, &a)),
         }
     }
 

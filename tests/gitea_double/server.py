@@ -61,6 +61,8 @@ ROUTES = [
     ("GET", "/repos/{owner}/{repo}/pulls", "pull_list"),
     ("POST", "/repos/{owner}/{repo}/pulls", "pull_create"),
     ("GET", "/repos/{owner}/{repo}/pulls/{index}", "pull_get"),
+    ("PATCH", "/repos/{owner}/{repo}/pulls/{index}", "pull_edit"),
+    ("GET", "/repos/{owner}/{repo}/compare/{basehead}", "compare"),
     ("GET", "/repos/{owner}/{repo}/pulls/{index}/merge", "pull_is_merged"),
     ("POST", "/repos/{owner}/{repo}/pulls/{index}/merge", "pull_merge"),
     ("GET", "/orgs/{org}/actions/variables", "var_list"),
@@ -618,6 +620,60 @@ class Handler(BaseHTTPRequestHandler):
     def h_pull_get(self, p, q, b):
         repo = self.repo(p["owner"], p["repo"])
         return 200, self.pull_json(repo, self.pull(repo, p["index"]))
+
+    def h_pull_edit(self, p, q, b):
+        """`repoEditPullRequest` (201), the fields the tool uses: `title`, `body`, and `state`
+        (`open`/`closed`; a merged pull request cannot change it: 409, as Gitea's
+        "cannot change state of this pull request, it was already merged")."""
+        repo = self.repo(p["owner"], p["repo"])
+        pr = self.pull(repo, p["index"])
+        b = b or {}
+        state = b.get("state")
+        if state is not None:
+            if state not in ("open", "closed"):
+                raise HttpError(422, "[State]: In")
+            if pr.get("merged") and state != pr["state"]:
+                raise HttpError(409, "cannot change state of this pull request, it was already merged")
+        if b.get("title") is not None:
+            if not b["title"].strip():
+                raise HttpError(422, "[Title]: Required")
+            pr["title"] = b["title"]
+        if b.get("body") is not None:
+            pr["body"] = b["body"]
+        if state is not None and not pr.get("merged"):
+            pr["state"] = state
+            pr["closed_at"] = now() if state == "closed" else None
+        return 201, self.pull_json(repo, pr)
+
+    def h_compare(self, p, q, b):
+        """`repoCompareDiff` (JSON only): `base...head` or `base..head`, each a branch or a commit;
+        `total_commits` and `commits` are the head's commits the base lacks (since their merge
+        base), newest first. An unknown repository or ref is 404."""
+        st = self.state
+        repo = self.repo(p["owner"], p["repo"])
+        if (q.get("output") or [None])[0] is not None:
+            raise HttpError(404, "the double serves JSON comparisons only")
+        basehead = p["basehead"]
+        sep = "..." if "..." in basehead else ".."
+        if sep not in basehead:
+            raise HttpError(404)
+        base, head = basehead.split(sep, 1)
+
+        def resolve(ref):
+            sha = st.branch_sha(repo, ref) if ref else None
+            if not sha and ref and re.fullmatch(r"[0-9a-f]{4,40}", ref):
+                sha = st.git(repo, "rev-parse", "--verify", "-q", ref + "^{commit}")
+            if not sha:
+                raise HttpError(404)
+            return sha
+
+        base_sha, head_sha = resolve(base), resolve(head)
+        out = st.git(repo, "rev-list", f"{base_sha}..{head_sha}") or ""
+        full = f"{repo['owner']}/{repo['name']}"
+        commits = [{"sha": c, "url": f"{st.base_url}{API}/repos/{full}/git/commits/{c}",
+                    "html_url": f"{st.base_url}/{full}/commit/{c}", "created": DATE}
+                   for c in out.split()]
+        return 200, {"total_commits": len(commits), "commits": commits}
 
     def h_pull_is_merged(self, p, q, b):
         repo = self.repo(p["owner"], p["repo"])
