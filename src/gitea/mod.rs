@@ -23,12 +23,14 @@
 //! Layout: this file holds the errors, the authentication and the base URL; `client` the
 //! transport (one request with retries and decoding); `repos` the calls on users, organizations,
 //! repositories, forks and pull requests (listing, reading and merging them); `variables` the
-//! Actions variables (list, get, create, update, delete) and their name rule; `types` the request
+//! Actions variables (list, get, create, update, delete) and their name rule; `secrets` the
+//! Actions secrets (list the names, create or update one); `types` the request
 //! and response bodies; `names` the repository-name rules.
 
 mod client;
 pub mod names;
 mod repos;
+mod secrets;
 pub mod types;
 mod variables;
 
@@ -40,6 +42,7 @@ use url::Url;
 
 use crate::settings::GiteaSettings;
 pub use client::Client;
+pub use secrets::SecretWritten;
 pub use types::*;
 pub use variables::{VariableNameError, VariableScope, valid_variable_name};
 
