@@ -82,7 +82,7 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
                     super::rewrite::workflow_names(&r.workflows),
                 ]
             });
-        let settings: Vec<[String; 4]> = report
+        let rows: Vec<[String; 4]> = report
             .variables
             .iter()
             .map(|v| ["variable".to_string(), v.scope.to_string(), v.name.clone(), word(v.action)])
@@ -93,9 +93,9 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
                     .map(|v| ["secret".to_string(), v.scope.to_string(), v.name.clone(), word(v.action)]),
             )
             .collect();
-        if !settings.is_empty() {
+        if !rows.is_empty() {
             s.push('\n');
-            s.push_str(&table_of(&["KIND", "SCOPE", "NAME", "ACTION"], &settings, |r| r.to_vec()));
+            s.push_str(&table_of(&["KIND", "SCOPE", "NAME", "ACTION"], &rows, |r| r.to_vec()));
         }
         s.push_str(&format!(
             "\n{} created, {} updated, {} unchanged ({} variables, {} secrets); wrote {}\n",
