@@ -24,11 +24,13 @@
 //! transport (one request with retries and decoding); `repos` the calls on users, organizations,
 //! repositories, forks, pull requests (listing, reading, editing and merging them) and branch
 //! comparisons; `variables` the Actions variables (list, get, create, update, delete) and their
-//! name rule; `types` the request and response bodies; `names` the repository-name rules.
+//! name rule; `secrets` the Actions secrets (list the names, create or update one); `types` the
+//! request and response bodies; `names` the repository-name rules.
 
 mod client;
 pub mod names;
 mod repos;
+mod secrets;
 pub mod types;
 mod variables;
 
@@ -40,6 +42,7 @@ use url::Url;
 
 use crate::settings::GiteaSettings;
 pub use client::Client;
+pub use secrets::SecretWritten;
 pub use types::*;
 pub use variables::{VariableNameError, VariableScope, valid_variable_name};
 

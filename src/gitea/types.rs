@@ -295,3 +295,15 @@ pub struct ActionVariable {
     /// `description`.
     pub description: String,
 }
+
+/// `Secret`: what Gitea tells about an Actions secret (never its value).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Secret {
+    /// `name` (Gitea stores it upper-cased).
+    pub name: String,
+    /// `description`.
+    pub description: String,
+    /// `created_at` (RFC 3339).
+    pub created_at: String,
+}

@@ -28,9 +28,14 @@ pub enum VariableScope {
 
 impl VariableScope {
     fn segments(&self) -> Vec<&str> {
+        self.actions_segments("variables")
+    }
+
+    /// The path of the scope's Actions `what` (`variables` or `secrets`), as segments.
+    pub(super) fn actions_segments<'a>(&'a self, what: &'a str) -> Vec<&'a str> {
         match self {
-            VariableScope::Org { org } => vec!["orgs", org, "actions", "variables"],
-            VariableScope::Repo { owner, repo } => vec!["repos", owner, repo, "actions", "variables"],
+            VariableScope::Org { org } => vec!["orgs", org, "actions", what],
+            VariableScope::Repo { owner, repo } => vec!["repos", owner, repo, "actions", what],
         }
     }
 }
