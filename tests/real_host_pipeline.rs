@@ -21,7 +21,7 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use proxmox_gitops::gitea::{CreatePullRequestOption, MergePullRequestOption, MergeStyle};
+use proxmox_gitops::gitea::{MergePullRequestOption, MergeStyle};
 use serde_json::{Value, json};
 use support::fs::write_files;
 use support::git::git;
@@ -175,14 +175,14 @@ fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
     ok(&out);
     let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!printed.contains(PASSWORD), "{printed}");
-    set_missing_settings(&g, &settings);
+    assert_published_settings(&g, &settings);
 
     let t = Instant::now();
     g.dispatch_workflow("main", &name, "pipeline.yml", "release", &json!({"step": "deploy"}));
     let first = nth_run(&g, "main", &name, 1);
     eprintln!("first deploy (dispatch on release): {:.1}s", t.elapsed().as_secs_f64());
     assert_run(&first, &["resolve", "plan", "provision", "configure"]);
-    assert!(first.jobs.iter().all(|j| j.runner_name == runner.name), "{first}");
+    assert!(first.jobs.iter().filter(|j| j.conclusion != "skipped").all(|j| j.runner_name == runner.name), "{first}");
     let prov = read_json(&artifacts.join("provision/broker.json"));
     assert_eq!((prov["result"].as_str(), prov["backend"].as_str()), (Some("ok"), Some("lxc")), "{prov:#}");
     assert_eq!(prov["hostname"], ct.as_str());
@@ -236,19 +236,17 @@ fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
     g.wait_branch("main", &name, "main", &head);
     let c = g.client();
     let rt = runtime();
+    // The pipeline on main opened (or updated) the release pull request, the plan its body.
+    assert!(third.jobs.iter().any(|j| j.name == "release-pr" && j.conclusion == "success"), "{third}");
     let open = rt.block_on(c.list_pulls("main", &name, "open", Some("release"))).unwrap();
-    let number = match open.iter().find(|p| p.head.ref_ == "main") {
-        Some(p) => p.number,
-        None => {
-            let opt = CreatePullRequestOption {
-                head: "main".into(),
-                base: "release".into(),
-                title: "Release Pull Request".into(),
-                body: None,
-            };
-            rt.block_on(c.create_pull("main", &name, &opt)).unwrap().number
-        }
-    };
+    let pull =
+        open.iter().find(|p| p.head.ref_ == "main").unwrap_or_else(|| panic!("no release pull request:\n{third}"));
+    assert_eq!(pull.title, "Release Pull Request");
+    let change = format!("MEMORY {memory} → {new_memory}");
+    let body = pull.body.as_deref().unwrap_or_default();
+    assert!(body.contains(&change), "the body shows {change}:\n{body}");
+    assert!(body.contains(&head), "the body names the planned commit {head}:\n{body}");
+    let number = pull.number;
     let t = Instant::now();
     let mut merge = MergePullRequestOption::new(MergeStyle::Merge);
     merge.head_commit_id = Some(head.clone());
@@ -263,34 +261,26 @@ fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
     assert_broker_answers(&addr);
 }
 
-/// Sets, as organization variables and secrets of `main`, the settings `publish` did not set
-/// (so that the test holds before and after publish learns each of them).
-fn set_missing_settings(g: &RealGitea, settings: &[(&str, &str)]) {
-    for (name, value) in settings {
-        if *name == "GITEA_TOKEN" {
-            continue;
-        }
-        if *name == "PASSWORD" {
-            let (status, _) = g.api(reqwest::Method::GET, "/orgs/main/actions/secrets", None);
-            assert_eq!(status, 200);
-            let (_, body) = g.api(reqwest::Method::GET, "/orgs/main/actions/secrets", None);
-            let list: Value = serde_json::from_slice(&body).unwrap();
-            let has = list.as_array().unwrap().iter().any(|s| s["name"] == "PASSWORD");
-            if !has {
-                let (status, body) =
-                    g.api(reqwest::Method::PUT, "/orgs/main/actions/secrets/PASSWORD", Some(&json!({ "data": value })));
-                assert!([201, 204].contains(&status), "{status} {}", String::from_utf8_lossy(&body));
-            }
-            continue;
-        }
-        let (status, _) = g.api(reqwest::Method::GET, &format!("/orgs/main/actions/variables/{name}"), None);
-        if status == 404 {
-            let (status, body) = g.api(
-                reqwest::Method::POST,
-                &format!("/orgs/main/actions/variables/{name}"),
-                Some(&json!({ "value": value })),
-            );
-            assert!([201, 204].contains(&status), "{name}: {status} {}", String::from_utf8_lossy(&body));
-        }
+/// Asserts that `publish` set every setting of the run (but the Gitea token, whose secret is
+/// `PROXMOX_GITOPS_TOKEN`) as an organization variable or secret of `main`, with variables' values.
+fn assert_published_settings(g: &RealGitea, settings: &[(&str, &str)]) {
+    let (status, body) = g.api(reqwest::Method::GET, "/orgs/main/actions/secrets", None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let secrets: Value = serde_json::from_slice(&body).unwrap();
+    let secret_names: Vec<&str> = secrets.as_array().unwrap().iter().filter_map(|s| s["name"].as_str()).collect();
+    for name in ["PASSWORD", "PROXMOX_GITOPS_TOKEN"] {
+        assert!(secret_names.contains(&name), "publish set no secret {name}: {secret_names:?}");
     }
+    for (name, value) in settings {
+        if ["GITEA_TOKEN", "PASSWORD"].contains(name) {
+            continue;
+        }
+        let (status, body) = g.api(reqwest::Method::GET, &format!("/orgs/main/actions/variables/{name}"), None);
+        assert_eq!(status, 200, "publish set no variable {name}: {}", String::from_utf8_lossy(&body));
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["data"].as_str(), Some(*value), "{name}");
+    }
+    let (status, body) = g.api(reqwest::Method::GET, "/orgs/main/actions/variables/HOST", None);
+    assert_eq!(status, 200, "publish set no variable HOST: {}", String::from_utf8_lossy(&body));
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["data"].as_str(), Some(g.url().as_str()));
 }
