@@ -326,9 +326,9 @@ fn a_burst_of_pushes_to_release_runs_one_after_the_other_and_deploys_the_newest(
 }
 
 #[test]
-#[ignore = "a gap on Gitea 1.27.3 (docs/workflows.md, Concurrency): concurrency groups hold per repository, so the \
-            lib's run and the monorepo's run deploy at once, and the lxc backend has no per-container lock: one \
-            `lxc-copy` fails"]
+#[ignore = "a gap seen on Gitea 1.27.3 (docs/workflows.md, Concurrency): the lib's run and the monorepo's run \
+            deployed at once despite one group name, and the lxc backend has no per-container lock: one `lxc-copy` \
+            failed"]
 fn the_monorepo_and_the_lib_pipeline_deploying_one_container_at_once_take_turns() {
     let _serial = CONTAINERS.lock().unwrap_or_else(|e| e.into_inner());
     let _cleanup = LxcCleanup::new();
