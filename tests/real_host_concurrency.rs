@@ -17,72 +17,24 @@
 
 mod support;
 
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::git::git;
-use support::gitea::{ok, run};
 use support::real_gitea::{RealGitea, RealRunner, Run, RunnerOptions};
-use support::workflows::{self, LxcCleanup, broker_repo};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
+use support::real_pipeline::{
+    PASSWORD, Span, job_spans, lxc_memory, publish, read_json, runs_done, shown, with_memory,
+};
+use support::workflows::LxcCleanup;
 
-/// The libs' login (the broker's MQTT user).
-const LOGIN: &str = "pgo-mqtt";
-/// Its password: must appear in no log.
-const PASSWORD: &str = "real-host-conc-pw-7d02e1";
-/// A first deploy with a cold base container takes minutes; later runs take seconds.
-const RUN_TIMEOUT: Duration = Duration::from_secs(900);
 /// The container tests share this process's container names: one at a time.
 static CONTAINERS: Mutex<()> = Mutex::new(());
-
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-/// Every run, its jobs and logs, for a failure message.
-fn shown(runs: &[Run]) -> String {
-    runs.iter().map(|r| r.to_string()).collect()
-}
-
-/// The memory limit LXC's config of `ct` holds, in MiB (cgroup v2's key, or v1's on a v1 host).
-fn lxc_memory(ct: &str) -> u64 {
-    let config = std::fs::read_to_string(format!("/var/lib/lxc/{ct}/config")).unwrap();
-    let line = config
-        .lines()
-        .find(|l| l.starts_with("lxc.cgroup2.memory.max ") || l.starts_with("lxc.cgroup.memory.limit_in_bytes "))
-        .unwrap_or_else(|| panic!("no memory limit in {ct}'s config:\n{config}"));
-    let bytes: u64 = line.split('=').nth(1).unwrap().trim().parse().unwrap();
-    bytes / (1024 * 1024)
-}
-
-/// The spans of `runs`' jobs that ran: `(run id, job name, first, last)` timestamp of the job's
-/// log lines (the runner stamps every line, RFC 3339), sorted by start.
-fn job_spans(runs: &[Run]) -> Vec<(i64, String, OffsetDateTime, OffsetDateTime)> {
-    let mut spans = Vec::new();
-    for r in runs {
-        for j in &r.jobs {
-            let stamps: Vec<OffsetDateTime> = j
-                .log
-                .lines()
-                .filter_map(|l| OffsetDateTime::parse(l.split_whitespace().next()?, &Rfc3339).ok())
-                .collect();
-            if let (Some(a), Some(b)) = (stamps.iter().min(), stamps.iter().max()) {
-                spans.push((r.id, j.name.clone(), *a, *b));
-            }
-        }
-    }
-    spans.sort_by_key(|s| s.2);
-    spans
-}
 
 /// Asserts that no two jobs of `runs` ran at the same time; returns the job spans, oldest first,
 /// and prints them (`OBSERVED …`) with whether the runs interleaved (a job of one run between two
 /// jobs of another).
-fn assert_no_job_overlap(runs: &[Run]) -> Vec<(i64, String, OffsetDateTime, OffsetDateTime)> {
+fn assert_no_job_overlap(runs: &[Run]) -> Vec<Span> {
     let spans = job_spans(runs);
     for (id, job, a, b) in &spans {
         eprintln!("OBSERVED run {id} job {job}: {a} .. {b}");
@@ -96,7 +48,7 @@ fn assert_no_job_overlap(runs: &[Run]) -> Vec<(i64, String, OffsetDateTime, Offs
 
 /// Whether the jobs of `runs` interleaved: some job of one run started between two jobs of
 /// another.
-fn interleaved(spans: &[(i64, String, OffsetDateTime, OffsetDateTime)]) -> bool {
+fn interleaved(spans: &[Span]) -> bool {
     let mut seen: Vec<i64> = Vec::new();
     for s in spans {
         if seen.last() != Some(&s.0) {
@@ -118,120 +70,12 @@ fn wait_pushed(g: &RealGitea, repo: &str, branch: &str) {
     g.wait_branch("main", repo, branch, sha);
 }
 
-/// A published broker monorepo with its settings, on a Gitea with `runners` runners.
-struct Published {
-    state: tempfile::TempDir,
-    name: String,
-    stage: String,
-    runners: Vec<RealRunner>,
-    g: RealGitea,
-    _repo: tempfile::TempDir,
-}
-
-impl Published {
-    /// The artifacts directory every run writes (`PROXMOX_GITOPS_ARTIFACTS`).
-    fn artifacts(&self) -> std::path::PathBuf {
-        self.state.path().join("artifacts")
-    }
-
-    /// The container of the broker.
-    fn ct(&self) -> String {
-        format!("{}-broker", self.stage)
-    }
-}
-
-/// Starts Gitea and `runners` runners, publishes the broker monorepo and sets the settings the
-/// workflows read as organization variables and secrets (those `publish` did not set).
-fn publish(runners: usize) -> Published {
-    let stage = workflows::lxc_stage();
-    let base = format!("{}base", workflows::lxc_prefix());
-    let state = tempfile::tempdir().unwrap();
-    let artifacts = state.path().join("artifacts");
-    let share = state.path().join("share");
-    std::fs::create_dir_all(&share).unwrap();
-    let g = RealGitea::start();
-    let runners: Vec<RealRunner> = (0..runners)
-        .map(|i| {
-            let opts = RunnerOptions {
-                name: format!("pgo-runner-{i}"),
-                envs: vec![("PGO_LXC_BASE".into(), base.clone())],
-                ..RunnerOptions::default()
-            };
-            RealRunner::start(&g, &opts)
-        })
-        .collect();
-    let repo = broker_repo("", None);
-    let name = repo.path().file_name().unwrap().to_str().unwrap().to_string();
-    let binary = env!("CARGO_BIN_EXE_proxmox-gitops");
-    let publish_artifacts = state.path().join("publish");
-    let url = g.url();
-    let args = ["--repo", repo.path().to_str().unwrap(), "--artifacts", publish_artifacts.to_str().unwrap()];
-    let settings = [
-        ("GITEA_TOKEN", g.token()),
-        ("LOGIN", LOGIN),
-        ("PASSWORD", PASSWORD),
-        ("PROXMOX_GITOPS_BACKEND", "lxc"),
-        ("PROXMOX_GITOPS_BINARY", binary),
-        ("PROXMOX_SHARE", share.to_str().unwrap()),
-        ("PROXMOX_GITOPS_ARTIFACTS", artifacts.to_str().unwrap()),
-        ("PROXMOX_GITOPS_STAGE", stage.as_str()),
-    ];
-    let out = run(&[&args[..], &["publish", "--gitea", &url]].concat(), &settings);
-    ok(&out);
-    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!printed.contains(PASSWORD), "{printed}");
-    set_missing_settings(&g, &settings);
-    Published { state, name, stage, runners, g, _repo: repo }
-}
-
-/// Sets, as organization variables and secrets of `main`, the settings `publish` did not set.
-fn set_missing_settings(g: &RealGitea, settings: &[(&str, &str)]) {
-    let secrets = g.api_json(reqwest::Method::GET, "/orgs/main/actions/secrets", None, 200);
-    for (name, value) in settings {
-        match *name {
-            "GITEA_TOKEN" => {}
-            "PASSWORD" => {
-                if !secrets.as_array().unwrap().iter().any(|s| s["name"] == "PASSWORD") {
-                    let body = json!({ "data": value });
-                    let (status, _) = g.api(reqwest::Method::PUT, "/orgs/main/actions/secrets/PASSWORD", Some(&body));
-                    assert!([201, 204].contains(&status), "PASSWORD: HTTP {status}");
-                }
-            }
-            _ => {
-                let path = format!("/orgs/main/actions/variables/{name}");
-                if g.api(reqwest::Method::GET, &path, None).0 == 404 {
-                    let (status, body) = g.api(reqwest::Method::POST, &path, Some(&json!({ "value": value })));
-                    assert!([201, 204].contains(&status), "{name}: {status} {}", String::from_utf8_lossy(&body));
-                }
-            }
-        }
-    }
-}
-
-/// Waits until `owner/repo` has `n` runs, all completed; returns them, newest first.
-fn runs_done(g: &RealGitea, owner: &str, repo: &str, n: usize) -> Vec<Run> {
-    let t = Instant::now();
-    let runs = g.wait_for_runs(owner, repo, n, RUN_TIMEOUT);
-    eprintln!("{owner}/{repo}: {n} run(s) done after {:.1}s", t.elapsed().as_secs_f64());
-    assert_eq!(runs.len(), n, "{}", shown(&runs));
-    runs
-}
-
 /// Asserts that `run` succeeded and no job log holds the password.
 fn assert_green(run: &Run) {
     assert_eq!(run.conclusion, "success", "{run}");
     for job in &run.jobs {
         assert!(!job.log.contains(PASSWORD), "the password leaked into the log of {}:\n{run}", job.name);
     }
-}
-
-/// `container.env` with `MEMORY=<mib>` in place of its MEMORY line.
-fn with_memory(env: &str, mib: u64) -> String {
-    env.lines()
-        .filter(|l| !l.starts_with("MEMORY="))
-        .map(|l| format!("{l}\n"))
-        .chain([format!("MEMORY={mib}\n")])
-        .collect()
 }
 
 #[test]

@@ -18,31 +18,18 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use proxmox_gitops::gitea::{MergePullRequestOption, MergeStyle};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::fs::write_files;
 use support::git::git;
-use support::gitea::{ok, run};
-use support::real_gitea::{RealGitea, RealRunner, Run, RunnerOptions};
-use support::workflows::{self, LxcCleanup, broker_repo};
-
-/// The libs' login (the broker's MQTT user).
-const LOGIN: &str = "pgo-mqtt";
-/// Its password: must appear in no log.
-const PASSWORD: &str = "real-host-mqtt-pw-4f19c2";
-/// A first deploy with a cold base container takes minutes; later runs take seconds.
-const RUN_TIMEOUT: Duration = Duration::from_secs(900);
+use support::real_gitea::{RealGitea, Run};
+use support::real_pipeline::{LOGIN, PASSWORD, lxc_memory, publish, read_json, runs_done, timeline, with_memory};
+use support::workflows::LxcCleanup;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
-}
-
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
 }
 
 /// Asserts that `run` succeeded and ran exactly the jobs `ran` (every other job skipped), that
@@ -62,49 +49,9 @@ fn assert_run(run: &Run, ran: &[&str]) {
 /// Waits for the `n`-th run of `owner/repo` (counting every run so far) and returns it, after
 /// printing its timeline (see [`timeline`]).
 fn nth_run(g: &RealGitea, owner: &str, repo: &str, n: usize) -> Run {
-    let t = Instant::now();
-    let mut runs = g.wait_for_runs(owner, repo, n, RUN_TIMEOUT);
-    eprintln!("{owner}/{repo}: run {n} done after {:.1}s", t.elapsed().as_secs_f64());
-    assert_eq!(runs.len(), n, "{}", runs.iter().map(|r| r.to_string()).collect::<String>());
-    let run = runs.remove(0);
+    let run = runs_done(g, owner, repo, n).remove(0);
     eprint!("{}", timeline(&run));
     run
-}
-
-/// The timestamp a job log line starts with (Gitea writes each line as `<RFC 3339> <text>`).
-fn line_time(line: &str) -> Option<time::OffsetDateTime> {
-    let stamp = line.split_whitespace().next()?;
-    time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339).ok()
-}
-
-/// One line per job that ran, in the order they ran: `timeline <job> start=<s> took=<s>
-/// gap=<s>`, seconds from the first job's first log line, the gap being the time since the job
-/// before it ended (the runner's pick-up). `benches/real_host.sh` reads these lines.
-fn timeline(run: &Run) -> String {
-    let mut spans: Vec<(String, time::OffsetDateTime, time::OffsetDateTime)> = run
-        .jobs
-        .iter()
-        .filter_map(|j| {
-            let mut times = j.log.lines().filter_map(line_time);
-            let first = times.next()?;
-            let last = times.last().unwrap_or(first);
-            Some((j.name.clone(), first, last))
-        })
-        .collect();
-    spans.sort_by_key(|(_, start, _)| *start);
-    let Some(origin) = spans.first().map(|(_, start, _)| *start) else { return String::new() };
-    let mut out = String::new();
-    let mut prev_end = origin;
-    for (name, start, end) in &spans {
-        out.push_str(&format!(
-            "timeline {name} start={:.1} took={:.1} gap={:.1}\n",
-            (*start - origin).as_seconds_f64(),
-            (*end - *start).as_seconds_f64(),
-            (*start - prev_end).as_seconds_f64().max(0.0),
-        ));
-        prev_end = *end;
-    }
-    out
 }
 
 /// `mosquitto_pub` to the broker at `addr` with the login; true when it was accepted.
@@ -125,61 +72,17 @@ fn assert_broker_answers(addr: &str) {
     }
 }
 
-/// The memory limit LXC's config of `ct` holds, in MiB (cgroup v2's key, or v1's on a v1 host).
-fn lxc_memory(ct: &str) -> u64 {
-    let config = std::fs::read_to_string(format!("/var/lib/lxc/{ct}/config")).unwrap();
-    let line = config
-        .lines()
-        .find(|l| l.starts_with("lxc.cgroup2.memory.max ") || l.starts_with("lxc.cgroup.memory.limit_in_bytes "))
-        .unwrap_or_else(|| panic!("no memory limit in {ct}'s config:\n{config}"));
-    let bytes: u64 = line.split('=').nth(1).unwrap().trim().parse().unwrap();
-    bytes / (1024 * 1024)
-}
-
 #[test]
 fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
     let _cleanup = LxcCleanup::new();
-    let stage = workflows::lxc_stage();
-    let ct = format!("{stage}-broker");
-    let base = format!("{}base", workflows::lxc_prefix());
-    let state = tempfile::tempdir().unwrap();
-    let artifacts = state.path().join("artifacts");
-    let share = state.path().join("share");
-    std::fs::create_dir_all(&share).unwrap();
-
-    let g = RealGitea::start();
-    let runner = RealRunner::start(
-        &g,
-        &RunnerOptions { envs: vec![("PGO_LXC_BASE".into(), base.clone())], ..RunnerOptions::default() },
-    );
-    let repo = broker_repo("", None);
-    let mono = repo.path();
-    let name = mono.file_name().unwrap().to_str().unwrap().to_string();
-
-    // 1. publish, then the first deploy: a dispatch on release.
-    let binary = env!("CARGO_BIN_EXE_proxmox-gitops");
-    let publish_artifacts = state.path().join("publish");
-    let url = g.url();
-    let args = ["--repo", mono.to_str().unwrap(), "--artifacts", publish_artifacts.to_str().unwrap()];
-    let settings = [
-        ("GITEA_TOKEN", g.token()),
-        ("LOGIN", LOGIN),
-        ("PASSWORD", PASSWORD),
-        ("PROXMOX_GITOPS_BACKEND", "lxc"),
-        ("PROXMOX_GITOPS_BINARY", binary),
-        ("PROXMOX_SHARE", share.to_str().unwrap()),
-        ("PROXMOX_GITOPS_ARTIFACTS", artifacts.to_str().unwrap()),
-        ("PROXMOX_GITOPS_STAGE", stage.as_str()),
-    ];
-    let out = run(&[&args[..], &["publish", "--gitea", &url]].concat(), &settings);
-    ok(&out);
-    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!printed.contains(PASSWORD), "{printed}");
-    assert_published_settings(&g, &settings);
-
+    // 1. publish (checked to set every setting on Gitea), then the first deploy: a dispatch on
+    // release.
+    let p = publish(1);
+    let (g, name, runner) = (&p.g, p.name.clone(), &p.runners[0]);
+    let (ct, artifacts) = (p.ct(), p.artifacts());
     let t = Instant::now();
     g.dispatch_workflow("main", &name, "pipeline.yml", "release", &json!({"step": "deploy"}));
-    let first = nth_run(&g, "main", &name, 1);
+    let first = nth_run(g, "main", &name, 1);
     eprintln!("first deploy (dispatch on release): {:.1}s", t.elapsed().as_secs_f64());
     assert_run(&first, &["resolve", "plan", "provision", "configure"]);
     assert!(first.jobs.iter().filter(|j| j.conclusion != "skipped").all(|j| j.runner_name == runner.name), "{first}");
@@ -203,7 +106,7 @@ fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
     git(&w, &["commit", "-q", "-m", "readme"]);
     let t = Instant::now();
     g.git_authed(&w, &["push", "-q", "origin", "HEAD:main"]);
-    let second = nth_run(&g, "main", &name, 2);
+    let second = nth_run(g, "main", &name, 2);
     eprintln!("push to main: {:.1}s", t.elapsed().as_secs_f64());
     assert_eq!(second.event, "push", "{second}");
     let ran: Vec<&str> = second.jobs.iter().filter(|j| j.conclusion != "skipped").map(|j| j.name.as_str()).collect();
@@ -217,13 +120,7 @@ fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
     let env_path = lib.join("container.env");
     let env = std::fs::read_to_string(&env_path).unwrap();
     let new_memory = memory + 128;
-    let env: String = env
-        .lines()
-        .filter(|l| !l.starts_with("MEMORY="))
-        .map(|l| format!("{l}\n"))
-        .chain([format!("MEMORY={new_memory}\n")])
-        .collect();
-    std::fs::write(&env_path, env).unwrap();
+    std::fs::write(&env_path, with_memory(&env, new_memory)).unwrap();
     git(&lib, &["commit", "-q", "-am", "broker: more memory"]);
     g.git_authed(&lib, &["push", "-q", "origin", "HEAD:main"]);
     git(&w, &["add", "libs/broker"]);
@@ -231,7 +128,7 @@ fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
     let head = git(&w, &["rev-parse", "HEAD"]);
     g.git_authed(&w, &["push", "-q", "origin", "HEAD:main"]);
     // The push to main runs the pipeline (configure with the old memory: provision is release's).
-    let third = nth_run(&g, "main", &name, 3);
+    let third = nth_run(g, "main", &name, 3);
     assert_eq!(third.conclusion, "success", "{third}");
     g.wait_branch("main", &name, "main", &head);
     let c = g.client();
@@ -251,7 +148,7 @@ fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
     let mut merge = MergePullRequestOption::new(MergeStyle::Merge);
     merge.head_commit_id = Some(head.clone());
     rt.block_on(c.merge_pull("main", &name, number, &merge)).unwrap();
-    let fourth = nth_run(&g, "main", &name, 4);
+    let fourth = nth_run(g, "main", &name, 4);
     eprintln!("merged release pull request → deployed: {:.1}s", t.elapsed().as_secs_f64());
     assert_run(&fourth, &["resolve", "plan", "provision", "configure"]);
     assert_eq!(lxc_memory(&ct), new_memory, "MEMORY {memory} → {new_memory} in place:\n{fourth}");
@@ -259,28 +156,4 @@ fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
     assert_eq!(prov["created"], false, "updated in place, not created again: {prov:#}");
     assert_eq!(prov["address"].as_str(), Some(addr.as_str()));
     assert_broker_answers(&addr);
-}
-
-/// Asserts that `publish` set every setting of the run (but the Gitea token, whose secret is
-/// `PROXMOX_GITOPS_TOKEN`) as an organization variable or secret of `main`, with variables' values.
-fn assert_published_settings(g: &RealGitea, settings: &[(&str, &str)]) {
-    let (status, body) = g.api(reqwest::Method::GET, "/orgs/main/actions/secrets", None);
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    let secrets: Value = serde_json::from_slice(&body).unwrap();
-    let secret_names: Vec<&str> = secrets.as_array().unwrap().iter().filter_map(|s| s["name"].as_str()).collect();
-    for name in ["PASSWORD", "PROXMOX_GITOPS_TOKEN"] {
-        assert!(secret_names.contains(&name), "publish set no secret {name}: {secret_names:?}");
-    }
-    for (name, value) in settings {
-        if ["GITEA_TOKEN", "PASSWORD"].contains(name) {
-            continue;
-        }
-        let (status, body) = g.api(reqwest::Method::GET, &format!("/orgs/main/actions/variables/{name}"), None);
-        assert_eq!(status, 200, "publish set no variable {name}: {}", String::from_utf8_lossy(&body));
-        let v: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v["data"].as_str(), Some(*value), "{name}");
-    }
-    let (status, body) = g.api(reqwest::Method::GET, "/orgs/main/actions/variables/HOST", None);
-    assert_eq!(status, 200, "publish set no variable HOST: {}", String::from_utf8_lossy(&body));
-    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["data"].as_str(), Some(g.url().as_str()));
 }

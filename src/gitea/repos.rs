@@ -4,8 +4,8 @@ use reqwest::Method;
 
 use super::{
     Client, Compare, CreateForkOption, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, Created,
-    EditPullRequestOption, EditRepoOption, GiteaError, MAX_PAGES, MergePullRequestOption, Organization, PAGE_LIMIT,
-    PullRequest, Repository, User,
+    EditPullRequestOption, EditRepoOption, GiteaError, MergePullRequestOption, Organization, PullRequest, Repository,
+    User,
 };
 
 impl Client {
@@ -88,7 +88,7 @@ impl Client {
     }
 
     /// `GET /repos/{owner}/{repo}/pulls?state=…&base_branch=…` (`repoListPullRequests`, 200),
-    /// all pages (at most [`MAX_PAGES`] of [`PAGE_LIMIT`]).
+    /// all pages (at most [`MAX_PAGES`](super::MAX_PAGES) of [`PAGE_LIMIT`](super::PAGE_LIMIT)).
     pub async fn list_pulls(
         &self,
         owner: &str,
@@ -96,25 +96,11 @@ impl Client {
         state: &str,
         base_branch: Option<&str>,
     ) -> Result<Vec<PullRequest>, GiteaError> {
-        let mut out = Vec::new();
-        for page in 1..=MAX_PAGES {
-            let mut q =
-                vec![("state", state.to_string()), ("page", page.to_string()), ("limit", PAGE_LIMIT.to_string())];
-            if let Some(b) = base_branch {
-                q.push(("base_branch", b.to_string()));
-            }
-            let (a, path) = self.send(Method::GET, &["repos", owner, repo, "pulls"], &q, None).await?;
-            if a.status.as_u16() != 200 {
-                return Err(Self::status_error(Method::GET, path, &a));
-            }
-            let items: Vec<PullRequest> = Self::decode(Method::GET, path, &a)?;
-            let n = items.len();
-            out.extend(items);
-            if n < PAGE_LIMIT as usize {
-                break;
-            }
+        let mut q = vec![("state", state.to_string())];
+        if let Some(b) = base_branch {
+            q.push(("base_branch", b.to_string()));
         }
-        Ok(out)
+        self.get_pages(&["repos", owner, repo, "pulls"], &q).await
     }
 
     /// `POST /repos/{owner}/{repo}/pulls` (`repoCreatePullRequest`, 201).

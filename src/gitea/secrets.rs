@@ -10,7 +10,7 @@
 use reqwest::Method;
 use secrecy::{ExposeSecret, SecretString};
 
-use super::{Client, GiteaError, MAX_PAGES, PAGE_LIMIT, Secret, VariableScope};
+use super::{Client, GiteaError, Secret, VariableScope};
 
 /// What [`Client::put_secret`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,27 +24,13 @@ pub enum SecretWritten {
 impl Client {
     /// `GET …/actions/secrets?page=…&limit=…` (`orgListActionsSecrets` /
     /// `repoListActionsSecrets`, 200): every secret of `scope` (names and `created_at`, never
-    /// values), all pages (at most [`MAX_PAGES`] of [`PAGE_LIMIT`]).
+    /// values), all pages (at most [`MAX_PAGES`](super::MAX_PAGES) of [`PAGE_LIMIT`](super::PAGE_LIMIT)).
     ///
     /// # Errors
     /// [`GiteaError::Status`] for any other answer (404: no such organization or repository).
     pub async fn list_secrets(&self, scope: &VariableScope) -> Result<Vec<Secret>, GiteaError> {
         let seg = scope.actions_segments("secrets");
-        let mut out = Vec::new();
-        for page in 1..=MAX_PAGES {
-            let q = [("page", page.to_string()), ("limit", PAGE_LIMIT.to_string())];
-            let (a, path) = self.send(Method::GET, &seg, &q, None).await?;
-            if a.status.as_u16() != 200 {
-                return Err(Self::status_error(Method::GET, path, &a));
-            }
-            let items: Vec<Secret> = Self::decode(Method::GET, path, &a)?;
-            let n = items.len();
-            out.extend(items);
-            if n < PAGE_LIMIT as usize {
-                break;
-            }
-        }
-        Ok(out)
+        self.get_pages(&seg, &[]).await
     }
 
     /// `PUT …/actions/secrets/{secretname}` with `CreateOrUpdateSecretOption` `{"data": value}`
