@@ -166,6 +166,7 @@ fn completions_name_every_subcommand_and_man_pages_are_written() {
         "configure",
         "destroy",
         "auto-merge",
+        "release-pr",
         "health",
         "update",
         "completions",

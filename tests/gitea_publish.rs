@@ -30,7 +30,7 @@ fn spec_covers_every_route_the_double_serves() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "25 routes checked");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "31 routes checked");
 }
 
 #[test]
@@ -176,11 +176,10 @@ fn rewrite_every_url_form_recursively() {
         remotes["monorepo"]["workflows"],
         json!([".gitea/workflows/pipeline.yml", ".gitea/workflows/snapshot.yml", ".gitea/workflows/drift.yml"])
     );
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     for f in ["pipeline.yml", "snapshot.yml", "drift.yml"] {
         assert_eq!(
             std::fs::read_to_string(workdir.join(".gitea/workflows").join(f)).unwrap(),
-            std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap(),
+            installed_workflow(f),
             "{f}"
         );
     }
@@ -245,7 +244,18 @@ fn run_publish(fx: &gitea::Fixture, url: &str, extra: &[&str], env: &[(&str, &st
     let art = fx.artifacts();
     let mut args = vec!["--repo", s(&fx.mono), "--artifacts", s(&art), "publish", "--gitea", url];
     args.extend_from_slice(extra);
-    run(&args, env)
+    // The record of written secrets in the fixture (publish keeps it beside its other local state).
+    let cache = cache_home(fx);
+    let mut env = env.to_vec();
+    if env.iter().all(|(k, _)| *k != "XDG_CACHE_HOME") {
+        env.push(("XDG_CACHE_HOME", s(&cache)));
+    }
+    run(&args, &env)
+}
+
+/// The `XDG_CACHE_HOME` publish runs with in the tests (under the fixture's root).
+fn cache_home(fx: &gitea::Fixture) -> std::path::PathBuf {
+    fx.root.path().join("cache")
 }
 
 /// How many pushes (`git-receive-pack` requests) the double received.
@@ -316,7 +326,9 @@ fn publish_from_scratch_again_and_after_a_change() {
         r1["orgs"],
         json!([{"name": "main", "action": "created"}, {"name": "stage", "action": "created"}, {"name": "tasks", "action": "created"}])
     );
-    assert_eq!(r1["summary"], json!({"created": 3 + 12 + 36 + 7, "updated": 12, "unchanged": 7}));
+    // orgs, repos, refs, forks; the settings: HOST and LOGIN in three orgs, the secret PASSWORD
+    // in three orgs.
+    assert_eq!(r1["summary"], json!({"created": 3 + 12 + 36 + 7 + 6 + 3, "updated": 12, "unchanged": 7}));
     let remotes = read_json(&fx.artifacts().join("remotes.json"));
     let mono_commit = remotes["monorepo"]["commit"].as_str().unwrap().to_string();
     for b in ["main", "release", "snapshot"] {
@@ -463,7 +475,8 @@ fn variables_from_globals_and_configure_outputs() {
         .map(|v| json!([v["scope"], v["org"].clone().or_repo(v), v["name"], v["action"]]))
         .collect();
     let mut want = Vec::new();
-    for name in ["DOMAIN", "TZ"] {
+    // HOST and LOGIN come from the settings publish runs with.
+    for name in ["DOMAIN", "TZ", "HOST", "LOGIN"] {
         for org in ["main", "stage", "tasks"] {
             want.push(json!(["org", org, name, "created"]));
         }
@@ -489,6 +502,8 @@ fn variables_from_globals_and_configure_outputs() {
             json!(["/orgs/main/actions/variables/TZ", {"value": "UTC"}, 201]),
             json!(["/repos/main/a/actions/variables/PORT", {"value": "8080"}, 201]),
             json!(["/repos/main/a/actions/variables/URL", {"value": "http://a"}, 201]),
+            json!(["/orgs/main/actions/variables/HOST", {"value": d.url()}, 201]),
+            json!(["/orgs/main/actions/variables/LOGIN", {"value": "admin"}, 201]),
         ]
     );
 
@@ -504,7 +519,7 @@ fn variables_from_globals_and_configure_outputs() {
     let puts: Vec<Value> = d
         .exchanges()
         .into_iter()
-        .filter(|e| e["method"] == "PUT")
+        .filter(|e| e["method"] == "PUT" && e["path"].as_str().unwrap().contains("/actions/variables/"))
         .map(|e| json!([e["path"], e["request"], e["status"]]))
         .collect();
     assert_eq!(puts, vec![json!(["/repos/main/a/actions/variables/PORT", {"value": "9090"}, 204])]);
@@ -553,6 +568,150 @@ impl OrRepo for Value {
             self
         }
     }
+}
+
+#[test]
+fn publish_sets_the_settings_as_variables_and_secrets_once_and_never_shows_a_value() {
+    let fx = fixture();
+    let gitea_pw = "double-pw-secrets-7";
+    let d = Double::start(Creds::basic("admin", gitea_pw));
+    let pve_pw = "pve-pw-value-8-for-the-test";
+    let env = |pve: &'static str| {
+        vec![
+            ("LOGIN", "admin"),
+            ("PASSWORD", gitea_pw),
+            ("PROXMOX_PASSWORD", pve),
+            ("PROXMOX_GITOPS_BACKEND", "lxc"),
+            ("PROXMOX_GITOPS_BINARY", "/usr/local/bin/proxmox-gitops"),
+            ("PROXMOX_SHARE", "/srv/share"),
+        ]
+    };
+    let values = [gitea_pw, pve_pw, "pve-pw-value-9-changed"];
+    let publish_with = |pve: &'static str, extra: &[&str]| {
+        let out = run_publish(&fx, &d.url(), extra, &env(pve));
+        let stdout = ok(&out);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let text = std::fs::read_to_string(fx.artifacts().join("publish.json")).unwrap();
+        for v in values {
+            for (what, t) in [("stdout", &stdout), ("stderr", &stderr), ("publish.json", &text)] {
+                assert!(!t.contains(v), "a secret value in {what}:\n{t}");
+            }
+        }
+        (serde_json::from_str::<Value>(&text).unwrap(), stdout)
+    };
+    let settings = |r: &Value| -> Vec<Value> {
+        let mut v: Vec<Value> = r["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| json!(["variable", v["org"], v["name"], v["action"]]))
+            .chain(r["secrets"].as_array().unwrap().iter().map(|v| json!(["secret", v["org"], v["name"], v["action"]])))
+            .collect();
+        v.sort_by_key(Value::to_string);
+        v
+    };
+    let want = |action_of: &dyn Fn(&str, &str) -> &'static str| -> Vec<Value> {
+        let mut v = Vec::new();
+        for org in ["main", "stage", "tasks"] {
+            for name in ["HOST", "LOGIN", "PROXMOX_GITOPS_BACKEND", "PROXMOX_GITOPS_BINARY", "PROXMOX_SHARE"] {
+                v.push(json!(["variable", org, name, action_of(org, name)]));
+            }
+            for name in ["PASSWORD", "PROXMOX_PASSWORD"] {
+                v.push(json!(["secret", org, name, action_of(org, name)]));
+            }
+        }
+        v.sort_by_key(Value::to_string);
+        v
+    };
+
+    // 1. First publish: every variable and secret created, with the settings' values.
+    let (r1, out1) = publish_with(pve_pw, &[]);
+    assert_eq!(settings(&r1), want(&|_, _| "created"));
+    let mut secrets = d.secrets();
+    for org in ["main", "stage", "tasks"] {
+        for scope in secrets.as_object_mut().unwrap().values_mut() {
+            for s in scope.as_object_mut().unwrap().values_mut() {
+                s.as_object_mut().unwrap().remove("created_at");
+            }
+        }
+        assert_eq!(
+            secrets[format!("org/{org}")],
+            json!({"PASSWORD": {"data": gitea_pw, "description": ""},
+                   "PROXMOX_PASSWORD": {"data": pve_pw, "description": ""}}),
+            "{org}"
+        );
+    }
+    let url = d.url();
+    let var_bodies: Vec<Value> = d
+        .exchanges()
+        .into_iter()
+        .filter(|e| e["method"] == "POST" && e["path"].as_str().unwrap().starts_with("/orgs/tasks/actions/variables/"))
+        .map(|e| json!([e["path"].as_str().unwrap().rsplit('/').next(), e["request"]["value"], e["status"]]))
+        .collect();
+    assert_eq!(
+        var_bodies,
+        vec![
+            json!(["HOST", url, 201]),
+            json!(["LOGIN", "admin", 201]),
+            json!(["PROXMOX_GITOPS_BACKEND", "lxc", 201]),
+            json!(["PROXMOX_GITOPS_BINARY", "/usr/local/bin/proxmox-gitops", 201]),
+            json!(["PROXMOX_SHARE", "/srv/share", 201]),
+        ]
+    );
+    // The table shows them; the exchange log never holds a value (only its digest).
+    assert!(out1.contains("KIND") && out1.contains("PROXMOX_PASSWORD"), "{out1}");
+    assert!(
+        out1.lines().any(|l| l.starts_with("secret")
+            && l.contains("org main")
+            && l.contains("PASSWORD")
+            && l.contains("created")),
+        "{out1}"
+    );
+    let log = std::fs::read_to_string(d.dir.path().join("exchanges.jsonl")).unwrap();
+    assert!(!log.contains(pve_pw) && log.contains("<redacted sha256:"), "the double logs secrets redacted");
+    // The record: keyed digests beside the other local state, mode 0600, no value.
+    let dir = cache_home(&fx).join("proxmox-gitops");
+    for f in ["publish-secrets.json", "publish-secrets.key"] {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
+    }
+    let record = read_json(&dir.join("publish-secrets.json"));
+    assert_eq!(record["secrets"].as_object().unwrap().len(), 6);
+    assert!(record["secrets"][format!("{url} org main PROXMOX_PASSWORD")].as_str().unwrap().len() == 64);
+    assert!(!record.to_string().contains(pve_pw));
+
+    // 2. Again: everything unchanged, and nothing written.
+    let before = d.api_calls().len();
+    let (r2, out2) = publish_with(pve_pw, &[]);
+    assert_eq!(settings(&r2), want(&|_, _| "unchanged"));
+    assert_eq!((r2["summary"]["created"].clone(), r2["summary"]["updated"].clone()), (json!(0), json!(0)));
+    let writes: Vec<String> = d.api_calls()[before..].iter().filter(|c| !c.starts_with("GET ")).cloned().collect();
+    assert_eq!(writes, Vec::<String>::new());
+    assert!(out2.contains("(15 variables, 6 secrets)"), "{out2}");
+
+    // 3. The PVE password changed: that secret is updated in every org, nothing else.
+    let before = d.api_calls().len();
+    let (r3, _) = publish_with("pve-pw-value-9-changed", &[]);
+    assert_eq!(settings(&r3), want(&|_, n| if n == "PROXMOX_PASSWORD" { "updated" } else { "unchanged" }));
+    let writes: Vec<String> = d.api_calls()[before..].iter().filter(|c| !c.starts_with("GET ")).cloned().collect();
+    assert_eq!(
+        writes,
+        ["main", "stage", "tasks"].map(|o| format!("PUT /orgs/{o}/actions/secrets/PROXMOX_PASSWORD 204")).to_vec()
+    );
+    assert_eq!(d.secrets()["org/stage"]["PROXMOX_PASSWORD"]["data"], "pve-pw-value-9-changed");
+
+    // 4. --rewrite-secrets writes every secret again (the values are the same).
+    let (r4, _) = publish_with("pve-pw-value-9-changed", &["--rewrite-secrets"]);
+    assert_eq!(settings(&r4), want(&|_, n| if n.contains("PASSWORD") { "updated" } else { "unchanged" }));
+    // 5. Without the record (deleted, or a new machine) every secret is written once, then
+    //    unchanged again.
+    std::fs::remove_file(dir.join("publish-secrets.json")).unwrap();
+    let (r5, _) = publish_with("pve-pw-value-9-changed", &[]);
+    assert!(r5["secrets"].as_array().unwrap().iter().all(|s| s["action"] == "updated"), "{r5:#}");
+    let (r6, _) = publish_with("pve-pw-value-9-changed", &[]);
+    assert_eq!(settings(&r6), want(&|_, _| "unchanged"));
+
+    d.assert_spec_conformant();
 }
 
 #[test]
@@ -882,6 +1041,18 @@ fn file_on(d: &Double, owner: &str, repo: &str, branch: &str, path: &str) -> Opt
     out.status.success().then(|| String::from_utf8(out.stdout).unwrap())
 }
 
+/// This repository's `workflows/<f>` as publish installs it by default: with the git checkout
+/// step (`PROXMOX_GITOPS_CHECKOUT=git`) in place of actions/checkout.
+fn installed_workflow(f: &str) -> String {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = workflows::checkout_script(manifest).unwrap();
+    let text = std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap();
+    let source = workflows::Source { path: "workflows/x.yml", text, builtin: false };
+    let out = workflows::install_static(&source, &CheckoutAction::default(), &script).unwrap();
+    assert!(!out.contains("uses: actions/checkout"), "{f}");
+    out
+}
+
 fn yaml(text: &str) -> yaml_rust2::Yaml {
     let mut docs = yaml_rust2::YamlLoader::load_from_str(text).unwrap();
     assert_eq!(docs.len(), 1);
@@ -908,7 +1079,7 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
     let out = run_publish(&fx, &d.url(), &["--runs-on", "shell"], &env);
     let table = ok(&out);
     let report = read_json(&fx.artifacts().join("publish.json"));
-    assert_eq!(report["schema_version"], "1.1");
+    assert_eq!(report["schema_version"], "1.2");
     let workflows: Vec<Value> = report["repos"]
         .as_array()
         .unwrap()
@@ -940,15 +1111,9 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
     assert!(row("main/mono ").trim_end().ends_with("pipeline.yml,snapshot.yml,drift.yml"), "{table}");
     assert!(row("main/base ").trim_end().ends_with('-'), "{table}");
 
-    // On the double: the monorepo's workflows are this repository's, with the git checkout step
-    // (the default PROXMOX_GITOPS_CHECKOUT) in place of actions/checkout.
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = workflows::checkout_script(manifest).unwrap();
+    // On the double: the monorepo's workflows are this repository's, as installed.
     for f in ["pipeline.yml", "snapshot.yml", "drift.yml"] {
-        let text = std::fs::read_to_string(manifest.join("workflows").join(f)).unwrap();
-        let source = workflows::Source { path: "workflows/x.yml", text, builtin: false };
-        let want = workflows::install_static(&source, &CheckoutAction::default(), &script).unwrap();
-        assert!(!want.contains("uses: actions/checkout"), "{f}");
+        let want = installed_workflow(f);
         assert_eq!(file_on(&d, "main", "mono", "main", &format!(".gitea/workflows/{f}")), Some(want), "{f}");
     }
     // Each lib's pipeline deploys that lib from the monorepo main/mono.
@@ -1000,8 +1165,8 @@ fn publish_installs_the_workflows_and_republishing_pushes_nothing() {
     ok(&run_publish(&fx, &d.url(), &[], &env2));
     let mono = file_on(&d, "main", "mono", "main", ".gitea/workflows/pipeline.yml").unwrap();
     assert!(!mono.contains("actions/checkout@v4"), "{mono}");
-    // every job of pipeline.yml checks out: resolve, plan, provision, configure
-    assert_eq!(mono.matches("uses: \"tasks/checkout@main\"").count(), 4);
+    // every job of pipeline.yml checks out: resolve, release-pr, plan, provision, configure
+    assert_eq!(mono.matches("uses: \"tasks/checkout@main\"").count(), 5);
     let nightly = yaml(&file_on(&d, "tasks", "nightly", "main", ".gitea/workflows/task.yml").unwrap());
     assert_eq!(nightly["jobs"]["task"]["steps"][0]["uses"].as_str(), Some("tasks/checkout@main"));
     let a = yaml(&file_on(&d, "main", "a", "main", ".gitea/workflows/pipeline.yml").unwrap());

@@ -652,6 +652,149 @@ fn auto_merge_merges_when_auto_deploy_is_true_and_no_recreate_is_refused() {
     l.d.assert_spec_conformant();
 }
 
+/// Commits the root `container.env` of `checkout` as `env` and pushes it to `main` on the double.
+fn push_main(l: &Loop, checkout: &Path, env: &str) -> String {
+    write_files(checkout, &[("container.env", env)]);
+    let head = commit(checkout, "control plane: memory");
+    l.d.git_authed(checkout, &["push", "-q", "origin", "HEAD:main"]);
+    head
+}
+
+/// The description of pull request `n` of the monorepo.
+fn pull_body(l: &Loop, n: i64) -> String {
+    runtime().block_on(l.d.client().get_pull("main", "mono", n)).unwrap().unwrap().body.unwrap_or_default()
+}
+
+#[test]
+fn release_pr_opens_the_release_pull_request_with_the_plan_and_follows_main() {
+    use proxmox_gitops::steps::release_pr::{KEEP_MARKER, MARKER};
+    let l = Loop::new();
+    let first = l.checkout("first");
+    let out =
+        l.pgo(&first, &["deploy", "--ref", "refs/heads/release", "--step", "provision", "--all", "--no-wait-ssh"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    l.pve.writes(true);
+    let report = || read_json(&l.art().join("release-pr.json"));
+    let writes = |l: &Loop| -> Vec<String> {
+        l.d.api_calls()
+            .into_iter()
+            .filter(|c| c.starts_with("POST /repos/main/mono/pulls") || c.starts_with("PATCH /repos/main/mono/pulls"))
+            .collect()
+    };
+
+    // Published: main is release. Nothing to open, and it says so.
+    let out = l.pgo(&first, &["release-pr"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "main/mono: no release pull request needed\nmain has no commit that release lacks: nothing to release\n\
+             wrote {}\n",
+            l.art().join("release-pr.json").display()
+        )
+    );
+    assert_eq!(report()["action"], "none");
+    assert_eq!(writes(&l), Vec::<String>::new());
+
+    // main moves (the control plane gets more memory): the release pull request opens with the plan.
+    let planned = push_main(&l, &first, "ID=100\nIP=127.0.20.1/24\nMEMORY=1024\n");
+    let summary = l.tmp.path().join("summary.md");
+    let outputs = l.tmp.path().join("outputs.txt");
+    let out = l.pgo(&first, &["release-pr"], &[("GITHUB_STEP_SUMMARY", s(&summary)), ("GITHUB_OUTPUT", s(&outputs))]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let url = format!("{}/main/mono/pulls/1", l.d.url());
+    let mut r = report();
+    r.as_object_mut().unwrap().retain(|k, _| !["kind", "schema_version"].contains(&k.as_str()));
+    assert_eq!(
+        r,
+        json!({
+            "repository": "main/mono", "action": "opened", "number": 1, "url": url, "head": planned,
+            "planned": planned, "ahead": 1, "note": null,
+        })
+    );
+    let body = pull_body(&l, 1);
+    assert!(body.starts_with(&format!("{MARKER}\n## Release plan\n")), "{body}");
+    assert!(body.contains("### Plan: `refs/heads/release` (stage main)"), "{body}");
+    assert!(body.contains("| MEMORY 512 → 1024 |"), "{body}");
+    assert!(body.contains(&format!("Planned at commit `{planned}` of `main` against the live pve backend")), "{body}");
+    assert!(body.ends_with(&format!("{KEEP_MARKER}\n")), "{body}");
+    let pr = runtime().block_on(l.d.client().get_pull("main", "mono", 1)).unwrap().unwrap();
+    assert_eq!(
+        (pr.title.as_str(), pr.head.ref_.as_str(), pr.base.ref_.as_str()),
+        ("Release Pull Request", "main", "release")
+    );
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        md.contains(&format!(
+            "Release pull request [#1]({url}) opened with the plan of `main` at `{}`.",
+            &planned[..12]
+        )),
+        "{md}"
+    );
+    let outs = std::fs::read_to_string(&outputs).unwrap();
+    assert!(
+        outs.contains(&format!("pull_url={url}\n"))
+            && outs.contains("pull_number=1\n")
+            && outs.contains("pull_action=opened\n"),
+        "{outs}"
+    );
+
+    // Again: the same plan, nothing written.
+    let before = writes(&l);
+    let out = l.pgo(&first, &["release-pr"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with(&format!("release pull request main/mono#1 ({url}): unchanged")),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(writes(&l), before, "a re-run changes nothing");
+
+    // A reviewer's note below the keep line; main moves again: the plan is replaced, the note kept.
+    let noted = format!("{body}Deploy after 18:00.\n");
+    let opt = proxmox_gitops::gitea::EditPullRequestOption { body: Some(noted), ..Default::default() };
+    runtime().block_on(l.d.client().edit_pull("main", "mono", 1, &opt)).unwrap();
+    let planned = push_main(&l, &first, "ID=100\nIP=127.0.20.1/24\nMEMORY=2048\n");
+    let out = l.pgo(&first, &["release-pr", "--json"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed, report(), "--json prints the artifact");
+    assert_eq!((printed["action"].as_str(), printed["ahead"].as_i64()), (Some("updated"), Some(2)));
+    let body = pull_body(&l, 1);
+    assert!(body.contains("| MEMORY 512 → 2048 |") && !body.contains("→ 1024"), "{body}");
+    assert!(body.contains(&format!("Planned at commit `{planned}`")), "{body}");
+    assert!(body.ends_with(&format!("{KEEP_MARKER}\nDeploy after 18:00.\n")), "{body}");
+
+    // Merged: release holds main; nothing is opened again.
+    let merge =
+        MergePullRequestOption { head_commit_id: Some(planned), ..MergePullRequestOption::new(MergeStyle::Merge) };
+    runtime().block_on(l.d.client().merge_pull("main", "mono", 1, &merge)).unwrap();
+    let before = writes(&l);
+    let out = l.pgo(&first, &["release-pr"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(report()["action"], "none");
+    assert_eq!(writes(&l), before);
+    let pve_writes: Vec<(String, String, String)> =
+        l.pve.writes(true).into_iter().filter(|(_, path, _)| path != "/access/ticket").collect();
+    assert_eq!(pve_writes, vec![], "planning only reads (a login aside)");
+    l.d.assert_spec_conformant();
+}
+
+#[test]
+fn release_pr_needs_the_monorepo_and_its_branches() {
+    let l = Loop::new();
+    let checkout = l.checkout("checkout");
+    let out = l.pgo(&checkout, &["release-pr"], &[("PROXMOX_GITOPS_MONOREPO", ""), ("GITHUB_REPOSITORY", "")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("which monorepo? Pass --monorepo OWNER/REPO"), "{}", text(&out.stderr));
+    let out = l.pgo(&checkout, &["release-pr", "--monorepo", "main/nope"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("main/nope on Gitea has no branch `main` or `release` (or does not exist): run `proxmox-gitops publish` first"), "{err}");
+    assert!(!err.contains(PASSWORD), "{err}");
+    l.d.assert_spec_conformant();
+}
+
 #[test]
 fn auto_merge_blocks_a_stale_checkout_and_reports_a_failed_merge() {
     let l = Loop::new();

@@ -22,7 +22,7 @@ use support::{fakepve, workflows};
 use std::path::Path;
 
 use support::fs::write_files;
-use workflows::{act, act_with, commit_all, monorepo, monorepo_with};
+use workflows::{act, act_with, broker_repo, commit_all, monorepo, monorepo_with};
 
 /// Backend `pve` without `PROXMOX_HOST`: nothing is ever contacted (the default backend without a
 /// PVE host would be `lxc`, i.e. real containers on this host).
@@ -70,6 +70,8 @@ fn push_to_main_resolves_then_configures_every_container() {
     assert!(run.job_has("pipeline", "resolve", "containers=config,alpha,beta"), "{log}");
     // main does not provision.
     assert!(run.job("pipeline", "provision").is_empty(), "{log}");
+    // No Gitea address (HOST): no release pull request to open.
+    assert!(run.job("pipeline", "release-pr").is_empty(), "{log}");
     // configure got the inventory through the bundle output (it runs in another workspace).
     assert!(run.job_has("pipeline", "configure", "restored 1 artifact(s)"), "{log}");
     assert!(run.job_has("pipeline", "configure", "inventory.json"), "{log}");
@@ -87,6 +89,55 @@ fn push_to_main_resolves_then_configures_every_container() {
     assert_ne!(run.code, 0, "{log}");
     // The secret never shows.
     assert!(!log.contains("pve-secret-9f2c"), "{log}");
+}
+
+/// With the Gitea address set, a push to main runs the `release-pr` job: the action hands the
+/// step to the binary, which asks Gitea (the double, on loopback) for the monorepo's branches;
+/// the double holds none, so it fails saying to publish first, and the password stays masked.
+#[test]
+fn push_to_main_runs_release_pr_when_gitea_is_configured() {
+    let double = support::gitea::Double::start(support::gitea::Creds::basic("admin", "gitea-pw-71c3"));
+    let repo = monorepo(&[]);
+    let host = format!("HOST={}", double.url());
+    let run = act(
+        repo.path(),
+        "push",
+        "workflows/pipeline.yml",
+        &serde_json::json!({"ref": "refs/heads/main"}),
+        &args(
+            &[
+                &PVE_CLOSED[..],
+                &[
+                    "--var",
+                    &host,
+                    "--var",
+                    "LOGIN=admin",
+                    "-s",
+                    "PASSWORD=gitea-pw-71c3",
+                    "--env",
+                    "PROXMOX_GITOPS_MONOREPO=main/mono",
+                ],
+            ]
+            .concat(),
+        ),
+    );
+    let log = &run.log;
+    assert!(
+        run.job_has(
+            "pipeline",
+            "release-pr",
+            "main/mono on Gitea has no branch `main` or `release` (or does not exist): run `proxmox-gitops publish` first"
+        ),
+        "{log}"
+    );
+    assert!(run.job_has("pipeline", "release-pr", "Job failed"), "{log}");
+    assert!(!log.contains("gitea-pw-71c3"), "the password is masked: {log}");
+    assert!(
+        double.api_calls().iter().any(|c| c == "GET /repos/main/mono/compare/release...main 404"),
+        "{:?}",
+        double.api_calls()
+    );
+    assert_ne!(run.code, 0, "{log}");
 }
 
 #[test]
@@ -435,38 +486,6 @@ fn a_binary_input_that_is_not_executable_is_refused() {
 
 const LOGIN: &str = "pgo-admin";
 const PASSWORD: &str = "mqtt-pw-7c1e94";
-
-/// A monorepo with the shipped `base/` and `libs/broker` (its container.env plus `SNAPSHOT`
-/// paths and the `extra_env` lines), this repository's action and workflows, committed.
-fn broker_repo(extra_env: &str, ip: Option<&str>) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let src = support::fs::source_root();
-    support::fs::copy_dir(&src.join("base"), &root.join("base"));
-    support::fs::copy_dir(&src.join("libs/broker"), &root.join("libs/broker"));
-    let env_path = root.join("libs/broker/container.env");
-    let mut env = std::fs::read_to_string(&env_path).unwrap();
-    if let Some(ip) = ip {
-        env = env
-            .lines()
-            .map(|l| if l.starts_with("IP=") { format!("IP={ip}") } else { l.to_string() })
-            .collect::<Vec<_>>()
-            .join("\n");
-        env.push('\n');
-    }
-    env.push_str("SNAPSHOT=/var/lib/mosquitto,/etc/mosquitto\n");
-    env.push_str(extra_env);
-    std::fs::write(&env_path, env).unwrap();
-    write_files(root, &[(".gitignore", ".proxmox-gitops/\n*.local.*\n")]);
-    std::fs::copy(src.join("action.yml"), root.join("action.yml")).unwrap();
-    std::fs::create_dir_all(root.join("workflows")).unwrap();
-    for f in ["pipeline.yml", "snapshot.yml"] {
-        std::fs::copy(src.join("workflows").join(f), root.join("workflows").join(f)).unwrap();
-    }
-    support::git::git(root, &["init", "-q"]);
-    commit_all(root, "fixture");
-    dir
-}
 
 fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

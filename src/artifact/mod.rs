@@ -249,6 +249,11 @@ impl ArtifactDir {
         self.root.join("auto-merge.json")
     }
 
+    /// `release-pr.json`.
+    pub fn release_pr(&self) -> PathBuf {
+        self.root.join("release-pr.json")
+    }
+
     /// `provision/<name>.json`.
     pub fn provision(&self, name: &str) -> PathBuf {
         self.provision_dir().join(format!("{name}.json"))

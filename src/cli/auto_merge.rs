@@ -69,7 +69,7 @@ pub struct AutoMergeArgs {
 ///
 /// # Errors
 /// [`Error::Input`] naming the variable and the accepted values.
-fn from_env<T: clap::ValueEnum>(var: &str) -> Result<Option<T>> {
+pub(super) fn from_env<T: clap::ValueEnum>(var: &str) -> Result<Option<T>> {
     let Some(v) = std::env::var(var).ok().filter(|v| !v.trim().is_empty()) else { return Ok(None) };
     T::from_str(v.trim(), true).map(Some).map_err(|_| {
         let accepted: Vec<String> = T::value_variants()

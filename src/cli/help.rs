@@ -76,6 +76,11 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
          proxmox-gitops publish --no-workflows",
     ),
     (
+        "release-pr",
+        "proxmox-gitops release-pr --monorepo main/config           # open or update it with the plan of main\n\
+         proxmox-gitops release-pr --backend lxc --json",
+    ),
+    (
         "env",
         "proxmox-gitops env set SHARE /srv/share                      # organization variable of main\n\
          proxmox-gitops env get SHARE --remote --json\n\

@@ -28,6 +28,7 @@ mod help;
 mod plan;
 pub(crate) mod provision;
 mod publish;
+mod release_pr;
 mod render_workflows;
 mod resolve;
 mod rewrite;
@@ -108,6 +109,8 @@ enum Command {
     Destroy(destroy::DestroyArgs),
     /// Merge the open release pull requests whose deploy needs no refused recreate (AUTO_DEPLOY).
     AutoMerge(auto_merge::AutoMergeArgs),
+    /// Open or update the release pull request (main → release) with the release's plan as its description.
+    ReleasePr(release_pr::ReleasePrArgs),
     /// Check that containers run, answer and have their services active (exit 1 when not).
     Health(health::HealthArgs),
     /// Upgrade containers' packages with a snapshot first and an automatic rollback on failure.
@@ -349,6 +352,7 @@ pub fn main() -> i32 {
         Command::Configure(args) => configure::run(&ctx, args),
         Command::Destroy(args) => destroy::run(&ctx, args),
         Command::AutoMerge(args) => auto_merge::run(&ctx, args),
+        Command::ReleasePr(args) => release_pr::run(&ctx, args),
         Command::Health(args) => health::run(&ctx, args),
         Command::Update(args) => update::run(&ctx, args),
         Command::Drift(args) => drift::run(&ctx, args).map(|c| code = c),

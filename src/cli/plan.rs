@@ -135,7 +135,7 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
 /// artifact shows success for the same digest (snapshots: for the same workflow run `run_id`),
 /// exactly as `crate::steps::deploy` decides. A digest that cannot be computed leaves the
 /// container without skips (deploy would run its steps), with a warning.
-fn mark_done_steps(ctx: &Ctx, inv: &crate::inventory::Inventory, p: &mut Plan, run_id: Option<&str>) {
+pub(super) fn mark_done_steps(ctx: &Ctx, inv: &crate::inventory::Inventory, p: &mut Plan, run_id: Option<&str>) {
     use crate::steps::deploy::{inputs_digest, read_step_status, run_digest, step_artifact};
     // The directory plan.json goes to, made now so that the digest can leave it out.
     let _ = std::fs::create_dir_all(ctx.artifacts.root());
@@ -259,7 +259,7 @@ fn human(p: &Plan, offline: Option<&str>) -> String {
 /// (containers that cannot be planned or are refused first, with the error): container, vmid,
 /// node (`node_of(name)`, the spec's `NODE`), action, old → new, deploy. `offline` says only
 /// the desired side is known.
-fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -> String {
+pub(super) fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -> String {
     use crate::actions::markdown_cell as cell;
     let mut s = format!("### Plan: `{}` (stage {})\n\n", cell(&p.git_ref), cell(&p.stage));
     if p.containers.iter().any(|c| c.steps.contains(&Step::Provision)) {

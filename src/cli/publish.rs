@@ -1,5 +1,7 @@
 //! `proxmox-gitops publish`: rewrite, then push the monorepo and its submodules to Gitea, fork
-//! into `stage`, open the release pull request, set the variables; writes `publish.json`.
+//! into `stage`, open the release pull request, set the variables and secrets (from
+//! `globals*.json`, the configure outputs and the settings publish runs with); writes
+//! `publish.json`.
 
 use std::path::PathBuf;
 
@@ -22,6 +24,10 @@ pub struct PublishArgs {
     /// Publish an existing rewrite (its `remotes.json`) instead of rewriting first.
     #[arg(long, value_name = "FILE")]
     pub remotes: Option<PathBuf>,
+    /// Write every Actions secret again, even those the record of written secrets says are
+    /// unchanged (e.g. after one was changed in Gitea's UI).
+    #[arg(long)]
+    pub rewrite_secrets: bool,
 }
 
 pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
@@ -43,7 +49,13 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
             (do_rewrite(ctx, &args.target, &settings)?, client)
         }
     };
-    let opts = PublishOptions { repo: ctx.repo.clone(), artifacts: ctx.artifacts.clone() };
+    let opts = PublishOptions {
+        repo: ctx.repo.clone(),
+        artifacts: ctx.artifacts.clone(),
+        settings: settings.clone(),
+        record: crate::steps::publish::record::default_record_dir(),
+        rewrite_secrets: args.rewrite_secrets,
+    };
     let report = block_on(Threads::Current, publish(&client, &remotes, &opts))??;
     let path = ctx.artifacts.publish();
     artifact::write(&path, &report).map_err(|e| Error::Failed(e.into()))?;
@@ -70,12 +82,28 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
                     super::rewrite::workflow_names(&r.workflows),
                 ]
             });
+        let rows: Vec<[String; 4]> = report
+            .variables
+            .iter()
+            .map(|v| ["variable".to_string(), v.scope.to_string(), v.name.clone(), word(v.action)])
+            .chain(
+                report
+                    .secrets
+                    .iter()
+                    .map(|v| ["secret".to_string(), v.scope.to_string(), v.name.clone(), word(v.action)]),
+            )
+            .collect();
+        if !rows.is_empty() {
+            s.push('\n');
+            s.push_str(&table_of(&["KIND", "SCOPE", "NAME", "ACTION"], &rows, |r| r.to_vec()));
+        }
         s.push_str(&format!(
-            "\n{} created, {} updated, {} unchanged ({} variables); wrote {}\n",
+            "\n{} created, {} updated, {} unchanged ({} variables, {} secrets); wrote {}\n",
             report.summary.created,
             report.summary.updated,
             report.summary.unchanged,
             report.variables.len(),
+            report.secrets.len(),
             path.display()
         ));
         s

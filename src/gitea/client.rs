@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use url::Url;
 
 use super::background::{CREATE_PULL_PATIENCE, MERGE_PATIENCE, Patience};
-use super::{Auth, GiteaError, MAX_ATTEMPTS, REQUEST_TIMEOUT, base_url};
+use super::{Auth, GiteaError, MAX_ATTEMPTS, MAX_PAGES, PAGE_LIMIT, REQUEST_TIMEOUT, base_url};
 use crate::settings::GiteaSettings;
 
 /// A Gitea API client bound to one instance and one identity.
@@ -173,6 +173,37 @@ impl Client {
             })
             .await?;
         Ok((answer, path))
+    }
+
+    /// `GET segments?…&page=…&limit=…` page after page (at most [`MAX_PAGES`] of
+    /// [`PAGE_LIMIT`], stopping at the first short page): every item of a Gitea list endpoint,
+    /// in Gitea's order. `query` holds the endpoint's own parameters.
+    ///
+    /// # Errors
+    /// [`GiteaError::Status`] for an answer other than 200 (e.g. 404: no such organization or
+    /// repository), [`GiteaError::Decode`] for a body that is not a list of `T`.
+    pub(super) async fn get_pages<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, String)],
+    ) -> Result<Vec<T>, GiteaError> {
+        let mut out = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let mut q = query.to_vec();
+            q.push(("page", page.to_string()));
+            q.push(("limit", PAGE_LIMIT.to_string()));
+            let (a, path) = self.send(Method::GET, segments, &q, None).await?;
+            if a.status.as_u16() != 200 {
+                return Err(Self::status_error(Method::GET, path, &a));
+            }
+            let items: Vec<T> = Self::decode(Method::GET, path, &a)?;
+            let n = items.len();
+            out.extend(items);
+            if n < PAGE_LIMIT as usize {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     pub(super) fn status_error(method: Method, path: String, a: &Answer) -> GiteaError {

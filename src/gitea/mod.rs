@@ -25,14 +25,16 @@
 //!
 //! Layout: this file holds the errors, the authentication and the base URL; `client` the
 //! transport (one request with retries and decoding); `repos` the calls on users, organizations,
-//! repositories, forks and pull requests (listing, reading and merging them); `variables` the
-//! Actions variables (list, get, create, update, delete) and their name rule; `types` the request
-//! and response bodies; `names` the repository-name rules.
+//! repositories, forks, pull requests (listing, reading, editing and merging them) and branch
+//! comparisons; `variables` the Actions variables (list, get, create, update, delete) and their
+//! name rule; `secrets` the Actions secrets (list the names, create or update one); `types` the
+//! request and response bodies; `names` the repository-name rules.
 
 mod background;
 mod client;
 pub mod names;
 mod repos;
+mod secrets;
 pub mod types;
 mod variables;
 
@@ -45,6 +47,7 @@ use url::Url;
 use crate::settings::GiteaSettings;
 pub use background::{CREATE_PULL_PATIENCE, MERGE_PATIENCE, Patience};
 pub use client::Client;
+pub use secrets::SecretWritten;
 pub use types::*;
 pub use variables::{VariableNameError, VariableScope, valid_variable_name};
 

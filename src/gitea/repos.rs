@@ -4,8 +4,9 @@ use reqwest::Method;
 
 use super::background::{self, Step};
 use super::{
-    Client, CreateForkOption, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, Created, EditRepoOption,
-    GiteaError, MAX_PAGES, MergePullRequestOption, MergeStyle, Organization, PAGE_LIMIT, PullRequest, Repository, User,
+    Client, Compare, CreateForkOption, CreateOrgOption, CreatePullRequestOption, CreateRepoOption, Created,
+    EditPullRequestOption, EditRepoOption, GiteaError, MergePullRequestOption, MergeStyle, Organization, PullRequest,
+    Repository, User,
 };
 
 impl Client {
@@ -88,7 +89,7 @@ impl Client {
     }
 
     /// `GET /repos/{owner}/{repo}/pulls?state=…&base_branch=…` (`repoListPullRequests`, 200),
-    /// all pages (at most [`MAX_PAGES`] of [`PAGE_LIMIT`]).
+    /// all pages (at most [`MAX_PAGES`](super::MAX_PAGES) of [`PAGE_LIMIT`](super::PAGE_LIMIT)).
     pub async fn list_pulls(
         &self,
         owner: &str,
@@ -96,25 +97,11 @@ impl Client {
         state: &str,
         base_branch: Option<&str>,
     ) -> Result<Vec<PullRequest>, GiteaError> {
-        let mut out = Vec::new();
-        for page in 1..=MAX_PAGES {
-            let mut q =
-                vec![("state", state.to_string()), ("page", page.to_string()), ("limit", PAGE_LIMIT.to_string())];
-            if let Some(b) = base_branch {
-                q.push(("base_branch", b.to_string()));
-            }
-            let (a, path) = self.send(Method::GET, &["repos", owner, repo, "pulls"], &q, None).await?;
-            if a.status.as_u16() != 200 {
-                return Err(Self::status_error(Method::GET, path, &a));
-            }
-            let items: Vec<PullRequest> = Self::decode(Method::GET, path, &a)?;
-            let n = items.len();
-            out.extend(items);
-            if n < PAGE_LIMIT as usize {
-                break;
-            }
+        let mut q = vec![("state", state.to_string())];
+        if let Some(b) = base_branch {
+            q.push(("base_branch", b.to_string()));
         }
-        Ok(out)
+        self.get_pages(&["repos", owner, repo, "pulls"], &q).await
     }
 
     /// `POST /repos/{owner}/{repo}/pulls` (`repoCreatePullRequest`, 201).
@@ -163,6 +150,46 @@ impl Client {
                 with_hint(gave_up.last, &hint)
             }
         })
+    }
+
+    /// `PATCH /repos/{owner}/{repo}/pulls/{index}` (`repoEditPullRequest`, 201): changes the
+    /// fields `opt` sets (title, description) and returns the pull request as it is now.
+    ///
+    /// # Errors
+    /// [`GiteaError::Status`] with Gitea's answer otherwise: 403 (the user may not edit it), 404
+    /// (no such pull request), 409/412/422 (a change Gitea refuses).
+    pub async fn edit_pull(
+        &self,
+        owner: &str,
+        repo: &str,
+        index: i64,
+        opt: &EditPullRequestOption,
+    ) -> Result<PullRequest, GiteaError> {
+        let n = index.to_string();
+        let (a, path) = self.send(Method::PATCH, &["repos", owner, repo, "pulls", &n], &[], Self::json(opt)).await?;
+        match a.status.as_u16() {
+            201 => Self::decode(Method::PATCH, path, &a),
+            _ => Err(Self::status_error(Method::PATCH, path, &a)),
+        }
+    }
+
+    /// `GET /repos/{owner}/{repo}/compare/{base}...{head}` (`repoCompareDiff`, 200/404): how many
+    /// commits `head` has that `base` lacks; `None` when Gitea answers 404 (the repository or one
+    /// of the refs does not exist).
+    pub async fn compare(
+        &self,
+        owner: &str,
+        repo: &str,
+        base: &str,
+        head: &str,
+    ) -> Result<Option<Compare>, GiteaError> {
+        let basehead = format!("{base}...{head}");
+        let (a, path) = self.send(Method::GET, &["repos", owner, repo, "compare", &basehead], &[], None).await?;
+        match a.status.as_u16() {
+            200 => Self::decode(Method::GET, path, &a).map(Some),
+            404 => Ok(None),
+            _ => Err(Self::status_error(Method::GET, path, &a)),
+        }
     }
 
     /// `GET /repos/{owner}/{repo}/pulls/{index}` (`repoGetPullRequest`, 200/404).

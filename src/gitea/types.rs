@@ -96,6 +96,26 @@ pub struct CreatePullRequestOption {
     pub body: Option<String>,
 }
 
+/// `EditPullRequestOption` (body of `PATCH /repos/{owner}/{repo}/pulls/{index}`), the fields the
+/// tool changes; a field left `None` is not sent, so Gitea keeps it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EditPullRequestOption {
+    /// `title`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// `body`: the new description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+/// `Compare` (subset): the answer of `GET /repos/{owner}/{repo}/compare/{base}...{head}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Compare {
+    /// `total_commits`: the commits of the head that the base lacks (since their merge base).
+    pub total_commits: i64,
+}
+
 /// How a pull request is merged: `MergePullRequestOption.do` (Gitea's `MergeStyle`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -246,6 +266,8 @@ pub struct PullRequest {
     pub number: i64,
     /// `title`.
     pub title: String,
+    /// `body`: the description (Markdown); `None` when Gitea sends none.
+    pub body: Option<String>,
     /// `state`: `open` or `closed`.
     pub state: String,
     /// `html_url`.
@@ -276,4 +298,16 @@ pub struct ActionVariable {
     pub data: String,
     /// `description`.
     pub description: String,
+}
+
+/// `Secret`: what Gitea tells about an Actions secret (never its value).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Secret {
+    /// `name` (Gitea stores it upper-cased).
+    pub name: String,
+    /// `description`.
+    pub description: String,
+    /// `created_at` (RFC 3339).
+    pub created_at: String,
 }

@@ -4,9 +4,7 @@
 use reqwest::Method;
 use serde::Serialize;
 
-use super::{
-    ActionVariable, Client, CreateVariableOption, Created, GiteaError, MAX_PAGES, PAGE_LIMIT, UpdateVariableOption,
-};
+use super::{ActionVariable, Client, CreateVariableOption, Created, GiteaError, UpdateVariableOption};
 
 /// Scope of an Actions variable.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
@@ -28,9 +26,14 @@ pub enum VariableScope {
 
 impl VariableScope {
     fn segments(&self) -> Vec<&str> {
+        self.actions_segments("variables")
+    }
+
+    /// The path of the scope's Actions `what` (`variables` or `secrets`), as segments.
+    pub(super) fn actions_segments<'a>(&'a self, what: &'a str) -> Vec<&'a str> {
         match self {
-            VariableScope::Org { org } => vec!["orgs", org, "actions", "variables"],
-            VariableScope::Repo { owner, repo } => vec!["repos", owner, repo, "actions", "variables"],
+            VariableScope::Org { org } => vec!["orgs", org, "actions", what],
+            VariableScope::Repo { owner, repo } => vec!["repos", owner, repo, "actions", what],
         }
     }
 }
@@ -46,28 +49,14 @@ impl std::fmt::Display for VariableScope {
 
 impl Client {
     /// `GET …/actions/variables?page=…&limit=…` (`getOrgVariablesList` / `getRepoVariablesList`,
-    /// 200): every variable of `scope`, all pages (at most [`MAX_PAGES`] of [`PAGE_LIMIT`]), in
+    /// 200): every variable of `scope`, all pages (at most [`MAX_PAGES`](super::MAX_PAGES) of [`PAGE_LIMIT`](super::PAGE_LIMIT)), in
     /// Gitea's order.
     ///
     /// # Errors
     /// [`GiteaError::Status`] for any other answer (404: no such organization or repository).
     pub async fn list_variables(&self, scope: &VariableScope) -> Result<Vec<ActionVariable>, GiteaError> {
         let seg = scope.segments();
-        let mut out = Vec::new();
-        for page in 1..=MAX_PAGES {
-            let q = [("page", page.to_string()), ("limit", PAGE_LIMIT.to_string())];
-            let (a, path) = self.send(Method::GET, &seg, &q, None).await?;
-            if a.status.as_u16() != 200 {
-                return Err(Self::status_error(Method::GET, path, &a));
-            }
-            let items: Vec<ActionVariable> = Self::decode(Method::GET, path, &a)?;
-            let n = items.len();
-            out.extend(items);
-            if n < PAGE_LIMIT as usize {
-                break;
-            }
-        }
-        Ok(out)
+        self.get_pages(&seg, &[]).await
     }
 
     /// `DELETE …/actions/variables/{variablename}` (`deleteOrgVariable` / `deleteRepoVariable`):

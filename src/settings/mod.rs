@@ -160,7 +160,40 @@ pub struct Settings {
     /// The share directory on the runner (`PROXMOX_SHARE`, default `/share`): holds
     /// `.keys/<vmid>` and the snapshot store.
     pub share: std::path::PathBuf,
+    /// The non-secret settings that were *given* (not defaulted), under the names of the Actions
+    /// variables the workflows read them from ([`WORKFLOW_VARIABLES`]): what `publish` sets as
+    /// organization variables. Built by [`Settings::load`] with the same precedence as the
+    /// fields above (environment, `local/config.local.json`, `local/config.json`); the secrets
+    /// are never in here (they stay in the [`SecretString`] fields).
+    pub variables: std::collections::BTreeMap<&'static str, String>,
 }
+
+/// The Actions variables of the workflows that [`Settings::variables`] can hold, each with the
+/// settings it is read from (a name the workflows read but not listed here, e.g. `HOST` or
+/// `AUTO_DEPLOY`, is not a setting of the binary; see the publish step).
+pub const WORKFLOW_VARIABLES: &[(&str, &str)] = &[
+    ("PROXMOX_HOST", "PROXMOX_HOST, proxmox.host"),
+    ("PROXMOX_PORT", "PROXMOX_PORT, proxmox.port, the port of a PROXMOX_HOST URL"),
+    ("PROXMOX_USER", "PROXMOX_USER, proxmox.user, the user of a token setting"),
+    ("PROXMOX_TOKEN", "the token id of PROXMOX_TOKEN/PROXMOX_TOKEN_ID/PROXMOX_SECRET, proxmox.token"),
+    ("PROXMOX_NODE", "PROXMOX_NODE, proxmox.node"),
+    ("PROXMOX_GATEWAY", "PROXMOX_GATEWAY, proxmox.gateway"),
+    ("PROXMOX_MASK", "PROXMOX_MASK, proxmox.mask"),
+    ("PROXMOX_INTERFACE", "PROXMOX_INTERFACE, proxmox.interface"),
+    ("PROXMOX_BRIDGE", "PROXMOX_BRIDGE, proxmox.bridge"),
+    ("PROXMOX_STORAGE", "PROXMOX_STORAGE, proxmox.storage"),
+    ("PROXMOX_TEMPLATE", "PROXMOX_TEMPLATE, proxmox.template"),
+    ("PROXMOX_SHARE", "PROXMOX_SHARE, proxmox.share"),
+    ("LOGIN", "LOGIN, login"),
+    ("PROXMOX_FINGERPRINT", "the environment"),
+    ("PROXMOX_CA", "the environment"),
+    ("PROXMOX_GITOPS_BACKEND", "the environment"),
+    ("PROXMOX_GITOPS_BINARY", "the environment"),
+    ("PROXMOX_GITOPS_STAGE", "the environment"),
+    ("PROXMOX_GITOPS_ARTIFACTS", "the environment"),
+    ("PROXMOX_GITOPS_RECREATE", "the environment"),
+    ("PROXMOX_GITOPS_KEEP", "the environment"),
+];
 
 /// The non-secret view of [`Settings`] recorded in the inventory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,6 +373,7 @@ impl Settings {
             None => local.proxmox.port.or(base.proxmox.port),
         };
         let mut port = explicit_port.unwrap_or(8006);
+        let mut port_given = explicit_port.is_some();
         // The host, with where it was set: a URL's port sets the port unless one is set apart.
         let host = [
             (env.get("PROXMOX_HOST"), Location::environment("PROXMOX_HOST")),
@@ -357,7 +391,10 @@ impl Settings {
                         at,
                         format!("the URL's port {u} differs from the port {p} set by PROXMOX_PORT or proxmox.port; set one of them"),
                     ),
-                    (Some(u), _) => port = u,
+                    (Some(u), _) => {
+                        port = u;
+                        port_given = true;
+                    }
                     (None, _) => {}
                 }
                 Some(host)
@@ -423,7 +460,8 @@ impl Settings {
             storage: pick!("PROXMOX_STORAGE", proxmox.storage),
             template: pick!("PROXMOX_TEMPLATE", proxmox.template),
         };
-        let share = pick!("PROXMOX_SHARE", proxmox.share).unwrap_or_else(|| "/share".into());
+        let share_given = pick!("PROXMOX_SHARE", proxmox.share);
+        let share = share_given.clone().unwrap_or_else(|| "/share".into());
         // Checked here with every other setting; read with [`load_checkout`].
         pick_checkout(env, &base, &local, &mut problems);
         let gitea = GiteaSettings {
@@ -432,8 +470,34 @@ impl Settings {
             password: secret(pick!("PASSWORD", password)),
             token: secret(pick!("GITEA_TOKEN", token)),
         };
+        // What was given, under the workflows' names (defaults left out: the binary on the
+        // runner applies them itself).
+        let given = [
+            ("PROXMOX_HOST", pve.host.clone()),
+            ("PROXMOX_PORT", port_given.then(|| pve.port.to_string())),
+            ("PROXMOX_USER", pve.user.clone()),
+            ("PROXMOX_TOKEN", pve.token.clone()),
+            ("PROXMOX_NODE", pve.node.clone()),
+            ("PROXMOX_GATEWAY", pve.gateway.clone()),
+            ("PROXMOX_MASK", pve.mask.map(|m| m.to_string())),
+            ("PROXMOX_INTERFACE", pick!("PROXMOX_INTERFACE", proxmox.interface)),
+            ("PROXMOX_BRIDGE", pick!("PROXMOX_BRIDGE", proxmox.bridge)),
+            ("PROXMOX_STORAGE", pve.storage.clone()),
+            ("PROXMOX_TEMPLATE", pve.template.clone()),
+            ("PROXMOX_SHARE", share_given),
+            ("LOGIN", gitea.login.clone()),
+        ];
+        let mut variables: std::collections::BTreeMap<&'static str, String> =
+            given.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+        for (name, from) in WORKFLOW_VARIABLES {
+            if *from == "the environment"
+                && let Some(v) = nonempty(env.get(name))
+            {
+                variables.insert(name, v);
+            }
+        }
         problems.into_result()?;
-        Ok(Settings { pve, gitea, share: share.into() })
+        Ok(Settings { pve, gitea, share: share.into(), variables })
     }
 
     /// The non-secret view recorded in artifacts.

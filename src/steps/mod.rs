@@ -10,6 +10,7 @@ pub mod health;
 pub mod plan;
 pub mod provision;
 pub mod publish;
+pub mod release_pr;
 pub mod render_workflows;
 pub mod resolve;
 pub mod rewrite;

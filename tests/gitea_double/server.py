@@ -3,8 +3,8 @@
 
 Serves ONLY operations of Gitea's Swagger spec (ROUTES below; `check_spec.py` verifies every
 one against swagger.v1.json and every logged exchange against the spec's schemas), keeping
-orgs, repos (with their description), forks, pull requests and Actions variables in memory with
-Gitea's status codes, plus real git over smart HTTP through `git http-backend` (bare repos under
+orgs, repos (with their description), forks, pull requests, Actions variables and Actions
+secrets in memory with Gitea's status codes, plus real git over smart HTTP through `git http-backend` (bare repos under
 --root).
 
 Merging a pull request (`repoMergePullRequest`) makes real commits in the bare repository, as
@@ -31,6 +31,11 @@ request (`"kind": "git"`) and every change of branches (`"kind": "push"`: `repo`
 `via` = `git` for a push or `merge` for a merged pull request, `updates` = `[{"ref", "before",
 "after"}]` with `before`/`after` = null when created/deleted) — what a runner dispatch watches.
 
+Secrets: their values are kept (in memory and in DIR/secrets.json, the double's "database", so
+that tests can check what was written) but never logged: a logged request to a secret carries
+`{"data": "<redacted sha256:HEX>"}` (the SHA-256 of the value, so a test can still tell two
+writes apart), and the secrets list answers names and `created_at` only, as Gitea does.
+
 Start: server.py --root DIR [--port 0] [--log FILE] [--faults FILE] [--background-delay SECONDS]
 Credentials come from the environment (never from arguments): GITEA_DOUBLE_LOGIN,
 GITEA_DOUBLE_PASSWORD, GITEA_DOUBLE_TOKEN. Prints `PORT <n>` on stdout once listening.
@@ -43,6 +48,7 @@ status (and logged with "fault": true) `times` times.
 import argparse
 import base64
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -72,6 +78,8 @@ ROUTES = [
     ("GET", "/repos/{owner}/{repo}/pulls", "pull_list"),
     ("POST", "/repos/{owner}/{repo}/pulls", "pull_create"),
     ("GET", "/repos/{owner}/{repo}/pulls/{index}", "pull_get"),
+    ("PATCH", "/repos/{owner}/{repo}/pulls/{index}", "pull_edit"),
+    ("GET", "/repos/{owner}/{repo}/compare/{basehead}", "compare"),
     ("GET", "/repos/{owner}/{repo}/pulls/{index}/merge", "pull_is_merged"),
     ("POST", "/repos/{owner}/{repo}/pulls/{index}/merge", "pull_merge"),
     ("GET", "/orgs/{org}/actions/variables", "var_list"),
@@ -84,6 +92,10 @@ ROUTES = [
     ("POST", "/repos/{owner}/{repo}/actions/variables/{variablename}", "var_create"),
     ("PUT", "/repos/{owner}/{repo}/actions/variables/{variablename}", "var_update"),
     ("DELETE", "/repos/{owner}/{repo}/actions/variables/{variablename}", "var_delete"),
+    ("GET", "/orgs/{org}/actions/secrets", "secret_list"),
+    ("PUT", "/orgs/{org}/actions/secrets/{secretname}", "secret_put"),
+    ("GET", "/repos/{owner}/{repo}/actions/secrets", "secret_list"),
+    ("PUT", "/repos/{owner}/{repo}/actions/secrets/{secretname}", "secret_put"),
 ]
 
 
@@ -118,6 +130,14 @@ def now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def redacted(template, request):
+    """The request as logged: a secret's `data` replaced by `<redacted sha256:HEX>`."""
+    if "/actions/secrets/" in template and isinstance(request, dict) and isinstance(request.get("data"), str):
+        digest = hashlib.sha256(request["data"].encode()).hexdigest()
+        return dict(request, data=f"<redacted sha256:{digest}>")
+    return request
+
+
 def page_and_limit(q):
     """`page` (from 1) and `limit` (1..MAX_LIMIT, default DEFAULT_LIMIT) as Gitea reads them."""
     def number(name, default):
@@ -144,6 +164,7 @@ class State:
         self.repos = {}  # (lower owner, lower name) -> dict
         self.pulls = {}  # repo key -> list of dicts
         self.vars = {}  # ("org", lower) | ("repo", lower owner, lower name) -> {NAME: {data, description}}
+        self.secrets = {}  # same keys -> {NAME: {data, description, created_at}}
         self.git_locks = {}  # repo key -> Lock held while a push or a merge changes its refs
 
     def new_id(self):
@@ -373,7 +394,7 @@ class Handler(BaseHTTPRequestHandler):
                 request = json.loads(raw) if raw else None
             except ValueError:
                 request = None
-            entry["request"] = request
+            entry["request"] = redacted(template, request)
             try:
                 self.auth_user() or self.require_auth()
                 with self.state.lock:
@@ -676,6 +697,60 @@ class Handler(BaseHTTPRequestHandler):
         repo = self.repo(p["owner"], p["repo"])
         return 200, self.pull_json(repo, self.pull(repo, p["index"]))
 
+    def h_pull_edit(self, p, q, b):
+        """`repoEditPullRequest` (201), the fields the tool uses: `title`, `body`, and `state`
+        (`open`/`closed`; a merged pull request cannot change it: 409, as Gitea's
+        "cannot change state of this pull request, it was already merged")."""
+        repo = self.repo(p["owner"], p["repo"])
+        pr = self.pull(repo, p["index"])
+        b = b or {}
+        state = b.get("state")
+        if state is not None:
+            if state not in ("open", "closed"):
+                raise HttpError(422, "[State]: In")
+            if pr.get("merged") and state != pr["state"]:
+                raise HttpError(409, "cannot change state of this pull request, it was already merged")
+        if b.get("title") is not None:
+            if not b["title"].strip():
+                raise HttpError(422, "[Title]: Required")
+            pr["title"] = b["title"]
+        if b.get("body") is not None:
+            pr["body"] = b["body"]
+        if state is not None and not pr.get("merged"):
+            pr["state"] = state
+            pr["closed_at"] = now() if state == "closed" else None
+        return 201, self.pull_json(repo, pr)
+
+    def h_compare(self, p, q, b):
+        """`repoCompareDiff` (JSON only): `base...head` or `base..head`, each a branch or a commit;
+        `total_commits` and `commits` are the head's commits the base lacks (since their merge
+        base), newest first. An unknown repository or ref is 404."""
+        st = self.state
+        repo = self.repo(p["owner"], p["repo"])
+        if (q.get("output") or [None])[0] is not None:
+            raise HttpError(404, "the double serves JSON comparisons only")
+        basehead = p["basehead"]
+        sep = "..." if "..." in basehead else ".."
+        if sep not in basehead:
+            raise HttpError(404)
+        base, head = basehead.split(sep, 1)
+
+        def resolve(ref):
+            sha = st.branch_sha(repo, ref) if ref else None
+            if not sha and ref and re.fullmatch(r"[0-9a-f]{4,40}", ref):
+                sha = st.git(repo, "rev-parse", "--verify", "-q", ref + "^{commit}")
+            if not sha:
+                raise HttpError(404)
+            return sha
+
+        base_sha, head_sha = resolve(base), resolve(head)
+        out = st.git(repo, "rev-list", f"{base_sha}..{head_sha}") or ""
+        full = f"{repo['owner']}/{repo['name']}"
+        commits = [{"sha": c, "url": f"{st.base_url}{API}/repos/{full}/git/commits/{c}",
+                    "html_url": f"{st.base_url}/{full}/commit/{c}", "created": DATE}
+                   for c in out.split()]
+        return 200, {"total_commits": len(commits), "commits": commits}
+
     def h_pull_is_merged(self, p, q, b):
         repo = self.repo(p["owner"], p["repo"])
         if self.pull(repo, p["index"]).get("merged"):
@@ -886,6 +961,36 @@ class Handler(BaseHTTPRequestHandler):
         if vs.pop(p["variablename"].upper(), None) is None:
             raise HttpError(404)
         return 204, None
+
+    def h_secret_list(self, p, q, b):
+        scope, _, _ = self.var_scope(p)
+        page, limit = page_and_limit(q)
+        ss = sorted(self.state.secrets.get(scope, {}).items())[(page - 1) * limit: page * limit]
+        return 200, [{"name": k, "description": v["description"], "created_at": v["created_at"]} for k, v in ss]
+
+    def h_secret_put(self, p, q, b):
+        """updateOrgSecret / updateRepoSecret: 201 created, 204 updated (Gitea upper-cases the name
+        and refuses an empty `data` with 400)."""
+        scope, _, _ = self.var_scope(p)
+        name = p["secretname"]
+        self.check_var_name(name)
+        if not (b or {}).get("data"):
+            raise HttpError(400, "data is required")
+        st = self.state
+        ss = st.secrets.setdefault(scope, {})
+        old = ss.get(name.upper())
+        ss[name.upper()] = {"data": b["data"], "description": b.get("description") or "",
+                            "created_at": old["created_at"] if old else now()}
+        self.save_secrets()
+        return (204 if old else 201), None
+
+    def save_secrets(self):
+        st = self.state
+        out = {"/".join(k): v for k, v in st.secrets.items()}
+        tmp = os.path.join(st.root, "secrets.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(out, f, indent=1, sort_keys=True)
+        os.replace(tmp, os.path.join(st.root, "secrets.json"))
 
     def do_GET(self):
         self.handle_any("GET")

@@ -152,6 +152,7 @@ impl FakePve {
             },
             gitea: Default::default(),
             share: share.to_path_buf(),
+            variables: Default::default(),
         }
     }
 

@@ -177,6 +177,15 @@ impl Double {
         );
     }
 
+    /// The Actions secrets the double holds, values included (its `secrets.json`):
+    /// `{"org/main": {"PASSWORD": {"data", "description", "created_at"}}}`; `{}` before the first.
+    pub fn secrets(&self) -> serde_json::Value {
+        match std::fs::read_to_string(self.dir.path().join("repos/secrets.json")) {
+            Ok(t) => serde_json::from_str(&t).unwrap(),
+            Err(_) => serde_json::json!({}),
+        }
+    }
+
     /// The bare repository of `owner/name` on the double.
     pub fn bare(&self, owner: &str, name: &str) -> PathBuf {
         self.dir.path().join("repos").join(owner.to_lowercase()).join(format!("{}.git", name.to_lowercase()))

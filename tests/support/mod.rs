@@ -8,7 +8,8 @@
 //! [`deploy`] (fake step runners), [`provision`] (provision artifacts), [`configure`], [`lxc`], [`snapshot`] and [`workflows`] (real
 //! LXC containers, data snapshots, act runs), [`runner`] (Gitea's runner dispatch played on the
 //! Gitea double: pushes run the published workflows with act), [`real_gitea`] (the real Gitea and
-//! its real runner on loopback, built by `tests/real_host/build.sh`).
+//! its real runner on loopback, built by `tests/real_host/build.sh`), [`real_pipeline`] (the broker
+//! monorepo published there, and what its runs did).
 //!
 //! Each binary uses a part of the tree, so unused items are allowed here.
 #![allow(dead_code)]
@@ -23,6 +24,7 @@ pub mod gitea;
 pub mod lxc;
 pub mod provision;
 pub mod real_gitea;
+pub mod real_pipeline;
 pub mod runner;
 pub mod snapshot;
 pub mod spec;

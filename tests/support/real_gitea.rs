@@ -514,6 +514,29 @@ impl RealGitea {
         }
     }
 
+    /// Waits (bounded, 60 s) until Gitea has processed the pushes into `owner/repo`: the
+    /// repository no longer counts as empty and `branch` is recorded. Gitea 1.27.3 does both in
+    /// the background after a push; a workflow dispatch into a repository it still counts as empty
+    /// panics in its handler (HTTP 500, a nil git repository in services/actions/workflow.go).
+    pub fn wait_repo_ready(&self, owner: &str, repo: &str, branch: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (repo_status, body) = self.api(reqwest::Method::GET, &format!("/repos/{owner}/{repo}"), None);
+            let empty = serde_json::from_slice::<Value>(&body).map(|v| v["empty"].as_bool()).ok().flatten();
+            let (branch_status, _) =
+                self.api(reqwest::Method::GET, &format!("/repos/{owner}/{repo}/branches/{branch}"), None);
+            if repo_status == 200 && empty == Some(false) && branch_status == 200 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{owner}/{repo}: not ready within 60 s (repository HTTP {repo_status}, empty {empty:?}; branch                  {branch} HTTP {branch_status}); the end of Gitea's log:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// One raw API call with the admin's token: `(status, body)`. `path` is below `/api/v1`.
     pub fn api(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> (u16, Vec<u8>) {
         let rt = runtime();
@@ -547,8 +570,10 @@ impl RealGitea {
     }
 
     /// `POST /repos/{owner}/{repo}/actions/workflows/{file}/dispatches` (`ActionsDispatchWorkflow`,
-    /// 204) on `git_ref` (a branch) with `inputs`.
+    /// 204) on `git_ref` (a branch) with `inputs`, once the repository is ready for it
+    /// ([`RealGitea::wait_repo_ready`]).
     pub fn dispatch_workflow(&self, owner: &str, repo: &str, file: &str, git_ref: &str, inputs: &Value) {
+        self.wait_repo_ready(owner, repo, git_ref);
         let body = serde_json::json!({"ref": git_ref, "inputs": inputs});
         self.api_json(
             reqwest::Method::POST,

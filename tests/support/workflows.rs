@@ -56,6 +56,38 @@ pub fn monorepo_with(extra: &[(&str, &str)], with_sources: bool) -> tempfile::Te
     dir
 }
 
+/// A monorepo with the shipped `base/` and `libs/broker` (its container.env plus `SNAPSHOT`
+/// paths and the `extra_env` lines), this repository's action and workflows, committed.
+pub fn broker_repo(extra_env: &str, ip: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let src = source_root();
+    copy_dir(&src.join("base"), &root.join("base"));
+    copy_dir(&src.join("libs/broker"), &root.join("libs/broker"));
+    let env_path = root.join("libs/broker/container.env");
+    let mut env = std::fs::read_to_string(&env_path).unwrap();
+    if let Some(ip) = ip {
+        env = env
+            .lines()
+            .map(|l| if l.starts_with("IP=") { format!("IP={ip}") } else { l.to_string() })
+            .collect::<Vec<_>>()
+            .join("\n");
+        env.push('\n');
+    }
+    env.push_str("SNAPSHOT=/var/lib/mosquitto,/etc/mosquitto\n");
+    env.push_str(extra_env);
+    std::fs::write(&env_path, env).unwrap();
+    write_files(root, &[(".gitignore", ".proxmox-gitops/\n*.local.*\n")]);
+    std::fs::copy(src.join("action.yml"), root.join("action.yml")).unwrap();
+    std::fs::create_dir_all(root.join("workflows")).unwrap();
+    for f in ["pipeline.yml", "snapshot.yml"] {
+        std::fs::copy(src.join("workflows").join(f), root.join("workflows").join(f)).unwrap();
+    }
+    git(root, &["init", "-q"]);
+    commit_all(root, "fixture");
+    dir
+}
+
 /// Commits everything in `repo`.
 pub fn commit_all(repo: &Path, message: &str) {
     git(repo, &["add", "-A"]);

@@ -32,17 +32,27 @@
 //!    validated before anything is sent (`^[A-Z_][A-Z0-9_]*$`, not `GITEA_`/`GITHUB_`).
 //!    Missing variables are created (`POST`, and on 409 updated with `PUT`); different values
 //!    are updated (`PUT`); equal ones are left alone.
+//! 6. **Settings** ([`from_settings`]): the settings publish itself runs with (environment,
+//!    `local/config*.json`) become the organization variables and secrets the workflows read,
+//!    in `main`, `stage` and `tasks` (the orgs whose repositories run workflows; lib
+//!    repositories inherit them): variables as in 5., secrets with `updateOrgSecret` when
+//!    Gitea does not list them or their keyed digest differs from the one recorded at the last
+//!    write ([`record`]). A setting without a value sets nothing.
 //!
 //! Everything is read before it is written, so a second publish of the same tree changes
 //! nothing and reports every item `unchanged`. The summary is the artifact `publish.json`
-//! ([`PublishReport`]); it never holds a credential or a variable value.
+//! ([`PublishReport`]); it never holds a credential, a variable's or a secret's value.
 
+pub mod from_settings;
+pub mod record;
 mod repo;
 mod report;
+mod secrets;
 mod variables;
 
 pub use report::{
-    Action, ForkReport, OrgReport, PublishReport, PullReport, RefReport, RepoReport, Summary, VariableReport,
+    Action, ForkReport, OrgReport, PublishReport, PullReport, RefReport, RepoReport, SecretReport, Summary,
+    VariableReport,
 };
 pub use variables::{ensure_variable, wanted_variables};
 
@@ -55,6 +65,7 @@ use crate::artifact::remotes::Remotes;
 use crate::error::{Error, Result};
 use crate::git::{Credentials, Git};
 use crate::gitea::{Auth, Client, CreateOrgOption, Created};
+use crate::settings::Settings;
 
 use repo::publish_repo;
 
@@ -72,6 +83,14 @@ pub struct PublishOptions {
     pub repo: PathBuf,
     /// The artifacts directory (for `configure/<lib>.json`).
     pub artifacts: ArtifactDir,
+    /// The settings publish runs with: their values become the organizations' Actions
+    /// variables and secrets ([`from_settings`]).
+    pub settings: Settings,
+    /// The directory of the record of written secrets ([`record`]); `None`: no record, every
+    /// secret is written (and reported `updated` when it existed).
+    pub record: Option<PathBuf>,
+    /// Forget the record of this Gitea first: every secret is written again.
+    pub rewrite_secrets: bool,
 }
 
 /// The git credentials for `client`'s auth: login/password, or the token with its owner's login.
@@ -111,29 +130,42 @@ pub fn require_credentials(client: &Client) -> Result<()> {
 /// [`Error::Failed`] naming the Gitea call or git command that failed. Work done before a
 /// failure stays (every operation is idempotent: run it again).
 pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) -> Result<PublishReport> {
-    let variables = wanted_variables(remotes, opts)?;
+    let gitea = client.base().as_str().trim_end_matches('/').to_string();
+    let mut variables = wanted_variables(remotes, opts)?;
+    let settings = from_settings::from_settings(&opts.settings, &gitea, &orgs_of(remotes), &variables)?;
+    variables.extend(settings.variables);
     require_credentials(client)?;
+    // Opened before anything is sent: a broken record stops publish here.
+    let mut record = match (&opts.record, settings.secrets.is_empty()) {
+        (_, true) => None,
+        (Some(dir), false) => Some(record::SecretRecord::open(dir).map_err(Error::Failed)?),
+        (None, false) => {
+            tracing::warn!(
+                "no place for the record of written secrets (neither XDG_CACHE_HOME nor HOME is set): every secret \
+                 is written"
+            );
+            Some(record::SecretRecord::in_memory())
+        }
+    };
+    if let Some(r) = record.as_mut().filter(|_| opts.rewrite_secrets) {
+        r.forget(&gitea);
+    }
     let git = match git_credentials(client).await? {
         Some(c) => Git::with_credentials(c).map_err(|e| Error::Failed(e.into()))?,
         None => return Err(no_credentials()),
     };
     let mut report = PublishReport {
-        gitea: client.base().as_str().trim_end_matches('/').to_string(),
+        gitea: gitea.clone(),
         org: remotes.org.clone(),
         orgs: Vec::new(),
         repos: Vec::new(),
         variables: Vec::new(),
+        secrets: Vec::new(),
         summary: Summary::default(),
     };
 
     // 1. organizations
-    let mut orgs = vec![remotes.org.clone()];
-    for o in [STAGE_ORG, TASKS_ORG] {
-        if !orgs.iter().any(|x| x == o) {
-            orgs.push(o.to_string());
-        }
-    }
-    for org in &orgs {
+    for org in &orgs_of(remotes) {
         let ensure = async {
             Ok::<Action, crate::gitea::GiteaError>(match client.get_org(org).await? {
                 Some(_) => Action::Unchanged,
@@ -177,8 +209,25 @@ pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) 
         tracing::info!("variable {name} ({scope}): {}", label(action));
         report.variables.push(VariableReport { scope: scope.clone(), name: name.clone(), action });
     }
+
+    // 6. secrets
+    if let Some(record) = record.as_mut() {
+        report.secrets =
+            secrets::ensure_secrets(client, &gitea, &settings.secrets, record).await.map_err(Error::Failed)?;
+    }
     report.count();
     Ok(report)
+}
+
+/// The organizations publish makes and sets variables in: the `--org`, `stage`, `tasks`.
+fn orgs_of(remotes: &Remotes) -> Vec<String> {
+    let mut orgs = vec![remotes.org.clone()];
+    for o in [STAGE_ORG, TASKS_ORG] {
+        if !orgs.iter().any(|x| x == o) {
+            orgs.push(o.to_string());
+        }
+    }
+    orgs
 }
 
 fn label(a: Action) -> &'static str {

@@ -1,5 +1,6 @@
 //! The artifact `publish.json` ([`PublishReport`]): what happened to every organization,
-//! repository, ref, fork, pull request and variable (never a credential or a variable value).
+//! repository, ref, fork, pull request, variable and secret (never a credential, a variable's or a
+//! secret's value).
 
 use std::path::PathBuf;
 
@@ -102,6 +103,19 @@ pub struct VariableReport {
     pub action: Action,
 }
 
+/// One Actions secret (its name and what was done, never its value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretReport {
+    /// Where it lives.
+    #[serde(flatten)]
+    pub scope: VariableScope,
+    /// Its name.
+    pub name: String,
+    /// Created (Gitea had none), updated (written: another value than recorded, or no record of
+    /// it) or unchanged (Gitea lists it and the record says it holds this value).
+    pub action: Action,
+}
+
 /// Counts per action over everything in the report.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Summary {
@@ -126,14 +140,17 @@ pub struct PublishReport {
     pub repos: Vec<RepoReport>,
     /// Variables.
     pub variables: Vec<VariableReport>,
+    /// Secrets (set from the settings, see `from_settings`).
+    #[serde(default)]
+    pub secrets: Vec<SecretReport>,
     /// Totals.
     pub summary: Summary,
 }
 
 impl Artifact for PublishReport {
     const KIND: &'static str = "publish";
-    /// 1.1: `workflows` of each repository.
-    const SCHEMA_VERSION: (u32, u32) = (1, 1);
+    /// 1.1: `workflows` of each repository; 1.2: `secrets`.
+    const SCHEMA_VERSION: (u32, u32) = (1, 2);
 }
 
 impl PublishReport {
@@ -157,6 +174,7 @@ impl PublishReport {
             }
         }
         self.variables.iter().for_each(|v| add(v.action));
+        self.secrets.iter().for_each(|v| add(v.action));
         self.summary = s;
     }
 }

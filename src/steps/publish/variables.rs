@@ -9,8 +9,8 @@ use crate::artifact::remotes::Remotes;
 use crate::error::{Location, Problems, Result};
 use crate::gitea::{Client, CreateVariableOption, Created, UpdateVariableOption, VariableScope, valid_variable_name};
 
-/// The variables to set, validated: `(scope, name, value, source file, key)`.
-type Wanted = Vec<(VariableScope, String, String)>;
+/// The variables to set, validated: `(scope, name, value)`.
+pub(super) type Wanted = Vec<(VariableScope, String, String)>;
 
 /// Collects and validates every variable before anything is sent.
 ///
