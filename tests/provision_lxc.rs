@@ -465,6 +465,50 @@ fn test_containers_made_at_once_get_distinct_static_addresses() -> Result<(), Fa
     Ok(())
 }
 
+/// Two runs (a monorepo pipeline and a lib's own) provisioning the same new container at once:
+/// both planned `create`; the container's lock makes one create it and the other wait, plan again
+/// and find nothing to do (it used to fail with "cannot copy … lxc-copy … failed").
+fn test_two_runs_creating_one_container_at_once_take_turns() -> Result<(), Failed> {
+    let f = fixture()?;
+    RT.block_on(async {
+        assert_ok(&first(f).await.1);
+        let spec = f.spec("twice", 90030);
+        let _guard = f.guard(&spec);
+        let opts = f.apply_options(RecreatePolicy::Never);
+        // Both plans are made before either run acts, as two pipelines do.
+        let plans = [
+            f.backend.plan(&spec, RecreatePolicy::Never).await.expect("plan"),
+            f.backend.plan(&spec, RecreatePolicy::Never).await.expect("plan"),
+        ];
+        assert!(plans.iter().all(|p| p.action == Action::Create), "{plans:?}");
+        let mut set = tokio::task::JoinSet::new();
+        for plan in plans {
+            let (spec, opts) = (spec.clone(), opts.clone());
+            set.spawn(async move { f.backend.apply(&spec, &plan, &opts).await });
+        }
+        let mut provisions = Vec::new();
+        while let Some(p) = set.join_next().await {
+            provisions.push(p.unwrap());
+        }
+        for p in &provisions {
+            assert_ok(p);
+        }
+        provisions.sort_by_key(|p| !p.created);
+        let [made, found] = &provisions[..] else { unreachable!() };
+        assert!(made.created && !found.created, "created exactly once: {provisions:#?}");
+        assert_eq!(actions(made).iter().filter(|a| **a == "clone").count(), 1);
+        assert!(!actions(found).contains(&"clone"), "{found:#?}");
+        // The second run planned again under the lock and found the container made.
+        assert_eq!(found.plan.action, Action::Nothing, "{found:#?}");
+        assert_eq!(found.address, made.address);
+        let lock = f.backend.container_lock_path(&spec.hostname);
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), "", "{} is released and emptied", lock.display());
+        let out = f.ssh(found.address.as_deref().unwrap(), spec.vmid, &["hostname"]).expect("ssh");
+        assert_eq!(out.trim(), spec.hostname);
+    });
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     type Test = fn() -> Result<(), Failed>;
@@ -482,6 +526,7 @@ fn main() {
             "containers_made_at_once_get_distinct_static_addresses",
             test_containers_made_at_once_get_distinct_static_addresses,
         ),
+        ("two_runs_creating_one_container_at_once_take_turns", test_two_runs_creating_one_container_at_once_take_turns),
     ];
     let trials = tests.into_iter().map(|(name, t)| Trial::test(name, t)).collect();
     let conclusion = libtest_mimic::run(&args, trials);

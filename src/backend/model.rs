@@ -186,6 +186,27 @@ impl Action {
     pub fn changes_something(&self) -> bool {
         !matches!(self, Action::Nothing | Action::Refused { .. } | Action::Foreign { .. })
     }
+
+    /// The action in words for messages: `nothing to do`, `update in place (memory, cores)`,
+    /// `recreate (reasons)` ….
+    pub fn summary(&self) -> String {
+        let keys = |c: &[Change], r: &[Resize]| {
+            c.iter()
+                .map(|c| c.key.clone())
+                .chain(r.iter().map(|r| format!("resize {}", r.disk)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Action::Create => "create".into(),
+            Action::Nothing => "nothing to do".into(),
+            Action::Update { changes, resizes, .. } => format!("update in place ({})", keys(changes, resizes)),
+            Action::Adopt { changes, resizes, .. } => format!("adopt ({})", keys(changes, resizes)),
+            Action::Recreate { reasons } => format!("recreate ({})", reasons.join("; ")),
+            Action::Refused { reasons, .. } => format!("refused ({})", reasons.join("; ")),
+            Action::Foreign { reason } => format!("foreign ({reason})"),
+        }
+    }
 }
 
 /// A move of an existing container to another PVE node (`POST /nodes/{node}/lxc/{vmid}/migrate`),

@@ -126,14 +126,19 @@ pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBacke
 }
 
 /// Builds (opens) the backend of `kind`: the one PVE client and session, or the LXC client,
-/// that every container of the run shares.
+/// that every container of the run shares. The lxc backend waits for another run's container
+/// lock at most `connect.timeouts.lease` (`--timeout-lease`), like the pve backend's lease.
 ///
 /// # Errors
 /// See [`pve_backend`] and [`lxc_backend`].
 pub fn open(kind: BackendKind, settings: &Settings, connect: &PveConnect) -> Result<Backend> {
     match kind {
         BackendKind::Pve => Ok(Backend::Pve(pve_backend(settings, connect)?)),
-        BackendKind::Lxc => Ok(Backend::Lxc(lxc_backend(settings)?)),
+        BackendKind::Lxc => {
+            // One bound for waiting on another run's container, whichever backend.
+            let opts = LxcOptions { lock_timeout: connect.timeouts.lease, ..lxc_options(settings) };
+            Ok(Backend::Lxc(LxcBackend::open(opts).map_err(Error::Failed)?))
+        }
     }
 }
 
@@ -147,6 +152,11 @@ pub fn open(kind: BackendKind, settings: &Settings, connect: &PveConnect) -> Res
 /// [`Error::Failed`] when the host cannot run it (not root, LXC tools missing — the message says
 /// what to install).
 pub fn lxc_backend(settings: &Settings) -> Result<LxcBackend> {
+    LxcBackend::open(lxc_options(settings)).map_err(Error::Failed)
+}
+
+/// The options of [`lxc_backend`] (environment and settings; other options at their defaults).
+fn lxc_options(settings: &Settings) -> LxcOptions {
     let mut opts = LxcOptions { share: settings.share.clone(), ..LxcOptions::default() };
     if let Some(base) = std::env::var("PGO_LXC_BASE").ok().filter(|b| !b.trim().is_empty()) {
         opts.base = base.trim().to_string();
@@ -157,5 +167,5 @@ pub fn lxc_backend(settings: &Settings) -> Result<LxcBackend> {
     if let Some(m) = std::env::var("PGO_LXC_SECURITY_MIRROR").ok().filter(|m| !m.trim().is_empty()) {
         opts.security_mirror = m.trim().to_string();
     }
-    LxcBackend::open(opts).map_err(Error::Failed)
+    opts
 }

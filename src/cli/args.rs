@@ -162,7 +162,8 @@ pub struct PveArgs {
     /// Seconds moving a container to its NODE may take (PVE copies local volumes).
     #[arg(long, value_name = "SECS", default_value_t = 1800)]
     pub timeout_migrate: u64,
-    /// Seconds to wait while another proxmox-gitops run holds a container's lease (works on it).
+    /// Seconds to wait while another proxmox-gitops run holds a container's lease (works on it);
+    /// with `--backend lxc`, its lock file `<lxcpath>/.<name>.lock`.
     #[arg(long, value_name = "SECS", default_value_t = 900)]
     pub timeout_lease: u64,
 }

@@ -61,8 +61,15 @@ pub fn remove_all_with_prefix(lxc_path: &Path, prefix: &str) {
     for n in names {
         force_remove(lxc_path, &n);
     }
-    // The base's bootstrap lock (see LxcBackend::base_lock_path).
-    let _ = std::fs::remove_file(lxc_path.join(format!(".{prefix}base.lock")));
+    // The base's bootstrap lock (LxcBackend::base_lock_path) and the containers' locks
+    // (LxcBackend::container_lock_path): `.<prefix>….lock`.
+    let locks = std::fs::read_dir(lxc_path).into_iter().flatten().flatten();
+    for e in locks {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with(&format!(".{prefix}")) && n.ends_with(".lock") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 impl Fixture {

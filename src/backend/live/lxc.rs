@@ -8,6 +8,10 @@
 //! container's directory and needs it stopped: a rollback stops it, restores, keeps the
 //! backend's `proxmox-gitops.json` (which `lxc-snapshot -r` would drop) so the container stays
 //! recognisably ours, and starts it again.
+//!
+//! Snapshot, snapshot delete, rollback and reboot hold the container's lock
+//! ([`crate::backend::lxc::lock`]), like a provision, so they never run in the middle of another
+//! run's create or recreate of it.
 
 use std::time::Duration;
 
@@ -90,6 +94,7 @@ impl LxcLive {
         name: &str,
         description: &str,
     ) -> anyhow::Result<SnapshotTaken> {
+        let _lock = self.backend.lock_container(&spec.hostname).await?;
         let created = self.snaps(spec).create(name, description).await?;
         Ok(SnapshotTaken { upid: None, restarted: false, downtime_ms: created.downtime_ms })
     }
@@ -99,11 +104,13 @@ impl LxcLive {
     }
 
     pub(super) async fn delete_snapshot(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
+        let _lock = self.backend.lock_container(&spec.hostname).await?;
         Ok(self.snaps(spec).delete(name).await?)
     }
 
     pub(super) async fn rollback(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
         let host = spec.hostname.as_str();
+        let _lock = self.backend.lock_container(host).await?;
         let meta_path = self.backend.client().container_dir(host).join(META_FILE);
         if !meta_path.is_file() {
             anyhow::bail!("cannot read {}: not rolling back a container without it", meta_path.display());
@@ -119,6 +126,7 @@ impl LxcLive {
     }
 
     pub(super) async fn reboot(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
+        let _lock = self.backend.lock_container(&spec.hostname).await?;
         let host = spec.hostname.as_str();
         self.stop(host).await?;
         self.start(host).await?;

@@ -2,6 +2,14 @@
 //! the base, write the managed config keys, set cgroup limits live, start, read the address back,
 //! install the SSH key, wait for sshd) and destroys containers. Every decision was made by the
 //! planner; this file only acts and records each action in the [`Provision`] artifact.
+//!
+//! One actor per container: [`LxcBackend::apply`] and [`LxcBackend::destroy`] hold the
+//! container's lock ([`super::lock`]) from before their first read of live state until after
+//! their last write. Under it, `apply` plans again: the plan it was given was made without the
+//! lock (and printed before anything changed), so another run may have acted since — typically
+//! created the container this run planned to create. A fresh plan that only changes in place (or
+//! nothing) replaces the given one (the artifact records the new plan); a fresh plan that would
+//! create, recreate or refuse where the given one did not fails with "plan again", nothing changed.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -19,15 +27,64 @@ use crate::lxc::{self, State};
 impl LxcBackend {
     /// Executes `plan` for `spec` and returns the `provision` artifact. Never panics and never
     /// returns early: a failure becomes [`Outcome::Failed`] with the actions done so far.
+    ///
+    /// The whole run holds the container's lock (module docs): a second run of the same
+    /// container waits for the first (at most [`super::LxcOptions::lock_timeout`]), then plans
+    /// again and finds its work done. When the fresh plan differs, [`Provision::plan`] is the
+    /// fresh one.
     pub async fn apply(&self, spec: &ContainerSpec, plan: &ContainerPlan, opts: &ApplyOptions) -> Provision {
         let mut p = Provision::new(BackendKind::Lxc, spec, plan.clone(), opts);
-        if let Err(e) = self.apply_inner(spec, plan, opts, &mut p).await {
+        if let Err(e) = self.apply_locked(spec, plan, opts, &mut p).await {
             p.outcome = Outcome::Failed { error: crate::actions::redact(&format!("{e:#}")) };
         }
         if let Ok(s) = self.client.state(&spec.hostname).await {
             p.status = Some(s.as_str().to_string());
         }
         p
+    }
+
+    /// Takes the container's lock, plans again under it (module docs) and runs the plan that
+    /// still holds; the lock is released on return, also after a failure.
+    async fn apply_locked(
+        &self,
+        spec: &ContainerSpec,
+        plan: &ContainerPlan,
+        opts: &ApplyOptions,
+        p: &mut Provision,
+    ) -> Result<()> {
+        let name = spec.hostname.as_str();
+        let t = Instant::now();
+        let lock = self.lock_container(name).await?;
+        if let Some((waited, holder)) = &lock.waited {
+            let who = if holder.is_empty() { "another run".to_string() } else { holder.clone() };
+            p.actions.push(record("lock-wait", t, Some(format!("{} held by {who}", lock.path().display()))));
+            tracing::info!("{name}: waited {} s for {who}; planning again", waited.as_secs());
+        }
+        let again = self.plan(spec, opts.recreate).await?;
+        if again.action == plan.action {
+            return self.apply_inner(spec, plan, opts, p).await;
+        }
+        let fine = matches!(again.action, Action::Nothing | Action::Update { .. })
+            || (matches!(again.action, Action::Recreate { .. }) && matches!(plan.action, Action::Recreate { .. }));
+        if !fine {
+            bail!(
+                "container `{name}` changed since the plan (was: {}, now: {}); nothing was changed, plan again",
+                plan.action.summary(),
+                again.action.summary()
+            );
+        }
+        let note = format!(
+            "container `{name}` changed since the plan (another run worked on it); planned again under its lock: {} \
+             instead of {}",
+            again.action.summary(),
+            plan.action.summary()
+        );
+        tracing::info!("{note}");
+        p.warnings.push(crate::actions::redact(&note));
+        p.plan = again.clone();
+        let result = self.apply_inner(spec, &again, opts, p).await;
+        drop(lock);
+        result
     }
 
     async fn apply_inner(
@@ -59,6 +116,8 @@ impl LxcBackend {
                 (desired, key_installed) = self.create(spec, opts, p).await?;
             }
             Action::Create => {
+                // Cannot happen under the lock (the plan was made again under it), unless
+                // something other than proxmox-gitops made it.
                 if self.client.exists(name) {
                     bail!("container `{name}` appeared since the plan was made; plan again");
                 }
@@ -403,13 +462,15 @@ impl LxcBackend {
         Ok(actions)
     }
 
-    /// Stops and destroys the container of `spec` (its key pair stays in the share). A missing
-    /// container is not an error (nothing to do, no actions).
+    /// Stops and destroys the container of `spec` (its key pair stays in the share), holding
+    /// its lock (module docs). A missing container is not an error (nothing to do, no actions).
     ///
     /// # Errors
     /// The container was not made by proxmox-gitops or belongs to another vmid (refused: nothing
-    /// is touched), a failing `lxc-stop`/`lxc-destroy`.
+    /// is touched), another run holds its lock beyond [`super::LxcOptions::lock_timeout`], a
+    /// failing `lxc-stop`/`lxc-destroy`.
     pub async fn destroy(&self, spec: &ContainerSpec) -> Result<Vec<ActionRecord>> {
+        let _lock = self.lock_container(&spec.hostname).await?;
         if !self.owned(spec)? {
             return Ok(vec![]);
         }

@@ -24,7 +24,10 @@
 //! * [`guest`] — files written into a new container's rootfs before its first start;
 //! * `base` — the cached base container every container is cloned from (bootstrapped with a
 //!   cleared environment and the configured Debian mirror, retried once after a download
-//!   failure).
+//!   failure);
+//! * [`lock`] — one actor per container: an advisory lock on `<lxcpath>/.<name>.lock` held by
+//!   every write sequence of a container ([`LxcBackend::apply`] plans again under it), waited
+//!   for at most [`LxcOptions::lock_timeout`].
 //!
 //! All LXC tools are run through [`LxcClient`] (LXC path, timeouts, cleared environment).
 //!
@@ -45,6 +48,7 @@ pub mod desired;
 mod executor;
 pub mod guest;
 pub mod host;
+pub mod lock;
 pub mod planner;
 
 use std::path::PathBuf;
@@ -104,6 +108,9 @@ pub struct LxcOptions {
     pub cache_path: Option<PathBuf>,
     /// Clean-shutdown time before a stop kills the container, default 30 s.
     pub stop_timeout: Duration,
+    /// How long a run waits for a container another run is changing (its [`lock`] file),
+    /// default 900 s; `--timeout-lease` in the CLI, like the pve backend's lease.
+    pub lock_timeout: Duration,
 }
 
 impl Default for LxcOptions {
@@ -121,6 +128,7 @@ impl Default for LxcOptions {
             security_mirror: DEFAULT_SECURITY_MIRROR.into(),
             cache_path: None,
             stop_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(900),
         }
     }
 }
@@ -197,6 +205,22 @@ impl LxcBackend {
     /// The options.
     pub fn options(&self) -> &LxcOptions {
         &self.opts
+    }
+
+    /// The lock file of container `name`: `<lxcpath>/.<name>.lock` (see [`lock`]).
+    pub fn container_lock_path(&self, name: &str) -> PathBuf {
+        self.client.path().join(format!(".{name}.lock"))
+    }
+
+    /// Takes the lock of container `name` (see [`lock`]), waiting at most
+    /// [`LxcOptions::lock_timeout`] while another run holds it. Hold it across every write of
+    /// the container; it is released when dropped.
+    ///
+    /// # Errors
+    /// See [`lock::acquire`]: the lock file cannot be opened, or the wait timed out (the message
+    /// names the file and how to see its holder).
+    pub async fn lock_container(&self, name: &str) -> Result<lock::ContainerLock> {
+        lock::acquire(&self.container_lock_path(name), name, self.opts.lock_timeout).await
     }
 
     fn read_meta(&self, name: &str) -> Result<Option<Meta>> {

@@ -641,25 +641,9 @@ fn written(c: &crate::backend::model::Change, config: &std::collections::BTreeMa
         && to_props.get("mp") == live_props.get("mp")
 }
 
-/// A plan's action in words for messages: `nothing to do`, `update in place (memory, cores)`,
-/// `recreate (reasons)` ….
+/// A plan's action in words for messages (see [`Action::summary`]).
 fn summary(action: &Action) -> String {
-    let keys = |c: &[crate::backend::model::Change], r: &[crate::backend::model::Resize]| {
-        c.iter()
-            .map(|c| c.key.clone())
-            .chain(r.iter().map(|r| format!("resize {}", r.disk)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match action {
-        Action::Create => "create".into(),
-        Action::Nothing => "nothing to do".into(),
-        Action::Update { changes, resizes, .. } => format!("update in place ({})", keys(changes, resizes)),
-        Action::Adopt { changes, resizes, .. } => format!("adopt ({})", keys(changes, resizes)),
-        Action::Recreate { reasons } => format!("recreate ({})", reasons.join("; ")),
-        Action::Refused { reasons, .. } => format!("refused ({})", reasons.join("; ")),
-        Action::Foreign { reason } => format!("foreign ({reason})"),
-    }
+    action.summary()
 }
 
 /// The live config for comparisons: the description without lease lines.
