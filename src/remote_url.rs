@@ -120,7 +120,7 @@ fn userinfo(url: &str) -> Option<(std::ops::Range<usize>, bool)> {
 fn secret_userinfo(url: &str) -> Option<std::ops::Range<usize>> {
     let (range, ssh) = userinfo(url)?;
     let info = &url[range.clone()];
-    (!(ssh && !info.contains(':'))).then_some(range)
+    (!ssh || info.contains(':')).then_some(range)
 }
 
 /// `url` with its userinfo replaced by [`REDACTED`] (see the module docs); unchanged (borrowed)

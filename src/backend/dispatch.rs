@@ -24,6 +24,8 @@ use crate::snapshot::guard;
 
 /// A provisioning backend, opened once per run ([`super::open`]). The steps dispatch over the
 /// variants; each implements `plan`, `apply` and `destroy` with the same signatures.
+// One value per run (or per container): the size difference costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Backend {
     /// Proxmox VE over its API.
     Pve(PveBackend),

@@ -74,8 +74,7 @@ pub fn setting(text: Option<&str>, key: &str) -> Option<String> {
         .filter_map(|l| l.split_once('='))
         .filter(|(k, _)| k.trim() == key)
         .map(|(_, v)| v.split(" #").next().unwrap_or("").trim().trim_matches('"').trim_matches('\'').to_string())
-        .filter(|v| !v.is_empty())
-        .last()
+        .rfind(|v| !v.is_empty())
 }
 
 /// lxc-net's default DHCP range (`LXC_DHCP_RANGE` in `/usr/libexec/lxc/lxc-net`): the whole
@@ -299,8 +298,7 @@ pub fn lxc_net_bridge(text: Option<&str>) -> String {
         .filter_map(|l| l.trim().split_once('='))
         .filter(|(k, _)| k.trim() == "LXC_BRIDGE")
         .map(|(_, v)| v.trim().trim_matches('"').trim_matches('\'').to_string())
-        .filter(|v| !v.is_empty())
-        .last()
+        .rfind(|v| !v.is_empty())
         .unwrap_or_else(|| "lxcbr0".to_string())
 }
 

@@ -140,6 +140,17 @@ pub fn git_steps(name: &Path, text: &str, script: &str) -> Result<String> {
     Ok(out)
 }
 
+/// The script as [`git_steps`] embeds it: comment and blank lines dropped, a line naming
+/// [`SCRIPT_PATH`] first.
+pub fn embedded(script: &str) -> String {
+    let mut out = format!("# {SCRIPT_PATH} of the monorepo (its comments say what it does)\n");
+    for s in script.lines().filter(|s| !s.trim_start().starts_with('#') && !s.trim().is_empty()) {
+        out.push_str(s);
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,15 +217,4 @@ jobs:
     fn the_shipped_script_has_no_expression() {
         assert!(!SCRIPT.contains("${{"));
     }
-}
-
-/// The script as [`git_steps`] embeds it: comment and blank lines dropped, a line naming
-/// [`SCRIPT_PATH`] first.
-pub fn embedded(script: &str) -> String {
-    let mut out = format!("# {SCRIPT_PATH} of the monorepo (its comments say what it does)\n");
-    for s in script.lines().filter(|s| !s.trim_start().starts_with('#') && !s.trim().is_empty()) {
-        out.push_str(s);
-        out.push('\n');
-    }
-    out
 }

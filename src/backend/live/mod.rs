@@ -172,6 +172,8 @@ pub struct LiveOptions {
 }
 
 /// The real [`Containers`] of a backend, opened once per run.
+// One value per run (or per container): the size difference costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Live {
     /// Proxmox VE over its API (SSH into the containers).
     Pve(Box<pve::PveLive>),

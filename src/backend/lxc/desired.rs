@@ -120,9 +120,7 @@ fn address(spec: &ContainerSpec, host: &HostFacts, opts: &LxcOptions, warnings: 
         CurrentAddress::Dhcp => return None,
         _ => {}
     }
-    let Some((first, last)) = host.pool else {
-        return None;
-    };
+    let (first, last) = host.pool?;
     let (first, last) = (u32::from(first), u32::from(last));
     let n = last - first + 1;
     let h = sha2::Sha256::digest(spec.hostname.as_bytes());

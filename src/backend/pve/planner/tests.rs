@@ -559,11 +559,11 @@ fn share_and_features_in_the_users_terms() {
         resizes: vec![],
         reboot_needed: true,
     };
-    let got: Vec<(String, Option<String>, Option<String>, Option<String>)> =
-        setting_changes(&share, &action, RecreatePolicy::WhenNeeded)
-            .into_iter()
-            .map(|c| (c.setting, c.from, c.to, c.how))
-            .collect();
+    type Row = (String, Option<String>, Option<String>, Option<String>);
+    let got: Vec<Row> = setting_changes(&share, &action, RecreatePolicy::WhenNeeded)
+        .into_iter()
+        .map(|c| (c.setting, c.from, c.to, c.how))
+        .collect();
     assert_eq!(
         got,
         vec![
