@@ -68,6 +68,11 @@ fn read_holder(path: &Path) -> String {
     std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+/// The lock file of container `name` in the LXC path `lxc_path`: `<lxcpath>/.<name>.lock`.
+pub fn lock_path(lxc_path: &Path, name: &str) -> PathBuf {
+    lxc_path.join(format!(".{name}.lock"))
+}
+
 /// Takes the exclusive lock on the lock file `path` of container `name`, creating the file when
 /// missing, waiting at most `timeout` while another run (process or thread) holds it; logs once
 /// that it waits and for whom.

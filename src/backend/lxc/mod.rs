@@ -209,7 +209,7 @@ impl LxcBackend {
 
     /// The lock file of container `name`: `<lxcpath>/.<name>.lock` (see [`lock`]).
     pub fn container_lock_path(&self, name: &str) -> PathBuf {
-        self.client.path().join(format!(".{name}.lock"))
+        lock::lock_path(self.client.path(), name)
     }
 
     /// Takes the lock of container `name` (see [`lock`]), waiting at most

@@ -45,7 +45,7 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
-use crate::backend::model::{Outcome, Provision};
+use crate::backend::model::{BackendKind, Outcome, Provision};
 use crate::error::{Error, Location, Result};
 use crate::inventory::{ContainerSpec, Engine, Inventory};
 use crate::snapshot::record::Snapshot;
@@ -298,6 +298,10 @@ async fn configure_one(inv: &Inventory, spec: &ContainerSpec, opts: &ConfigureOp
     }
 }
 
+/// How long an LXC container's configure waits for another run configuring or provisioning the
+/// same container (the provision lock's default, `--timeout-lease`).
+const CONFIGURE_LOCK_TIMEOUT: Duration = Duration::from_secs(900);
+
 async fn run_container(
     inv: &Inventory,
     spec: &ContainerSpec,
@@ -315,6 +319,16 @@ async fn run_container(
     if let Outcome::Failed { error } = &prov.outcome {
         anyhow::bail!("{}: provisioning failed ({error}); nothing to configure", prov_path.display());
     }
+    // One actor per container also while configuring (docs/lxc.md, "One actor per container"):
+    // two runs configuring one LXC container at once collide inside it (apt's dpkg lock), so an
+    // LXC container's configure holds the backend's lock of that container on this host.
+    let _lock = if prov.backend == BackendKind::Lxc {
+        let lxc_path = crate::lxc::resolve_path(None)?;
+        let path = crate::backend::lxc::lock::lock_path(&lxc_path, &prov.hostname);
+        Some(crate::backend::lxc::lock::acquire(&path, &prov.hostname, CONFIGURE_LOCK_TIMEOUT).await?)
+    } else {
+        None
+    };
     let address = prov
         .address
         .clone()
