@@ -9,7 +9,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
@@ -31,6 +31,17 @@ fn commit(w: &Path, msg: &str) -> String {
     git(w, &["add", "-A"]);
     git(w, &["commit", "-q", "-m", msg]);
     git(w, &["rev-parse", "HEAD"])
+}
+
+/// Organization `main` with the repository `name`, and an empty work tree (`git init`) in a
+/// temporary directory to push to it from: `(the directory, the work tree)`.
+fn repo_and_work_tree(rt: &tokio::runtime::Runtime, c: &Client, name: &str) -> (tempfile::TempDir, PathBuf) {
+    org_with_repo(rt, c, name);
+    let tmp = tempfile::tempdir().unwrap();
+    let w = tmp.path().join("w");
+    std::fs::create_dir_all(&w).unwrap();
+    git(&w, &["init", "-q"]);
+    (tmp, w)
 }
 
 /// Organization `main` with the repository `name`.
@@ -131,11 +142,7 @@ fn the_client_merges_pull_requests_on_real_gitea() {
     let g = RealGitea::start();
     let c = g.client();
     let rt = runtime();
-    org_with_repo(&rt, &c, "web");
-    let tmp = tempfile::tempdir().unwrap();
-    let w = tmp.path().join("w");
-    std::fs::create_dir_all(&w).unwrap();
-    git(&w, &["init", "-q"]);
+    let (_tmp, w) = repo_and_work_tree(&rt, &c, "web");
     let remote = g.clone_url("main", "web");
     let branch = |name: &str| -> String {
         let out = g.git_authed(&w, &["ls-remote", &remote, &format!("refs/heads/{name}")]);
@@ -305,11 +312,7 @@ fn publish_like_push_open_and_merge_at_once_on_real_gitea() {
     let g = RealGitea::start();
     let c = g.client();
     let rt = runtime();
-    org_with_repo(&rt, &c, "web");
-    let tmp = tempfile::tempdir().unwrap();
-    let w = tmp.path().join("w");
-    std::fs::create_dir_all(&w).unwrap();
-    git(&w, &["init", "-q"]);
+    let (_tmp, w) = repo_and_work_tree(&rt, &c, "web");
     let remote = g.clone_url("main", "web");
     write_files(&w, &[("container.env", "ID=101\n")]);
     let one = commit(&w, "one");
@@ -379,11 +382,7 @@ fn a_probe_workflow_runs_on_the_real_runner_on_push_and_dispatch() {
     let registered = started.elapsed();
     let c = g.client();
     let rt = runtime();
-    org_with_repo(&rt, &c, "probe");
-    let tmp = tempfile::tempdir().unwrap();
-    let w = tmp.path().join("w");
-    std::fs::create_dir_all(&w).unwrap();
-    git(&w, &["init", "-q"]);
+    let (_tmp, w) = repo_and_work_tree(&rt, &c, "probe");
     write_files(&w, &[(".gitea/workflows/probe.yml", PROBE)]);
     let sha = commit(&w, "probe");
     // A push with the admin's personal access token (basic auth, token as password): it starts
