@@ -509,6 +509,67 @@ fn test_two_runs_creating_one_container_at_once_take_turns() -> Result<(), Faile
     Ok(())
 }
 
+/// A run killed between the clone and the metadata (a runner's host rebooted, `kill -9` of the
+/// job) leaves a clone without `proxmox-gitops.json`, or a directory `lxc-copy` did not finish,
+/// beside the create marker it wrote first. The next create of that vmid removes it and makes the
+/// container; without the marker (or for another vmid) the same clone is not ours and stays
+/// untouched. The state is made as the create makes it: the marker, then the clone.
+fn test_a_create_killed_half_way_is_removed_and_made_again() -> Result<(), Failed> {
+    use proxmox_gitops::backend::lxc::interrupted;
+    let f = fixture()?;
+    RT.block_on(async {
+        assert_ok(&first(f).await.1);
+        let spec = f.spec("killed", 90040);
+        let _guard = f.guard(&spec);
+        let name = spec.hostname.as_str();
+        let marker = f.backend.create_marker_path(name);
+        let base = f.backend.options().base.clone();
+        let clone = || f.backend.client().copy(&base, name, true, std::time::Duration::from_secs(600));
+
+        // Without a marker: somebody else's container, refused and left alone.
+        clone().await.unwrap();
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        assert!(matches!(plan.action, Action::Refused { .. }), "{plan:?}");
+        // A marker for another vmid does not make it ours either.
+        interrupted::mark(&marker, 90041).unwrap();
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        assert!(matches!(plan.action, Action::Refused { .. }), "{plan:?}");
+        assert!(f.lxc_path.join(name).join("config").is_file(), "untouched");
+
+        // The marker of this vmid: an interrupted create of ours. Planned as a create, applied
+        // by removing the clone first.
+        interrupted::mark(&marker, spec.vmid).unwrap();
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        assert_eq!((plan.action.clone(), plan.start), (Action::Create, true));
+        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        assert_ok(&p);
+        assert_eq!(
+            actions(&p),
+            vec!["remove-interrupted", "clone", "config", "install-key", "start", "address", "wait-ssh"]
+        );
+        assert!(p.created);
+        assert!(!marker.exists(), "the marker goes once the metadata is written");
+        let meta = std::fs::read_to_string(f.lxc_path.join(name).join(META_FILE)).unwrap();
+        assert!(meta.contains("90040"), "{meta}");
+        let out = f.ssh(p.address.as_deref().unwrap(), spec.vmid, &["hostname"]).expect("ssh");
+        assert_eq!(out.trim(), name);
+
+        // Killed during `lxc-copy`: a directory without a config. Not a container to LXC, so the
+        // plan creates; the create removes the directory first.
+        f.backend.client().stop(name, std::time::Duration::from_secs(30)).await.unwrap();
+        f.backend.client().destroy(name).await.unwrap();
+        std::fs::create_dir_all(f.lxc_path.join(name).join("rootfs/etc")).unwrap();
+        interrupted::mark(&marker, spec.vmid).unwrap();
+        let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
+        assert_eq!(plan.action, Action::Create);
+        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        assert_ok(&p);
+        assert_eq!(actions(&p)[..2], ["remove-interrupted", "clone"], "{p:#?}");
+        assert!(!marker.exists());
+    });
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     type Test = fn() -> Result<(), Failed>;
@@ -527,6 +588,7 @@ fn main() {
             test_containers_made_at_once_get_distinct_static_addresses,
         ),
         ("two_runs_creating_one_container_at_once_take_turns", test_two_runs_creating_one_container_at_once_take_turns),
+        ("a_create_killed_half_way_is_removed_and_made_again", test_a_create_killed_half_way_is_removed_and_made_again),
     ];
     let trials = tests.into_iter().map(|(name, t)| Trial::test(name, t)).collect();
     let conclusion = libtest_mimic::run(&args, trials);

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::desired::{in_subnet, live_applicable};
-use super::{BaseStatus, CurrentAddress, Desired, HostFacts, LxcBackend, META_FILE, desired, guest, record};
+use super::{
+    BaseStatus, CurrentAddress, Desired, HostFacts, LxcBackend, META_FILE, desired, guest, interrupted, record,
+};
 use crate::backend::model::{
     Action, ActionRecord, ApplyOptions, BackendKind, Change, ContainerPlan, Outcome, Provision, RecreatePolicy,
 };
@@ -117,8 +119,11 @@ impl LxcBackend {
             }
             Action::Create => {
                 // Cannot happen under the lock (the plan was made again under it), unless
-                // something other than proxmox-gitops made it.
-                if self.client.exists(name) {
+                // something other than proxmox-gitops made it — or an interrupted create of ours
+                // left it (the plan says create for that; `create` removes it first).
+                let interrupted = interrupted::marked_vmid(&self.create_marker_path(name)) == Some(spec.vmid)
+                    && self.read_meta(name)?.is_none();
+                if self.client.exists(name) && !interrupted {
                     bail!("container `{name}` appeared since the plan was made; plan again");
                 }
                 (desired, key_installed) = self.create(spec, opts, p).await?;
@@ -215,12 +220,27 @@ impl LxcBackend {
                 Some(format!("{} (debian {}) in {}", self.opts.base, self.opts.release, self.client.path().display())),
             ));
         }
+        let marker = self.create_marker_path(name);
         let t = Instant::now();
-        let how = self.clone_base(name).await?;
+        if let Some(what) = self.remove_interrupted(name, spec.vmid, &marker).await? {
+            p.actions.push(record("remove-interrupted", t, Some(what)));
+        }
+        interrupted::mark(&marker, spec.vmid)?;
+        let t = Instant::now();
+        let how = match self.clone_base(name).await {
+            Ok(how) => how,
+            Err(e) => {
+                // The marker stays while lxc-copy left anything behind: the next create removes it.
+                if !self.client.container_dir(name).exists() {
+                    let _ = interrupted::clear(&marker);
+                }
+                return Err(e);
+            }
+        };
         p.actions.push(record("clone", t, Some(format!("{how} of {}", self.opts.base))));
         p.created = true;
         let t = Instant::now();
-        match self.configure_new(spec, opts).await {
+        match self.configure_new(spec, opts).await.and_then(|r| interrupted::clear(&marker).map(|()| r)) {
             Ok((desired, key, detail)) => {
                 p.actions.push(record("config", t, Some(detail)));
                 if let Some(key) = &key {
@@ -235,11 +255,41 @@ impl LxcBackend {
             }
             Err(e) => {
                 // Nothing half-made stays behind: the clone without its config is removed.
-                let _ = self.client.destroy(name).await;
+                if self.client.destroy(name).await.is_ok() {
+                    let _ = interrupted::clear(&marker);
+                }
                 p.created = false;
                 Err(e.context(format!("cannot configure the new container `{name}` (removed again)")))
             }
         }
+    }
+
+    /// Removes what an interrupted create of `vmid` left under `name` (see [`interrupted`]): a
+    /// container or a bare directory without metadata, while the create marker names `vmid`.
+    /// Returns what was removed; `None` when there was nothing (a stale marker is dropped).
+    /// Called under the container's lock, so the marker's writer is gone.
+    ///
+    /// # Errors
+    /// `lxc-destroy` or removing the directory failed.
+    async fn remove_interrupted(&self, name: &str, vmid: u32, marker: &std::path::Path) -> Result<Option<String>> {
+        let dir = self.client.container_dir(name);
+        if interrupted::marked_vmid(marker) != Some(vmid) || !dir.exists() || dir.join(META_FILE).exists() {
+            return Ok(None);
+        }
+        let what = if self.client.exists(name) {
+            self.client
+                .destroy(name)
+                .await
+                .with_context(|| format!("cannot remove `{name}`, which an interrupted create left half made"))?;
+            format!("`{name}`: a clone an interrupted create of vmid {vmid} left without its metadata")
+        } else {
+            std::fs::remove_dir_all(&dir).with_context(|| {
+                format!("cannot remove {}, which an interrupted create left half made", dir.display())
+            })?;
+            format!("{}: a directory an interrupted create of vmid {vmid} left without a config", dir.display())
+        };
+        tracing::warn!("{name}: removed {what} (marker {})", marker.display());
+        Ok(Some(what))
     }
 
     /// The part of [`Self::create`] after the clone: the address is chosen and the config written

@@ -48,6 +48,7 @@ pub mod desired;
 mod executor;
 pub mod guest;
 pub mod host;
+pub mod interrupted;
 pub mod lock;
 pub mod planner;
 
@@ -238,7 +239,16 @@ impl LxcBackend {
         let Some(config) = self.client.read_config(name)? else { return Ok(None) };
         let meta = self.read_meta(name)?;
         let state = self.client.state(name).await?;
-        Ok(Some(Live { config, meta, state }))
+        let interrupted = match meta {
+            None => interrupted::marked_vmid(&self.create_marker_path(name)),
+            Some(_) => None,
+        };
+        Ok(Some(Live { config, meta, state, interrupted }))
+    }
+
+    /// The marker of an unfinished create of container `name` (see [`interrupted`]).
+    pub fn create_marker_path(&self, name: &str) -> PathBuf {
+        interrupted::marker_path(self.client.path(), name)
     }
 
     async fn desired(&self, spec: &ContainerSpec, start_bridge: bool) -> Result<Desired> {

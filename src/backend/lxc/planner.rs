@@ -25,6 +25,9 @@ pub struct Live {
     pub meta: Option<Meta>,
     /// Running or not.
     pub state: State,
+    /// Without metadata: the vmid of the create marker beside it, when an interrupted create
+    /// of ours left it (see [`super::interrupted`]).
+    pub interrupted: Option<u32>,
 }
 
 fn joined(values: &[&str]) -> Option<String> {
@@ -67,6 +70,10 @@ pub fn plan_container(
     let Some(live) = live else {
         return plan(Action::Create, true);
     };
+    if live.meta.is_none() && live.interrupted == Some(spec.vmid) {
+        // Half made by a killed run of ours, never started: the create removes it and starts over.
+        return plan(Action::Create, true);
+    }
     let mut reasons = Vec::new();
     match &live.meta {
         None => reasons

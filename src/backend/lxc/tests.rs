@@ -194,7 +194,7 @@ fn live_from(d: &Desired, state: State) -> Live {
     for (k, v) in &d.keys {
         config.set_all(k, v);
     }
-    Live { config, meta: Some(d.meta.clone()), state }
+    Live { config, meta: Some(d.meta.clone()), state, interrupted: None }
 }
 
 fn plan_of(action: Action, start: bool) -> ContainerPlan {
