@@ -4,18 +4,22 @@
 # tests/real_host_pipeline.rs: publish + dispatch on release (the first deploy: container created
 # and configured), a push to main (configure only), and a merged release pull request raising
 # MEMORY (an update in place). Reports the wall time of each, from the trigger to the run's end,
-# and each job's timeline (start, duration, and the gap before it: the runner picking the job up),
-# read from the jobs' log timestamps. Writes docs/benchmarks/real-host.md.
+# each run's job (its start and the runner's pick-up gap, from the log timestamps) and its steps
+# (Gitea's step times, whole seconds); then the same workflows under act beside it
+# (tests/workflows_act.rs end_to_end: no runner, no pick-up). Writes docs/benchmarks/real-host.md.
 #
-#   sudo benches/real_host.sh          # one round
-#   sudo ROUNDS=3 benches/real_host.sh # three rounds (the first may bootstrap the base: cold)
+#   sudo benches/real_host.sh          # two rounds: the first warms the base container
+#   sudo ROUNDS=3 benches/real_host.sh
 #
+# The base container is kept between rounds (PGO_TEST_LXC_BASE, default pgobench-base-bookworm),
+# as a host that deployed before has it; remove it with `lxc-destroy -n pgobench-base-bookworm`.
 # Needs root, LXC, Debian's mirror, mosquitto-clients, and the real Gitea and runner (built here
 # by tests/real_host/build.sh, cached by version). Traffic: loopback and lxcbr0 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "error: LXC and the Gitea user need root: run sudo $0" >&2; exit 1; }
-rounds="${ROUNDS:-1}"
+rounds="${ROUNDS:-2}"
+export PGO_TEST_LXC_BASE="${PGO_TEST_LXC_BASE:-pgobench-base-bookworm}"
 real_host="$(tests/real_host/build.sh)"
 while IFS= read -r line; do export "${line?}"; done <<<"$real_host"
 # shellcheck source=../versions.env
@@ -32,40 +36,40 @@ for i in $(seq 1 "$rounds"); do
   rm -f "$out.$i"
 done
 
+# The act run beside it, with the same warm base.
+echo "==> the same workflows under act" >&2
+cargo test --locked --quiet --test workflows_act end_to_end -- --nocapture >"$out.act" 2>&1 \
+  || { cat "$out.act" >&2; exit 1; }
+act_times=$(grep -E '^act workflows/' "$out.act" | sed -E 's/^/    /')
+rm -f "$out.act"
+
 # The totals of each round, and the timeline of each of the four runs of the last one.
 totals=$(grep -E '^(first deploy|push to main|merged release)' "$out" | sed -E 's/^/    /')
-last_round=$(awk '/run 1 done after/{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$out")
-timelines=$(printf '%s' "$last_round" | grep -E '^(main/.*: run [0-9] done|timeline )' \
-  | sed -E 's#^main/[^:]*: #\n#; s/^timeline /    /')
+last_round=$(awk '/run 1 done after|1 run\(s\) done after/{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$out")
+timelines=$(printf '%s' "$last_round" | grep -E '^(main/.*: [0-9] run\(s\) done|timeline )' \
+  | sed -E 's#^main/[^:]*: #\n#; s/^timeline step /        step /; s/^timeline /    job /')
 
 {
   echo "# The pipeline on the real host"
   echo
   echo "Produced by \`benches/real_host.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'): $(nproc) CPUs,"
   echo "$(free -g | awk '/Mem:/{print $2}') GiB RAM, Gitea $GITEA_VERSION and its runner v$GITEA_RUNNER_VERSION (host mode, label"
-  echo "\`shell\`, one job at a time, fetch interval 1 s), backend \`lxc\`, the test's debug build of"
-  echo "proxmox-gitops. Load average $load when it started. $rounds round(s)."
+  echo "\`shell\`, one job at a time, fetch interval 1 s), backend \`lxc\` with a warm base container"
+  echo "(\`$PGO_TEST_LXC_BASE\`, kept between rounds), the test's debug build of proxmox-gitops."
+  echo "Load average $load when it started. $rounds round(s); the first may bootstrap the base."
   echo
-  echo "From the trigger (dispatch, \`git push\`, the merge through the API) until the run completed:"
+  echo "From the trigger (dispatch, \`git push\`, the merge through the API) until the run completed,"
+  echo "every round:"
   echo
   echo "$totals"
   echo
-  echo "Each run of the last round, job by job (seconds; \`start\` from the run's first log line,"
-  echo "\`took\` the job's own time, \`gap\` the time from the previous job's end to this one's"
-  echo "first log line: the runner fetching the next task and setting it up):"
+  echo "Each run of the last round: its one job (\`start\` from the run's first log line, \`took\` the"
+  echo "job's own time) and its steps that ran (Gitea's step times, in whole seconds):"
   echo "$timelines"
   echo
-  echo "Against issue 24's goals (first deploy ≤ 20 s, update in place ≤ 5 s) and the physical limit:"
+  echo "The same workflows under act (tests/workflows_act.rs, end_to_end; the release run creates and"
+  echo "configures the broker, main reconfigures it, no runner and no pick-up gap):"
   echo
-  echo "* Every job costs a pick-up gap of 1-2.5 s (the runner polls for tasks every second here, 2 s"
-  echo "  by default, then sets up the job), and the release run has four jobs (resolve, plan,"
-  echo "  provision, configure): about 6 s of an update in place are gaps, 1-3 s more pass between"
-  echo "  the trigger and the first job. The work itself (the four jobs' own time) is about 4 s."
-  echo "* The first deploy's configure job installs mosquitto and applies the base role from"
-  echo "  Debian's mirror (about half of it); provision clones the cached base container."
-  echo "* The push to main that also moves a lib (run 3) waits for that lib's own pipeline, which"
-  echo "  shares the concurrency group: the group serialises them by design."
-  echo "* The same scenario under act (tests/workflows_act.rs, end_to_end) runs the jobs back to"
-  echo "  back with no pick-up gaps."
+  echo "$act_times"
 } >docs/benchmarks/real-host.md
 cat docs/benchmarks/real-host.md

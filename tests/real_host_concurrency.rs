@@ -6,7 +6,9 @@
 //!    other, never overlapping; the newest ref ends up deployed.
 //! 2. Two runners; the monorepo's pipeline and the lib's own pipeline dispatched at once on
 //!    `release`: one deploys, the other waits its turn; both green, the container created once.
-//! 3. Pushes and merges made from a job with the job token versus a personal access token: which
+//! 3. The runner killed in the middle of a provision: Gitea fails the stuck run as a zombie, the
+//!    next run on a new runner converges.
+//! 4. Pushes and merges made from a job with the job token versus a personal access token: which
 //!    start workflow runs (a probe workflow, no containers).
 //!
 //! Needs root, LXC with lxcbr0, Debian's mirror (the broker installs mosquitto) and the real Gitea
@@ -24,7 +26,7 @@ use serde_json::json;
 use support::git::git;
 use support::real_gitea::{RealGitea, RealRunner, Run, RunnerOptions};
 use support::real_pipeline::{
-    PASSWORD, Span, job_spans, lxc_memory, publish, read_json, runs_done, shown, with_memory,
+    self as real_pipeline, PASSWORD, Span, job_spans, lxc_memory, publish, read_json, runs_done, shown, with_memory,
 };
 use support::workflows::LxcCleanup;
 
@@ -215,6 +217,84 @@ fn the_monorepo_and_the_lib_pipeline_deploying_one_container_at_once_take_turns(
     let prov = read_json(&p.artifacts().join("provision/broker.json"));
     assert_eq!(prov["result"].as_str(), Some("ok"), "{prov:#}");
     eprintln!("two pipelines test: {:.1}s", started.elapsed().as_secs_f64());
+}
+
+/// The runner killed (SIGKILL to its process group: the daemon, the job's shell and
+/// proxmox-gitops) while the provision step of the first deploy runs. Gitea still counts the job
+/// as running until it fails it as a zombie (no report from its runner for
+/// `ZOMBIE_TASK_TIMEOUT`). A new runner, a new dispatch: the deploy converges from whatever the
+/// killed one left (a half-made clone included, see `tests/provision_lxc.rs`), green, the broker
+/// answering.
+#[test]
+fn a_runner_killed_during_provision_leaves_a_state_the_next_run_converges_from() {
+    let _serial = CONTAINERS.lock().unwrap_or_else(|e| e.into_inner());
+    let _cleanup = LxcCleanup::new();
+    let started = Instant::now();
+    let mut p = publish(1);
+    let name = p.name.clone();
+    wait_pushed(&p.g, &name, "release");
+    p.g.dispatch_workflow("main", &name, "pipeline.yml", "release", &json!({"step": "deploy"}));
+
+    // Until the provision step runs (bounded; Gitea learns the step states from the runner's
+    // reports, every second here), then a little into it: the first provision clones the base.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let run = loop {
+        assert!(Instant::now() < deadline, "the provision step never started:\n{}", shown(&p.g.runs("main", &name)));
+        let runs = p.g.runs("main", &name);
+        if let Some(r) = runs.first() {
+            let jobs = p.g.jobs("main", &name, r.id);
+            let provisioning = jobs.iter().filter_map(|j| j.step("Provision")).any(|s| s.status == "in_progress");
+            let done = r.status == "completed";
+            assert!(!done, "the run ended before the kill:\n{}", shown(&runs));
+            if provisioning {
+                break r.id;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let ct_dir = std::path::Path::new("/var/lib/lxc").join(p.ct());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ct_dir.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.runners[0].kill();
+    eprintln!("OBSERVED killed the runner during provision; {} exists: {}", ct_dir.display(), ct_dir.exists());
+
+    // Gitea 1.27.3 has no API to cancel a run (the run page's Cancel only asks the runner, which
+    // is dead): it fails the task once the runner stopped reporting for ZOMBIE_TASK_TIMEOUT (30 s
+    // in this Gitea, 10 minutes by default). Until then the run holds the concurrency group.
+    let killed_at = Instant::now();
+    let deadline = killed_at + Duration::from_secs(120);
+    let stuck = loop {
+        let r = p.g.runs("main", &name).into_iter().find(|r| r.id == run).unwrap();
+        if r.status == "completed" || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    eprintln!(
+        "OBSERVED the killed run ended {:.0}s after the kill: {} {}",
+        killed_at.elapsed().as_secs_f64(),
+        stuck.status,
+        stuck.conclusion
+    );
+    assert_eq!((stuck.status.as_str(), stuck.conclusion.as_str()), ("completed", "failure"), "{stuck}");
+
+    // A new runner; the next deploy converges.
+    let _runner = RealRunner::start(&p.g, &real_pipeline::runner_options(1));
+    p.g.dispatch_workflow("main", &name, "pipeline.yml", "release", &json!({"step": "deploy"}));
+    let next = runs_done(&p.g, "main", &name, 2).remove(0);
+    real_pipeline::assert_run(&next, &["resolve", "plan", "provision", "configure"], PASSWORD);
+    let prov = read_json(&p.artifacts().join("provision/broker.json"));
+    assert_eq!(prov["result"].as_str(), Some("ok"), "{prov:#}");
+    eprintln!("OBSERVED the next run's provision: created {} actions {}", prov["created"], prov["actions"]);
+    let addr = prov["address"].as_str().unwrap();
+    let answered = std::process::Command::new("mosquitto_pub")
+        .args(["-h", addr, "-p", "1883", "-u", real_pipeline::LOGIN, "-P", PASSWORD, "-t", "pgo/real", "-m", "hi"])
+        .status()
+        .unwrap();
+    assert!(answered.success(), "the broker takes the login after the converged deploy");
+    eprintln!("killed runner test: {:.1}s", started.elapsed().as_secs_f64());
 }
 
 /// The token probe: a dispatch runs `act`, which pushes a branch and merges a pull request into

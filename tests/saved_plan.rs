@@ -122,6 +122,28 @@ fn a_saved_plan_applies_exactly_or_is_refused_when_something_moved() {
     );
     assert_eq!(memory(&pve), 768);
 
+    // `--step` narrows the plan to some of its ref's steps (the pipeline provisions with the
+    // plan, then configures in a step of its own): provision only, configure not run.
+    set_memory(root, 640);
+    plan(root, &env);
+    let out = pgo(root, &["deploy", "--plan", plan_arg, "--step", "provision", "-c", "alpha", "--no-wait-ssh"], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let d: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/deploy.json")).unwrap()).unwrap();
+    assert_eq!(d["steps"], serde_json::json!(["provision"]), "{d:#}");
+    assert_eq!(memory(&pve), 640);
+    // A step the plan's ref does not run is refused, nothing written.
+    writes(&pve);
+    let out = pgo(root, &["deploy", "--plan", plan_arg, "--step", "snapshot"], &env);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--step snapshot: ")
+            && text(&out.stderr).contains("plans ref refs/heads/release, whose steps are provision, configure"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(writes(&pve), vec![]);
+
     // A plan for another ref, or a container the plan does not hold, is invalid input.
     let out = pgo(root, &["deploy", "--plan", plan_arg, "--ref", "refs/heads/main"], &env);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));

@@ -5,7 +5,7 @@
 //! `PROXMOX_HOST` (provision refuses the input before any container) or a PVE API on a loopback
 //! port where nothing listens (`PVE_CLOSED`: every container's provision fails on its own), so
 //! configure has no provision result to work from. They check everything around the steps: job
-//! order, outputs passed between jobs, one step call per container, blocking, masking, the
+//! order, artifacts passed from step to step, one step call per container, blocking, masking, the
 //! binary input.
 //!
 //! [`end_to_end_lxc_then_a_failing_lib_then_pve`] runs the whole pipeline for real: the shipped
@@ -43,6 +43,13 @@ const PVE_CLOSED: [&str; 10] = [
 ];
 const NO_PROVISION: &str = "run `provision` first";
 
+/// The pipeline's steps (workflows/pipeline.yml: one job, `deploy`), by the start of their names.
+const RESOLVE: &str = "Resolve the inventory";
+const PLAN: &str = "Plan";
+const PROVISION: &str = "Provision";
+const CONFIGURE: &str = "Configure";
+const RELEASE_PR: &str = "Open or update the release pull request";
+
 fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     PVE_UNSET.iter().copied().chain(extra.iter().copied()).collect()
 }
@@ -66,26 +73,31 @@ fn push_to_main_resolves_then_configures_every_container() {
     );
     let log = &run.log;
     // resolve ran and handed its outputs on.
-    assert!(run.job_has("pipeline", "resolve", "Job succeeded"), "{log}");
-    assert!(run.job_has("pipeline", "resolve", "containers=config,alpha,beta"), "{log}");
+    assert!(run.step_ok("pipeline", "deploy", RESOLVE), "{log}");
+    assert!(run.step_has("pipeline", "deploy", RESOLVE, "containers=config,alpha,beta"), "{log}");
     // main does not provision.
-    assert!(run.job("pipeline", "provision").is_empty(), "{log}");
+    assert!(run.step("pipeline", "deploy", PROVISION).is_empty(), "{log}");
     // No Gitea address (HOST): no release pull request to open.
-    assert!(run.job("pipeline", "release-pr").is_empty(), "{log}");
-    // configure got the inventory through the bundle output (it runs in another workspace).
-    assert!(run.job_has("pipeline", "configure", "restored 1 artifact(s)"), "{log}");
-    assert!(run.job_has("pipeline", "configure", "inventory.json"), "{log}");
-    assert!(run.job_has("pipeline", "configure", "inventory was resolved in"), "{log}");
+    assert!(run.step("pipeline", "deploy", RELEASE_PR).is_empty(), "{log}");
+    // configure used the resolve step's inventory (the `inventory` input): it did not resolve
+    // again, and nothing was handed over in a bundle.
+    assert!(run.step_has("pipeline", "deploy", RESOLVE, "3 container(s), 0 task(s), stage main; wrote"), "{log}");
+    assert!(!run.step_has("pipeline", "deploy", CONFIGURE, "task(s), stage main; wrote"), "{log}");
+    assert!(!run.step_has("pipeline", "deploy", CONFIGURE, "restored"), "no bundle within one job: {log}");
     // configure is invoked once per container; nothing was provisioned, so each one fails saying
     // so, and so do the job and act.
     for name in ["config", "alpha", "beta"] {
         let call = format!("INFO {name}: configure");
-        assert_eq!(run.job("pipeline", "configure").iter().filter(|l| l.ends_with(&call)).count(), 1, "{name}\n{log}");
+        assert_eq!(
+            run.step("pipeline", "deploy", CONFIGURE).iter().filter(|l| l.ends_with(&call)).count(),
+            1,
+            "{name}\n{log}"
+        );
         let line = format!("{name}: configure failed: {name}: {NO_PROVISION}");
-        assert!(run.job_has("pipeline", "configure", &line), "{name}\n{log}");
+        assert!(run.step_has("pipeline", "deploy", CONFIGURE, &line), "{name}\n{log}");
     }
-    assert!(run.job_has("pipeline", "configure", "3 of 3 container(s) failed: config, alpha, beta"), "{log}");
-    assert!(run.job_has("pipeline", "configure", "Job failed"), "{log}");
+    assert!(run.step_has("pipeline", "deploy", CONFIGURE, "3 of 3 container(s) failed: config, alpha, beta"), "{log}");
+    assert!(run.step_failed("pipeline", "deploy", CONFIGURE), "{log}");
     assert_ne!(run.code, 0, "{log}");
     // The secret never shows.
     assert!(!log.contains("pve-secret-9f2c"), "{log}");
@@ -123,14 +135,11 @@ fn push_to_main_runs_release_pr_when_gitea_is_configured() {
     );
     let log = &run.log;
     assert!(
-        run.job_has(
-            "pipeline",
-            "release-pr",
-            "main/mono on Gitea has no branch `main` or `release` (or does not exist): run `proxmox-gitops publish` first"
+        run.step_has("pipeline", "deploy", RELEASE_PR, "main/mono on Gitea has no branch `main` or `release` (or does not exist): run `proxmox-gitops publish` first"
         ),
         "{log}"
     );
-    assert!(run.job_has("pipeline", "release-pr", "Job failed"), "{log}");
+    assert!(run.step_failed("pipeline", "deploy", RELEASE_PR), "{log}");
     assert!(!log.contains("gitea-pw-71c3"), "the password is masked: {log}");
     assert!(
         double.api_calls().iter().any(|c| c == "GET /repos/main/mono/compare/release...main 404"),
@@ -151,28 +160,25 @@ fn push_to_release_provisions_then_configures_with_the_provision_results() {
         &args(&PVE_CLOSED),
     );
     let log = &run.log;
-    assert!(run.job_has("pipeline", "resolve", "Job succeeded"), "{log}");
+    assert!(run.step_ok("pipeline", "deploy", RESOLVE), "{log}");
     for name in ["config", "alpha", "beta"] {
         let line = format!("{name}: provision failed: ");
-        assert!(run.job_has("pipeline", "provision", &line), "{name}\n{log}");
+        assert!(run.step_has("pipeline", "deploy", PROVISION, &line), "{name}\n{log}");
     }
-    assert!(run.job_has("pipeline", "provision", "Job failed"), "{log}");
-    // configure still runs after a failed provision and reads its results from the provision
-    // job's bundle: every container's provision failed for these inputs, so each is blocked
-    // rather than configured.
+    assert!(run.step_failed("pipeline", "deploy", PROVISION), "{log}");
+    // provision applied the plan step's plan.
     assert!(
-        run.job_has(
-            "pipeline",
-            "configure",
-            "deploy.json, inventory.json, provision/alpha.json, provision/beta.json, provision/config.json"
-        ),
+        run.step_has("pipeline", "deploy", PROVISION, "plan.json: inputs and live state as planned; applying it"),
         "{log}"
     );
+    // configure still runs after a failed provision and reads its results from the provision
+    // step's artifacts: every container's provision failed for these inputs, so each is blocked
+    // rather than configured.
     for name in ["config", "alpha", "beta"] {
         let line = format!("{name}: configure blocked: provision failed for the same inputs");
-        assert!(run.job_has("pipeline", "configure", &line), "{name}\n{log}");
+        assert!(run.step_has("pipeline", "deploy", CONFIGURE, &line), "{name}\n{log}");
     }
-    assert!(!run.job_has("pipeline", "configure", NO_PROVISION), "{log}");
+    assert!(!run.step_has("pipeline", "deploy", CONFIGURE, NO_PROVISION), "{log}");
     assert_ne!(run.code, 0, "{log}");
 }
 
@@ -190,41 +196,36 @@ fn release_plans_before_provisioning_and_writes_a_job_summary() {
         &args(&PVE_CLOSED),
     );
     let log = &run.log;
-    assert!(run.job_has("pipeline", "plan", "Job succeeded"), "{log}");
+    assert!(run.step_ok("pipeline", "deploy", PLAN), "{log}");
     for name in ["config", "alpha", "beta"] {
         assert!(
-            run.job("pipeline", "plan").iter().any(|l| l.contains(name) && l.contains("cannot plan: ")),
+            run.step("pipeline", "deploy", PLAN).iter().any(|l| l.contains(name) && l.contains("cannot plan: ")),
             "{name}\n{log}"
         );
     }
     assert!(
-        run.job_has(
+        run.step_has(
             "pipeline",
-            "plan",
+            "deploy",
+            PLAN,
             "0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 3 cannot be planned"
         ),
         "{log}"
     );
-    assert!(run.job_has("pipeline", "plan", "job summary: plan ("), "{log}");
-    // The plan job ran before provision started.
-    let line_of = |job: &str, text: &str| {
-        let tag = format!("[pipeline/{job}");
-        log.lines().position(|l| {
-            l.strip_prefix(&tag).is_some_and(|rest| rest.trim_start_matches(' ').starts_with(']')) && l.contains(text)
-        })
-    };
-    let plan_done = line_of("plan", "Job succeeded").unwrap();
-    assert!(plan_done < line_of("provision", "").unwrap(), "{log}");
-    assert!(run.job_has("pipeline", "provision", "beta: provision failed: "), "{log}");
+    assert!(run.step_has("pipeline", "deploy", PLAN, "job summary: plan ("), "{log}");
+    // The plan step ended before provision started.
+    let line_of = |text: &str| log.lines().position(|l| l.contains(text)).unwrap_or_else(|| panic!("{text}:\n{log}"));
+    assert!(line_of(&format!("Success - Main {PLAN}")) < line_of(&format!("⭐ Run Main {PROVISION}")), "{log}");
+    assert!(run.step_has("pipeline", "deploy", PROVISION, "beta: provision failed: "), "{log}");
 
     // A dispatch of the plan alone: no provision, no configure.
     let event = serde_json::json!({"ref": "refs/heads/main", "inputs": {"step": "plan", "container": "beta"}});
     let run = act(repo.path(), "workflow_dispatch", "workflows/pipeline.yml", &event, &args(&[]));
     let log = &run.log;
-    assert!(run.job_has("pipeline", "plan", "Job succeeded"), "{log}");
-    assert!(run.job_has("pipeline", "plan", "1 container(s) for refs/heads/main"), "{log}");
-    assert!(run.job("pipeline", "provision").is_empty(), "{log}");
-    assert!(run.job("pipeline", "configure").is_empty(), "{log}");
+    assert!(run.step_ok("pipeline", "deploy", PLAN), "{log}");
+    assert!(run.step_has("pipeline", "deploy", PLAN, "1 container(s) for refs/heads/main"), "{log}");
+    assert!(run.step("pipeline", "deploy", PROVISION).is_empty(), "{log}");
+    assert!(run.step("pipeline", "deploy", CONFIGURE).is_empty(), "{log}");
 }
 
 #[test]
@@ -232,9 +233,9 @@ fn dispatch_runs_the_chosen_step_for_the_chosen_container() {
     let repo = monorepo(&[]);
     let run = dispatch_provision_beta(repo.path(), "main", &args(&PVE_CLOSED));
     let log = &run.log;
-    assert!(run.job_has("pipeline", "provision", "beta: provision failed: "), "{log}");
-    assert!(!run.job_has("pipeline", "provision", "alpha:"), "{log}");
-    assert!(run.job("pipeline", "configure").is_empty(), "{log}");
+    assert!(run.step_has("pipeline", "deploy", PROVISION, "beta: provision failed: "), "{log}");
+    assert!(!run.step_has("pipeline", "deploy", PROVISION, "alpha:"), "{log}");
+    assert!(run.step("pipeline", "deploy", CONFIGURE).is_empty(), "{log}");
     assert_ne!(run.code, 0, "{log}");
 }
 
@@ -245,9 +246,12 @@ fn a_pve_backend_without_a_host_is_refused_before_any_container() {
     let repo = monorepo(&[]);
     let run = dispatch_provision_beta(repo.path(), "main", &args(&[]));
     let log = &run.log;
-    assert!(run.job_has("pipeline", "provision", "environment (PROXMOX_HOST): not set: the PVE API host"), "{log}");
-    assert!(!run.job_has("pipeline", "provision", "provision failed"), "{log}");
-    assert!(run.job_has("pipeline", "provision", "rc=2"), "{log}");
+    assert!(
+        run.step_has("pipeline", "deploy", PROVISION, "environment (PROXMOX_HOST): not set: the PVE API host"),
+        "{log}"
+    );
+    assert!(!run.step_has("pipeline", "deploy", PROVISION, "provision failed"), "{log}");
+    assert!(run.step_has("pipeline", "deploy", PROVISION, "rc=2"), "{log}");
     assert_ne!(run.code, 0, "{log}");
 }
 
@@ -258,7 +262,7 @@ fn recreate_keep_and_tls_variables_reach_the_binary() {
     let repo = monorepo(&[]);
     let run = dispatch_provision_beta(repo.path(), "release", &args(&["--var", "PROXMOX_GITOPS_RECREATE=sometimes"]));
     let log = &run.log;
-    assert!(run.job_has("pipeline", "provision", "invalid value 'sometimes' for '--recreate"), "{log}");
+    assert!(run.step_has("pipeline", "deploy", PROVISION, "invalid value 'sometimes' for '--recreate"), "{log}");
     assert_ne!(run.code, 0, "{log}");
 
     let run = act(
@@ -280,7 +284,10 @@ fn recreate_keep_and_tls_variables_reach_the_binary() {
         &args(&["--var", "PROXMOX_HOST=127.0.0.1", "--var", "PROXMOX_PORT=9", "--var", "PROXMOX_FINGERPRINT=00:11"]),
     );
     let log = &run.log;
-    assert!(run.job_has("pipeline", "provision", "--pve-fingerprint: expected a SHA-256 fingerprint"), "{log}");
+    assert!(
+        run.step_has("pipeline", "deploy", PROVISION, "--pve-fingerprint: expected a SHA-256 fingerprint"),
+        "{log}"
+    );
     assert!(!log.contains("a value is required for '--pve-ca"), "{log}");
     assert_ne!(run.code, 0, "{log}");
 }
@@ -382,12 +389,17 @@ fn a_broken_container_env_fails_the_run_and_names_the_file() {
         act(repo.path(), "push", "workflows/pipeline.yml", &serde_json::json!({"ref": "refs/heads/main"}), &args(&[]));
     let log = &run.log;
     assert_ne!(run.code, 0, "{log}");
-    assert!(run.job_has("pipeline", "resolve", "Job failed"), "{log}");
+    assert!(run.step_failed("pipeline", "deploy", RESOLVE), "{log}");
     assert!(
-        run.job_has("pipeline", "resolve", "libs/beta/container.env:3 (CORES): expected CORES as a whole number"),
+        run.step_has(
+            "pipeline",
+            "deploy",
+            RESOLVE,
+            "libs/beta/container.env:3 (CORES): expected CORES as a whole number"
+        ),
         "{log}"
     );
-    assert!(run.job("pipeline", "configure").iter().all(|l| !l.contains("configure failed")), "{log}");
+    assert!(run.step("pipeline", "deploy", CONFIGURE).iter().all(|l| !l.contains("configure failed")), "{log}");
 }
 
 /// Without a prebuilt binary the action builds one with cargo, once per source version and
@@ -430,13 +442,13 @@ fn without_a_binary_the_action_builds_once_per_source_version_and_caches_it() {
     let calls_made = || std::fs::read_to_string(&calls).unwrap_or_default().lines().count();
 
     let first = run(repo.path());
-    assert!(first.job_has("pipeline", "resolve", "Job succeeded"), "{}", first.log);
+    assert!(first.step_ok("pipeline", "deploy", RESOLVE), "{}", first.log);
     assert!(
-        first.job_has("pipeline", "configure", &format!("alpha: configure failed: alpha: {NO_PROVISION}")),
+        first.step_has("pipeline", "deploy", CONFIGURE, &format!("alpha: configure failed: alpha: {NO_PROVISION}")),
         "{}",
         first.log
     );
-    // Built once for both jobs.
+    // Built once for the whole job.
     assert_eq!(calls_made(), 1, "{}", first.log);
     let line = std::fs::read_to_string(&calls).unwrap();
     assert!(line.starts_with("build --profile release --locked --manifest-path "), "{line}");
@@ -446,7 +458,7 @@ fn without_a_binary_the_action_builds_once_per_source_version_and_caches_it() {
 
     // Same sources: the cached binary is used.
     let second = run(repo.path());
-    assert!(second.job_has("pipeline", "resolve", "Job succeeded"), "{}", second.log);
+    assert!(second.step_ok("pipeline", "deploy", RESOLVE), "{}", second.log);
     assert_eq!(calls_made(), 1, "{}", second.log);
 
     // Changed sources: built again.
@@ -456,7 +468,7 @@ fn without_a_binary_the_action_builds_once_per_source_version_and_caches_it() {
     );
     commit_all(repo.path(), "touch");
     let third = run(repo.path());
-    assert!(third.job_has("pipeline", "resolve", "Job succeeded"), "{}", third.log);
+    assert!(third.step_ok("pipeline", "deploy", RESOLVE), "{}", third.log);
     assert_eq!(calls_made(), 2, "{}", third.log);
 }
 
@@ -473,11 +485,16 @@ fn a_binary_input_that_is_not_executable_is_refused() {
     );
     assert_ne!(run.code, 0);
     assert!(
-        run.job_has("pipeline", "resolve", "input binary: '/nonexistent/proxmox-gitops' is not an executable file"),
+        run.step_has(
+            "pipeline",
+            "deploy",
+            RESOLVE,
+            "input binary: '/nonexistent/proxmox-gitops' is not an executable file"
+        ),
         "{}",
         run.log
     );
-    assert!(run.job("pipeline", "configure").iter().all(|l| !l.contains("configure failed")), "{}", run.log);
+    assert!(run.step("pipeline", "deploy", CONFIGURE).iter().all(|l| !l.contains("configure failed")), "{}", run.log);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -565,7 +582,9 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     let _cleanup = workflows::LxcCleanup::new();
     let stage = workflows::lxc_stage();
     let ct = format!("{stage}-broker");
-    let base = format!("{}base", workflows::lxc_prefix());
+    // This process's own base (bootstrapped, then removed with its containers), or one kept
+    // between runs (`benches/real_host.sh` measures with a warm base).
+    let base = std::env::var("PGO_TEST_LXC_BASE").unwrap_or_else(|_| format!("{}base", workflows::lxc_prefix()));
     let state = tempfile::tempdir().unwrap();
     let artifacts = state.path().join("artifacts");
     let share = state.path().join("share");
@@ -602,8 +621,8 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     let r = run(repo.path(), "workflows/pipeline.yml", "refs/heads/release", &lxc_args(&artifacts));
     let log = &r.log;
     assert_eq!(r.code, 0, "{log}");
-    assert!(r.job_has("pipeline", "provision", "Job succeeded"), "{log}");
-    assert!(r.job_has("pipeline", "configure", "Job succeeded"), "{log}");
+    assert!(r.step_ok("pipeline", "deploy", PROVISION), "{log}");
+    assert!(r.step_ok("pipeline", "deploy", CONFIGURE), "{log}");
     let prov = read_json(&artifacts.join("provision/broker.json"));
     assert_eq!(prov["result"], "ok", "{prov:#}");
     assert_eq!(prov["backend"], "lxc");
@@ -627,8 +646,8 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     let r = run(repo.path(), "workflows/pipeline.yml", "refs/heads/main", &lxc_args(&artifacts));
     let log = &r.log;
     assert_eq!(r.code, 0, "{log}");
-    assert!(r.job("pipeline", "provision").is_empty(), "main does not provision:\n{log}");
-    assert!(r.job_has("pipeline", "configure", "Job succeeded"), "{log}");
+    assert!(r.step("pipeline", "deploy", PROVISION).is_empty(), "main does not provision:\n{log}");
+    assert!(r.step_ok("pipeline", "deploy", CONFIGURE), "{log}");
     let deploy = read_json(&artifacts.join("deploy.json"));
     assert_eq!(deploy["ref"], "refs/heads/main");
     assert_eq!(deploy["steps"], serde_json::json!(["configure"]));
@@ -688,11 +707,11 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
     let r = run(repo.path(), "workflows/pipeline.yml", "refs/heads/main", &lxc_args(&artifacts));
     let log = &r.log;
     assert_ne!(r.code, 0, "{log}");
-    assert!(r.job_has("pipeline", "configure", "Job failed"), "{log}");
-    assert!(r.job_has("pipeline", "configure", "broker: configure failed:"), "{log}");
-    assert!(r.job_has("pipeline", "configure", "error: 1 of 1 container(s) failed: broker"), "{log}");
+    assert!(r.step_failed("pipeline", "deploy", CONFIGURE), "{log}");
+    assert!(r.step_has("pipeline", "deploy", CONFIGURE, "broker: configure failed:"), "{log}");
+    assert!(r.step_has("pipeline", "deploy", CONFIGURE, "error: 1 of 1 container(s) failed: broker"), "{log}");
     assert!(
-        r.job_has("pipeline", "configure", "mosquitto.conf: bad listener"),
+        r.step_has("pipeline", "deploy", CONFIGURE, "mosquitto.conf: bad listener"),
         "the lib's own error reaches the log:\n{log}"
     );
     let cfg = read_json(&artifacts.join("configure/broker.json"));

@@ -29,8 +29,9 @@ pub struct DeployArgs {
     /// Apply exactly this saved plan (`plan.json` from `proxmox-gitops plan`): its ref, its
     /// containers (-c narrows them) and its recreate policy. Refused, with nothing changed, when
     /// a container's inputs digest or its live state (PVE config digest, provision action) moved
-    /// since it was planned.
-    #[arg(long = "plan", value_name = "PLAN_JSON", conflicts_with_all = ["all", "steps"])]
+    /// since it was planned. `--step` may narrow it to some of its ref's steps (the pipeline
+    /// provisions with the plan, then configures in a step of its own).
+    #[arg(long = "plan", value_name = "PLAN_JSON", conflicts_with = "all")]
     saved_plan: Option<PathBuf>,
     /// Containers to deploy (lib name or hostname); repeatable or comma-separated.
     #[arg(long = "container", short = 'c', value_delimiter = ',')]
@@ -234,7 +235,7 @@ struct SavedPlan {
 
 /// Reads the saved plan at `path` and checks it against the run: the same ref (when `--ref` is
 /// given), stage, backend and recreate policy ([`crate::steps::plan::applicable`]); `-c` may only
-/// narrow its containers.
+/// narrow its containers, `--step` only its ref's steps.
 ///
 /// # Errors
 /// [`Error::Usage`] (exit 2) for an unreadable plan or any mismatch.
@@ -246,6 +247,15 @@ fn saved_plan(
     backend: BackendKind,
 ) -> Result<SavedPlan> {
     let plan = read_saved_plan(path, args.git_ref.as_deref(), &args.containers, inv)?;
+    let planned = crate::steps::plan::steps_for_ref(&plan.git_ref)?;
+    if let Some(other) = args.steps.iter().map(|s| Step::from(*s)).find(|s| !planned.contains(s)) {
+        return Err(Error::Usage(format!(
+            "--step {other}: {} plans ref {}, whose steps are {}; a saved plan only narrows to those",
+            path.display(),
+            plan.git_ref,
+            planned.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
+        )));
+    }
     let recreate = crate::steps::plan::applicable(&plan, path, stage, backend, args.policy.given())?;
     let containers = plan.containers.iter().map(|c| c.name.clone()).collect();
     Ok(SavedPlan { path: path.to_path_buf(), plan, containers, recreate })

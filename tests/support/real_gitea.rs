@@ -261,8 +261,33 @@ pub struct Job {
     pub conclusion: String,
     /// `runner_name`: who ran it.
     pub runner_name: String,
+    /// `steps`: the job's steps as Gitea recorded them (its own `Set up job` and `Complete job`
+    /// around the workflow's).
+    pub steps: Vec<JobStep>,
     /// The job's log (`GET …/actions/jobs/{id}/logs`).
     pub log: String,
+}
+
+/// One step of a job (`ActionWorkflowStep`).
+#[derive(Debug, Clone)]
+pub struct JobStep {
+    /// `name`: the workflow step's `name:`.
+    pub name: String,
+    /// `status`: `waiting`, `in_progress`, `completed`, …
+    pub status: String,
+    /// `conclusion`: `success`, `failure`, `skipped`, … (empty until completed).
+    pub conclusion: String,
+    /// `started_at`, `completed_at` (RFC 3339; Gitea keeps whole seconds).
+    pub started_at: String,
+    /// See `started_at`.
+    pub completed_at: String,
+}
+
+impl Job {
+    /// The first step whose name starts with `prefix`.
+    pub fn step(&self, prefix: &str) -> Option<&JobStep> {
+        self.steps.iter().find(|s| s.name.starts_with(prefix))
+    }
 }
 
 impl std::fmt::Display for Run {
@@ -275,6 +300,9 @@ impl std::fmt::Display for Run {
         )?;
         for j in &self.jobs {
             writeln!(f, "  job {} {:?} on {:?}: {} {}", j.id, j.name, j.runner_name, j.status, j.conclusion)?;
+            for st in &j.steps {
+                writeln!(f, "    step {:?}: {} ({} .. {})", st.name, st.conclusion, st.started_at, st.completed_at)?;
+            }
             for line in j.log.lines() {
                 writeln!(f, "    | {line}")?;
             }
@@ -619,6 +647,20 @@ impl RealGitea {
                         status: s(&j["status"]),
                         conclusion: s(&j["conclusion"]),
                         runner_name: s(&j["runner_name"]),
+                        steps: j["steps"]
+                            .as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .map(|st| JobStep {
+                                        name: s(&st["name"]),
+                                        status: s(&st["status"]),
+                                        conclusion: s(&st["conclusion"]),
+                                        started_at: s(&st["started_at"]),
+                                        completed_at: s(&st["completed_at"]),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
                         log: String::new(),
                     })
                     .collect()
@@ -670,7 +712,9 @@ impl RealGitea {
     }
 }
 
-/// Gitea's configuration for one throw-away instance in `dir` on `127.0.0.1:port`.
+/// Gitea's configuration for one throw-away instance in `dir` on `127.0.0.1:port`. A task whose
+/// runner stopped reporting (killed) is failed after 30 s, checked every 5 s (Gitea's defaults:
+/// 10 minutes, every 5 minutes); a live runner reports its task's state every second here.
 fn app_ini(dir: &Path, port: u16, static_root: &Path, run_user: &str) -> String {
     let d = dir.display();
     format!(
@@ -728,6 +772,10 @@ fn app_ini(dir: &Path, port: u16, static_root: &Path, run_user: &str) -> String 
          [actions]\n\
          ENABLED = true\n\
          DEFAULT_ACTIONS_URL = self\n\
+         ZOMBIE_TASK_TIMEOUT = 30s\n\
+         \n\
+         [cron.stop_zombie_tasks]\n\
+         SCHEDULE = @every 5s\n\
          \n\
          [log]\n\
          MODE = file\n\
@@ -822,6 +870,13 @@ impl RealRunner {
     /// The end of the runner's log.
     pub fn log_tail(&self) -> String {
         tail(&self.daemon.log)
+    }
+
+    /// Kills the runner's whole process group at once (SIGKILL: the daemon, the job's shell and
+    /// whatever the job runs), as a crash or a power cut would; returns once the daemon is gone.
+    pub fn kill(&mut self) {
+        signal_group("KILL", &self.daemon.child.id().to_string());
+        let _ = self.daemon.child.wait();
     }
 }
 

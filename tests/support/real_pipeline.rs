@@ -50,28 +50,31 @@ impl Published {
     }
 }
 
+/// The options of the `i`-th runner of [`publish`]: named `pgo-runner-<i>`, label `shell:host`,
+/// the base container in its jobs' environment (`PGO_LXC_BASE`): this process's own, removed
+/// with its containers, or `$PGO_TEST_LXC_BASE` when set (`benches/real_host.sh` keeps one
+/// between rounds, to measure with a warm base as a host that deployed before has it).
+pub fn runner_options(i: usize) -> RunnerOptions {
+    let base = std::env::var("PGO_TEST_LXC_BASE").unwrap_or_else(|_| format!("{}base", workflows::lxc_prefix()));
+    RunnerOptions {
+        name: format!("pgo-runner-{i}"),
+        envs: vec![("PGO_LXC_BASE".into(), base)],
+        ..RunnerOptions::default()
+    }
+}
+
 /// Starts Gitea and `runners` runners (label `shell:host`, the base container
 /// `pgotest-act-<pid>-base` in their environment), publishes the broker monorepo with the
 /// settings of a local deploy, and asserts that publish printed no password and set every setting
 /// on Gitea ([`assert_published_settings`]).
 pub fn publish(runners: usize) -> Published {
     let stage = workflows::lxc_stage();
-    let base = format!("{}base", workflows::lxc_prefix());
     let state = tempfile::tempdir().unwrap();
     let artifacts = state.path().join("artifacts");
     let share = state.path().join("share");
     std::fs::create_dir_all(&share).unwrap();
     let g = RealGitea::start();
-    let runners: Vec<RealRunner> = (0..runners)
-        .map(|i| {
-            let opts = RunnerOptions {
-                name: format!("pgo-runner-{i}"),
-                envs: vec![("PGO_LXC_BASE".into(), base.clone())],
-                ..RunnerOptions::default()
-            };
-            RealRunner::start(&g, &opts)
-        })
-        .collect();
+    let runners: Vec<RealRunner> = (0..runners).map(|i| RealRunner::start(&g, &runner_options(i))).collect();
     let repo = broker_repo("", None);
     let name = repo.path().file_name().unwrap().to_str().unwrap().to_string();
     let binary = env!("CARGO_BIN_EXE_proxmox-gitops");
@@ -159,6 +162,43 @@ pub fn with_memory(env: &str, mib: u64) -> String {
         .collect()
 }
 
+/// The pipeline's steps (workflows/pipeline.yml: one job, `deploy`): a short key and the start of
+/// the step's name.
+pub const PIPELINE_STEPS: [(&str, &str); 5] = [
+    ("resolve", "Resolve the inventory"),
+    ("plan", "Plan"),
+    ("provision", "Provision"),
+    ("configure", "Configure"),
+    ("release-pr", "Open or update the release pull request"),
+];
+
+/// The pipeline steps (keys of [`PIPELINE_STEPS`]) that ran in `run`'s `deploy` job, with their
+/// conclusions; panics when the run has no such job.
+pub fn pipeline_steps(run: &Run) -> Vec<(&'static str, String)> {
+    let job = run.jobs.iter().find(|j| j.name == "deploy").unwrap_or_else(|| panic!("no job deploy:\n{run}"));
+    PIPELINE_STEPS
+        .iter()
+        .map(|(key, prefix)| {
+            let step = job.step(prefix).unwrap_or_else(|| panic!("no step {prefix:?} in job deploy:\n{run}"));
+            (*key, step.conclusion.clone())
+        })
+        .collect()
+}
+
+/// Asserts that `run` succeeded, with one job `deploy` whose pipeline steps `ran` succeeded and
+/// every other one was skipped, and that no job log holds `secret`.
+pub fn assert_run(run: &Run, ran: &[&str], secret: &str) {
+    assert_eq!(run.conclusion, "success", "{run}");
+    assert_eq!(run.jobs.len(), 1, "one job: {run}");
+    for job in &run.jobs {
+        assert!(!job.log.contains(secret), "the secret leaked into the log of {}:\n{run}", job.name);
+    }
+    for (key, conclusion) in pipeline_steps(run) {
+        let want = if ran.contains(&key) { "success" } else { "skipped" };
+        assert_eq!(conclusion, want, "step {key}:\n{run}");
+    }
+}
+
 /// A job that ran: `(run id, job name, first, last)` timestamp of its log lines (the runner
 /// stamps every line, RFC 3339).
 pub type Span = (i64, String, OffsetDateTime, OffsetDateTime);
@@ -184,7 +224,9 @@ pub fn job_spans(runs: &[Run]) -> Vec<Span> {
 
 /// One line per job of `run` that ran, in the order they ran: `timeline <job> start=<s>
 /// took=<s> gap=<s>`, seconds from the first job's first log line, the gap being the time since
-/// the job before it ended (the runner's pick-up). `benches/real_host.sh` reads these lines.
+/// the job before it ended (the runner's pick-up); then one line per step of each job that ran
+/// and took time, `timeline step <name> took=<s>` (Gitea's step times, in whole seconds).
+/// `benches/real_host.sh` reads these lines.
 pub fn timeline(run: &Run) -> String {
     let spans = job_spans(std::slice::from_ref(run));
     let Some(origin) = spans.first().map(|s| s.2) else { return String::new() };
@@ -198,6 +240,16 @@ pub fn timeline(run: &Run) -> String {
             (*start - prev_end).as_seconds_f64().max(0.0),
         ));
         prev_end = *end;
+    }
+    for job in &run.jobs {
+        for st in &job.steps {
+            let at = |t: &str| OffsetDateTime::parse(t, &Rfc3339).ok();
+            if let (Some(a), Some(b)) = (at(&st.started_at), at(&st.completed_at))
+                && st.conclusion != "skipped"
+            {
+                out.push_str(&format!("timeline step {} took={:.0}\n", st.name, (b - a).as_seconds_f64()));
+            }
+        }
     }
     out
 }

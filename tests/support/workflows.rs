@@ -117,6 +117,46 @@ impl ActRun {
     pub fn job_has(&self, workflow: &str, job: &str, text: &str) -> bool {
         self.job(workflow, job).iter().any(|l| l.contains(text))
     }
+
+    /// The log lines of the first step of a job whose name starts with `step`: from act's
+    /// `⭐ Run Main <name>` line through its `Success - Main <name>` or `Failure - Main <name>`
+    /// line (a composite action's own steps are inside). Empty when the step did not run.
+    pub fn step(&self, workflow: &str, job: &str, step: &str) -> Vec<&str> {
+        let lines = self.job(workflow, job);
+        let start = format!("⭐ Run Main {step}");
+        let Some(first) = lines.iter().position(|l| l.contains(&start)) else { return Vec::new() };
+        // The end line names the step in full, as the start line does.
+        let name = lines[first].split_once("⭐ Run Main ").map(|(_, n)| n.trim_end()).unwrap_or(step);
+        let ends = [format!("Success - Main {name}"), format!("Failure - Main {name}")];
+        // act appends the step's duration: `✅  Success - Main NAME [54.3ms]`.
+        let without_duration = |l: &str| {
+            let l = l.trim_end();
+            match l.rsplit_once(" [") {
+                Some((head, tail)) if tail.ends_with(']') => head.to_string(),
+                _ => l.to_string(),
+            }
+        };
+        let last = lines[first..]
+            .iter()
+            .position(|l| ends.iter().any(|e| without_duration(l).ends_with(e.as_str())))
+            .map_or(lines.len(), |i| first + i + 1);
+        lines[first..last].to_vec()
+    }
+
+    /// True when the step's lines (see [`ActRun::step`]) have one containing `text`.
+    pub fn step_has(&self, workflow: &str, job: &str, step: &str, text: &str) -> bool {
+        self.step(workflow, job, step).iter().any(|l| l.contains(text))
+    }
+
+    /// True when the step ran and succeeded.
+    pub fn step_ok(&self, workflow: &str, job: &str, step: &str) -> bool {
+        self.step(workflow, job, step).last().is_some_and(|l| l.contains("Success - Main "))
+    }
+
+    /// True when the step ran and failed.
+    pub fn step_failed(&self, workflow: &str, job: &str, step: &str) -> bool {
+        self.step(workflow, job, step).last().is_some_and(|l| l.contains("Failure - Main "))
+    }
 }
 
 /// Runs `act EVENT -W WORKFLOW -e event.json` in host mode, offline, in `repo`, with the

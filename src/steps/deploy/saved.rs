@@ -45,6 +45,12 @@ pub fn inputs_moved(plan: &Plan, inv: &Inventory, root: &Path, artifacts: &Path)
 /// Plans again, on `backend` with `policy` and at most `jobs` at a time, every container of
 /// `plan` whose provision step the plan runs, and returns those whose live state moved (see
 /// [`live_moved`]; a container that cannot be planned now moved too). Reads only.
+///
+/// Containers the saved plan itself could not plan (`provision_error`: PVE unreachable, a node
+/// down) are left out: nothing was reviewed for them, so they cannot move, and they must not stop
+/// the others (a failing container never does). The deploy runner fails each of them on its own:
+/// with the same error when it still cannot be planned, and refused ("the plan holds no live
+/// provision plan for it") when it now can: never applied unreviewed.
 pub async fn live_moved_all(
     plan: &Plan,
     inv: &Inventory,
@@ -52,7 +58,11 @@ pub async fn live_moved_all(
     policy: RecreatePolicy,
     jobs: usize,
 ) -> Vec<Moved> {
-    let provisioning: Vec<_> = plan.containers.iter().filter(|c| c.steps_to_run().contains(&Step::Provision)).collect();
+    let provisioning: Vec<_> = plan
+        .containers
+        .iter()
+        .filter(|c| c.provision_error.is_none() && c.steps_to_run().contains(&Step::Provision))
+        .collect();
     let specs = provisioning.iter().filter_map(|c| inv.container(&c.name).cloned()).collect();
     let mut moved = Vec::new();
     for p in plan_all(backend, specs, policy, jobs).await {
