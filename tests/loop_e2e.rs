@@ -582,8 +582,8 @@ fn step1_publish_and_bootstrap(l: &mut Loop) {
 
     let r = l.runner.dispatch("main/mono", "release", ".gitea/workflows/pipeline.yml", &[]);
     r.assert_ok();
-    assert!(r.act.job_has("pipeline", "provision", "Job succeeded"), "{}", r.act.log);
-    assert!(r.act.job_has("pipeline", "configure", "Job succeeded"), "{}", r.act.log);
+    assert!(r.act.step_ok("pipeline", "deploy", "Provision"), "{}", r.act.log);
+    assert!(r.act.step_ok("pipeline", "deploy", "Configure"), "{}", r.act.log);
     let prov = l.artifact("provision/app.json");
     assert_eq!((prov["result"].as_str(), prov["hostname"].as_str()), (Some("ok"), Some(l.ct.as_str())), "{prov:#}");
     assert_eq!(memory_limit(&l.ct), (256 << 20, 256 << 20));

@@ -184,8 +184,8 @@ fn static_workflows_get_the_checkout_action_only_where_they_use_actions_checkout
     assert!(!text.contains("actions/checkout@v4"), "{text}");
     assert_eq!(text.lines().count(), PIPELINE.lines().count());
     let wf = yaml(&text);
-    assert_eq!(wf["jobs"]["resolve"]["steps"][0]["uses"].as_str(), Some("tasks/checkout@main"));
-    assert_eq!(wf["jobs"]["resolve"]["steps"][1]["uses"].as_str(), Some("./"));
+    assert_eq!(wf["jobs"]["deploy"]["steps"][0]["uses"].as_str(), Some("tasks/checkout@main"));
+    assert_eq!(wf["jobs"]["deploy"]["steps"][1]["uses"].as_str(), Some("./"));
     // Only exact `uses:` lines; a comment or another version stays.
     let other = Source {
         path: SNAPSHOT_PATH,

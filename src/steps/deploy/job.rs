@@ -25,7 +25,7 @@ pub(super) struct ContainerJob<R> {
     pub(super) previous: Arc<BTreeMap<String, String>>,
 }
 
-/// From an earlier `deploy.json` (e.g. the provision job's, handed over in the bundle): container
+/// From an earlier `deploy.json` (e.g. the provision step's, in the same job): container
 /// name → inputs digest, for every container whose `provision` failed or was blocked there.
 pub(super) fn previous_failures(path: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
