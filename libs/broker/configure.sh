@@ -22,8 +22,12 @@ restart=no
 if ! dpkg-query -W -f '${Status}' mosquitto 2>/dev/null | grep -q 'ok installed'; then
   echo "installing mosquitto"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends mosquitto
+  # The base role refreshed the package lists (they are at most a day old): install from them,
+  # and refresh them only when that fails (a package that moved on the mirror since).
+  if ! apt-get install -y -q --no-install-recommends mosquitto; then
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends mosquitto
+  fi
   restart=yes
 fi
 

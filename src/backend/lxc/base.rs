@@ -13,6 +13,15 @@ use anyhow::{Context, Result, anyhow, bail};
 use super::{BASE_READY_FILE, CloneMode, LxcBackend};
 use crate::lxc;
 
+/// The packages the base is bootstrapped with (`lxc-create -t debian -- --packages=…`): Python
+/// for Ansible, and what the shipped base role (`base/playbook.yml`, task `packages`) installs
+/// into every container. Installing them once into the base, instead of into every clone, takes
+/// about 16 s off each new container's first configure on these machines (measured: `apt-get
+/// install` of the six of them a bare Debian lacks, in a fresh clone); the base role then finds
+/// them present. A monorepo whose base role installs others still gets them, per container.
+pub const BASE_PACKAGES: &[&str] =
+    &["python3", "sudo", "locales", "curl", "jq", "unzip", "ca-certificates", "gnupg", "tar", "less", "procps"];
+
 /// The whole environment of the base bootstrap (`lxc-create -t debian`): the template reads
 /// `MIRROR`, `SECURITY_MIRROR` and `LXC_CACHE_PATH` from its environment, so the caller's
 /// environment is not passed on (a `MIRROR` set for something else used to break the bootstrap
@@ -110,13 +119,12 @@ impl LxcBackend {
             self.opts.release, self.opts.mirror
         ));
         let release = format!("--release={}", self.opts.release);
+        let packages = format!("--packages={}", BASE_PACKAGES.join(","));
         let env = bootstrap_env(&self.opts, std::env::vars());
         let mut attempt = 1;
         loop {
-            let r = self
-                .client
-                .create(&base, "debian", &[&release, "--packages=python3"], &env, self.opts.bootstrap_timeout)
-                .await;
+            let r =
+                self.client.create(&base, "debian", &[&release, &packages], &env, self.opts.bootstrap_timeout).await;
             let Err(e) = r else { break };
             if self.client.exists(&base) {
                 let _ = self.client.destroy(&base).await;

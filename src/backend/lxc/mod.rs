@@ -4,8 +4,8 @@
 //!
 //! The container is named after the spec's hostname and lives under the LXC path (see
 //! [`crate::lxc`]). The first container bootstraps a cached **base** (`pgo-base-bookworm` by
-//! default): `lxc-create -t debian -- -r bookworm --packages=python3` (debootstrap from Debian's
-//! mirror, about a minute), with AppArmor unconfined, `openssh-server` present, its SSH host keys
+//! default): `lxc-create -t debian -- -r bookworm --packages=…` (`BASE_PACKAGES` in `base.rs`;
+//! debootstrap from Debian's mirror, about a minute), with AppArmor unconfined, `openssh-server` present, its SSH host keys
 //! and machine-id removed so every clone generates its own on first boot. The base is kept
 //! stopped. Every container is then an `lxc-copy` of the base — an overlay snapshot
 //! (`-s -B overlay`, well under a second) where the kernel allows it, else a full copy.
