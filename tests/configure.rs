@@ -267,6 +267,23 @@ fn broker_and_proxy_end_to_end() {
     let pa2 = rt.block_on(lab.provision(inv.container("broker").unwrap(), &artifacts));
     let pp2 = rt.block_on(lab.provision(inv.container("proxy").unwrap(), &artifacts));
     assert!(!pa2.created && !pp2.created);
+    // Another run is configuring the proxy (it holds the configure lock inside the container for
+    // a few seconds): this run waits for it, says so, then configures.
+    let mut other = Command::new("lxc-attach")
+        .arg("-P")
+        .arg(&lab.lxc_path)
+        .args(["-n", &p.name, "--", "flock", proxmox_gitops::steps::configure::CONFIGURE_LOCK, "sleep", "4"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lab
+        .attach(&p.name, &["flock", "-n", proxmox_gitops::steps::configure::CONFIGURE_LOCK, "true"])
+        .status
+        .success()
+    {
+        assert!(Instant::now() < deadline, "the other run never took the lock");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let out = cli(
         &["--stage", &stage, "-v", "configure", "-c", "broker", "-c", "proxy"],
         &root,
@@ -274,8 +291,16 @@ fn broker_and_proxy_end_to_end() {
         &share,
         &password,
     );
+    assert!(other.wait().unwrap().success());
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "second configure failed:\n{text}");
+    assert!(
+        text.contains(
+            "proxy: another run is configuring this container; waiting for its lock /run/proxmox-gitops-configure.lock"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("broker: another run is configuring"), "{text}");
     assert_no_secret("the CLI's output", &text, &password);
     let b2: Configure = artifact::read(&artifacts.join("configure/broker.json")).unwrap();
     let p2: Configure = artifact::read(&artifacts.join("configure/proxy.json")).unwrap();

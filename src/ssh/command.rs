@@ -40,6 +40,24 @@ pub struct StreamStatus {
     pub stderr: String,
 }
 
+/// What [`Connection::hold`] got.
+#[derive(Debug)]
+pub enum Hold<'s> {
+    /// The command printed its ready line and runs while this lives.
+    Held(Held<'s>),
+    /// The command ended before it printed the line: its exit code (`None`: killed, or the
+    /// connection was lost).
+    Ended(Option<i32>),
+}
+
+/// A remote command kept running (see [`Connection::hold`]); dropping it closes the command's
+/// standard input, which ends it.
+#[derive(Debug)]
+pub struct Held<'s> {
+    _child: openssh::RemoteChild<'s>,
+    _stdin: openssh::ChildStdin,
+}
+
 /// `work` bounded by `timeout`; when it passes, `fail` describes it (`timed out after Ns`).
 async fn bounded<T>(
     timeout: Duration,
@@ -183,6 +201,76 @@ impl Connection {
             Ok(StreamStatus { code, stderr })
         };
         bounded(timeout, work, fail).await
+    }
+
+    /// Starts `argv` on the container with its standard input open, and waits until it prints
+    /// the line `ready`: the command is expected to keep running until its standard input
+    /// closes (e.g. a lock held by `flock … cat`). `waiting` is called once when `ready` has not
+    /// come after `patience`. Returns [`Hold::Held`], which keeps the command running until it is
+    /// dropped (that closes the remote standard input), or [`Hold::Ended`] with the exit code
+    /// when the command ended without printing `ready` (127: not found). Also ends when the
+    /// connection closes, so a run that dies releases what it held.
+    ///
+    /// # Errors
+    /// [`SshError::Command`] when the command cannot be started, or `ready` has not come after
+    /// `timeout` (the command is then stopped).
+    pub async fn hold(
+        &self,
+        argv: &[&str],
+        as_root: bool,
+        ready: &str,
+        patience: Duration,
+        waiting: &mut (dyn FnMut() + Send),
+        timeout: Duration,
+    ) -> Result<Hold<'_>, SshError> {
+        let fail = |detail: String| SshError::Command {
+            name: self.target.name.clone(),
+            what: format!("running {}", argv.first().copied().unwrap_or("")),
+            detail,
+        };
+        let mut cmd = self.command(argv, as_root);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = cmd.spawn().await.map_err(|e| fail(e.to_string()))?;
+        let stdin = child.stdin().take().ok_or_else(|| fail("no stdin pipe".into()))?;
+        let stdout = child.stdout().take().ok_or_else(|| fail("no stdout pipe".into()))?;
+        let mut lines = tokio::io::BufReader::new(stdout);
+        let mut line = String::new();
+        let read = async {
+            loop {
+                line.clear();
+                match tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut line).await {
+                    Ok(0) | Err(_) => return false,
+                    Ok(_) if line.trim_end() == ready => return true,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::pin!(read);
+        let started = tokio::time::Instant::now();
+        let got = match tokio::time::timeout(patience, &mut read).await {
+            Ok(got) => Some(got),
+            Err(_) => {
+                waiting();
+                tokio::time::timeout(timeout.saturating_sub(started.elapsed()), &mut read).await.ok()
+            }
+        };
+        match got {
+            Some(true) => Ok(Hold::Held(Held { _child: child, _stdin: stdin })),
+            Some(false) => {
+                drop(stdin);
+                let code = match child.wait().await {
+                    Ok(status) => status.code(),
+                    Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Some(127),
+                    Err(_) => None,
+                };
+                Ok(Hold::Ended(code))
+            }
+            None => {
+                drop(stdin);
+                let _ = child.disconnect().await;
+                Err(fail(format!("no `{ready}` after {}s", timeout.as_secs())))
+            }
+        }
     }
 
     /// Like [`Connection::run`], but a non-zero exit is an error carrying the command's stderr.

@@ -38,7 +38,8 @@ pub fn stage() -> String {
 pub struct Lab {
     pub backend: LxcBackend,
     pub share: PathBuf,
-    lxc_path: PathBuf,
+    /// The LXC path of its containers.
+    pub lxc_path: PathBuf,
     prefix: String,
 }
 

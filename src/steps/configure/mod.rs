@@ -298,9 +298,75 @@ async fn configure_one(inv: &Inventory, spec: &ContainerSpec, opts: &ConfigureOp
     }
 }
 
-/// How long an LXC container's configure waits for another run configuring or provisioning the
-/// same container (the provision lock's default, `--timeout-lease`).
+/// How long a configure waits for another run configuring (or, on the lxc backend, provisioning)
+/// the same container (the provision lock's default, `--timeout-lease`).
 const CONFIGURE_LOCK_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The lock file inside every container that `configure` holds (`flock`) while it configures
+/// the container: on tmpfs, so a reboot clears it. Two runs that configure one container at
+/// once — a lib's own pipeline and the monorepo's, which Gitea's per-repository concurrency
+/// groups do not serialise, on any backend — would otherwise collide inside it (the second base
+/// role meets apt's lock). The lock lives where the collision would happen, so it serialises
+/// runners on different hosts too, and it is released when the holding run's SSH connection
+/// ends, whatever ended it.
+pub const CONFIGURE_LOCK: &str = "/run/proxmox-gitops-configure.lock";
+
+/// Takes [`CONFIGURE_LOCK`] in the container behind `conn`: `flock -w SECS LOCK sh -c 'echo
+/// locked && exec cat'` (a constant script: it says it holds the lock, then waits for its input
+/// to close). Logs once when another run holds it. Returns the held lock, or `None` when the
+/// container has no `flock` (util-linux; logged as a warning: configured without the lock).
+///
+/// # Errors
+/// The lock is still held by another run after [`CONFIGURE_LOCK_TIMEOUT`] (the message says how
+/// to see the holder), or the command cannot run.
+async fn hold_configure_lock<'c>(
+    conn: &'c Connection,
+    name: &str,
+    log: &mut Log,
+) -> anyhow::Result<Option<crate::ssh::command::Held<'c>>> {
+    use crate::ssh::command::Hold;
+    let secs = CONFIGURE_LOCK_TIMEOUT.as_secs().to_string();
+    let argv = ["flock", "-w", secs.as_str(), CONFIGURE_LOCK, "sh", "-c", "echo locked && exec cat >/dev/null"];
+    let mut waited = false;
+    let mut on_wait = || {
+        waited = true;
+        tracing::info!(
+            "{name}: another run is configuring this container; waiting for its lock {CONFIGURE_LOCK} (at most {secs} s)"
+        );
+    };
+    let held = conn
+        .hold(
+            &argv,
+            true,
+            "locked",
+            Duration::from_secs(2),
+            &mut on_wait,
+            CONFIGURE_LOCK_TIMEOUT + Duration::from_secs(60),
+        )
+        .await?;
+    if waited {
+        log.push(name, &format!("waited for {CONFIGURE_LOCK}: another run was configuring the container"));
+    }
+    match held {
+        Hold::Held(h) => Ok(Some(h)),
+        Hold::Ended(Some(127)) => {
+            let msg = format!(
+                "{name}: no `flock` in the container (util-linux): configuring without {CONFIGURE_LOCK}, so another run \
+                 configuring it at the same time is not kept out"
+            );
+            tracing::warn!("{msg}");
+            log.push(name, &msg);
+            Ok(None)
+        }
+        Hold::Ended(Some(1)) => anyhow::bail!(
+            "{name}: another run still holds {CONFIGURE_LOCK} in the container after {secs} s (it is configuring the \
+             container, or hangs); see which process holds it with `fuser -v {CONFIGURE_LOCK}` in the container"
+        ),
+        Hold::Ended(code) => {
+            anyhow::bail!("{name}: cannot take {CONFIGURE_LOCK} in the container (flock exit code {code:?})")
+        }
+    }
+}
 
 async fn run_container(
     inv: &Inventory,
@@ -360,7 +426,15 @@ async fn run_container(
     part.fingerprint = conn.fingerprint().map(str::to_string);
     log.push(&spec.name, &format!("connected to {address}:{} as {}", prov.ssh_port, conn.user()));
 
-    let result = run_engines(inv, spec, opts, prov.backend, &conn, &keys.public_line, &address, log, part).await;
+    let result = match hold_configure_lock(&conn, &spec.name, log).await {
+        Ok(lock) => {
+            let result =
+                run_engines(inv, spec, opts, prov.backend, &conn, &keys.public_line, &address, log, part).await;
+            drop(lock);
+            result
+        }
+        Err(e) => Err(e),
+    };
     conn.close().await;
     result
 }
