@@ -44,7 +44,7 @@ pub struct StreamStatus {
 #[derive(Debug)]
 pub enum Hold<'s> {
     /// The command printed its ready line and runs while this lives.
-    Held(Held<'s>),
+    Held(Box<Held<'s>>),
     /// The command ended before it printed the line: its exit code (`None`: killed, or the
     /// connection was lost).
     Ended(Option<i32>),
@@ -255,7 +255,7 @@ impl Connection {
             }
         };
         match got {
-            Some(true) => Ok(Hold::Held(Held { _child: child, _stdin: stdin })),
+            Some(true) => Ok(Hold::Held(Box::new(Held { _child: child, _stdin: stdin }))),
             Some(false) => {
                 drop(stdin);
                 let code = match child.wait().await {

@@ -348,7 +348,7 @@ async fn hold_configure_lock<'c>(
         log.push(name, &format!("waited for {CONFIGURE_LOCK}: another run was configuring the container"));
     }
     match held {
-        Hold::Held(h) => Ok(Some(h)),
+        Hold::Held(h) => Ok(Some(*h)),
         Hold::Ended(Some(127)) => {
             let msg = format!(
                 "{name}: no `flock` in the container (util-linux): configuring without {CONFIGURE_LOCK}, so another run \
