@@ -164,6 +164,11 @@ impl Env {
 
     async fn provision(&self, b: &Backend, s: ContainerSpec, policy: RecreatePolicy) -> Provision {
         let planned = backend::plan_all(b, vec![s], policy, 1).await;
+        self.apply(b, planned, policy).await
+    }
+
+    /// Applies plans made before (by [`backend::plan_all`]); the first container's artifact.
+    async fn apply(&self, b: &Backend, planned: Vec<backend::Planned>, policy: RecreatePolicy) -> Provision {
         let opts = ApplyOptions {
             share: self.share.path().to_path_buf(),
             wait_ssh: false,
@@ -460,4 +465,44 @@ fn cli_plan_shows_foreign_and_adopt() {
     let (code, out) = run(&["provision", "--container", "broker", "--no-wait-ssh", "--adopt"]);
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(pve.ct_config(101).unwrap()["description"], Value::String(description("broker")));
+}
+
+/// PVE's config file lock held by another task answers the lease write with HTTP 500 `can't lock
+/// file '/run/lock/lxc/pve-config-101.lock' - got timeout`: a lock, not a lost compare-and-set.
+/// It is waited for within `--timeout-lock` (bounded in requests as well), then the run fails
+/// naming the lock and how to see who holds it, having changed nothing; a lock that clears in
+/// time is waited out and the change applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_config_file_lock_is_waited_for_within_the_lock_timeout_then_named() {
+    // Each write waits PVE's 10 s for the lock: 0.1 s here.
+    let env = Env::new(0.01);
+    let b = env.backend(60, 60, false);
+    assert_eq!(env.provision(&b, spec(512), RecreatePolicy::Never).await.outcome, Outcome::Ok);
+
+    // Another task takes the config lock and never lets go.
+    env.pve.exec("await pve.hold_config_lock(101, None)");
+    let b = env.backend(2, 60, false);
+    env.pve.requests(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), env.provision(&b, spec(1024), RecreatePolicy::Never))
+        .await
+        .expect("a held lock ends the run within --timeout-lock, not never");
+    let Outcome::Failed { error } = &out.outcome else { panic!("{out:#?}") };
+    assert!(error.contains("/run/lock/lxc/pve-config-101.lock"), "{error}");
+    assert!(error.contains("--timeout-lock"), "{error}");
+    assert!(error.contains("pvenode task list --vmid 101 --source active"), "{error}");
+    assert!(!error.contains("config changed"), "a lock is not a changed config: {error}");
+    let puts = env.pve.writes(false).into_iter().filter(|(m, _, _)| m == "PUT").count();
+    assert!((1..=20).contains(&puts), "bounded in requests: {puts} PUTs");
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert_eq!(cfg["memory"], 512);
+    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+
+    // The lock is let go after 100 PVE seconds (1 s): waited for, then the change is applied.
+    env.pve.exec("pve.release_config_lock(101)\nawait pve.hold_config_lock(101, 100)");
+    let b = env.backend(60, 60, false);
+    let out = env.provision(&b, spec(1024), RecreatePolicy::Never).await;
+    assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert_eq!(cfg["memory"], 1024);
+    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
 }

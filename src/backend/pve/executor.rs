@@ -8,7 +8,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use backon::{ExponentialBuilder, Retryable};
 use serde_json::Value;
 
 use super::desired::{with_lease, with_user_notes, without_lease};
@@ -31,7 +30,10 @@ impl PveBackend {
         let mut fin = Final::default();
         let outcome = match self.apply_inner(spec, plan, opts, &mut rec, &mut fin).await {
             Ok(()) => Outcome::Ok,
-            Err(e) => Outcome::Failed { error: crate::actions::redact(&format!("{e:#}")) },
+            Err(e) => {
+                let node = plan.node.as_deref().or(spec.node.as_deref()).unwrap_or("(its node)");
+                Outcome::Failed { error: crate::actions::redact(&format!("{:#}", with_lock_hint(e, node, spec.vmid))) }
+            }
         };
         // Without a network call: a refused spec must not reach the API at all.
         let node = plan.node.clone().or_else(|| {
@@ -349,22 +351,34 @@ impl PveBackend {
         Ok(())
     }
 
-    /// Repeats `op` while PVE says the container is locked, for at most [`Timeouts::lock`].
-    pub(super) async fn locked<T, F, Fut>(&self, what: &str, op: F) -> Result<T, PveError>
+    /// Repeats `op` while PVE says the container is locked (`CT is locked (…)`, or the config
+    /// file lock: `can't lock file … got timeout`) with capped exponential backoff (200 ms to
+    /// 5 s, jittered): for at most [`Timeouts::lock`](super::Timeouts::lock) of wall-clock time
+    /// since the first attempt — each attempt that meets the file lock has waited 10 s on PVE's
+    /// side already — and at most [`super::lease::MAX_LOCK_TRIES`] attempts. The last error is
+    /// returned; [`with_lock_hint`] says how to see who holds the lock.
+    pub(super) async fn locked<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, PveError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, PveError>>,
     {
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(200))
-            .with_max_delay(Duration::from_secs(5))
-            .with_total_delay(Some(self.opts.timeouts.lock))
-            .without_max_times()
-            .with_jitter();
-        op.retry(backoff)
-            .when(|e: &PveError| e.is_locked())
-            .notify(|e: &PveError, d: Duration| tracing::info!("{what}: {e}; retrying in {} ms", d.as_millis()))
-            .await
+        let started = Instant::now();
+        let limit = self.opts.timeouts.lock;
+        let mut delay = Duration::from_millis(200);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match op().await {
+                Err(e) if e.is_locked() && started.elapsed() < limit && tries < super::lease::MAX_LOCK_TRIES => {
+                    let jittered = delay.mul_f64(1.0 + rand::random::<f64>() / 2.0);
+                    let pause = jittered.min(limit.saturating_sub(started.elapsed())).max(Duration::from_millis(50));
+                    tracing::info!("{what}: {e}; retrying in {} ms", pause.as_millis());
+                    tokio::time::sleep(pause).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Moves CT `vmid` as `m` says (`POST /nodes/{from}/lxc/{vmid}/migrate`, `restart=1` for a
@@ -473,9 +487,7 @@ impl PveBackend {
                     }
                     digest = new_digest;
                 }
-                Err(e)
-                    if attempts < 4 && e.message().is_some_and(|m| m.contains("detected modified configuration")) =>
-                {
+                Err(e) if attempts < 4 && e.is_config_changed() => {
                     // The config file changed since it was read (a backup's lock came and went,
                     // or someone edited it). Go on only if the keys to change still hold the
                     // values the plan saw; otherwise the plan is stale.
@@ -618,6 +630,26 @@ impl PveBackend {
             tokio::time::sleep(delay.min(timeout.saturating_sub(start.elapsed()))).await;
             delay = (delay * 2).min(Duration::from_secs(3));
         }
+    }
+}
+
+/// `e`, with [`super::lease::lock_hint`] appended when its cause is PVE's config file lock of CT
+/// `vmid` that stayed held (`can't lock file '…' - got timeout` after [`PveBackend::locked`]
+/// gave up) and no hint is there yet.
+pub(super) fn with_lock_hint(e: anyhow::Error, node: &str, vmid: u32) -> anyhow::Error {
+    let file = e
+        .chain()
+        .filter_map(|c| c.downcast_ref::<PveError>())
+        .find(|p| p.is_file_lock_timeout())
+        .map(|p| p.locked_file().map_or_else(|| super::lease::default_lock_file(vmid), str::to_string));
+    match file {
+        Some(file) if !format!("{e:#}").contains("pvenode task list") => {
+            anyhow::anyhow!(
+                "{e:#}; PVE's config lock {file} stayed held. {}",
+                super::lease::lock_hint(node, vmid, &file)
+            )
+        }
+        _ => e,
     }
 }
 

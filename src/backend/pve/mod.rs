@@ -22,8 +22,11 @@
 //! * every apply that writes holds the container's lease from before its first write until after
 //!   its last (also on failure), and plans again under it when the config changed since the plan;
 //! * `CT is locked (…)` / `can't lock file … got timeout` — the operation is repeated with
-//!   capped exponential backoff for at most [`Timeouts::lock`], whether the error came as an
-//!   HTTP answer or as a task's exit status;
+//!   capped exponential backoff for at most [`Timeouts::lock`] (wall-clock) and
+//!   [`lease::MAX_LOCK_TRIES`] attempts, whether the error came as an HTTP answer or as a task's
+//!   exit status; a config file lock that stays held fails naming the lock file and how to see
+//!   who holds it ([`lease::lock_hint`]). A lock is never taken for a changed config (`detected
+//!   modified configuration`), nor the other way round;
 //! * a create that got no answer is repeated; "already exists" after such a repeat means the
 //!   first attempt went through — its `vzcreate` task is looked up and waited for;
 //! * "already running" for a start and "not running" for a shutdown/stop are success;
