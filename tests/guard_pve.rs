@@ -1,7 +1,10 @@
 //! One actor per vmid, PVE's own locks, and ownership, against fakepve (PyPI) on loopback:
 //!
-//! * two processes of the binary started together (separate artifacts directories) create the
-//!   container exactly once; the other waits and then converges;
+//! * two processes of the binary started together (separate artifacts directories) create and
+//!   start the container exactly once; the other waits and then converges; a start another run
+//!   did since the plan is not sent again;
+//! * PVE's config file lock held by another task is waited for within `--timeout-lock`, then
+//!   named with how to see who holds it (never retried without end as a changed config);
 //! * a lease of another run is waited for (bounded, naming the holder); a dead run's lease is
 //!   taken over; a `kill -9` during a create is converged by the first re-run, which waits for
 //!   the create task PVE still runs;
@@ -115,8 +118,11 @@ fn two_processes_started_together_create_the_container_once() {
     assert_eq!(a_code, Some(0), "{a_out}");
     assert_eq!(b_code, Some(0), "{b_out}");
 
-    // Exactly one create went through; PVE refused any second one.
+    // Exactly one create went through; PVE refused any second one; and one start.
     assert_eq!(vzcreate_tasks(&pve), 1);
+    let starts: Vec<_> =
+        pve.writes(false).into_iter().filter(|(m, p, _)| m == "POST" && p.ends_with("/status/start")).collect();
+    assert_eq!(starts.len(), 1, "{starts:?}");
     let creates: Vec<_> =
         pve.writes(false).into_iter().filter(|(m, p, _)| m == "POST" && p == "/nodes/pve1/lxc").collect();
     assert!(!creates.is_empty() && creates.len() <= 2, "{creates:?}");
@@ -136,6 +142,49 @@ fn two_processes_started_together_create_the_container_once() {
     assert_eq!(cfg["status"], "running");
     assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
     assert_eq!(cfg["tags"], "proxmox-gitops");
+}
+
+/// The second of two runs for one new container, started while the first one's create runs,
+/// waits for the create and for the first run's lease, then plans again under its own lease:
+/// the container was created and started once, by the first run. Deterministic: the create
+/// takes 10 s and the start 5 s, and the second run starts once PVE holds the container locked
+/// `create`, so it plans (after the create) while the first run's start runs.
+#[test]
+fn a_run_started_during_another_runs_create_neither_creates_nor_starts_it_again() {
+    let pve = FakePve::start_scaled(0.05);
+    pve.add_template();
+    pve.exec("pve.ct_secs['create'] = 200");
+    let (repo, share) = broker_repo();
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let args = ["provision", "--container", "broker", "--no-wait-ssh"];
+    let a = spawn(&pve, repo.path(), share.path(), a_dir.path(), &args);
+    let locked = (0..600).any(|_| {
+        let create = pve.ct_config(101).is_some_and(|c| c["lock"] == "create");
+        if !create {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        create
+    });
+    assert!(locked, "the first run's create started");
+    pve.exec("pve.ct(101).start_secs = 100");
+    let b = spawn(&pve, repo.path(), share.path(), b_dir.path(), &args);
+    let (a_code, a_out) = finish(a);
+    let (b_code, b_out) = finish(b);
+    assert_eq!(a_code, Some(0), "{a_out}");
+    assert_eq!(b_code, Some(0), "{b_out}");
+    assert_eq!(vzcreate_tasks(&pve), 1);
+    let starts: Vec<_> =
+        pve.writes(false).into_iter().filter(|(m, p, _)| m == "POST" && p.ends_with("/status/start")).collect();
+    assert_eq!(starts.len(), 1, "one start, by the run that created it: {starts:?}\n{b_out}");
+    let (first, second) = (provision_artifact(a_dir.path()), provision_artifact(b_dir.path()));
+    assert!(first.created && first.actions.iter().any(|a| a.action == "start"), "{first:#?}");
+    assert_eq!(second.outcome, Outcome::Ok, "{second:#?}");
+    assert!(!second.created && second.actions.iter().all(|a| a.action != "start"), "{second:#?}");
+    assert_eq!(second.plan.action, Action::Nothing, "{second:#?}");
+    assert!(!second.plan.start, "{second:#?}");
+    let cfg = pve.ct_config(101).unwrap();
+    assert_eq!(cfg["status"], "running");
+    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
 }
 
 /// fakepve (time scale `scale`) with the template, a backend (lock wait `lock`, lease wait
@@ -505,4 +554,42 @@ async fn a_held_config_file_lock_is_waited_for_within_the_lock_timeout_then_name
     let cfg = env.pve.ct_config(101).unwrap();
     assert_eq!(cfg["memory"], 1024);
     assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+}
+
+/// The one-actor rule covers the start: a container another run started between this run's
+/// plan and its lease is not started again. Both orders are covered without timing: the plan
+/// made while the other run's lease was on the container (its digest changed since), and the
+/// plan made before the other run took its lease (lease written and removed again: the same
+/// digest as planned, only the status tells).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_done_by_another_run_since_the_plan_is_not_sent_again() {
+    let env = Env::new(0.0);
+    let b = env.backend(10, 60, false);
+    assert_eq!(env.provision(&b, spec(512), RecreatePolicy::Never).await.outcome, Outcome::Ok);
+    let other = format!("{}proxmox-gitops lease: runner9:77:run-5:beef until {}\n", description("broker"), now() + 600);
+    for lease_seen_by_the_plan in [true, false] {
+        // Stopped, as right after the other run's create and before its start.
+        env.pve.exec("pve.ct(101).status = 'stopped'");
+        if lease_seen_by_the_plan {
+            env.set_description(101, &other);
+        }
+        let planned = backend::plan_all(&b, vec![spec(512)], RecreatePolicy::Never, 1).await;
+        let plan = planned[0].plan.as_ref().unwrap();
+        assert!(plan.start && plan.action == Action::Nothing, "{plan:#?}");
+        // The other run, under its lease, starts it and releases the lease.
+        env.set_description(101, &other);
+        env.pve.exec("pve.ct(101).status = 'running'");
+        env.set_description(101, &description("broker"));
+        env.pve.requests(true);
+        let out = env.apply(&b, planned, RecreatePolicy::Never).await;
+        assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
+        let starts: Vec<_> =
+            env.pve.writes(false).into_iter().filter(|(_, p, _)| p.ends_with("/status/start")).collect();
+        assert!(starts.is_empty(), "lease seen by the plan: {lease_seen_by_the_plan}: {starts:?}");
+        assert!(!out.actions.iter().any(|a| a.action == "start"), "{out:#?}");
+        assert!(!out.plan.start, "the plan carried out is the one made under the lease: {out:#?}");
+        let cfg = env.pve.ct_config(101).unwrap();
+        assert_eq!(cfg["status"], "running");
+        assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+    }
 }

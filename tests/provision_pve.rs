@@ -841,18 +841,21 @@ fn cli_plan_then_provision_then_converged() {
 #[tokio::test(flavor = "multi_thread")]
 async fn already_running_is_success_and_destroy_is_idempotent() {
     let (env, b) = with_broker().await;
-    // Stopped when planned, started by someone else before the apply.
+    // Stopped when planned and when the lease is taken; started by someone else just before
+    // our start arrives: PVE says "already running".
     env.pve.exec("ct = pve.ct(101)\nct.status = 'stopped'\nct.pid = None");
     let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
     assert!(plan.start);
-    env.pve.exec("ct = pve.ct(101)\nct.status = 'running'\nct.pid = 4242");
+    env.pve.exec("pve.fail('POST', '/nodes/pve1/lxc/101/status/start', error='already_running', times=1)");
     let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     assert_eq!(
         normalised(&p)["actions"][0],
         json!({"action": "start", "upid": null, "exit_status": null, "duration_ms": 0, "detail": "already running"})
     );
-    // Destroy: shutdown, destroy with purge; then absent, and a second destroy does nothing.
+    // Destroy (of the running container): shutdown, destroy with purge; then absent, and a
+    // second destroy does nothing.
+    env.pve.exec("ct = pve.ct(101)\nct.status = 'running'\nct.pid = 4242");
     env.pve.requests(true);
     let actions = b.destroy(&spec("broker", 101)).await.unwrap();
     assert_eq!(actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["shutdown", "destroy"]);

@@ -85,8 +85,12 @@ impl PveBackend {
 
     /// Takes the lease on the container (module docs of [`super::lease`]) and checks that the
     /// plan still holds under it: when the config changed between the plan and the lease (its
-    /// digest), the container is planned again; a new plan that changes only in place replaces
-    /// the old one (recorded in `fin.replanned`), anything else fails with "plan again".
+    /// digest), or a plan that starts the container finds it running now (`GET
+    /// …/status/current`: the digest does not cover the status, and another run's lease written
+    /// and removed again leaves the same config), the container is planned again. The new plan
+    /// replaces the old one whole — its start and migration too, so nothing another run did
+    /// since is done twice — when it changes only in place (recorded in `fin.replanned`);
+    /// anything else fails with "plan again".
     async fn lease_and_check(
         &self,
         spec: &ContainerSpec,
@@ -99,24 +103,31 @@ impl PveBackend {
         let vmid = spec.vmid;
         let planned_digest =
             self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&vmid).and_then(|c| c.digest.clone());
-        match self.acquire(plan.migrate.as_ref().map_or(node, |m| m.from.as_str()), vmid).await? {
+        let at = plan.migrate.as_ref().map_or(node, |m| m.from.as_str());
+        match self.acquire(at, vmid).await? {
             Acquired::Absent => {
                 bail!("{}: CT {vmid} disappeared from node {node} since the plan; plan again", spec.name)
             }
             Acquired::Held { held: h, before, after } => {
                 *held = Some(h);
-                if before.is_some() && before == planned_digest {
+                // Only these plans start because the container was stopped; a recreate starts
+                // the new container whatever the old one did.
+                let keeps = matches!(plan.action, Action::Nothing | Action::Update { .. } | Action::Adopt { .. });
+                let started_since = plan.start && keeps && self.is_running(at, vmid).await?;
+                if before.is_some() && before == planned_digest && !started_since {
                     self.set_digest(vmid, after);
                     return Ok(None);
                 }
+                let what = if started_since { "was started" } else { "changed" };
+                tracing::info!("{}: CT {vmid} {what} since the plan; planning again under the lease", spec.name);
             }
         }
-        tracing::info!("{}: CT {vmid} changed since the plan; planning again under the lease", spec.name);
         let again = self.plan(spec, opts.recreate).await?;
-        if again.action == plan.action {
+        if again.action == plan.action && again.start == plan.start && again.migrate == plan.migrate {
             return Ok(None);
         }
-        let fine = matches!(again.action, Action::Nothing | Action::Update { .. } | Action::Adopt { .. })
+        let fine = again.action == plan.action
+            || matches!(again.action, Action::Nothing | Action::Update { .. } | Action::Adopt { .. })
             || (matches!(again.action, Action::Recreate { .. }) && matches!(plan.action, Action::Recreate { .. }));
         if !fine {
             bail!(
@@ -127,6 +138,16 @@ impl PveBackend {
         }
         fin.replanned = Some(again.clone());
         Ok(Some(again))
+    }
+
+    /// Whether CT `vmid` on `node` runs now (`GET …/status/current`); an absent one does not.
+    async fn is_running(&self, node: &str, vmid: u32) -> anyhow::Result<bool> {
+        let status = self
+            .client
+            .ct_status(node, vmid)
+            .await
+            .with_context(|| format!("cannot read the status of CT {vmid} on node {node}"))?;
+        Ok(status.is_some_and(|s| s.status == "running"))
     }
 
     fn set_digest(&self, vmid: u32, digest: Option<String>) {
