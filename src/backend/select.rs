@@ -23,8 +23,12 @@ pub struct PveConnect {
     pub tls: TlsMode,
     /// Per-operation timeouts.
     pub timeouts: Timeouts,
-    /// Timeout of one HTTP request.
+    /// Timeout of one write request (POST, PUT, DELETE) to the PVE API
+    /// ([`crate::pve::ClientOptions::request_timeout`]).
     pub request_timeout: Duration,
+    /// Timeout of one read request (GET, and the login), after which it is abandoned and sent
+    /// again ([`crate::pve::ClientOptions::read_timeout`]).
+    pub read_timeout: Duration,
     /// `--adopt`: plan a container at a lib's vmid that proxmox-gitops did not create as
     /// `adopt` (our mark written in place) instead of refusing it as foreign.
     pub adopt: bool,
@@ -39,7 +43,8 @@ impl Default for PveConnect {
         Self {
             tls: TlsMode::System,
             timeouts: Timeouts::default(),
-            request_timeout: Duration::from_secs(60),
+            request_timeout: crate::pve::DEFAULT_WRITE_TIMEOUT,
+            read_timeout: crate::pve::DEFAULT_READ_TIMEOUT,
             adopt: false,
             task_times: crate::pve::task::default_task_times_file(),
         }
@@ -89,6 +94,7 @@ pub fn pve_client(settings: &Settings, connect: &PveConnect) -> Result<PveClient
     opts.port = s.port;
     opts.tls = connect.tls.clone();
     opts.request_timeout = connect.request_timeout;
+    opts.read_timeout = connect.read_timeout;
     opts.task_times = connect.task_times.clone();
     PveClient::new(opts, auth).map_err(|e| Error::Failed(e.into()))
 }
