@@ -593,3 +593,37 @@ async fn a_start_done_by_another_run_since_the_plan_is_not_sent_again() {
         assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
     }
 }
+
+/// `plan` reads only: a container PVE has locked (a backup of 600 PVE seconds, 12 s here) is
+/// reported busy at once, naming its task — the task still runs when the plan is printed —
+/// and `--wait-for-locks` waits for it as `provision` does.
+#[test]
+fn plan_reports_a_locked_container_busy_instead_of_waiting_unless_told_to_wait() {
+    let pve = FakePve::start_scaled(0.02);
+    pve.add_template();
+    let (repo, share) = broker_repo();
+    let artifacts = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| finish(spawn(&pve, repo.path(), share.path(), artifacts.path(), args));
+    let (code, out) = run(&["provision", "--container", "broker", "--no-wait-ssh"]);
+    assert_eq!(code, Some(0), "{out}");
+    let backup_running = || {
+        pve.exec("result = [t['status'] for t in pve.tasklog if t['type'] == 'vzdump']")
+            == Value::Array(vec![Value::String("running".into())])
+    };
+    pve.exec("await pve.backup(101, secs=600)");
+    let (code, out) = run(&["plan", "--ref", "refs/heads/release"]);
+    assert!(backup_running(), "the plan did not wait for the backup");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("CT 101 is busy: PVE has it locked (backup) by the running task UPID:pve1:"), "{out}");
+    assert!(out.contains("(vzdump)") && out.contains("--wait-for-locks"), "{out}");
+    let (code, out) = run(&["plan", "--ref", "refs/heads/release", "--detailed-exitcode"]);
+    assert_eq!(code, Some(1), "a container that cannot be planned: {out}");
+    assert!(backup_running());
+    // Told to wait: the backup's task is waited for, then the container is planned.
+    let (code, out) = run(&["plan", "--ref", "refs/heads/release", "--wait-for-locks"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!backup_running(), "waited for the backup");
+    assert!(!out.contains("is busy"), "{out}");
+    let row = out.lines().find(|l| l.starts_with("broker")).unwrap_or_default();
+    assert!(row.contains("nothing"), "{out}");
+}

@@ -32,6 +32,10 @@ pub struct PveConnect {
     /// `--adopt`: plan a container at a lib's vmid that proxmox-gitops did not create as
     /// `adopt` (our mark written in place) instead of refusing it as foreign.
     pub adopt: bool,
+    /// Whether a plan waits for a container PVE has locked (its running task) before it reads
+    /// it ([`crate::backend::pve::PveBackendOptions::wait_for_locks`]); `false` (the `plan`
+    /// subcommand without `--wait-for-locks`) reports the container busy.
+    pub wait_for_locks: bool,
     /// Where the learned PVE task durations are kept across runs ([`crate::pve::task::TaskTimes`]);
     /// `None`: in memory for this run only. Default:
     /// [`crate::pve::task::default_task_times_file`].
@@ -46,6 +50,7 @@ impl Default for PveConnect {
             request_timeout: crate::pve::DEFAULT_WRITE_TIMEOUT,
             read_timeout: crate::pve::DEFAULT_READ_TIMEOUT,
             adopt: false,
+            wait_for_locks: true,
             task_times: crate::pve::task::default_task_times_file(),
         }
     }
@@ -127,6 +132,7 @@ pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBacke
             node: s.node.clone(),
             timeouts: connect.timeouts.clone(),
             adopt: connect.adopt,
+            wait_for_locks: connect.wait_for_locks,
         },
     ))
 }

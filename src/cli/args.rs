@@ -76,6 +76,7 @@ impl PveTlsArgs {
             request_timeout: Duration::from_secs(self.timeout_write),
             read_timeout: Duration::from_secs(self.timeout_read),
             adopt: false,
+            wait_for_locks: true,
             task_times: crate::pve::task::default_task_times_file(),
         })
     }

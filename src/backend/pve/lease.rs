@@ -490,7 +490,7 @@ impl PveBackend {
     /// The running task of CT `vmid` on `node` (`GET /nodes/{node}/tasks` with `vmid`,
     /// `source=active`): its UPID and type; a listed task that has ended (an `endtime` or a
     /// `status`) does not count.
-    async fn active_task(&self, node: &str, vmid: u32) -> anyhow::Result<Option<(String, String)>> {
+    pub(super) async fn active_task(&self, node: &str, vmid: u32) -> anyhow::Result<Option<(String, String)>> {
         let tasks = self
             .client
             .get(
