@@ -1,7 +1,10 @@
 //! One actor per vmid, PVE's own locks, and ownership, against fakepve (PyPI) on loopback:
 //!
-//! * two processes of the binary started together (separate artifacts directories) create the
-//!   container exactly once; the other waits and then converges;
+//! * two processes of the binary started together (separate artifacts directories) create and
+//!   start the container exactly once; the other waits and then converges; a start another run
+//!   did since the plan is not sent again;
+//! * PVE's config file lock held by another task is waited for within `--timeout-lock`, then
+//!   named with how to see who holds it (never retried without end as a changed config);
 //! * a lease of another run is waited for (bounded, naming the holder); a dead run's lease is
 //!   taken over; a `kill -9` during a create is converged by the first re-run, which waits for
 //!   the create task PVE still runs;
@@ -115,8 +118,11 @@ fn two_processes_started_together_create_the_container_once() {
     assert_eq!(a_code, Some(0), "{a_out}");
     assert_eq!(b_code, Some(0), "{b_out}");
 
-    // Exactly one create went through; PVE refused any second one.
+    // Exactly one create went through; PVE refused any second one; and one start.
     assert_eq!(vzcreate_tasks(&pve), 1);
+    let starts: Vec<_> =
+        pve.writes(false).into_iter().filter(|(m, p, _)| m == "POST" && p.ends_with("/status/start")).collect();
+    assert_eq!(starts.len(), 1, "{starts:?}");
     let creates: Vec<_> =
         pve.writes(false).into_iter().filter(|(m, p, _)| m == "POST" && p == "/nodes/pve1/lxc").collect();
     assert!(!creates.is_empty() && creates.len() <= 2, "{creates:?}");
@@ -136,6 +142,49 @@ fn two_processes_started_together_create_the_container_once() {
     assert_eq!(cfg["status"], "running");
     assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
     assert_eq!(cfg["tags"], "proxmox-gitops");
+}
+
+/// The second of two runs for one new container, started while the first one's create runs,
+/// waits for the create and for the first run's lease, then plans again under its own lease:
+/// the container was created and started once, by the first run. Deterministic: the create
+/// takes 10 s and the start 5 s, and the second run starts once PVE holds the container locked
+/// `create`, so it plans (after the create) while the first run's start runs.
+#[test]
+fn a_run_started_during_another_runs_create_neither_creates_nor_starts_it_again() {
+    let pve = FakePve::start_scaled(0.05);
+    pve.add_template();
+    pve.exec("pve.ct_secs['create'] = 200");
+    let (repo, share) = broker_repo();
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let args = ["provision", "--container", "broker", "--no-wait-ssh"];
+    let a = spawn(&pve, repo.path(), share.path(), a_dir.path(), &args);
+    let locked = (0..600).any(|_| {
+        let create = pve.ct_config(101).is_some_and(|c| c["lock"] == "create");
+        if !create {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        create
+    });
+    assert!(locked, "the first run's create started");
+    pve.exec("pve.ct(101).start_secs = 100");
+    let b = spawn(&pve, repo.path(), share.path(), b_dir.path(), &args);
+    let (a_code, a_out) = finish(a);
+    let (b_code, b_out) = finish(b);
+    assert_eq!(a_code, Some(0), "{a_out}");
+    assert_eq!(b_code, Some(0), "{b_out}");
+    assert_eq!(vzcreate_tasks(&pve), 1);
+    let starts: Vec<_> =
+        pve.writes(false).into_iter().filter(|(m, p, _)| m == "POST" && p.ends_with("/status/start")).collect();
+    assert_eq!(starts.len(), 1, "one start, by the run that created it: {starts:?}\n{b_out}");
+    let (first, second) = (provision_artifact(a_dir.path()), provision_artifact(b_dir.path()));
+    assert!(first.created && first.actions.iter().any(|a| a.action == "start"), "{first:#?}");
+    assert_eq!(second.outcome, Outcome::Ok, "{second:#?}");
+    assert!(!second.created && second.actions.iter().all(|a| a.action != "start"), "{second:#?}");
+    assert_eq!(second.plan.action, Action::Nothing, "{second:#?}");
+    assert!(!second.plan.start, "{second:#?}");
+    let cfg = pve.ct_config(101).unwrap();
+    assert_eq!(cfg["status"], "running");
+    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
 }
 
 /// fakepve (time scale `scale`) with the template, a backend (lock wait `lock`, lease wait
@@ -164,6 +213,11 @@ impl Env {
 
     async fn provision(&self, b: &Backend, s: ContainerSpec, policy: RecreatePolicy) -> Provision {
         let planned = backend::plan_all(b, vec![s], policy, 1).await;
+        self.apply(b, planned, policy).await
+    }
+
+    /// Applies plans made before (by [`backend::plan_all`]); the first container's artifact.
+    async fn apply(&self, b: &Backend, planned: Vec<backend::Planned>, policy: RecreatePolicy) -> Provision {
         let opts = ApplyOptions {
             share: self.share.path().to_path_buf(),
             wait_ssh: false,
@@ -460,4 +514,116 @@ fn cli_plan_shows_foreign_and_adopt() {
     let (code, out) = run(&["provision", "--container", "broker", "--no-wait-ssh", "--adopt"]);
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(pve.ct_config(101).unwrap()["description"], Value::String(description("broker")));
+}
+
+/// PVE's config file lock held by another task answers the lease write with HTTP 500 `can't lock
+/// file '/run/lock/lxc/pve-config-101.lock' - got timeout`: a lock, not a lost compare-and-set.
+/// It is waited for within `--timeout-lock` (bounded in requests as well), then the run fails
+/// naming the lock and how to see who holds it, having changed nothing; a lock that clears in
+/// time is waited out and the change applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_config_file_lock_is_waited_for_within_the_lock_timeout_then_named() {
+    // Each write waits PVE's 10 s for the lock: 0.1 s here.
+    let env = Env::new(0.01);
+    let b = env.backend(60, 60, false);
+    assert_eq!(env.provision(&b, spec(512), RecreatePolicy::Never).await.outcome, Outcome::Ok);
+
+    // Another task takes the config lock and never lets go.
+    env.pve.exec("await pve.hold_config_lock(101, None)");
+    let b = env.backend(2, 60, false);
+    env.pve.requests(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), env.provision(&b, spec(1024), RecreatePolicy::Never))
+        .await
+        .expect("a held lock ends the run within --timeout-lock, not never");
+    let Outcome::Failed { error } = &out.outcome else { panic!("{out:#?}") };
+    assert!(error.contains("/run/lock/lxc/pve-config-101.lock"), "{error}");
+    assert!(error.contains("--timeout-lock"), "{error}");
+    assert!(error.contains("pvenode task list --vmid 101 --source active"), "{error}");
+    assert!(!error.contains("config changed"), "a lock is not a changed config: {error}");
+    let puts = env.pve.writes(false).into_iter().filter(|(m, _, _)| m == "PUT").count();
+    assert!((1..=20).contains(&puts), "bounded in requests: {puts} PUTs");
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert_eq!(cfg["memory"], 512);
+    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+
+    // The lock is let go after 100 PVE seconds (1 s): waited for, then the change is applied.
+    env.pve.exec("pve.release_config_lock(101)\nawait pve.hold_config_lock(101, 100)");
+    let b = env.backend(60, 60, false);
+    let out = env.provision(&b, spec(1024), RecreatePolicy::Never).await;
+    assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert_eq!(cfg["memory"], 1024);
+    assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+}
+
+/// The one-actor rule covers the start: a container another run started between this run's
+/// plan and its lease is not started again. Both orders are covered without timing: the plan
+/// made while the other run's lease was on the container (its digest changed since), and the
+/// plan made before the other run took its lease (lease written and removed again: the same
+/// digest as planned, only the status tells).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_done_by_another_run_since_the_plan_is_not_sent_again() {
+    let env = Env::new(0.0);
+    let b = env.backend(10, 60, false);
+    assert_eq!(env.provision(&b, spec(512), RecreatePolicy::Never).await.outcome, Outcome::Ok);
+    let other = format!("{}proxmox-gitops lease: runner9:77:run-5:beef until {}\n", description("broker"), now() + 600);
+    for lease_seen_by_the_plan in [true, false] {
+        // Stopped, as right after the other run's create and before its start.
+        env.pve.exec("pve.ct(101).status = 'stopped'");
+        if lease_seen_by_the_plan {
+            env.set_description(101, &other);
+        }
+        let planned = backend::plan_all(&b, vec![spec(512)], RecreatePolicy::Never, 1).await;
+        let plan = planned[0].plan.as_ref().unwrap();
+        assert!(plan.start && plan.action == Action::Nothing, "{plan:#?}");
+        // The other run, under its lease, starts it and releases the lease.
+        env.set_description(101, &other);
+        env.pve.exec("pve.ct(101).status = 'running'");
+        env.set_description(101, &description("broker"));
+        env.pve.requests(true);
+        let out = env.apply(&b, planned, RecreatePolicy::Never).await;
+        assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
+        let starts: Vec<_> =
+            env.pve.writes(false).into_iter().filter(|(_, p, _)| p.ends_with("/status/start")).collect();
+        assert!(starts.is_empty(), "lease seen by the plan: {lease_seen_by_the_plan}: {starts:?}");
+        assert!(!out.actions.iter().any(|a| a.action == "start"), "{out:#?}");
+        assert!(!out.plan.start, "the plan carried out is the one made under the lease: {out:#?}");
+        let cfg = env.pve.ct_config(101).unwrap();
+        assert_eq!(cfg["status"], "running");
+        assert_eq!(cfg["description"], Value::String(description("broker")), "{cfg}");
+    }
+}
+
+/// `plan` reads only: a container PVE has locked (a backup of 600 PVE seconds, 12 s here) is
+/// reported busy at once, naming its task — the task still runs when the plan is printed —
+/// and `--wait-for-locks` waits for it as `provision` does.
+#[test]
+fn plan_reports_a_locked_container_busy_instead_of_waiting_unless_told_to_wait() {
+    let pve = FakePve::start_scaled(0.02);
+    pve.add_template();
+    let (repo, share) = broker_repo();
+    let artifacts = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| finish(spawn(&pve, repo.path(), share.path(), artifacts.path(), args));
+    let (code, out) = run(&["provision", "--container", "broker", "--no-wait-ssh"]);
+    assert_eq!(code, Some(0), "{out}");
+    let backup_running = || {
+        pve.exec("result = [t['status'] for t in pve.tasklog if t['type'] == 'vzdump']")
+            == Value::Array(vec![Value::String("running".into())])
+    };
+    pve.exec("await pve.backup(101, secs=600)");
+    let (code, out) = run(&["plan", "--ref", "refs/heads/release"]);
+    assert!(backup_running(), "the plan did not wait for the backup");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("CT 101 is busy: PVE has it locked (backup) by the running task UPID:pve1:"), "{out}");
+    assert!(out.contains("(vzdump)") && out.contains("--wait-for-locks"), "{out}");
+    let (code, out) = run(&["plan", "--ref", "refs/heads/release", "--detailed-exitcode"]);
+    assert_eq!(code, Some(1), "a container that cannot be planned: {out}");
+    assert!(backup_running());
+    // Told to wait: the backup's task is waited for, then the container is planned.
+    let (code, out) = run(&["plan", "--ref", "refs/heads/release", "--wait-for-locks"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!backup_running(), "waited for the backup");
+    assert!(!out.contains("is busy"), "{out}");
+    let row = out.lines().find(|l| l.starts_with("broker")).unwrap_or_default();
+    assert!(row.contains("nothing"), "{out}");
 }

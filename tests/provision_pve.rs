@@ -841,18 +841,21 @@ fn cli_plan_then_provision_then_converged() {
 #[tokio::test(flavor = "multi_thread")]
 async fn already_running_is_success_and_destroy_is_idempotent() {
     let (env, b) = with_broker().await;
-    // Stopped when planned, started by someone else before the apply.
+    // Stopped when planned and when the lease is taken; started by someone else just before
+    // our start arrives: PVE says "already running".
     env.pve.exec("ct = pve.ct(101)\nct.status = 'stopped'\nct.pid = None");
     let plan = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap();
     assert!(plan.start);
-    env.pve.exec("ct = pve.ct(101)\nct.status = 'running'\nct.pid = 4242");
+    env.pve.exec("pve.fail('POST', '/nodes/pve1/lxc/101/status/start', error='already_running', times=1)");
     let p = b.apply(&spec("broker", 101), &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
     assert_eq!(
         normalised(&p)["actions"][0],
         json!({"action": "start", "upid": null, "exit_status": null, "duration_ms": 0, "detail": "already running"})
     );
-    // Destroy: shutdown, destroy with purge; then absent, and a second destroy does nothing.
+    // Destroy (of the running container): shutdown, destroy with purge; then absent, and a
+    // second destroy does nothing.
+    env.pve.exec("ct = pve.ct(101)\nct.status = 'running'\nct.pid = 4242");
     env.pve.requests(true);
     let actions = b.destroy(&spec("broker", 101)).await.unwrap();
     assert_eq!(actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(), vec!["shutdown", "destroy"]);
@@ -1401,4 +1404,68 @@ async fn task_waits_loop_learn_the_duration_and_time_out() {
     let polls = create_polls(&requests);
     assert!(polls.len() == 1 && polls[0] as f64 <= 4.0 + 2.0 * waited.as_secs_f64(), "{polls:?}");
     assert!(!requests.iter().any(|(m, _, _)| m == "DELETE"), "nothing destroyed: {requests:?}");
+}
+
+/// Makes fakepve leave every `nth` GET unanswered for `secs` real seconds (as a half-open
+/// connection or a proxy that stalls does); `pve.stalled` counts the reads left hanging. Loopback only, bounded by `secs` and by the
+/// server's life.
+fn stall_every_nth_read(pve: &FakePve, nth: u32, secs: u32) {
+    pve.exec(&format!(
+        "orig = pve._read_body\nstate = {{'gets': 0}}\npve.stalled = 0\n\
+         async def stall(request):\n    \
+             if request.method == 'GET':\n        \
+                 state['gets'] += 1\n        \
+                 if state['gets'] % {nth} == 0:\n            \
+                     pve.stalled += 1\n            \
+                     await asyncio.sleep({secs})\n    \
+             return await orig(request)\n\
+         pve._read_body = stall"
+    ));
+}
+
+/// A hung read costs the read timeout, not a minute: with every third GET never answered,
+/// a create converges, each hung read abandoned after `read_timeout` (1 s here) and sent again
+/// on another connection. Writes keep their own, longer timeout. The run's bound (60 s) is
+/// what the old single 20 s timeout per request blew with the reads hung here.
+#[tokio::test(flavor = "multi_thread")]
+async fn hung_reads_are_abandoned_after_the_read_timeout_and_repeated() {
+    let env = Env::with_template().await;
+    stall_every_nth_read(&env.pve, 3, 600);
+    let mut connect = env.connect();
+    connect.read_timeout = Duration::from_secs(1);
+    let b =
+        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), env.provision_one(&b, spec("broker", 101)))
+        .await
+        .expect("hung reads are given up on after the read timeout");
+    assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
+    assert!(out[0].created);
+    let stalled = env.pve.exec("result = pve.stalled").as_u64().unwrap();
+    assert!(stalled >= 3, "reads left hanging: {stalled}");
+    // fakepve records the requests it answered, not the hung ones: each hung read was sent
+    // again.
+    let answered = env.pve.requests(false).len() as u64;
+    assert!(
+        client(&b).request_count() >= answered + stalled,
+        "sent {}, {answered} answered",
+        client(&b).request_count()
+    );
+    assert_eq!(env.pve.ct_config(101).unwrap()["status"], "running");
+}
+
+/// `--timeout-read` / `PGO_TIMEOUT_READ` and `--timeout-write` / `PGO_TIMEOUT_WRITE` are read
+/// (a value out of range is refused naming the option) and shown in the help.
+#[test]
+fn request_timeouts_are_settable_by_flag_and_environment() {
+    let pve = FakePve::start();
+    let (repo, share) = broker_repo("ID=101\nIP=127.0.0.1/8\n");
+    for (var, flag) in [("PGO_TIMEOUT_READ", "--timeout-read"), ("PGO_TIMEOUT_WRITE", "--timeout-write")] {
+        let (code, _, err) =
+            run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[(var, "0".as_ref())], &["plan", "--pve-ca", "x"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains(flag) && err.contains("0"), "{err}");
+        let (code, out, err) = run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[], &["provision", "--help"]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(out.contains(flag) && out.contains(&format!("[env: {var}=")), "{out}");
+    }
 }

@@ -23,11 +23,19 @@ pub struct PveConnect {
     pub tls: TlsMode,
     /// Per-operation timeouts.
     pub timeouts: Timeouts,
-    /// Timeout of one HTTP request.
+    /// Timeout of one write request (POST, PUT, DELETE) to the PVE API
+    /// ([`crate::pve::ClientOptions::request_timeout`]).
     pub request_timeout: Duration,
+    /// Timeout of one read request (GET, and the login), after which it is abandoned and sent
+    /// again ([`crate::pve::ClientOptions::read_timeout`]).
+    pub read_timeout: Duration,
     /// `--adopt`: plan a container at a lib's vmid that proxmox-gitops did not create as
     /// `adopt` (our mark written in place) instead of refusing it as foreign.
     pub adopt: bool,
+    /// Whether a plan waits for a container PVE has locked (its running task) before it reads
+    /// it ([`crate::backend::pve::PveBackendOptions::wait_for_locks`]); `false` (the `plan`
+    /// subcommand without `--wait-for-locks`) reports the container busy.
+    pub wait_for_locks: bool,
     /// Where the learned PVE task durations are kept across runs ([`crate::pve::task::TaskTimes`]);
     /// `None`: in memory for this run only. Default:
     /// [`crate::pve::task::default_task_times_file`].
@@ -39,8 +47,10 @@ impl Default for PveConnect {
         Self {
             tls: TlsMode::System,
             timeouts: Timeouts::default(),
-            request_timeout: Duration::from_secs(60),
+            request_timeout: crate::pve::DEFAULT_WRITE_TIMEOUT,
+            read_timeout: crate::pve::DEFAULT_READ_TIMEOUT,
             adopt: false,
+            wait_for_locks: true,
             task_times: crate::pve::task::default_task_times_file(),
         }
     }
@@ -89,6 +99,7 @@ pub fn pve_client(settings: &Settings, connect: &PveConnect) -> Result<PveClient
     opts.port = s.port;
     opts.tls = connect.tls.clone();
     opts.request_timeout = connect.request_timeout;
+    opts.read_timeout = connect.read_timeout;
     opts.task_times = connect.task_times.clone();
     PveClient::new(opts, auth).map_err(|e| Error::Failed(e.into()))
 }
@@ -121,6 +132,7 @@ pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBacke
             node: s.node.clone(),
             timeouts: connect.timeouts.clone(),
             adopt: connect.adopt,
+            wait_for_locks: connect.wait_for_locks,
         },
     ))
 }

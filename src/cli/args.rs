@@ -35,6 +35,16 @@ pub struct PveTlsArgs {
     /// Do not verify the PVE certificate at all (insecure; prints a warning).
     #[arg(long, conflicts_with_all = ["pve_ca", "pve_fingerprint"])]
     pub insecure: bool,
+    /// Seconds a PVE API read (GET, and the login) may take before it is abandoned and sent
+    /// again (PVE answers reads in milliseconds; a hung connection is noticed after this).
+    #[arg(long, value_name = "SECS", default_value_t = 10, env = "PGO_TIMEOUT_READ",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_read: u64,
+    /// Seconds a PVE API write (POST, PUT, DELETE) may take until its answer arrived (PVE holds a
+    /// write up to 10 s for a config lock); only writes safe to repeat are sent again.
+    #[arg(long, value_name = "SECS", default_value_t = 60, env = "PGO_TIMEOUT_WRITE",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_write: u64,
 }
 
 impl PveTlsArgs {
@@ -63,8 +73,10 @@ impl PveTlsArgs {
         Ok(PveConnect {
             tls: self.tls()?,
             timeouts: Timeouts::default(),
-            request_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(self.timeout_write),
+            read_timeout: Duration::from_secs(self.timeout_read),
             adopt: false,
+            wait_for_locks: true,
             task_times: crate::pve::task::default_task_times_file(),
         })
     }

@@ -8,7 +8,8 @@
 /// * `Selection` — which containers (and which saved plan or inventory artifact) a run covers;
 /// * `Recreate policy` — when a container may be destroyed, and the snapshot rule before it;
 /// * `SSH` — waiting for and connecting over SSH;
-/// * `PVE connection` — how the PVE API's certificate is trusted;
+/// * `PVE connection` — how the PVE API's certificate is trusted, and how long one API
+///   request may take (`--timeout-read`, `--timeout-write`);
 /// * `PVE task timeouts` — how long PVE tasks may take (seconds);
 /// * `Global options` — the options every subcommand takes (`--repo`, `--stage`, `--json` …).
 pub(crate) fn heading(id: &str) -> Option<&'static str> {
@@ -16,7 +17,7 @@ pub(crate) fn heading(id: &str) -> Option<&'static str> {
         "containers" | "all" | "inventory" | "saved_plan" => "Selection",
         "allow_recreate" | "recreate" | "no_snapshot" => "Recreate policy",
         "no_wait_ssh" | "ssh_port" | "ssh_timeout" | "connect_budget" | "connect_timeout" => "SSH",
-        "pve_ca" | "pve_fingerprint" | "insecure" => "PVE connection",
+        "pve_ca" | "pve_fingerprint" | "insecure" | "timeout_read" | "timeout_write" => "PVE connection",
         id if id.starts_with("timeout_") => "PVE task timeouts",
         "repo" | "artifacts" | "stage" | "json" | "verbose" | "quiet" => "Global options",
         _ => return None,
@@ -148,6 +149,8 @@ mod tests {
         let deploy = cmd.find_subcommand("deploy").unwrap();
         let heading_of = |id: &str| deploy.get_arguments().find(|a| a.get_id() == id).unwrap().get_help_heading();
         assert_eq!(heading_of("timeout_create"), Some("PVE task timeouts"));
+        assert_eq!(heading_of("timeout_read"), Some("PVE connection"));
+        assert_eq!(heading_of("timeout_write"), Some("PVE connection"));
         assert_eq!(heading_of("recreate"), Some("Recreate policy"));
         assert_eq!(heading_of("ssh_timeout"), Some("SSH"));
         assert_eq!(heading_of("git_ref"), None);

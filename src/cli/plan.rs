@@ -44,6 +44,11 @@ pub struct PlanArgs {
     /// How many containers are planned against PVE at the same time.
     #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     jobs: u16,
+    /// Wait for a container PVE has locked (a running create, backup, migration …) as
+    /// `provision` does — its task, up to 600 s for a create and 120 s for anything else —
+    /// instead of reporting it busy.
+    #[arg(long)]
+    wait_for_locks: bool,
     #[command(flatten)]
     policy: super::args::PolicyArgs,
     /// PVE API trust (plan only reads: no task timeouts).
@@ -88,7 +93,11 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     };
     let backend = match (offline.is_none() && provisions, kind) {
         (true, Some(BackendKind::Pve)) => {
-            let connect = crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? };
+            let connect = crate::backend::PveConnect {
+                adopt: args.policy.adopt,
+                wait_for_locks: args.wait_for_locks,
+                ..args.pve.connect()?
+            };
             Some(crate::backend::open(BackendKind::Pve, &settings, &connect)?)
         }
         (true, Some(BackendKind::Lxc)) => match crate::backend::lxc_backend(&settings) {

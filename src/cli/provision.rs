@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn each_subcommand_shows_only_the_pve_options_it_uses() {
-        let tls = ["pve-ca", "pve-fingerprint", "insecure"];
+        let tls = ["pve-ca", "pve-fingerprint", "insecure", "timeout-read", "timeout-write"];
         let all = [
             "timeout-create",
             "timeout-start",

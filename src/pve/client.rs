@@ -19,10 +19,16 @@
 //! restarts or is overloaded ([`PveError::is_gateway_error`]) — is repeated the same way: a read
 //! cannot have changed anything. A write is never repeated after an HTTP answer, not even a 5xx:
 //! it may have been carried out behind the proxy. Every repetition is logged (INFO, with the error
-//! and the delay); their number is [`ClientOptions::transport_retries`], each delay at most 2 s,
-//! each attempt at most [`ClientOptions::request_timeout`]. Everything else is reported at once.
-//! PVE's own errors are never retried here; lock conflicts are the backend's business (it knows
-//! the operation).
+//! and the delay); their number is [`ClientOptions::transport_retries`], each delay at most 2 s.
+//! Everything else is reported at once. PVE's own errors are never retried here; lock conflicts
+//! are the backend's business (it knows the operation).
+//!
+//! **Timeouts**: PVE answers a read in milliseconds, so a read that has not answered within
+//! [`ClientOptions::read_timeout`] (10 s; the login too) is abandoned — a half-open connection,
+//! a proxy that stalls — and, being safe to repeat, sent again on a fresh connection. A write
+//! may wait 10 s for the container's config lock on PVE's side before PVE even starts it, so it
+//! gets [`ClientOptions::request_timeout`] (60 s), and is only sent again when the caller says
+//! that is safe. A connection attempt is bounded by the smaller of the read timeout and 10 s.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -85,6 +91,13 @@ pub enum Replay {
     Unsafe,
 }
 
+/// The default [`ClientOptions::read_timeout`]: 10 s (PVE answers reads in milliseconds; a slow
+/// storage listing takes a few seconds).
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default [`ClientOptions::request_timeout`] of writes: 60 s.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Connection options.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
@@ -94,8 +107,12 @@ pub struct ClientOptions {
     pub port: u16,
     /// Certificate verification.
     pub tls: TlsMode,
-    /// Timeout of one HTTP request (PVE holds a config lock up to 10 s before answering).
+    /// Timeout of one write (POST, PUT, DELETE) until its whole answer arrived: PVE holds a
+    /// write up to 10 s while it waits for a config lock, before it starts the work.
     pub request_timeout: Duration,
+    /// Timeout of one read (GET, HEAD, and the ticket login) until its whole answer arrived;
+    /// a read that timed out is repeated like any read without answer.
+    pub read_timeout: Duration,
     /// How many times a request without answer (when [`Replay::Safe`]), or a read answered
     /// 502/503/504, is repeated.
     pub transport_retries: usize,
@@ -107,13 +124,16 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
-    /// Options with defaults: port 8006, system roots, 60 s per request, 6 retries from 100 ms.
+    /// Options with defaults: port 8006, system roots, 60 s per write
+    /// ([`DEFAULT_WRITE_TIMEOUT`]), 10 s per read ([`DEFAULT_READ_TIMEOUT`]), 6 retries from
+    /// 100 ms.
     pub fn new(host: impl Into<String>) -> Self {
         Self {
             host: host.into(),
             port: 8006,
             tls: TlsMode::System,
-            request_timeout: Duration::from_secs(60),
+            request_timeout: DEFAULT_WRITE_TIMEOUT,
+            read_timeout: DEFAULT_READ_TIMEOUT,
             transport_retries: 6,
             retry_delay: Duration::from_millis(100),
             task_times: None,
@@ -196,8 +216,8 @@ impl PveClient {
         let (config, presented) = tls::client_config_recording(&opts.tls)?;
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(config)
-            .timeout(opts.request_timeout)
-            .connect_timeout(Duration::from_secs(10))
+            .timeout(opts.request_timeout.max(opts.read_timeout))
+            .connect_timeout(opts.read_timeout.min(Duration::from_secs(10)))
             .pool_idle_timeout(Duration::from_secs(30))
             .user_agent(concat!("proxmox-gitops/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -429,7 +449,10 @@ impl PveClient {
             }
             (Auth::Ticket { .. }, None) => {}
         }
-        let mut req = self.http.request(method.clone(), url).headers(headers);
+        // A read (and the login, which changes nothing) answers fast or is stuck.
+        let quick = !write || path == "/access/ticket";
+        let timeout = if quick { self.opts.read_timeout } else { self.opts.request_timeout };
+        let mut req = self.http.request(method.clone(), url).headers(headers).timeout(timeout);
         if !body_in_query {
             req = req
                 .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -438,7 +461,16 @@ impl PveClient {
         self.requests.fetch_add(1, Ordering::Relaxed);
         tracing::trace!("{method} {path}");
         let transport = |e: reqwest::Error| {
-            let detail = error_chain(&e);
+            let detail = if e.is_timeout() {
+                format!(
+                    "no answer within {:.1} s ({}): {}",
+                    timeout.as_secs_f64(),
+                    if quick { "read timeout" } else { "write timeout" },
+                    error_chain(&e)
+                )
+            } else {
+                error_chain(&e)
+            };
             // A certificate the verifier refused stays refused: report it at once.
             let refused_cert = detail.contains("certificate") || detail.contains("fingerprint");
             if refused_cert && let Some(fp) = self.presented.refused() {

@@ -147,6 +147,29 @@ impl PveError {
         self.message().is_some_and(is_lock_message)
     }
 
+    /// True for PVE's config file lock that another worker holds: `can't lock file
+    /// '/run/lock/lxc/pve-config-VMID.lock' - got timeout` (pve-common `PVE::Tools::lock_file`,
+    /// through `AbstractConfig::lock_config`, after PVE waited 10 s for the `flock`). A lock,
+    /// held by a running task or API call; not a changed config ([`PveError::is_config_changed`]).
+    pub fn is_file_lock_timeout(&self) -> bool {
+        self.message().is_some_and(is_file_lock_message)
+    }
+
+    /// The lock file a [`PveError::is_file_lock_timeout`] error names
+    /// (`/run/lock/lxc/pve-config-101.lock`), as PVE quoted it.
+    pub fn locked_file(&self) -> Option<&str> {
+        let m = self.message().filter(|m| is_file_lock_message(m))?;
+        let rest = m.split_once("can't lock file '")?.1;
+        rest.split_once('\'').map(|(file, _)| file).filter(|f| !f.is_empty())
+    }
+
+    /// True for a lost compare-and-set: `detected modified configuration - file changed by other
+    /// user? Try again.` (pve-common `PVE::Tools::assert_if_modified`), the answer to a write
+    /// whose `digest` is not the config's any more. The config changed; nothing is locked.
+    pub fn is_config_changed(&self) -> bool {
+        self.message().is_some_and(|m| m.contains("detected modified configuration"))
+    }
+
     /// True for `… already exists …` (create of a vmid in use).
     pub fn is_already_exists(&self) -> bool {
         self.message().is_some_and(|m| m.contains("already exists"))
@@ -178,7 +201,12 @@ impl PveError {
 
 /// True when `msg` is a lock conflict message (see [`PveError::is_locked`]).
 pub fn is_lock_message(msg: &str) -> bool {
-    msg.contains("is locked (") || (msg.contains("can't lock file") && msg.contains("got timeout"))
+    msg.contains("is locked (") || is_file_lock_message(msg)
+}
+
+/// True when `msg` says PVE's config file lock is held (see [`PveError::is_file_lock_timeout`]).
+fn is_file_lock_message(msg: &str) -> bool {
+    msg.contains("can't lock file") && msg.contains("got timeout")
 }
 
 #[cfg(test)]
@@ -210,6 +238,21 @@ mod tests {
         assert!(is_lock_message("CT is locked (backup)"));
         assert!(is_lock_message("can't lock file '/run/lock/lxc/pve-config-101.lock' - got timeout"));
         assert!(!is_lock_message("CT 101 already running"));
+        let api = |message: &str| PveError::Api {
+            method: "PUT".into(),
+            path: "/nodes/pve1/lxc/101/config".into(),
+            status: 500,
+            message: message.into(),
+            errors: BTreeMap::new(),
+        };
+        let held = api("can't lock file '/run/lock/lxc/pve-config-101.lock' - got timeout");
+        assert!(held.is_locked() && held.is_file_lock_timeout() && !held.is_config_changed());
+        assert_eq!(held.locked_file(), Some("/run/lock/lxc/pve-config-101.lock"));
+        let changed = api("detected modified configuration - file changed by other user? Try again.");
+        assert!(changed.is_config_changed() && !changed.is_locked() && !changed.is_file_lock_timeout());
+        assert_eq!(changed.locked_file(), None);
+        let property = api("CT is locked (backup)");
+        assert!(property.is_locked() && !property.is_file_lock_timeout() && property.locked_file().is_none());
         let t = PveError::Task {
             upid: "UPID:x".into(),
             exit_status: "boom".into(),

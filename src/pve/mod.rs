@@ -25,7 +25,7 @@ pub mod error;
 pub mod task;
 pub mod tls;
 
-pub use client::{Auth, ClientOptions, PveClient, Replay};
+pub use client::{Auth, ClientOptions, DEFAULT_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT, PveClient, Replay};
 pub use cluster::{ClusterResources, CtResource, NodeResource, StorageResource};
 pub use ct::{CtInterface, CtStatus};
 pub use error::PveError;

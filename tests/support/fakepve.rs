@@ -157,14 +157,16 @@ impl FakePve {
     }
 
     /// Connection options that trust this server's certificate, with `timeouts` for its tasks,
-    /// 20 s per request, and the learned task durations kept in this server's directory (not in
+    /// 20 s per request (read or write), and the learned task durations kept in this server's directory (not in
     /// the user's cache, shared by every test).
     pub fn connect(&self, timeouts: Timeouts) -> PveConnect {
         PveConnect {
             tls: TlsMode::CaFile(self.ca.clone()),
             timeouts,
             request_timeout: Duration::from_secs(20),
+            read_timeout: Duration::from_secs(20),
             adopt: false,
+            wait_for_locks: true,
             task_times: Some(self.dir.path().join("pve-task-times.json")),
         }
     }

@@ -8,7 +8,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use backon::{ExponentialBuilder, Retryable};
 use serde_json::Value;
 
 use super::desired::{with_lease, with_user_notes, without_lease};
@@ -31,7 +30,10 @@ impl PveBackend {
         let mut fin = Final::default();
         let outcome = match self.apply_inner(spec, plan, opts, &mut rec, &mut fin).await {
             Ok(()) => Outcome::Ok,
-            Err(e) => Outcome::Failed { error: crate::actions::redact(&format!("{e:#}")) },
+            Err(e) => {
+                let node = plan.node.as_deref().or(spec.node.as_deref()).unwrap_or("(its node)");
+                Outcome::Failed { error: crate::actions::redact(&format!("{:#}", with_lock_hint(e, node, spec.vmid))) }
+            }
         };
         // Without a network call: a refused spec must not reach the API at all.
         let node = plan.node.clone().or_else(|| {
@@ -83,8 +85,12 @@ impl PveBackend {
 
     /// Takes the lease on the container (module docs of [`super::lease`]) and checks that the
     /// plan still holds under it: when the config changed between the plan and the lease (its
-    /// digest), the container is planned again; a new plan that changes only in place replaces
-    /// the old one (recorded in `fin.replanned`), anything else fails with "plan again".
+    /// digest), or a plan that starts the container finds it running now (`GET
+    /// …/status/current`: the digest does not cover the status, and another run's lease written
+    /// and removed again leaves the same config), the container is planned again. The new plan
+    /// replaces the old one whole — its start and migration too, so nothing another run did
+    /// since is done twice — when it changes only in place (recorded in `fin.replanned`);
+    /// anything else fails with "plan again".
     async fn lease_and_check(
         &self,
         spec: &ContainerSpec,
@@ -97,24 +103,31 @@ impl PveBackend {
         let vmid = spec.vmid;
         let planned_digest =
             self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&vmid).and_then(|c| c.digest.clone());
-        match self.acquire(plan.migrate.as_ref().map_or(node, |m| m.from.as_str()), vmid).await? {
+        let at = plan.migrate.as_ref().map_or(node, |m| m.from.as_str());
+        match self.acquire(at, vmid).await? {
             Acquired::Absent => {
                 bail!("{}: CT {vmid} disappeared from node {node} since the plan; plan again", spec.name)
             }
             Acquired::Held { held: h, before, after } => {
                 *held = Some(h);
-                if before.is_some() && before == planned_digest {
+                // Only these plans start because the container was stopped; a recreate starts
+                // the new container whatever the old one did.
+                let keeps = matches!(plan.action, Action::Nothing | Action::Update { .. } | Action::Adopt { .. });
+                let started_since = plan.start && keeps && self.is_running(at, vmid).await?;
+                if before.is_some() && before == planned_digest && !started_since {
                     self.set_digest(vmid, after);
                     return Ok(None);
                 }
+                let what = if started_since { "was started" } else { "changed" };
+                tracing::info!("{}: CT {vmid} {what} since the plan; planning again under the lease", spec.name);
             }
         }
-        tracing::info!("{}: CT {vmid} changed since the plan; planning again under the lease", spec.name);
         let again = self.plan(spec, opts.recreate).await?;
-        if again.action == plan.action {
+        if again.action == plan.action && again.start == plan.start && again.migrate == plan.migrate {
             return Ok(None);
         }
-        let fine = matches!(again.action, Action::Nothing | Action::Update { .. } | Action::Adopt { .. })
+        let fine = again.action == plan.action
+            || matches!(again.action, Action::Nothing | Action::Update { .. } | Action::Adopt { .. })
             || (matches!(again.action, Action::Recreate { .. }) && matches!(plan.action, Action::Recreate { .. }));
         if !fine {
             bail!(
@@ -125,6 +138,16 @@ impl PveBackend {
         }
         fin.replanned = Some(again.clone());
         Ok(Some(again))
+    }
+
+    /// Whether CT `vmid` on `node` runs now (`GET …/status/current`); an absent one does not.
+    async fn is_running(&self, node: &str, vmid: u32) -> anyhow::Result<bool> {
+        let status = self
+            .client
+            .ct_status(node, vmid)
+            .await
+            .with_context(|| format!("cannot read the status of CT {vmid} on node {node}"))?;
+        Ok(status.is_some_and(|s| s.status == "running"))
     }
 
     fn set_digest(&self, vmid: u32, digest: Option<String>) {
@@ -349,22 +372,34 @@ impl PveBackend {
         Ok(())
     }
 
-    /// Repeats `op` while PVE says the container is locked, for at most [`Timeouts::lock`].
-    pub(super) async fn locked<T, F, Fut>(&self, what: &str, op: F) -> Result<T, PveError>
+    /// Repeats `op` while PVE says the container is locked (`CT is locked (…)`, or the config
+    /// file lock: `can't lock file … got timeout`) with capped exponential backoff (200 ms to
+    /// 5 s, jittered): for at most [`Timeouts::lock`](super::Timeouts::lock) of wall-clock time
+    /// since the first attempt — each attempt that meets the file lock has waited 10 s on PVE's
+    /// side already — and at most [`super::lease::MAX_LOCK_TRIES`] attempts. The last error is
+    /// returned; [`with_lock_hint`] says how to see who holds the lock.
+    pub(super) async fn locked<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, PveError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, PveError>>,
     {
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(200))
-            .with_max_delay(Duration::from_secs(5))
-            .with_total_delay(Some(self.opts.timeouts.lock))
-            .without_max_times()
-            .with_jitter();
-        op.retry(backoff)
-            .when(|e: &PveError| e.is_locked())
-            .notify(|e: &PveError, d: Duration| tracing::info!("{what}: {e}; retrying in {} ms", d.as_millis()))
-            .await
+        let started = Instant::now();
+        let limit = self.opts.timeouts.lock;
+        let mut delay = Duration::from_millis(200);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match op().await {
+                Err(e) if e.is_locked() && started.elapsed() < limit && tries < super::lease::MAX_LOCK_TRIES => {
+                    let jittered = delay.mul_f64(1.0 + rand::random::<f64>() / 2.0);
+                    let pause = jittered.min(limit.saturating_sub(started.elapsed())).max(Duration::from_millis(50));
+                    tracing::info!("{what}: {e}; retrying in {} ms", pause.as_millis());
+                    tokio::time::sleep(pause).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Moves CT `vmid` as `m` says (`POST /nodes/{from}/lxc/{vmid}/migrate`, `restart=1` for a
@@ -473,9 +508,7 @@ impl PveBackend {
                     }
                     digest = new_digest;
                 }
-                Err(e)
-                    if attempts < 4 && e.message().is_some_and(|m| m.contains("detected modified configuration")) =>
-                {
+                Err(e) if attempts < 4 && e.is_config_changed() => {
                     // The config file changed since it was read (a backup's lock came and went,
                     // or someone edited it). Go on only if the keys to change still hold the
                     // values the plan saw; otherwise the plan is stale.
@@ -618,6 +651,26 @@ impl PveBackend {
             tokio::time::sleep(delay.min(timeout.saturating_sub(start.elapsed()))).await;
             delay = (delay * 2).min(Duration::from_secs(3));
         }
+    }
+}
+
+/// `e`, with [`super::lease::lock_hint`] appended when its cause is PVE's config file lock of CT
+/// `vmid` that stayed held (`can't lock file '…' - got timeout` after [`PveBackend::locked`]
+/// gave up) and no hint is there yet.
+pub(super) fn with_lock_hint(e: anyhow::Error, node: &str, vmid: u32) -> anyhow::Error {
+    let file = e
+        .chain()
+        .filter_map(|c| c.downcast_ref::<PveError>())
+        .find(|p| p.is_file_lock_timeout())
+        .map(|p| p.locked_file().map_or_else(|| super::lease::default_lock_file(vmid), str::to_string));
+    match file {
+        Some(file) if !format!("{e:#}").contains("pvenode task list") => {
+            anyhow::anyhow!(
+                "{e:#}; PVE's config lock {file} stayed held. {}",
+                super::lease::lock_hint(node, vmid, &file)
+            )
+        }
+        _ => e,
     }
 }
 

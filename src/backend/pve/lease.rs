@@ -15,11 +15,21 @@
 //! at the end, also after a failure. The holder is `HOST:PID` (`:run-ID` with `GITHUB_RUN_ID`)
 //! plus a per-process nonce ([`holder`]).
 //!
-//! **PVE locks** (`lock: create|backup|migrate|snapshot|rollback|…` in the config): the running
-//! task of the container is looked up (`GET /nodes/{node}/tasks?vmid=…&source=active`) and
-//! waited for (a `vzcreate`/`vzrestore` up to `Timeouts::create`, others up to
-//! `Timeouts::lock`); a lock without a running task is waited out for `Timeouts::lock`, then
-//! reported with the command that clears it (`pct unlock VMID` on the node).
+//! **PVE locks** come in two kinds, neither of them a changed config:
+//!
+//! * the `lock` property (`lock: create|backup|migrate|snapshot|rollback|…` in the config): the
+//!   running task of the container is looked up (`GET /nodes/{node}/tasks?vmid=…&source=active`)
+//!   and waited for (a `vzcreate`/`vzrestore` up to `Timeouts::create`, others up to
+//!   `Timeouts::lock`); a lock without a running task is waited out for `Timeouts::lock`, then
+//!   reported with the command that clears it (`pct unlock VMID` on the node);
+//! * the config file lock (`/run/lock/lxc/pve-config-VMID.lock`, a `flock` every task and config
+//!   write of the container holds while it works, a start for as long as it starts): a write
+//!   that meets it is answered HTTP 500 `can't lock file '…' - got timeout` after PVE waited 10 s.
+//!   It is waited for, at most `Timeouts::lock` and [`MAX_LOCK_TRIES`] writes, then reported
+//!   with the file and how to see who holds it ([`lock_hint`]).
+//!
+//! Only `detected modified configuration` (a stale `digest`) is a lost compare-and-set, read
+//! again at once (at most [`MAX_CONFLICTS`] times in a row).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -40,8 +50,30 @@ pub const RENEW_EVERY: Duration = Duration::from_secs(60);
 /// At most this many config reads while waiting for another run's lease.
 pub const MAX_POLLS: u32 = 2000;
 
-/// PVE's answer to a `PUT …/config` whose `digest` is stale (pve-common `assert_if_modified`).
-const MODIFIED: &str = "detected modified configuration";
+/// At most this many lease writes refused for a stale digest (another writer won) in a row.
+pub const MAX_CONFLICTS: u32 = 20;
+
+/// At most this many lease writes that met PVE's held config file lock (each one waited 10 s
+/// on PVE's side), whatever `--timeout-lock` says.
+pub const MAX_LOCK_TRIES: u32 = 30;
+
+/// At most this many lease writes whose answer was lost.
+pub const MAX_LOST_ANSWERS: u32 = 6;
+
+/// PVE's config file lock of CT `vmid` (pve-container `PVE::LXC::Config::config_file_lock`).
+pub fn default_lock_file(vmid: u32) -> String {
+    format!("/run/lock/lxc/pve-config-{vmid}.lock")
+}
+
+/// How to see who holds PVE's config file lock `file` of CT `vmid` on `node`: the running
+/// tasks of the container (`pvenode task list`, or the node's task list in the PVE UI) and the
+/// process holding the file (`fuser -v`).
+pub fn lock_hint(node: &str, vmid: u32, file: &str) -> String {
+    format!(
+        "See who holds it on node {node}: `pvenode task list --vmid {vmid} --source active` (or the task list of \
+         node {node} in the PVE UI), and the process holding the file: `fuser -v {file}`."
+    )
+}
 
 /// This process's lease holder: `HOST:PID` (`/proc/sys/kernel/hostname`), `:run-ID` when
 /// `GITHUB_RUN_ID` is set (Gitea and GitHub Actions), and a random 4-hex-digit nonce (two
@@ -157,18 +189,38 @@ impl PveBackend {
     /// ([`PveBackend::settle_lock`]) or another run's lease is valid, then writes ours with the
     /// digest just read.
     ///
+    /// The answers to that write are told apart: a stale digest (`detected modified
+    /// configuration`: another writer won the compare-and-set) reads the config again, at most
+    /// [`MAX_CONFLICTS`] times; PVE's config file lock held by another task (`can't lock file
+    /// '…' - got timeout`, after PVE waited 10 s for it) is waited for — at most
+    /// [`super::Timeouts::lock`] and [`MAX_LOCK_TRIES`] writes — then reported with the lock file
+    /// and how to see who holds it ([`PveBackend::held_lock_error`]); a lost answer reads the
+    /// config again (did the lease get written?), at most [`MAX_LOST_ANSWERS`] times.
+    ///
     /// # Errors
     /// Another run's lease still valid after [`super::Timeouts::lease`] or [`MAX_POLLS`] reads
-    /// (the message names the holder and its expiry); a PVE lock that does not clear; API errors.
+    /// (the message names the holder and its expiry); a PVE lock that does not clear (the config
+    /// `lock` property, or the config file lock); a config that keeps changing; API errors.
     pub(super) async fn acquire(&self, node: &str, vmid: u32) -> anyhow::Result<Acquired> {
         let path = format!("/nodes/{node}/lxc/{vmid}/config");
         let started = Instant::now();
         let limit = self.opts.timeouts.lease;
+        let lock_wait = self.opts.timeouts.lock;
         let mut delay = Duration::from_millis(250);
         let mut waiting_for: Option<String> = None;
         let mut polls = 0u32;
+        let (mut conflicts, mut lost) = (0u32, 0u32);
+        // The config file lock: since when our writes meet it, how many did, the next pause.
+        let mut file_lock: Option<Instant> = None;
+        let (mut lock_tries, mut lock_delay) = (0u32, Duration::from_millis(200));
         loop {
             polls += 1;
+            if polls > MAX_POLLS {
+                bail!(
+                    "CT {vmid}: its lease could not be taken in {MAX_POLLS} reads of its config ({} s); re-run later",
+                    started.elapsed().as_secs()
+                );
+            }
             let cfg = match self.client.get(&path, &[]).await {
                 Ok(c) => c,
                 Err(e) if e.is_absent() => return Ok(Acquired::Absent),
@@ -227,13 +279,47 @@ impl PveBackend {
             if let Some(d) = &digest {
                 params.push(("digest", d.clone()));
             }
+            let writing = Instant::now();
             match self.client.put(&path, &params, Replay::Unsafe).await {
                 Ok(_) => {}
-                Err(e) if e.message().is_some_and(|m| m.contains(MODIFIED)) || e.is_locked() => {
+                Err(e) if e.is_config_changed() => {
+                    conflicts += 1;
+                    if conflicts > MAX_CONFLICTS {
+                        return Err(e).with_context(|| {
+                            format!(
+                                "CT {vmid}: its config changed under each of {MAX_CONFLICTS} attempts to take the lease \
+                                 (something writes it all the time); re-run later"
+                            )
+                        });
+                    }
                     tracing::info!("CT {vmid}: its config changed while taking the lease ({e}); reading it again");
                     continue;
                 }
-                Err(e @ PveError::Transport { retryable: true, .. }) => {
+                Err(e) if e.is_file_lock_timeout() => {
+                    let since = *file_lock.get_or_insert(writing);
+                    lock_tries += 1;
+                    let waited = since.elapsed();
+                    if waited >= lock_wait || lock_tries >= MAX_LOCK_TRIES {
+                        return Err(self.held_lock_error(node, vmid, &e, waited, lock_tries).await);
+                    }
+                    if lock_tries == 1 {
+                        tracing::warn!(
+                            "CT {vmid}: PVE's config lock is held by another task ({e}); waiting for it (at most {} s)",
+                            lock_wait.as_secs()
+                        );
+                    }
+                    tokio::time::sleep(lock_delay.min(lock_wait.saturating_sub(waited)).max(Duration::from_millis(50)))
+                        .await;
+                    lock_delay = (lock_delay * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+                // `CT is locked (…)`: a lock property set since the read; the next read waits for it.
+                Err(e) if e.is_locked() => {
+                    tracing::info!("CT {vmid}: {e}; reading its config again");
+                    continue;
+                }
+                Err(e @ PveError::Transport { retryable: true, .. }) if lost < MAX_LOST_ANSWERS => {
+                    lost += 1;
                     tracing::info!("CT {vmid}: {e}; checking whether the lease was written");
                     continue;
                 }
@@ -258,6 +344,33 @@ impl PveBackend {
                 after: str_field(&after, "digest"),
             });
         }
+    }
+
+    /// The failure for PVE's config file lock of CT `vmid` that stayed held for `waited`
+    /// (`tries` writes met it): names the lock file, the running task of the container when one
+    /// is listed ([`PveBackend::active_task`]), and how to see who holds it ([`lock_hint`]).
+    pub(super) async fn held_lock_error(
+        &self,
+        node: &str,
+        vmid: u32,
+        e: &PveError,
+        waited: Duration,
+        tries: u32,
+    ) -> anyhow::Error {
+        let file = e.locked_file().map_or_else(|| default_lock_file(vmid), str::to_string);
+        let task = match self.active_task(node, vmid).await {
+            Ok(Some((upid, kind))) => format!(" The running task of CT {vmid} is {upid} ({kind})."),
+            Ok(None) => format!(" No task of CT {vmid} is listed as running on node {node}."),
+            Err(_) => String::new(),
+        };
+        anyhow!(
+            "CT {vmid}: PVE's config lock {file} stayed held by another task or API call for {} s ({tries} writes \
+             answered `{}`); nothing was changed.{task} {} Re-run when it is free, or raise --timeout-lock (now {} s).",
+            waited.as_secs(),
+            e.message().unwrap_or_default(),
+            lock_hint(node, vmid, &file),
+            self.opts.timeouts.lock.as_secs()
+        )
     }
 
     /// Ends the renewal of `held` and removes our lease line from the description (with the
@@ -285,7 +398,7 @@ impl PveBackend {
             }
             match self.locked("release lease", || self.client.put(&path, &params, Replay::Unsafe)).await {
                 Ok(_) => return Ok(()),
-                Err(e) if e.message().is_some_and(|m| m.contains(MODIFIED)) => continue,
+                Err(e) if e.is_config_changed() => continue,
                 Err(PveError::Transport { retryable: true, .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
@@ -377,7 +490,7 @@ impl PveBackend {
     /// The running task of CT `vmid` on `node` (`GET /nodes/{node}/tasks` with `vmid`,
     /// `source=active`): its UPID and type; a listed task that has ended (an `endtime` or a
     /// `status`) does not count.
-    async fn active_task(&self, node: &str, vmid: u32) -> anyhow::Result<Option<(String, String)>> {
+    pub(super) async fn active_task(&self, node: &str, vmid: u32) -> anyhow::Result<Option<(String, String)>> {
         let tasks = self
             .client
             .get(
@@ -402,17 +515,25 @@ impl PveBackend {
 }
 
 /// Renews our lease on CT `vmid`: `Ok(false)` when it is no longer ours (or the CT is gone).
+/// A stale digest (the config changed) reads it again at once; PVE's config lock (the `lock`
+/// property, or the config file lock) is waited out a second at a time; both for at most
+/// `lock_wait`.
 async fn renew(client: &PveClient, node: &str, vmid: u32, lock_wait: Duration) -> anyhow::Result<bool> {
     let path = format!("/nodes/{node}/lxc/{vmid}/config");
     let started = Instant::now();
-    loop {
+    let mut last: Option<String> = None;
+    let mut conflicts = 0u32;
+    for _ in 0..MAX_POLLS {
         let cfg = match client.get(&path, &[]).await {
             Ok(c) => c,
             Err(e) if e.is_absent() => return Ok(false),
             Err(e) => return Err(e.into()),
         };
         let desc = str_field(&cfg, "description").unwrap_or_default();
-        if str_field(&cfg, "lock").is_none() {
+        let mut pause = true;
+        if let Some(lock) = str_field(&cfg, "lock") {
+            last = Some(format!("it stayed locked ({lock})"));
+        } else {
             // A create in progress has no description yet: the lease is in the create's.
             if desired::parse_lease(&desc).is_none_or(|l| l.holder != holder()) {
                 return Ok(false);
@@ -423,17 +544,30 @@ async fn renew(client: &PveClient, node: &str, vmid: u32, lock_wait: Duration) -
             }
             match client.put(&path, &params, Replay::Unsafe).await {
                 Ok(_) => return Ok(true),
-                Err(e) if !(e.message().is_some_and(|m| m.contains(MODIFIED)) || e.is_locked()) => {
-                    return Err(e.into());
+                Err(e) if e.is_config_changed() => {
+                    last = Some("its config kept changing".into());
+                    conflicts += 1;
+                    if conflicts > MAX_CONFLICTS {
+                        break;
+                    }
+                    pause = false;
                 }
-                Err(_) => {}
+                Err(e) if e.is_locked() => last = Some(format!("PVE kept it locked ({e})")),
+                Err(e) => return Err(e.into()),
             }
         }
         if started.elapsed() >= lock_wait {
-            bail!("CT {vmid} stayed locked or kept changing for {} s", lock_wait.as_secs());
+            break;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        if pause {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
+    bail!(
+        "CT {vmid}: {} for {} s",
+        last.unwrap_or_else(|| "the lease could not be renewed".into()),
+        started.elapsed().as_secs()
+    )
 }
 
 impl Held {

@@ -22,8 +22,11 @@
 //! * every apply that writes holds the container's lease from before its first write until after
 //!   its last (also on failure), and plans again under it when the config changed since the plan;
 //! * `CT is locked (…)` / `can't lock file … got timeout` — the operation is repeated with
-//!   capped exponential backoff for at most [`Timeouts::lock`], whether the error came as an
-//!   HTTP answer or as a task's exit status;
+//!   capped exponential backoff for at most [`Timeouts::lock`] (wall-clock) and
+//!   [`lease::MAX_LOCK_TRIES`] attempts, whether the error came as an HTTP answer or as a task's
+//!   exit status; a config file lock that stays held fails naming the lock file and how to see
+//!   who holds it ([`lease::lock_hint`]). A lock is never taken for a changed config (`detected
+//!   modified configuration`), nor the other way round;
 //! * a create that got no answer is repeated; "already exists" after such a repeat means the
 //!   first attempt went through — its `vzcreate` task is looked up and waited for;
 //! * "already running" for a start and "not running" for a shutdown/stop are success;
@@ -118,6 +121,11 @@ pub struct PveBackendOptions {
     /// `--adopt`: take over containers at a lib's vmid that lack our mark, in place
     /// ([`planner::plan_with`]).
     pub adopt: bool,
+    /// Whether [`PveBackend::plan`] waits for a container PVE has locked (its running task,
+    /// bounded: see [`lease`]) before it reads it — what `provision` and `deploy` need to carry
+    /// out the plan. `false` (the `plan` subcommand) fails the container's plan at once as busy,
+    /// naming the lock and its task.
+    pub wait_for_locks: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -416,6 +424,9 @@ impl PveBackend {
                 Live::Absent => None,
             };
             let Some(lock) = lock else { return Ok((live, digest, notes)) };
+            if !self.opts.wait_for_locks {
+                return Err(self.busy(spec, node, &lock).await);
+            }
             let note = self.settle_lock(node, spec.vmid, &lock).await.with_context(|| spec.name.clone())?;
             tracing::info!("{}: {note}", spec.name);
             notes.push(note);
@@ -427,8 +438,29 @@ impl PveBackend {
         )
     }
 
+    /// The failure of a plan that does not wait ([`PveBackendOptions::wait_for_locks`]) for CT
+    /// `spec.vmid`, which PVE has locked (`lock`): names the running task holding it, when one is
+    /// listed, or the leftover lock and `pct unlock`.
+    async fn busy(&self, spec: &ContainerSpec, node: &str, lock: &str) -> anyhow::Error {
+        let vmid = spec.vmid;
+        match self.active_task(node, vmid).await {
+            Ok(Some((upid, kind))) => anyhow!(
+                "{}: CT {vmid} is busy: PVE has it locked ({lock}) by the running task {upid} ({kind}) on node {node}; \
+                 plan again when it has ended, or pass --wait-for-locks to wait for it",
+                spec.name
+            ),
+            Ok(None) => anyhow!(
+                "{}: CT {vmid} is locked ({lock}) on node {node}, and no task of it runs: the lock is left over from an \
+                 interrupted operation. Make sure nothing works on it, then run `pct unlock {vmid}` on node {node}",
+                spec.name
+            ),
+            Err(e) => e.context(format!("{}: CT {vmid} is busy: PVE has it locked ({lock}) on node {node}", spec.name)),
+        }
+    }
+
     /// Plans `spec` against the live container under `policy` (reads only; a container PVE
-    /// locks is waited for first: its running task, bounded; see the [`lease`] module).
+    /// locks is waited for first: its running task, bounded; see the [`lease`] module — or,
+    /// without [`PveBackendOptions::wait_for_locks`], reported busy).
     ///
     /// # Errors
     /// Root-only options under a non-root identity (before any API call), spec problems
