@@ -169,7 +169,11 @@ pub fn setting_changes(spec: &ContainerSpec, plan: &ContainerPlan) -> Vec<Settin
                 };
                 let want_mem = spec.memory_mib * MIB;
                 let live_mem = mem.map_or(Some(want_mem), |m| bytes(m.from.as_deref()));
-                out.push(how(c, SettingChange::new("SWAP", swap(from, live_mem), swap(to, Some(want_mem)))));
+                let (was, will) = (swap(from, live_mem), swap(to, Some(want_mem)));
+                // The memory+swap limit moves with MEMORY alone: only a different swap is a SWAP change.
+                if was != will {
+                    out.push(how(c, SettingChange::new("SWAP", was, will)));
+                }
             }
             "lxc.cgroup2.cpu.max" | "lxc.cgroup.cpu.cfs_quota_us" => {
                 out.push(how(c, SettingChange::new("CORES", cores(from), cores(to))))
@@ -269,5 +273,23 @@ mod terms_tests {
         };
         let got = setting_changes(&spec, &plan);
         assert_eq!(got, vec![SettingChange::new("SWAP", Some("512".into()), Some("256".into()))]);
+
+        // MEMORY 2048 → 1024 with the swap kept (512): the memory+swap limit moves too, but the
+        // only change in the user's terms is MEMORY (was shown as `SWAP 512 → 512`).
+        let mut spec = spec.clone();
+        spec.memory_mib = 1024;
+        let plan = ContainerPlan {
+            action: Action::Update {
+                changes: vec![
+                    change("lxc.cgroup.memory.limit_in_bytes", &mib(2048), &mib(1024)),
+                    change("lxc.cgroup.memory.memsw.limit_in_bytes", &mib(2560), &mib(1536)),
+                ],
+                resizes: vec![],
+                reboot_needed: false,
+            },
+            ..plan
+        };
+        let got = setting_changes(&spec, &plan);
+        assert_eq!(got, vec![SettingChange::new("MEMORY", Some("2048".into()), Some("1024".into()))]);
     }
 }
