@@ -1225,3 +1225,38 @@ fn issue16_cinc_is_never_said_to_come_from_the_base_role() {
          (https://cinc.sh), or install it from your own base/ role"
     );
 }
+
+#[test]
+fn issue28_a_bad_line_leaves_the_good_keys_of_its_file_in_the_cross_checks() {
+    // The issue's case: an unreadable MEMORY and a duplicate ID in one container.local.env are
+    // reported together.
+    exactly(
+        &[
+            ("libs/zzz/container.env", "IP=10.0.3.99/24\nID=199\n"),
+            ("libs/zzz/container.local.env", "MEMORY=2 GB\nID=120\n"),
+        ],
+        &[
+            "libs/zzz/container.local.env:1: unquoted value contains whitespace; quote the whole value",
+            "libs/zzz/container.local.env:2 (ID): duplicate vmid 120: also used by `app` (libs/app/container.env:2)",
+        ],
+    );
+    // The other keys' own problems are reported in the same run too.
+    exactly(
+        &[(APP, "IP=10.0.3.20/24\nID=120\nMEMORY=$((2*1024))\nCORES=x\n")],
+        &[
+            "libs/app/container.env:3: `$((2*1024))` would be evaluated by a shell; substitutions are not supported in \
+             env files (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)",
+            "libs/app/container.env:4 (CORES): expected CORES as a whole number, found `x`",
+        ],
+    );
+    // An unreadable line hides the value below it: no duplicate of the lower layer's ID, and no
+    // "missing ID" next to the line that sets it.
+    exactly(
+        &[("libs/zzz/container.env", "IP=10.0.3.99/24\nID=120\n"), ("libs/zzz/container.local.env", "ID=1 2 0\n")],
+        &["libs/zzz/container.local.env:1: unquoted value contains whitespace; quote the whole value"],
+    );
+    exactly(
+        &[("libs/zzz/container.env", "IP=10.0.3.99/24\nID='120\n")],
+        &["libs/zzz/container.env:2: unterminated single quote (multi-line values are not supported)"],
+    );
+}

@@ -11,10 +11,11 @@
 //!
 //! Every problem of a run is collected and reported together (exit 2); nothing is written then.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Location, Problems, Result};
-use crate::inventory::dotenv::{self, Entries};
+use crate::inventory::dotenv::{self, Entry};
 pub use crate::inventory::globals::{GlobalNameError, global_name, read_globals};
 use crate::inventory::spec::{self, SpecInput};
 use crate::inventory::{CONTROL_PLANE, ContainerSpec, Inventory, Task};
@@ -208,31 +209,49 @@ fn container(
     if stage != "main" {
         files.push(norm(rel.join(format!("container.{stage}.env"))));
     }
-    let mut layers: Vec<Entries> = Vec::new();
+    // The layered env of what parsed, and the keys whose winning line did not: a bad line in
+    // one file leaves the other keys of that file in the cross-checks (every problem of a run is
+    // reported at once), while its own key is unknown, not taken from a lower layer.
+    let mut env: BTreeMap<String, Entry> = BTreeMap::new();
+    let mut unknown: BTreeSet<String> = BTreeSet::new();
     let mut sources = Vec::new();
     let mut ok = true;
+    let mut readable = true;
     for (i, f) in files.iter().enumerate() {
         let abs = root.join(f);
         if i > 0 && !abs.is_file() {
             continue;
         }
-        match dotenv::parse_file(&abs, f) {
-            Ok(e) => {
-                // Repeated keys and known keys in the wrong case: warned about, not refused.
-                for w in dotenv::lint(&e, spec::KNOWN_KEYS) {
-                    crate::actions::warn_problem(&w, root);
+        let read = dotenv::parse_file_lenient(&abs, f);
+        // Repeated keys and known keys in the wrong case: warned about, not refused.
+        for w in dotenv::lint(&read.entries, spec::KNOWN_KEYS) {
+            crate::actions::warn_problem(&w, root);
+        }
+        ok &= read.problems.is_empty();
+        readable &= read.readable;
+        problems.extend(read.problems);
+        let mut lines: Vec<(usize, Result<Entry, Option<String>>)> =
+            read.entries.into_iter().map(|e| (e.line, Ok(e))).collect();
+        lines.extend(read.unreadable.into_iter().map(|(line, key)| (line, Err(key))));
+        lines.sort_by_key(|(line, _)| *line);
+        for (_, line) in lines {
+            match line {
+                Ok(e) => {
+                    unknown.remove(&e.key);
+                    env.insert(e.key.clone(), e);
                 }
-                layers.push(e);
-                sources.push(f.clone());
-            }
-            Err(p) => {
-                problems.extend(p);
-                ok = false;
+                // A line that assigns no key sets nothing (bash would run it as a command).
+                Err(None) => {}
+                Err(Some(key)) => {
+                    env.remove(&key);
+                    unknown.insert(key);
+                }
             }
         }
+        sources.push(f.clone());
     }
-    if !ok {
-        // Still report a bad directory name in the same run.
+    if !readable {
+        // Nothing is known of a file that cannot be read; still report a bad directory name.
         let host = spec::hostname(name, stage);
         if !spec::is_dns_label(&host) {
             problems.add(
@@ -245,9 +264,8 @@ fn container(
         }
         return;
     }
-    let env = dotenv::layer(&layers);
     identities.push(spec::Identity::from_env(name, stage, rel.to_path_buf(), &env));
-    match spec::build(SpecInput {
+    let built = spec::build(SpecInput {
         name,
         stage,
         dir: rel.to_path_buf(),
@@ -256,9 +274,15 @@ fn container(
         sources,
         main_file: files[0].clone(),
         submodule,
-    }) {
-        Ok(c) => specs.push(c),
-        Err(p) => problems.extend(p),
+    });
+    match built {
+        Ok(c) if ok => specs.push(c),
+        Ok(_) => {}
+        // The problems of the keys that were read; a key whose line was unreadable is reported
+        // at that line already (not again as missing).
+        Err(p) => {
+            problems.0.extend(p.0.into_iter().filter(|p| p.location.key.as_ref().is_none_or(|k| !unknown.contains(k))))
+        }
     }
 }
 
