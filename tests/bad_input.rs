@@ -204,3 +204,19 @@ fn every_subcommand_has_a_case() {
     ];
     assert_eq!(covered, all.into_iter().collect());
 }
+
+/// Issue 28: a one-letter secret is masked as a whole value, not as every such letter of every
+/// message, and it is not handed to the runner's `::add-mask::` (which would mask every `e` of
+/// the job log).
+#[test]
+fn a_short_secret_does_not_mangle_messages() {
+    let (tmp, root) = repo();
+    let art = tmp.path().join("artifacts");
+    let env = [("PROXMOX_PASSWORD", "e"), ("GITHUB_ACTIONS", "true")];
+    let out = run(&root, &art, &["provision", "--all", "--backend", "pve"], &[PVE_NO_CREDENTIALS, &env].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the container template without arch and extension"), "{stderr}");
+    assert!(!stderr.contains("***"), "{stderr}");
+    assert!(!stderr.lines().any(|l| l.starts_with("::add-mask::")), "{stderr}");
+}
