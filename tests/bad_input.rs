@@ -220,3 +220,40 @@ fn a_short_secret_does_not_mangle_messages() {
     assert!(!stderr.contains("***"), "{stderr}");
     assert!(!stderr.lines().any(|l| l.starts_with("::add-mask::")), "{stderr}");
 }
+
+/// Issue 28: a setting that is set nowhere is named by both of its names, the environment
+/// variable and the key of `local/config.json`, whichever way the user configures.
+#[test]
+fn a_missing_setting_names_the_variable_and_the_config_key() {
+    let (tmp, root) = repo();
+    let art = tmp.path().join("artifacts");
+    let problem = |args: &[&str], env: &[(&str, &str)]| {
+        let out = run(&root, &art, args, env);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        stderr.lines().skip_while(|l| !l.starts_with("error: ")).nth(1).unwrap_or_default().trim().to_string()
+    };
+    // Everything in local/config.json but the template.
+    write(
+        &root,
+        "local/config.json",
+        "{\"proxmox\": {\"host\": \"127.0.0.1\", \"port\": 9, \"password\": \"pw-bad-input-1\"}}\n",
+    );
+    assert_eq!(
+        problem(&["provision", "--all"], &[]),
+        "settings (PROXMOX_TEMPLATE or proxmox.template in local/config.json): not set: the container template \
+         without arch and extension, e.g. debian-13-standard_13.1-2"
+    );
+    write(&root, "local/config.json", "{\"proxmox\": {\"host\": \"127.0.0.1\", \"port\": 9}}\n");
+    assert_eq!(
+        problem(&["provision", "--all"], &[]),
+        "settings (PROXMOX_PASSWORD or proxmox.password in local/config.json): no PVE credentials: set the password \
+         for ticket auth, or an API token: PROXMOX_TOKEN and PROXMOX_SECRET (proxmox.token and proxmox.secret in \
+         local/config.json)"
+    );
+    std::fs::remove_file(root.join("local/config.json")).unwrap();
+    assert_eq!(
+        problem(&["provision", "--all", "--backend", "pve"], &[]),
+        "settings (PROXMOX_HOST or proxmox.host in local/config.json): not set: the PVE API host (name or address)"
+    );
+}

@@ -369,7 +369,11 @@ fn cli_offline_plan_says_why_the_provision_column_is_empty() {
     std::fs::remove_file(f.root.join("local/config.local.json")).unwrap();
     let r = run(&f.root, &["plan", "--ref", "refs/heads/release"], &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.ends_with(&footer("PROXMOX_HOST is not set")), "{}", r.stdout);
+    assert!(
+        r.stdout.ends_with(&footer("no PVE host (PROXMOX_HOST or proxmox.host in local/config.json)")),
+        "{}",
+        r.stdout
+    );
     // A ref that does not provision has nothing to explain.
     let r = run(&f.root, &["plan", "--ref", "refs/heads/main"], &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -1130,7 +1134,7 @@ fn hardening_proxmox_host_as_a_browser_url() {
         ),
         (
             "pve.example:8006",
-            "`pve.example:8006` is not a PVE host: a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT",
+            "`pve.example:8006` is not a PVE host: a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT (proxmox.port)",
         ),
     ] {
         let r = run(&root, &["resolve", "--artifacts", a], &[("PROXMOX_HOST", value)]);

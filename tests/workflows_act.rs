@@ -245,7 +245,14 @@ fn a_pve_backend_without_a_host_is_refused_before_any_container() {
     let repo = monorepo(&[]);
     let run = dispatch_provision_beta(repo.path(), "main", &args(&[]));
     let log = &run.log;
-    assert!(run.job_has("pipeline", "provision", "environment (PROXMOX_HOST): not set: the PVE API host"), "{log}");
+    assert!(
+        run.job_has(
+            "pipeline",
+            "provision",
+            "settings (PROXMOX_HOST or proxmox.host in local/config.json): not set: the PVE API host"
+        ),
+        "{log}"
+    );
     assert!(!run.job_has("pipeline", "provision", "provision failed"), "{log}");
     assert!(run.job_has("pipeline", "provision", "rc=2"), "{log}");
     assert_ne!(run.code, 0, "{log}");

@@ -82,8 +82,8 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     let mut offline: Option<String> = match (provisions, args.offline, kind) {
         (false, _, _) => None,
         (true, true, _) => Some("--offline".into()),
-        (true, false, None) => Some("PROXMOX_HOST is not set".into()),
-        (true, false, Some(BackendKind::Pve)) if settings.pve.host.is_none() => Some("PROXMOX_HOST is not set".into()),
+        (true, false, None) => Some(no_pve_host()),
+        (true, false, Some(BackendKind::Pve)) if settings.pve.host.is_none() => Some(no_pve_host()),
         (true, false, Some(_)) => None,
     };
     let backend = match (offline.is_none() && provisions, kind) {
@@ -244,9 +244,10 @@ fn human(p: &Plan, offline: Option<&str>) -> String {
     }
     s.push_str(&format!("{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
     if let Some(why) = offline {
-        s.push_str(
-            "only the desired side is known: no live state was read (set PROXMOX_HOST for PVE, or pass --backend lxc)\n",
-        );
+        s.push_str(&format!(
+            "only the desired side is known: no live state was read (set {} for PVE, or pass --backend lxc)\n",
+            crate::settings::setting_names("PROXMOX_HOST")
+        ));
         s.push_str(&format!(
             "provision actions: not computed (offline plan: {why}; run `proxmox-gitops provision --all --dry-run` to \
              compare with the live host)\n"
@@ -305,6 +306,11 @@ pub(super) fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Opti
     s
 }
 
+/// Why a plan is offline when no PVE host is configured, naming where it is set.
+fn no_pve_host() -> String {
+    format!("no PVE host ({})", crate::settings::setting_names("PROXMOX_HOST"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,14 +351,15 @@ mod tests {
     #[test]
     fn offline_plan_says_why_provision_is_empty() {
         assert_eq!(
-            human(&plan(vec![Step::Provision, Step::Configure]), Some("PROXMOX_HOST is not set")),
+            human(&plan(vec![Step::Provision, Step::Configure]), Some(&no_pve_host())),
             "NAME    HOSTNAME  VMID  STEPS                  PROVISION\n\
              broker  broker    101   provision + configure  -\n\
              \n\
              0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 unknown (no live state)\n\
              1 container(s) for refs/heads/release (stage main)\n\
-             only the desired side is known: no live state was read (set PROXMOX_HOST for PVE, or pass --backend lxc)\n\
-             provision actions: not computed (offline plan: PROXMOX_HOST is not set; run `proxmox-gitops provision \
+             only the desired side is known: no live state was read (set PROXMOX_HOST or proxmox.host in \
+             local/config.json for PVE, or pass --backend lxc)\n\
+             provision actions: not computed (offline plan: no PVE host (PROXMOX_HOST or proxmox.host in local/config.json); run `proxmox-gitops provision \
              --all --dry-run` to compare with the live host)\n"
         );
         // A ref without provision has nothing to explain.

@@ -37,7 +37,7 @@ fn parse_inner(raw: &str) -> Result<(String, Option<u16>), String> {
         }
         let (host, port) = host_port(raw)?;
         if port.is_some() {
-            return Err("a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT".into());
+            return Err("a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT (proxmox.port)".into());
         }
         return Ok((host, None));
     };
@@ -54,7 +54,10 @@ fn parse_inner(raw: &str) -> Result<(String, Option<u16>), String> {
         return Err("a URL path, query or fragment is not supported (give `https://HOST[:PORT]`)".into());
     }
     if authority.contains('@') {
-        return Err("credentials in the URL are not supported (set PROXMOX_USER and a password or token)".into());
+        return Err(
+            "credentials in the URL are not supported (set PROXMOX_USER or proxmox.user, and a password or token)"
+                .into(),
+        );
     }
     host_port(authority)
 }
@@ -142,15 +145,15 @@ mod tests {
         assert_eq!(
             err("https://root:hunter2@pve.example"),
             format!(
-                "the value is not a PVE host: credentials in the URL are not supported (set PROXMOX_USER and a \
-                 password or token){tail}"
+                "the value is not a PVE host: credentials in the URL are not supported (set PROXMOX_USER or \
+                 proxmox.user, and a password or token){tail}"
             )
         );
         assert_eq!(
             err("pve.example:8006"),
             format!(
                 "`pve.example:8006` is not a PVE host: a port needs the URL form (`https://HOST:PORT`) or \
-                 PROXMOX_PORT{tail}"
+                 PROXMOX_PORT (proxmox.port){tail}"
             )
         );
         assert_eq!(

@@ -108,7 +108,11 @@ async fn git_credentials(client: &Client) -> anyhow::Result<Option<Credentials>>
 }
 
 fn no_credentials() -> Error {
-    Error::Usage("no Gitea credentials: set GITEA_TOKEN, or LOGIN and PASSWORD".into())
+    Error::Usage(
+        "no Gitea credentials: set GITEA_TOKEN (or token in local/config.json), or LOGIN and PASSWORD (login and \
+         password)"
+            .into(),
+    )
 }
 
 /// Checks that `client` has credentials, which publishing needs (pushes and every write call).
