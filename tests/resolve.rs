@@ -1264,3 +1264,70 @@ fn issue28_a_bad_line_leaves_the_good_keys_of_its_file_in_the_cross_checks() {
         &["libs/zzz/container.env:2: unterminated single quote (multi-line values are not supported)"],
     );
 }
+
+#[test]
+fn issue28_snapshot_of_a_pseudo_filesystem_is_refused() {
+    let msg = |p: &str, fs: &str, inside: bool| {
+        format!(
+            "libs/app/container.env:3 (SNAPSHOT): snapshot path `{p}` is {}the pseudo-filesystem `{fs}`: it holds \
+             kernel or runtime state, not data (its archive would be garbage or never end); declare the lib's data \
+             directories",
+            if inside { "inside " } else { "" }
+        )
+    };
+    exactly(
+        &[(APP, &app("SNAPSHOT=/proc,/srv/data,/sys/,/dev,/run,/run/app,/var/run/x\n"))],
+        &[
+            &msg("/proc", "/proc", false),
+            &msg("/sys", "/sys", false),
+            &msg("/dev", "/dev", false),
+            &msg("/run", "/run", false),
+            &msg("/run/app", "/run", true),
+            &msg("/var/run/x", "/var/run", true),
+        ],
+    );
+    // Look-alikes are data.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, APP, &app("SNAPSHOT=/process,/srv/dev,/var/lib/run,/devices\n"));
+    assert_eq!(
+        resolve_at(&root, "main").unwrap().containers[1].snapshot_paths,
+        vec!["/process", "/srv/dev", "/var/lib/run", "/devices"]
+    );
+}
+
+#[test]
+fn issue28_requires_a_name_nothing_could_provide_is_refused() {
+    let at = "libs/app/container.env:3 (REQUIRES)";
+    let setting = |n: &str| {
+        format!(
+            "{at}: `{n}` is a setting of proxmox-gitops, which is never handed to a lib's configuration: a lib gets \
+             every global, its own keys, HOST, LOGIN, PASSWORD, IP, ID, HOSTNAME and STAGE"
+        )
+    };
+    exactly(
+        &[(APP, &app("REQUIRES=LOGIN,PROXMOX_PASSWORD,GITEA_TOKEN,PROXMOX_GITOPS_STAGE,GITHUB_TOKEN,API_KEY\n"))],
+        &[
+            &setting("PROXMOX_PASSWORD"),
+            &setting("GITEA_TOKEN"),
+            &setting("PROXMOX_GITOPS_STAGE"),
+            &format!(
+                "{at}: `GITHUB_TOKEN` can never be set: no global may have this name (`GITHUB_TOKEN`: Gitea reserves \
+                 variable names starting with `GITHUB_`) and this lib's env files do not set it"
+            ),
+        ],
+    );
+    // The lib's own keys can provide any name; the contract's names are always provided.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(
+        &root,
+        APP,
+        &app("REQUIRES=CI_MODE,PROXMOX_NODE,HOST,PGO_OUTPUT,STAGE,API_KEY\nCI_MODE=1\nPROXMOX_NODE=own\n"),
+    );
+    let inv = resolve_at(&root, "main").unwrap();
+    let spec = &inv.containers[1];
+    assert_eq!(spec.requires, vec!["CI_MODE", "PROXMOX_NODE", "HOST", "PGO_OUTPUT", "STAGE", "API_KEY"]);
+    // And configure's check finds them provided: only API_KEY (no global, no key) is missing.
+    let contract =
+        proxmox_gitops::steps::configure::Contract { host: Some("http://127.0.0.1:9".into()), ..Default::default() };
+    assert_eq!(proxmox_gitops::steps::configure::missing_requirements(&inv, spec, &contract), vec!["API_KEY"]);
+}
