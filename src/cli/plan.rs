@@ -239,8 +239,8 @@ fn human(p: &Plan, offline: Option<&str>) -> String {
             skipping.join(", ")
         ));
     }
-    if p.containers.iter().any(|c| c.steps.contains(&Step::Provision)) {
-        s.push_str(&format!("{}\n", p.counts().line()));
+    if let Some(line) = p.count_line() {
+        s.push_str(&format!("{line}\n"));
     }
     s.push_str(&format!("{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
     if let Some(why) = offline {
@@ -263,8 +263,8 @@ fn human(p: &Plan, offline: Option<&str>) -> String {
 pub(super) fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -> String {
     use crate::actions::markdown_cell as cell;
     let mut s = format!("### Plan: `{}` (stage {})\n\n", cell(&p.git_ref), cell(&p.stage));
-    if p.containers.iter().any(|c| c.steps.contains(&Step::Provision)) {
-        s.push_str(&format!("{}\n\n", p.counts().line()));
+    if let Some(line) = p.count_line() {
+        s.push_str(&format!("{line}\n\n"));
     }
     if let Some(why) = offline {
         s.push_str(&format!("Only the desired side is known: no live state was read ({}).\n\n", cell(why)));
@@ -355,7 +355,8 @@ mod tests {
             "NAME    HOSTNAME  VMID  STEPS                  PROVISION\n\
              broker  broker    101   provision + configure  -\n\
              \n\
-             0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 unknown (no live state)\n\
+             0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 unknown (no live state); 1 to \
+             configure\n\
              1 container(s) for refs/heads/release (stage main)\n\
              only the desired side is known: no live state was read (set PROXMOX_HOST or proxmox.host in \
              local/config.json for PVE, or pass --backend lxc)\n\
@@ -368,6 +369,7 @@ mod tests {
             "NAME    HOSTNAME  VMID  STEPS      PROVISION\n\
              broker  broker    101   configure\n\
              \n\
+             1 to configure\n\
              1 container(s) for refs/heads/release (stage main)\n"
         );
     }
@@ -415,7 +417,7 @@ mod tests {
              \n\
              deploy skips (already succeeded for the same inputs; --force runs them): dns (provision, configure)\n\
              1 to create, 1 to update in place, 1 to recreate, 0 unchanged, 1 cannot be planned, 1 skipped (already \
-             provisioned for the same inputs)\n\
+             provisioned for the same inputs); 4 to configure\n\
              5 container(s) for refs/heads/release (stage main)\n"
         );
     }
@@ -427,7 +429,7 @@ mod tests {
             "### Plan: `refs/heads/release` (stage main)\n\
              \n\
              1 to create, 1 to update in place, 1 to recreate, 0 unchanged, 1 cannot be planned, 1 skipped (already \
-             provisioned for the same inputs)\n\
+             provisioned for the same inputs); 4 to configure\n\
              \n\
              | Container | VMID | Node | Action | Old → new | Deploy |\n\
              |---|---|---|---|---|---|\n\
@@ -438,6 +440,35 @@ mod tests {
              | dns | 140 |   | nothing |   | skip (already succeeded) |\n\
              | cache | 120 |   | recreate | ostemplate changes from a to b | provision + configure |\n"
         );
+    }
+
+    /// Issue 28: after a provision, before configure, the plan is pending (exit 2 with
+    /// `--detailed-exitcode`) and the count line and the summary say why.
+    #[test]
+    fn the_count_line_names_every_pending_step() {
+        let mut provisioned = planned("broker", 101, Action::Nothing);
+        let p = Plan { containers: vec![provisioned.clone()], ..plan(vec![]) };
+        assert!(p.changes_pending());
+        let line = "0 to create, 0 to update in place, 0 to recreate, 1 unchanged; 1 to configure";
+        assert_eq!(p.count_line().as_deref(), Some(line));
+        assert!(human(&p, None).contains(&format!("\n{line}\n")), "{}", human(&p, None));
+        assert!(markdown(&p, &|_| String::new(), None).contains(&format!("\n{line}\n")));
+        // A stopped container would be started; a snapshot step would run.
+        provisioned.provision.as_mut().unwrap().start = true;
+        provisioned.steps.push(Step::Snapshot);
+        let p = Plan { containers: vec![provisioned.clone()], ..plan(vec![]) };
+        assert_eq!(
+            p.count_line().as_deref(),
+            Some(
+                "0 to create, 0 to update in place, 0 to recreate, 1 unchanged; 1 to start, 1 to configure, 1 to snapshot"
+            )
+        );
+        // Nothing pending: the line says so by naming no step, and nothing is pending.
+        provisioned.provision.as_mut().unwrap().start = false;
+        provisioned.skipped_steps = vec![Step::Configure, Step::Snapshot];
+        let p = Plan { containers: vec![provisioned], ..plan(vec![]) };
+        assert!(!p.changes_pending());
+        assert_eq!(p.count_line().as_deref(), Some("0 to create, 0 to update in place, 0 to recreate, 1 unchanged"));
     }
 
     #[test]
