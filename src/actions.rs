@@ -47,11 +47,12 @@ static MASKED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 ///
 /// The runners (GitHub's `SecretMasker`, act's log writer) replace every occurrence of an
 /// `::add-mask::` value, so a one-letter password would turn every such letter of the job log
-/// into `***` ("e***tension"). Short values are therefore not registered with the runner at all;
-/// this process still masks them as whole values in everything it prints. 4 is the bound
-/// `google-github-actions/get-secretmanager-secrets` chose (`min_mask_length`) for the same
-/// reason, and the one [`crate::remote_url::MIN_MASKED`] uses for URL userinfo.
-pub const MIN_MASK_ANYWHERE: usize = 4;
+/// into `***` ("e***tension"), and the original project's default password `gitops` would turn
+/// every "proxmox-gitops" into "proxmox-***". Short values are therefore not registered with the
+/// runner at all; this process still masks them as whole values in everything it prints. From 8
+/// characters on (tokens, tickets, generated passwords) a value inside other text is taken to be
+/// the secret.
+pub const MIN_MASK_ANYWHERE: usize = 8;
 
 /// Registers a secret value so it is replaced by `***` in what this process prints and, under
 /// Actions, in the job log.
@@ -452,6 +453,12 @@ mod tests {
             "template without arch and eqxtension, q.g. this; password ***, user:***@host, (***), pw=***. q_x qq q-x"
         );
         assert_eq!(redact("Zq7 Zq7x xZq7 'Zq7' Zq7!"), "*** Zq7x xZq7 '***' ***!");
+        // Below 8 characters a word like the original project's default password `gitops` does
+        // not mask every "proxmox-gitops"; from 8 on a value is masked inside other text too.
+        mask("Gq7tops");
+        mask("Gq7tops8");
+        assert_eq!(redact("proxmox-Gq7tops: password Gq7tops"), "proxmox-Gq7tops: password ***");
+        assert_eq!(redact("proxmox-Gq7tops8x"), "proxmox-***x");
         assert_eq!(replace_whole("äqä q", "q"), "äqä ***", "letters beyond ASCII are part of a word");
         assert_eq!(replace_whole("qqq", "q"), "qqq");
         assert_eq!(replace_whole("q", "q"), "***");
