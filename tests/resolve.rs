@@ -64,7 +64,7 @@ fn expected(ids: &fixture::Ids, stage: &str) -> Value {
     let dns_files = with_stage(&["container.env"]);
     json!({
       "kind": "inventory",
-      "schema_version": "1.1",
+      "schema_version": "1.2",
       "root": "$TMP/mono",
       "stage": stage,
       "head": ids.root,
@@ -757,7 +757,11 @@ fn tasks_with_and_without_a_cron_line() {
 
 #[test]
 fn rule_lib_without_env_and_unchecked_submodule() {
-    one_problem(&[("libs/empty/README", "x\n")], "libs/empty/container.env", "lib `empty` has no container.env");
+    one_problem(
+        &[("libs/empty/README", "x\n")],
+        "libs/empty/container.env",
+        "lib `empty` has no container.env and no configuration",
+    );
     let f = fixture::standard();
     support::git::git(&f.root, &["submodule", "deinit", "-q", "-f", "libs/broker"]);
     let p = resolve_at(&f.root, "main").unwrap_err();
@@ -1207,7 +1211,9 @@ fn issue16_original_config_env_gets_a_rename_hint() {
     std::fs::remove_file(root.join("libs/old/config.env")).unwrap();
     refused_with(
         &root,
-        &["libs/old/container.env: lib `old` has no container.env (every directory under libs/ is a container)"],
+        &["libs/old/container.env: lib `old` has no container.env and no configuration: every directory under libs/ \
+           is a container (container.env) or configuration (playbook.yml, configure.sh, recipes/default.rb or a \
+           cookbook's metadata.rb)"],
     );
     // Both files: container.env is read, config.env is the lib's own (an extra file, not an error).
     fixture::write(&root, "libs/old/config.env", "X=1\n");
@@ -1330,4 +1336,116 @@ fn issue28_requires_a_name_nothing_could_provide_is_refused() {
     let contract =
         proxmox_gitops::steps::configure::Contract { host: Some("http://127.0.0.1:9".into()), ..Default::default() };
     assert_eq!(proxmox_gitops::steps::configure::missing_requirements(&inv, spec, &contract), vec!["API_KEY"]);
+}
+
+/// The original project's monorepo layout (Proxmox-GitOps): quoted values, `container.stage.env`
+/// files, Cinc cookbooks, a `libs/share` cookbook without a container.env that its metadata
+/// applies to the control plane, the root `config/` cookbook, `tasks/*/default.rb`, and the
+/// placeholder host its `local/config.json` ships.
+fn original_layout() -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap().join("mono");
+    let env = |ip: &str, id: &str| {
+        format!(
+            "IP=\"{ip}\"\nID=\"{id}\"\nCORES=\"2\"\nMEMORY=\"2048\"\nSWAP=\"512\"\nDISK=\"local-lvm:8\"\nMOUNT=\"\"\nBOOT=\"yes\"\n"
+        )
+    };
+    for (rel, text) in [
+        ("container.env", env("10.0.3.254", "100")),
+        ("config/recipes/default.rb", "include_recipe 'config::prepare'\n".into()),
+        ("config/libraries/env.rb", "module Env; end\n".into()),
+        ("libs/broker/container.env", env("10.0.3.109", "109")),
+        ("libs/broker/container.stage.env", env("10.0.3.209", "209")),
+        ("libs/broker/recipes/default.rb", "package 'mosquitto'\n".into()),
+        ("libs/share/metadata.rb", "name 'share'\ndepends 'config'\n".into()),
+        ("libs/share/recipes/default.rb", "package 'samba'\n".into()),
+        ("tasks/health/default.rb", "# health\n".into()),
+        ("globals.json", "{\"AUTO_DEPLOY\": \"false\"}\n".into()),
+        (
+            "local/config.json",
+            "{\"proxmox\": {\"host\": \"192.168.178.\", \"user\": \"root@pam\", \"password\": \"\", \"node\": \"pve\"},\n \
+             \"login\": \"proxmox\", \"password\": \"gitops\"}\n"
+                .into(),
+        ),
+    ] {
+        fixture::write(&root, rel, &text);
+    }
+    support::git::git(&root, &["init", "-q"]);
+    (tmp, root)
+}
+
+#[test]
+fn issue28_the_original_projects_monorepo_resolves() {
+    let (_tmp, root) = original_layout();
+    // Only the placeholder host is refused, and the message says what it is.
+    let r = run(&root, &["resolve", "--artifacts", root.join("out").to_str().unwrap()], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(
+        &r.stderr[r.stderr.find("error: ").unwrap()..],
+        "error: 1 problem in the input:\n  local/config.json (proxmox.host): `192.168.178.` is not a PVE host: it looks \
+         like a placeholder to complete: an IPv4 address has four numbers (e.g. `192.168.178.10`); expected a host \
+         name, an IPv4 address, an IPv6 address (in brackets) or an https URL, e.g. `pve.example`, `10.0.0.2`, \
+         `[fd00::2]`, `https://pve.example:8006`\n"
+    );
+    // Completed: it resolves, in both stages; `share` and the root cookbook are listed as
+    // configuration, provisioned nowhere, and reported plainly as not applied.
+    fixture::write(&root, "local/config.local.json", "{\"proxmox\": {\"host\": \"127.0.0.1\"}}\n");
+    for stage in ["main", "stage"] {
+        let inv = resolve_at(&root, stage).unwrap();
+        assert_eq!(inv.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), vec!["config", "broker"]);
+        assert_eq!(inv.container("broker").unwrap().vmid, if stage == "main" { 109 } else { 209 });
+        assert_eq!(
+            proxmox_gitops::artifact::to_value(&inv)["configs"],
+            json!([
+                { "name": "config", "dir": "config", "engine": "cinc" },
+                { "name": "share", "dir": "libs/share", "engine": "cinc", "depends": ["config"] },
+            ])
+        );
+    }
+    let out = root.join("out");
+    let r = run(&root, &["resolve", "--artifacts", out.to_str().unwrap()], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 2, "{}", r.stderr);
+    assert!(
+        warnings[0].ends_with(
+            "config: the original project's control-plane cookbook: not applied; proxmox-gitops configures the control \
+             plane `config` from an engine file at the repository root (playbook.yml, configure.sh or \
+             recipes/default.rb), and reads only config/libraries/ from here"
+        ),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].ends_with(
+            "libs/share: configuration only (no container.env): provisioned nowhere and not applied; the original \
+             project applies it to `config` (metadata.rb: depends 'config'); proxmox-gitops applies a lib's \
+             configuration only to its own container (add a container.env to make it one)"
+        ),
+        "{warnings:?}"
+    );
+    let tail: Vec<&str> = r.stdout.lines().skip_while(|l| !l.starts_with("CONFIGURATION")).collect();
+    assert_eq!(
+        tail,
+        vec![
+            "CONFIGURATION  DIR         ENGINE  SOURCE  APPLIED",
+            "config         config      cinc    dir     no (provisioned nowhere)",
+            "share          libs/share  cinc    dir     no (provisioned nowhere; the original applies it to config)",
+            "",
+            &format!(
+                "2 container(s), 2 configuration(s) not applied, 1 task(s), stage main; wrote {}",
+                out.join("inventory.json").display()
+            ),
+        ]
+    );
+    // A directory with neither a container.env nor configuration is still refused.
+    fixture::write(&root, "libs/empty/README", "x\n");
+    let p = resolve_at(&root, "main").unwrap_err();
+    assert_eq!(
+        p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        vec![
+            "libs/empty/container.env: lib `empty` has no container.env and no configuration: every directory under \
+             libs/ is a container (container.env) or configuration (playbook.yml, configure.sh, recipes/default.rb or \
+             a cookbook's metadata.rb)"
+        ]
+    );
 }

@@ -78,6 +78,12 @@ fn host_port(s: &str) -> Result<(String, Option<u16>), String> {
             None => (s.to_string(), None),
         }
     };
+    if !host.is_empty() && host.bytes().all(|b| b.is_ascii_digit() || b == b'.') && host.parse::<Ipv4Addr>().is_err() {
+        // `192.168.178.`, as the original project's local/config.json ships it.
+        return Err(
+            "it looks like a placeholder to complete: an IPv4 address has four numbers (e.g. `192.168.178.10`)".into(),
+        );
+    }
     if !host.starts_with('[') && host.parse::<Ipv4Addr>().is_err() && !is_host_name(&host) {
         return Err("the host is not a host name or an address".into());
     }
@@ -128,6 +134,15 @@ mod tests {
     fn refused_forms() {
         let err = |s: &str| parse(s).unwrap_err();
         let tail = format!("; expected {FORMS}");
+        for placeholder in ["192.168.178.", "192.168.178", "10..0.1", "https://192.168.178.:8006"] {
+            assert_eq!(
+                err(placeholder),
+                format!(
+                    "`{placeholder}` is not a PVE host: it looks like a placeholder to complete: an IPv4 address has \
+                     four numbers (e.g. `192.168.178.10`){tail}"
+                )
+            );
+        }
         assert_eq!(
             err("http://pve.example:8006"),
             format!(

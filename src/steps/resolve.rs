@@ -9,6 +9,10 @@
 //! base/  config/libraries/  tasks/<name>/  libs/<name>/container.env …
 //! ```
 //!
+//! A lib without a `container.env` but with an engine file or a `metadata.rb` (the original
+//! project's `libs/share`), and the original's root `config/` cookbook, are configuration, not
+//! containers ([`ConfigLib`]): listed, provisioned nowhere, and reported as not applied.
+//!
 //! Every problem of a run is collected and reported together (exit 2); nothing is written then.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +22,7 @@ use crate::error::{Error, Location, Problems, Result};
 use crate::inventory::dotenv::{self, Entry};
 pub use crate::inventory::globals::{GlobalNameError, global_name, read_globals};
 use crate::inventory::spec::{self, SpecInput};
-use crate::inventory::{CONTROL_PLANE, ContainerSpec, Inventory, Task};
+use crate::inventory::{CONTROL_PLANE, ConfigLib, ContainerSpec, Engine, Inventory, Task};
 use crate::settings::{EnvSource, Settings};
 
 /// Options of the resolve step.
@@ -85,6 +89,16 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
     }
     // Every directory under libs/ is a lib, and so is every submodule registered there (a
     // submodule whose directory is missing is still a lib the user expects to deploy).
+    // The original project's control-plane cookbook, when the root has no engine of its own.
+    let mut configs: Vec<ConfigLib> = Vec::new();
+    if root.join("config/recipes/default.rb").is_file() && Engine::files(&root).is_empty() {
+        configs.extend(ConfigLib::detect(
+            &root,
+            Path::new("config"),
+            CONTROL_PLANE,
+            submodule_at(Path::new("config")).map(|s| s.path.clone()),
+        ));
+    }
     let mut lib_names: Vec<String> = match std::fs::read_dir(root.join("libs")) {
         Ok(rd) => rd
             .filter_map(|e| e.ok())
@@ -114,10 +128,17 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
                 _ if root.join(&rel).join(ORIGINAL_ENV).is_file() => {
                     problems.add(Location::file(rel.join(ORIGINAL_ENV)), rename_original_env(&name, &rel, sm.is_some()))
                 }
-                _ => problems.add(
-                    Location::file(rel.join("container.env")),
-                    format!("lib `{name}` has no container.env (every directory under libs/ is a container)"),
-                ),
+                _ => match ConfigLib::detect(&root, &rel, &name, sm.map(|s| s.path.clone())) {
+                    Some(c) => configs.push(c),
+                    None => problems.add(
+                        Location::file(rel.join("container.env")),
+                        format!(
+                            "lib `{name}` has no container.env and no configuration: every directory under libs/ is \
+                             a container (container.env) or configuration (playbook.yml, configure.sh, \
+                             recipes/default.rb or a cookbook's metadata.rb)"
+                        ),
+                    ),
+                },
             }
             continue;
         }
@@ -149,6 +170,9 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         problems.0.retain(|p| !(p.location.key.as_deref() == Some("hostname") && p.message.starts_with(&prefix)));
     }
     problems.into_result()?;
+    for c in &configs {
+        crate::actions::warn_problem(&crate::error::Problem::new(Location::file(&c.dir), c.not_applied()), &root);
+    }
 
     let present = |p: &str| root.join(p).is_dir().then(|| PathBuf::from(p));
     Ok(Inventory {
@@ -158,6 +182,7 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         submodules: tree.submodules,
         globals,
         tasks,
+        configs,
         base: present("base"),
         libraries: present("config/libraries"),
         settings: settings.public(),
