@@ -259,6 +259,9 @@ broker  broker    120   10.0.3.20/24  1      512 MiB   local-lvm:4 GiB   vol:/va
 dns     dns       140   10.0.3.40/24  1      128 MiB   local:2 GiB                                         cinc     dir
 web     web       130   10.0.3.30/24  2      1024 MiB  local-lvm:16 GiB  share,bind:/var/www,/dev/net/tun  ansible  submodule
 
+TASK    SCRIPT                   SCHEDULE
+backup  tasks/backup/default.rb  0 3 * * *
+
 4 container(s), 1 task(s), stage main; wrote {}
 ",
         artifacts.join("inventory.json").display()
@@ -1430,6 +1433,9 @@ fn issue28_the_original_projects_monorepo_resolves() {
             "CONFIGURATION  DIR         ENGINE  SOURCE  APPLIED",
             "config         config      cinc    dir     no (provisioned nowhere)",
             "share          libs/share  cinc    dir     no (provisioned nowhere; the original applies it to config)",
+            "",
+            "TASK    SCRIPT                   SCHEDULE",
+            "health  tasks/health/default.rb  none (dispatch, push to main)",
             "",
             &format!(
                 "2 container(s), 2 configuration(s) not applied, 1 task(s), stage main; wrote {}",

@@ -74,6 +74,18 @@ pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
                 ]
             }));
         }
+        if !inv.tasks.is_empty() {
+            // The tasks and when they run (a task without a cron line runs on dispatch and on a
+            // push to its repository's `main`).
+            s.push('\n');
+            s.push_str(&table_of(&["TASK", "SCRIPT", "SCHEDULE"], &inv.tasks, |t| {
+                vec![
+                    t.name.clone(),
+                    t.script.display().to_string(),
+                    t.cron.clone().unwrap_or_else(|| "none (dispatch, push to main)".into()),
+                ]
+            }));
+        }
         let configs = match inv.configs.len() {
             0 => String::new(),
             n => format!(", {n} configuration(s) not applied"),
