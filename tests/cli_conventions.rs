@@ -197,3 +197,20 @@ fn completions_name_every_subcommand_and_man_pages_are_written() {
     let deploy = std::fs::read_to_string(dir.join("proxmox-gitops-deploy.1")).unwrap();
     assert!(deploy.contains("container"), "the subcommand's options are on its page");
 }
+
+/// Every subcommand with `--backend` reads it from `PGO_BACKEND` too (as the task and pipeline
+/// workflows set it), and its help says so.
+#[test]
+fn every_backend_option_reads_pgo_backend() {
+    let repo = repo();
+    for sub in ["plan", "provision", "deploy", "drift", "health", "update", "release-pr"] {
+        let (code, help, stderr) = run(repo.path(), &[sub, "--help"]);
+        assert_eq!(code, Some(0), "{sub}: {stderr}");
+        // The option's own entry: from `--backend <BACKEND>` to the next option.
+        let at = help.find("--backend <BACKEND>").unwrap_or_else(|| panic!("{sub}: {help}"));
+        let entry = &help[at..];
+        let end = entry[1..].find("\n  -").map_or(entry.len(), |i| i + 1);
+        let backend = &entry[..end];
+        assert!(backend.contains("[env: PGO_BACKEND="), "{sub} --backend: {backend}");
+    }
+}

@@ -27,7 +27,7 @@ pub struct ProvisionArgs {
     #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     jobs: u16,
     /// Backend [default: pve when PROXMOX_HOST is configured, else lxc].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, env = "PGO_BACKEND")]
     backend: Option<BackendKind>,
     #[command(flatten)]
     policy: PolicyArgs,
