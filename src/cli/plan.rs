@@ -79,11 +79,19 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     let kind = args.backend.or(settings.pve.host.is_some().then_some(BackendKind::Pve));
     // Without live state nothing is contacted: the provision actions stay unknown, and the human
     // output says so and why.
-    let mut offline: Option<String> = match (provisions, args.offline, kind) {
+    let offline_because = |why: String, no_host: bool| Offline {
+        why,
+        no_host,
+        lxc: kind == Some(BackendKind::Lxc),
+        containers: args.containers.clone(),
+    };
+    let mut offline: Option<Offline> = match (provisions, args.offline, kind) {
         (false, _, _) => None,
-        (true, true, _) => Some("--offline".into()),
-        (true, false, None) => Some(no_pve_host()),
-        (true, false, Some(BackendKind::Pve)) if settings.pve.host.is_none() => Some(no_pve_host()),
+        (true, true, _) => Some(offline_because("--offline".into(), false)),
+        (true, false, None) => Some(offline_because(no_pve_host(), true)),
+        (true, false, Some(BackendKind::Pve)) if settings.pve.host.is_none() => {
+            Some(offline_because(no_pve_host(), true))
+        }
         (true, false, Some(_)) => None,
     };
     let backend = match (offline.is_none() && provisions, kind) {
@@ -94,7 +102,7 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
         (true, Some(BackendKind::Lxc)) => match crate::backend::lxc_backend(&settings) {
             Ok(b) => Some(crate::backend::Backend::Lxc(b)),
             Err(e) => {
-                offline = Some(format!("the lxc backend cannot be used here: {e}"));
+                offline = Some(offline_because(format!("the lxc backend cannot be used here: {e}"), false));
                 None
             }
         },
@@ -124,10 +132,10 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
         ("changes", pending.to_string()),
     ])?;
     let md =
-        markdown(&p, &|name| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default(), offline.as_deref());
+        markdown(&p, &|name| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default(), offline.as_ref());
     super::describe::job_summary("plan", &md);
     crate::actions::end_group();
-    ctx.emit(&p, || human(&p, offline.as_deref()));
+    ctx.emit(&p, || human(&p, offline.as_ref()));
     Ok(p)
 }
 
@@ -196,7 +204,7 @@ fn deploy_cell(c: &PlannedContainer) -> String {
 /// 1024`), the containers deploy would skip, the count line and the container count. `offline`
 /// is why no live state was read; the PROVISION column then shows `-` for provisioning
 /// containers and the last lines explain it.
-fn human(p: &Plan, offline: Option<&str>) -> String {
+fn human(p: &Plan, offline: Option<&Offline>) -> String {
     let mut s = table_of(&["NAME", "HOSTNAME", "VMID", "STEPS", "PROVISION"], &p.containers, |c| {
         vec![
             c.name.clone(),
@@ -243,31 +251,66 @@ fn human(p: &Plan, offline: Option<&str>) -> String {
         s.push_str(&format!("{line}\n"));
     }
     s.push_str(&format!("{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
-    if let Some(why) = offline {
+    if let Some(o) = offline {
+        s.push_str("only the desired side is known: no live state was read");
+        if o.no_host {
+            s.push_str(&format!(
+                " (set {} for PVE, or pass --backend lxc)",
+                crate::settings::setting_names("PROXMOX_HOST")
+            ));
+        }
+        s.push('\n');
         s.push_str(&format!(
-            "only the desired side is known: no live state was read (set {} for PVE, or pass --backend lxc)\n",
-            crate::settings::setting_names("PROXMOX_HOST")
-        ));
-        s.push_str(&format!(
-            "provision actions: not computed (offline plan: {why}; run `proxmox-gitops provision --all --dry-run` to \
-             compare with the live host)\n"
+            "provision actions: not computed (offline plan: {}; run `{}` to compare with the live {})\n",
+            o.why,
+            o.dry_run_command(),
+            if o.lxc { "containers, where they run" } else { "host" }
         ));
     }
     s
+}
+
+/// Why a plan has no live state, and what to run to get it.
+#[derive(Debug, Clone)]
+pub(super) struct Offline {
+    /// The reason, e.g. `--offline`, `no PVE host (…)`, `the lxc backend cannot be used here: …`.
+    pub(super) why: String,
+    /// The reason is a missing PVE host: the hint says how to set one.
+    pub(super) no_host: bool,
+    /// The plan was for the lxc backend.
+    pub(super) lxc: bool,
+    /// The containers the user selected (`-c`), as given; empty: all.
+    pub(super) containers: Vec<String>,
+}
+
+impl Offline {
+    /// The `provision --dry-run` that compares the same selection with the live state:
+    /// `proxmox-gitops provision --all --dry-run`, `… -c broker,dns --dry-run`, with
+    /// `--backend lxc` for a plan of the lxc backend.
+    fn dry_run_command(&self) -> String {
+        let selection =
+            if self.containers.is_empty() { "--all".to_string() } else { format!("-c {}", self.containers.join(",")) };
+        let backend = if self.lxc { " --backend lxc" } else { "" };
+        format!("proxmox-gitops provision {selection}{backend} --dry-run")
+    }
 }
 
 /// The job summary of `p`: a heading, the count line, and a table with one row per container
 /// (containers that cannot be planned or are refused first, with the error): container, vmid,
 /// node (`node_of(name)`, the spec's `NODE`), action, old → new, deploy. `offline` says only
 /// the desired side is known.
-pub(super) fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -> String {
+pub(super) fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&Offline>) -> String {
     use crate::actions::markdown_cell as cell;
     let mut s = format!("### Plan: `{}` (stage {})\n\n", cell(&p.git_ref), cell(&p.stage));
     if let Some(line) = p.count_line() {
         s.push_str(&format!("{line}\n\n"));
     }
-    if let Some(why) = offline {
-        s.push_str(&format!("Only the desired side is known: no live state was read ({}).\n\n", cell(why)));
+    if let Some(o) = offline {
+        s.push_str(&format!(
+            "Only the desired side is known: no live state was read ({}); `{}` compares with the live state.\n\n",
+            cell(&o.why),
+            cell(&o.dry_run_command())
+        ));
     }
     s.push_str("| Container | VMID | Node | Action | Old → new | Deploy |\n|---|---|---|---|---|---|\n");
     let failing = |c: &&PlannedContainer| {
@@ -351,7 +394,10 @@ mod tests {
     #[test]
     fn offline_plan_says_why_provision_is_empty() {
         assert_eq!(
-            human(&plan(vec![Step::Provision, Step::Configure]), Some(&no_pve_host())),
+            human(
+                &plan(vec![Step::Provision, Step::Configure]),
+                Some(&Offline { why: no_pve_host(), no_host: true, lxc: false, containers: vec![] })
+            ),
             "NAME    HOSTNAME  VMID  STEPS                  PROVISION\n\
              broker  broker    101   provision + configure  -\n\
              \n\
@@ -362,6 +408,32 @@ mod tests {
              local/config.json for PVE, or pass --backend lxc)\n\
              provision actions: not computed (offline plan: no PVE host (PROXMOX_HOST or proxmox.host in local/config.json); run `proxmox-gitops provision \
              --all --dry-run` to compare with the live host)\n"
+        );
+        // The hint keeps the selection and the backend; the host hint only when the host is missing.
+        let hint = |o: Offline| {
+            human(&plan(vec![Step::Provision]), Some(&o)).lines().skip(5).map(String::from).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            hint(Offline { why: "--offline".into(), no_host: false, lxc: false, containers: vec!["broker".into()] }),
+            vec![
+                "only the desired side is known: no live state was read",
+                "provision actions: not computed (offline plan: --offline; run `proxmox-gitops provision -c broker \
+                 --dry-run` to compare with the live host)"
+            ]
+        );
+        assert_eq!(
+            hint(Offline {
+                why: "the lxc backend cannot be used here: not root".into(),
+                no_host: false,
+                lxc: true,
+                containers: vec!["broker".into(), "dns".into()]
+            }),
+            vec![
+                "only the desired side is known: no live state was read",
+                "provision actions: not computed (offline plan: the lxc backend cannot be used here: not root; run \
+                 `proxmox-gitops provision -c broker,dns --backend lxc --dry-run` to compare with the live containers, \
+                 where they run)"
+            ]
         );
         // A ref without provision has nothing to explain.
         assert_eq!(
