@@ -118,6 +118,10 @@ fn json_output_parses_for_every_subcommand_run_offline() {
     let names: Vec<&str> = dry.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["broker", "proxy"], "{dry}");
     assert!(dry.as_array().unwrap().iter().all(|c| c["action"].is_string() || c["error"].is_string()), "{dry}");
+    assert!(
+        dry.as_array().unwrap().iter().all(|c| c["kind"] == "container-plan" && c["schema_version"] == "1.0"),
+        "{dry}"
+    );
     assert!(!repo.path().join(".proxmox-gitops/provision").exists(), "a dry run writes no provision artifact");
     // render-workflows lists what it wrote.
     let rendered = got["render-workflows --all --monorepo srv/config"].as_array().unwrap().clone();
@@ -130,7 +134,12 @@ fn json_output_parses_for_every_subcommand_run_offline() {
     assert_eq!(code, Some(0), "{stderr}");
     let restored: Value = serde_json::from_str(&stdout).unwrap();
     assert!(restored["restored"].as_array().unwrap().iter().any(|p| p == "inventory.json"), "{restored}");
-    assert_eq!(got["configure --check --all"], serde_json::json!({ "requirements_met": true, "checked": 2 }));
+    assert_eq!(
+        got["configure --check --all"],
+        serde_json::json!({
+            "kind": "requirements-check", "schema_version": "1.0", "requirements_met": true, "checked": 2
+        })
+    );
     // `env get` answered from the process environment (the seed's Env.get) needs no Gitea.
     let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
         .args(["--json", "env", "get", "TZ"])
