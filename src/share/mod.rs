@@ -247,6 +247,22 @@ pub fn unit_name_from_path(path: &str, suffix: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The share server's playbook refuses exactly the `SHARE_NAME`s no client `MOUNT` can
+    /// name ([`is_share_name`]): an upper-case name would be exported but never mounted.
+    #[test]
+    fn the_server_accepts_the_share_names_clients_can_mount() {
+        let playbook =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/libs/share/playbook.yml")).unwrap();
+        let pattern = playbook
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("- share_name is match('")?.strip_suffix("')"))
+            .expect("the playbook checks share_name");
+        let re = regex::Regex::new(pattern).unwrap();
+        for name in ["share", "media-2", "a_b", "Share", "SHARE", "2share", "-x", "_x", "sh are", "sh.are", ""] {
+            assert_eq!(re.is_match(name), is_share_name(name), "{name:?}");
+        }
+    }
+
     use super::*;
 
     fn input<'a>(shares: &'a [String], host: &'a str) -> ClientInput<'a> {
