@@ -257,3 +257,26 @@ fn a_missing_setting_names_the_variable_and_the_config_key() {
         "settings (PROXMOX_HOST or proxmox.host in local/config.json): not set: the PVE API host (name or address)"
     );
 }
+
+/// Issue 28: `auto-merge --force` names every missing setting in one run (the monorepo, the
+/// Gitea address and credentials, the PVE host of the backend), not one per run.
+#[test]
+fn auto_merge_reports_every_missing_setting_at_once() {
+    let (tmp, root) = repo();
+    let art = tmp.path().join("artifacts");
+    let out = run(&root, &art, &["auto-merge", "--force"], &[("PROXMOX_GITOPS_BACKEND", "pve")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        &stderr[stderr.find("error: ").unwrap()..],
+        "error: 4 problems in the input:\n  \
+         settings (--monorepo or PROXMOX_GITOPS_MONOREPO): not set: which monorepo? Set \
+         PROXMOX_GITOPS_MONOREPO=OWNER/REPO (the task workflow does) or pass --monorepo OWNER/REPO\n  \
+         settings (HOST or host in local/config.json): Gitea configuration: no Gitea address: set HOST (or pass \
+         --gitea URL)\n  \
+         settings (GITEA_TOKEN or LOGIN and PASSWORD): no Gitea credentials: set GITEA_TOKEN (or token in \
+         local/config.json), or LOGIN and PASSWORD (login and password)\n  \
+         settings (PROXMOX_HOST or proxmox.host in local/config.json): not set: the PVE API host (name or address)\n"
+    );
+    assert!(!art.exists(), "nothing is written on bad input");
+}
