@@ -128,16 +128,20 @@ command -v cargo >/dev/null \
 ensure_lxc_net || exit 1
 
 # 4. The binary.
+# A rebuild is quick and quiet; the first build shows cargo's own progress (the crate it
+# compiles, and its progress bar on a terminal), so that a build is never mistaken for a hang.
+quiet=1
 if [ -x "$repo/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/proxmox-gitops" ]; then
   say "building proxmox-gitops ($profile)"
 else
-  say "building proxmox-gitops ($profile; the first build can take 15 minutes on 2 cores, and prints nothing meanwhile)"
+  say "building proxmox-gitops ($profile; the first build can take 15 minutes on 2 cores)"
+  quiet=
 fi
 if [ "$profile" = release ]; then
-  cargo build --release --locked --quiet
+  cargo build --release --locked ${quiet:+--quiet}
   bin="$repo/target/release/proxmox-gitops"
 else
-  cargo build --profile "$profile" --locked --quiet
+  cargo build --profile "$profile" --locked ${quiet:+--quiet}
   dir=$profile; [ "$profile" = dev ] && dir=debug   # cargo's output directory for the dev profile
   bin="$repo/target/$dir/proxmox-gitops"
 fi

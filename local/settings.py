@@ -20,7 +20,8 @@ by the owner of the local/ directory (the user who cloned the repository, not ro
 only when git ignores it (it holds a password). Other keys in it are kept.
 
 Output: one `==> ` line per decision on stderr; on stdout the share directory. Exit codes: 0 done,
-2 a config file is not valid JSON or the file would not be git-ignored.
+2 a config file is not valid JSON, has a key the binary does not take (every one is named, before
+the build rather than after it), or the file would not be git-ignored.
 """
 
 import json
@@ -63,7 +64,52 @@ def read(root, rel):
         fail(f"{rel}:{e.lineno}: not valid JSON ({e.msg})")
     if not isinstance(value, dict):
         fail(f"{rel}: expected a JSON object")
+    unknown = unknown_keys(rel, text, value)
+    if unknown:
+        fail("\n  ".join([f"{len(unknown)} unknown key(s), refused before the build:"] + unknown))
     return value
+
+
+# The keys the binary's config files take (src/settings/file.rs: PROXMOX_KEYS, TOP_KEYS); an
+# unknown key is refused here, before the build, as the binary would refuse it after.
+PROXMOX_KEYS = (
+    "host", "port", "user", "password", "token", "secret", "node", "gateway", "mask", "interface",
+    "bridge", "storage", "template", "share",
+)
+TOP_KEYS = ("proxmox", "host", "login", "password", "token", "checkout")
+
+
+def key_line(text, key, start=0):
+    """1-based line of the first `"key":` at or after `start` (a heuristic, as the binary's)."""
+    needle = json.dumps(key)
+    at = text.find(needle, start)
+    while at >= 0:
+        if text[at + len(needle):].lstrip().startswith(":"):
+            return text.count("\n", 0, at) + 1, at + len(needle)
+        at = text.find(needle, at + len(needle))
+    return None, start
+
+
+def unknown_keys(rel, text, value):
+    """One message per unknown key of a config file, as the binary words it."""
+    out = []
+
+    def where(key, json_key, start=0):
+        line, _ = key_line(text, key, start)
+        return f"{rel}:{line} ({json_key})" if line else f"{rel} ({json_key})"
+
+    proxmox = value.get("proxmox")
+    if isinstance(proxmox, dict):
+        _, start = key_line(text, "proxmox")
+        for k in proxmox:
+            if k not in PROXMOX_KEYS:
+                takes = ", ".join(f"`{n}`" for n in PROXMOX_KEYS)
+                out.append(f"{where(k, f'proxmox.{k}', start)}: unknown key `{k}`; the `proxmox` section takes {takes}")
+    for k in value:
+        if k not in TOP_KEYS:
+            takes = ", ".join(f"`{n}`" for n in TOP_KEYS)
+            out.append(f"{where(k, k)}: unknown key `{k}`; a config file takes {takes}")
+    return out
 
 
 def nonempty(v):

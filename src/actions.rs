@@ -42,11 +42,24 @@ pub fn in_actions() -> bool {
 
 static MASKED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
-/// Registers a secret value with the runner so it is replaced by `***` in the job log.
+/// Secrets of at least this many characters are masked wherever they occur, also inside other
+/// text; shorter ones only where they stand as a whole value (see [`redact`]).
 ///
-/// Emits `::add-mask::` once per distinct value (and per line of a multi-line value) when running
-/// under Actions; elsewhere it only remembers the value so [`redact`] can scrub it. Empty values
-/// are ignored (masking "" would blank the whole log).
+/// The runners (GitHub's `SecretMasker`, act's log writer) replace every occurrence of an
+/// `::add-mask::` value, so a one-letter password would turn every such letter of the job log
+/// into `***` ("e***tension"), and the original project's default password `gitops` would turn
+/// every "proxmox-gitops" into "proxmox-***". Short values are therefore not registered with the
+/// runner at all; this process still masks them as whole values in everything it prints. From 8
+/// characters on (tokens, tickets, generated passwords) a value inside other text is taken to be
+/// the secret.
+pub const MIN_MASK_ANYWHERE: usize = 8;
+
+/// Registers a secret value so it is replaced by `***` in what this process prints and, under
+/// Actions, in the job log.
+///
+/// Emits `::add-mask::` once per distinct value (and per line of a multi-line value) of at least
+/// [`MIN_MASK_ANYWHERE`] characters when running under Actions; every value is remembered so
+/// [`redact`] can scrub it. Empty values are ignored (masking "" would blank the whole log).
 pub fn mask(secret: &str) {
     let mut guard = MASKED.lock().unwrap_or_else(|e| e.into_inner());
     let set = guard.get_or_insert_with(HashSet::new);
@@ -55,7 +68,7 @@ pub fn mask(secret: &str) {
         if part.is_empty() || !set.insert(part.to_string()) {
             continue;
         }
-        if in_actions() && !part.contains('\n') {
+        if in_actions() && !part.contains('\n') && part.chars().count() >= MIN_MASK_ANYWHERE {
             let mut out = std::io::stderr().lock();
             let _ = writeln!(out, "{}", command("add-mask", &[], part));
             let _ = out.flush();
@@ -63,10 +76,14 @@ pub fn mask(secret: &str) {
     }
 }
 
-/// Replaces every value registered with [`mask`] in `text` by `***`.
+/// Replaces every value registered with [`mask`] in `text` by `***`, longest first.
 ///
+/// A value of at least [`MIN_MASK_ANYWHERE`] characters is replaced wherever it occurs; a
+/// shorter one only where it stands as a value of its own, between whitespace, quotes, brackets
+/// or `=:,;@/|` (see [`replace_whole`]): with the password `x`, `x`, `pw=x.` and `user:x@host` are
+/// masked, `extension` and `x-ray` are not.
 /// Used on text that comes from elsewhere (a tool's output, a remote log tail) before it is
-/// logged or stored in an artifact.
+/// logged or stored in an artifact, and on every message the CLI prints.
 pub fn redact(text: &str) -> String {
     let guard = MASKED.lock().unwrap_or_else(|e| e.into_inner());
     let Some(set) = guard.as_ref() else { return text.to_string() };
@@ -75,10 +92,46 @@ pub fn redact(text: &str) -> String {
     secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
     let mut out = text.to_string();
     for s in secrets {
-        if out.contains(s.as_str()) {
-            out = out.replace(s.as_str(), "***");
+        if !out.contains(s.as_str()) {
+            continue;
         }
+        out = if s.chars().count() >= MIN_MASK_ANYWHERE {
+            out.replace(s.as_str(), "***")
+        } else {
+            replace_whole(&out, s)
+        };
     }
+    out
+}
+
+/// The characters that end a value in text: whitespace, quotes, brackets and the separators of
+/// `key=value`, `user:password@host`, lists and paths.
+fn value_boundary(c: Option<char>) -> bool {
+    c.is_none_or(|c| c.is_whitespace() || "'\"`()[]{}<>=:,;@/|".contains(c))
+}
+
+/// `text` with every occurrence of `value` that stands as a value of its own replaced by `***`:
+/// a [`value_boundary`] right before it, and right after it (after any `.`, `!` or `?` that end
+/// a sentence). With `value` = `e`, `e`, `(e)`, `pw=e.` and `user:e@host` are masked, `extension`,
+/// `e.g.` and `e-mail` are not.
+fn replace_whole(text: &str, value: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    let mut from = 0;
+    while let Some(at) = text[from..].find(value).map(|i| i + from) {
+        let end = at + value.len();
+        let after = text[end..].trim_start_matches(['.', '!', '?']);
+        if !value_boundary(text[..at].chars().next_back()) || !value_boundary(after.chars().next()) {
+            // Part of a longer word: go on after its first character.
+            from = at + text[at..].chars().next().map_or(1, char::len_utf8);
+            continue;
+        }
+        out.push_str(&text[rest..at]);
+        out.push_str("***");
+        rest = end;
+        from = end;
+    }
+    out.push_str(&text[rest..]);
     out
 }
 
@@ -388,6 +441,28 @@ mod tests {
         assert_eq!(lines.next(), Some("}"));
         assert_eq!(lines.next(), Some(delim));
         assert_eq!(lines.next(), None);
+    }
+
+    #[test]
+    fn short_secrets_are_masked_as_whole_values_only() {
+        // Values no other test registers (the registry is process-wide).
+        mask("q");
+        mask("Zq7");
+        assert_eq!(
+            redact("template without arch and eqxtension, q.g. this; password q, user:q@host, (q), pw=q. q_x qq q-x"),
+            "template without arch and eqxtension, q.g. this; password ***, user:***@host, (***), pw=***. q_x qq q-x"
+        );
+        assert_eq!(redact("Zq7 Zq7x xZq7 'Zq7' Zq7!"), "*** Zq7x xZq7 '***' ***!");
+        // Below 8 characters a word like the original project's default password `gitops` does
+        // not mask every "proxmox-gitops"; from 8 on a value is masked inside other text too.
+        mask("Gq7tops");
+        mask("Gq7tops8");
+        assert_eq!(redact("proxmox-Gq7tops: password Gq7tops"), "proxmox-Gq7tops: password ***");
+        assert_eq!(redact("proxmox-Gq7tops8x"), "proxmox-***x");
+        assert_eq!(replace_whole("äqä q", "q"), "äqä ***", "letters beyond ASCII are part of a word");
+        assert_eq!(replace_whole("qqq", "q"), "qqq");
+        assert_eq!(replace_whole("q", "q"), "***");
+        assert_eq!(replace_whole("", "q"), "");
     }
 
     #[test]

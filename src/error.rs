@@ -44,6 +44,11 @@ pub const EXIT_INPUT: i32 = 2;
 /// The pseudo-file naming the process environment in a [`Location`] (the key is the variable).
 pub const ENVIRONMENT: &str = "environment";
 
+/// The pseudo-file naming a setting that is set nowhere in a [`Location`]: the key names every
+/// place it can be given (see [`crate::settings::setting_names`]), e.g. `PROXMOX_TEMPLATE or
+/// proxmox.template in local/config.json`.
+pub const SETTINGS: &str = "settings";
+
 /// Where in the user's input a problem sits: a file, and optionally a 1-based line or a key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Location {
@@ -73,12 +78,18 @@ impl Location {
         Self::file(ENVIRONMENT).with_key(var)
     }
 
+    /// A setting that is not set anywhere (file [`SETTINGS`]); `names` says where it can be set,
+    /// as [`crate::settings::setting_names`] gives it.
+    pub fn setting(names: impl Into<String>) -> Self {
+        Self::file(SETTINGS).with_key(names)
+    }
+
     /// True when `file` names a file or directory of the user's repository, false for the
-    /// pseudo-files [`ENVIRONMENT`] and command-line options (`--stage`, `--ref` …). Actions
+    /// pseudo-files [`ENVIRONMENT`], [`SETTINGS`] and command-line options (`--stage`, `--ref` …). Actions
     /// annotations (`::error file=…`) are only attached to real files.
     pub fn is_file(&self) -> bool {
         let f = self.file.to_string_lossy();
-        !(f == ENVIRONMENT || f.starts_with('-') || f.is_empty())
+        !(f == ENVIRONMENT || f == SETTINGS || f.starts_with('-') || f.is_empty())
     }
 
     /// Adds the key the problem is about.

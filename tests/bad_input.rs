@@ -204,3 +204,79 @@ fn every_subcommand_has_a_case() {
     ];
     assert_eq!(covered, all.into_iter().collect());
 }
+
+/// Issue 28: a one-letter secret is masked as a whole value, not as every such letter of every
+/// message, and it is not handed to the runner's `::add-mask::` (which would mask every `e` of
+/// the job log).
+#[test]
+fn a_short_secret_does_not_mangle_messages() {
+    let (tmp, root) = repo();
+    let art = tmp.path().join("artifacts");
+    let env = [("PROXMOX_PASSWORD", "e"), ("GITHUB_ACTIONS", "true")];
+    let out = run(&root, &art, &["provision", "--all", "--backend", "pve"], &[PVE_NO_CREDENTIALS, &env].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the container template without arch and extension"), "{stderr}");
+    assert!(!stderr.contains("***"), "{stderr}");
+    assert!(!stderr.lines().any(|l| l.starts_with("::add-mask::")), "{stderr}");
+}
+
+/// Issue 28: a setting that is set nowhere is named by both of its names, the environment
+/// variable and the key of `local/config.json`, whichever way the user configures.
+#[test]
+fn a_missing_setting_names_the_variable_and_the_config_key() {
+    let (tmp, root) = repo();
+    let art = tmp.path().join("artifacts");
+    let problem = |args: &[&str], env: &[(&str, &str)]| {
+        let out = run(&root, &art, args, env);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        stderr.lines().skip_while(|l| !l.starts_with("error: ")).nth(1).unwrap_or_default().trim().to_string()
+    };
+    // Everything in local/config.json but the template.
+    write(
+        &root,
+        "local/config.json",
+        "{\"proxmox\": {\"host\": \"127.0.0.1\", \"port\": 9, \"password\": \"pw-bad-input-1\"}}\n",
+    );
+    assert_eq!(
+        problem(&["provision", "--all"], &[]),
+        "settings (PROXMOX_TEMPLATE or proxmox.template in local/config.json): not set: the container template \
+         without arch and extension, e.g. debian-13-standard_13.1-2"
+    );
+    write(&root, "local/config.json", "{\"proxmox\": {\"host\": \"127.0.0.1\", \"port\": 9}}\n");
+    assert_eq!(
+        problem(&["provision", "--all"], &[]),
+        "settings (PROXMOX_PASSWORD or proxmox.password in local/config.json): no PVE credentials: set the password \
+         for ticket auth, or an API token: PROXMOX_TOKEN and PROXMOX_SECRET (proxmox.token and proxmox.secret in \
+         local/config.json)"
+    );
+    std::fs::remove_file(root.join("local/config.json")).unwrap();
+    assert_eq!(
+        problem(&["provision", "--all", "--backend", "pve"], &[]),
+        "settings (PROXMOX_HOST or proxmox.host in local/config.json): not set: the PVE API host (name or address)"
+    );
+}
+
+/// Issue 28: `auto-merge --force` names every missing setting in one run (the monorepo, the
+/// Gitea address and credentials, the PVE host of the backend), not one per run.
+#[test]
+fn auto_merge_reports_every_missing_setting_at_once() {
+    let (tmp, root) = repo();
+    let art = tmp.path().join("artifacts");
+    let out = run(&root, &art, &["auto-merge", "--force"], &[("PROXMOX_GITOPS_BACKEND", "pve")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        &stderr[stderr.find("error: ").unwrap()..],
+        "error: 4 problems in the input:\n  \
+         settings (--monorepo or PROXMOX_GITOPS_MONOREPO): not set: which monorepo? Set \
+         PROXMOX_GITOPS_MONOREPO=OWNER/REPO (the task workflow does) or pass --monorepo OWNER/REPO\n  \
+         settings (HOST or host in local/config.json): Gitea configuration: no Gitea address: set HOST (or pass \
+         --gitea URL)\n  \
+         settings (GITEA_TOKEN or LOGIN and PASSWORD): no Gitea credentials: set GITEA_TOKEN (or token in \
+         local/config.json), or LOGIN and PASSWORD (login and password)\n  \
+         settings (PROXMOX_HOST or proxmox.host in local/config.json): not set: the PVE API host (name or address)\n"
+    );
+    assert!(!art.exists(), "nothing is written on bad input");
+}

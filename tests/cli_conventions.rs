@@ -118,6 +118,10 @@ fn json_output_parses_for_every_subcommand_run_offline() {
     let names: Vec<&str> = dry.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["broker", "proxy"], "{dry}");
     assert!(dry.as_array().unwrap().iter().all(|c| c["action"].is_string() || c["error"].is_string()), "{dry}");
+    assert!(
+        dry.as_array().unwrap().iter().all(|c| c["kind"] == "container-plan" && c["schema_version"] == "1.0"),
+        "{dry}"
+    );
     assert!(!repo.path().join(".proxmox-gitops/provision").exists(), "a dry run writes no provision artifact");
     // render-workflows lists what it wrote.
     let rendered = got["render-workflows --all --monorepo srv/config"].as_array().unwrap().clone();
@@ -130,7 +134,12 @@ fn json_output_parses_for_every_subcommand_run_offline() {
     assert_eq!(code, Some(0), "{stderr}");
     let restored: Value = serde_json::from_str(&stdout).unwrap();
     assert!(restored["restored"].as_array().unwrap().iter().any(|p| p == "inventory.json"), "{restored}");
-    assert_eq!(got["configure --check --all"], serde_json::json!({ "requirements_met": true, "checked": 2 }));
+    assert_eq!(
+        got["configure --check --all"],
+        serde_json::json!({
+            "kind": "requirements-check", "schema_version": "1.0", "requirements_met": true, "checked": 2
+        })
+    );
     // `env get` answered from the process environment (the seed's Env.get) needs no Gitea.
     let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
         .args(["--json", "env", "get", "TZ"])
@@ -196,4 +205,21 @@ fn completions_name_every_subcommand_and_man_pages_are_written() {
     }
     let deploy = std::fs::read_to_string(dir.join("proxmox-gitops-deploy.1")).unwrap();
     assert!(deploy.contains("container"), "the subcommand's options are on its page");
+}
+
+/// Every subcommand with `--backend` reads it from `PGO_BACKEND` too (as the task and pipeline
+/// workflows set it), and its help says so.
+#[test]
+fn every_backend_option_reads_pgo_backend() {
+    let repo = repo();
+    for sub in ["plan", "provision", "deploy", "drift", "health", "update", "release-pr"] {
+        let (code, help, stderr) = run(repo.path(), &[sub, "--help"]);
+        assert_eq!(code, Some(0), "{sub}: {stderr}");
+        // The option's own entry: from `--backend <BACKEND>` to the next option.
+        let at = help.find("--backend <BACKEND>").unwrap_or_else(|| panic!("{sub}: {help}"));
+        let entry = &help[at..];
+        let end = entry[1..].find("\n  -").map_or(entry.len(), |i| i + 1);
+        let backend = &entry[..end];
+        assert!(backend.contains("[env: PGO_BACKEND="), "{sub} --backend: {backend}");
+    }
 }

@@ -351,7 +351,8 @@ async fn the_builtin_runner_runs_the_real_provision_step_and_records_its_digest(
     let err = s.containers[1].error.as_deref().unwrap();
     assert_eq!(
         err,
-        "provision: 1 problem in the input:\n  environment (PROXMOX_HOST): not set: the PVE API host (name or address)"
+        "provision: 1 problem in the input:\n  settings (PROXMOX_HOST or proxmox.host in local/config.json): not set: the \
+         PVE API host (name or address)"
     );
     assert_eq!(s.containers[1].steps[1].state, proxmox_gitops::steps::deploy::StepState::NotRun);
     let prov: serde_json::Value =

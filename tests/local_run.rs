@@ -235,6 +235,46 @@ fn a_config_file_that_is_not_json_is_named_with_its_line() {
     );
 }
 
+/// Issue 28: an unknown key is refused by `local/settings.py`, before the build, in the binary's
+/// words; every key the binary takes ([`proxmox_gitops::settings::CONFIG_KEYS`]) is accepted.
+#[test]
+fn unknown_config_keys_are_refused_before_the_build() {
+    let dir = monorepo(true);
+    write_files(
+        dir.path(),
+        &[("local/config.local.json", "{\n  \"proxmox\": {\n    \"nod\": \"pve\"\n  },\n  \"logn\": \"a\"\n}\n")],
+    );
+    let out = settings_py(dir.path(), &dir.path().join("none"), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "error: 2 unknown key(s), refused before the build:\n  \
+         local/config.local.json:3 (proxmox.nod): unknown key `nod`; the `proxmox` section takes `host`, `port`, \
+         `user`, `password`, `token`, `secret`, `node`, `gateway`, `mask`, `interface`, `bridge`, `storage`, \
+         `template`, `share`\n  \
+         local/config.local.json:5 (logn): unknown key `logn`; a config file takes `proxmox`, `host`, `login`, \
+         `password`, `token`, `checkout`\n"
+    );
+    // The binary says the same of these keys.
+    let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err().to_string();
+    assert!(e.contains("local/config.local.json:3 (proxmox.nod): unknown key `nod`"), "{e}");
+    // Every key the binary takes passes.
+    let mut proxmox = serde_json::Map::new();
+    let mut top = serde_json::Map::new();
+    for (_, key) in proxmox_gitops::settings::CONFIG_KEYS {
+        match key.strip_prefix("proxmox.") {
+            Some(k) => proxmox.insert(k.to_string(), "".into()),
+            None => top.insert(key.to_string(), "".into()),
+        };
+    }
+    top.insert("proxmox".into(), serde_json::Value::Object(proxmox));
+    let all = serde_json::to_string_pretty(&serde_json::Value::Object(top)).unwrap();
+    write_files(dir.path(), &[("local/config.local.json", &all)]);
+    assert!(Settings::load(dir.path(), &BTreeMap::new()).is_ok(), "the binary takes every key");
+    let out = settings_py(dir.path(), &dir.path().join("none"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
 fn engine_run(engine: &str, changed: Option<u64>, ok: Option<u64>, exit_code: i32, ms: u64) -> EngineRun {
     EngineRun {
         engine: engine.into(),

@@ -55,6 +55,21 @@ fn changed_memory_and_disk_read_old_to_new_and_detailed_exitcode() {
     let (code, out, err) = run(&pve, repo, share, &[], &["provision", "--all", "--no-wait-ssh"]);
     assert_eq!(code, 0, "{out}\n{err}");
 
+    // Right after the provision, configure has not run: pending, and the count line says what.
+    let summary = repo.join("summary.md");
+    let (code, out, err) = run(
+        &pve,
+        repo,
+        share,
+        &[("GITHUB_STEP_SUMMARY", &summary)],
+        &["plan", "--ref", "refs/heads/release", "--detailed-exitcode"],
+    );
+    assert_eq!(code, 2, "configure pending:\n{out}\n{err}");
+    let line = "0 to create, 0 to update in place, 0 to recreate, 1 unchanged; 1 to configure";
+    assert!(out.contains(&format!("\n{line}\n")), "{out}");
+    assert!(std::fs::read_to_string(&summary).unwrap().contains(&format!("\n{line}\n")));
+    std::fs::remove_file(&summary).unwrap();
+
     // MEMORY and DISK change: one in-place update, each setting old → new.
     write_env(repo, "MEMORY=1024\nDISK=local-lvm:16\n");
     pve.writes(true);
@@ -73,7 +88,7 @@ fn changed_memory_and_disk_read_old_to_new_and_detailed_exitcode() {
         ["broker (vmid 101): update in place", "  MEMORY 2048 → 1024", "  DISK local-lvm:8 → local-lvm:16 (resize)"],
         "{out}"
     );
-    assert!(out.contains("\n0 to create, 1 to update in place, 0 to recreate, 0 unchanged\n"), "{out}");
+    assert!(out.contains("\n0 to create, 1 to update in place, 0 to recreate, 0 unchanged; 1 to configure\n"), "{out}");
     let md = std::fs::read_to_string(&summary).unwrap();
     assert!(
         md.contains(
@@ -146,7 +161,7 @@ fn mount_changes_plan_in_place_and_a_shrink_is_refused_naming_the_key() {
         ],
         "{out}"
     );
-    assert!(out.contains("\n0 to create, 1 to update in place, 0 to recreate, 0 unchanged\n"), "{out}");
+    assert!(out.contains("\n0 to create, 1 to update in place, 0 to recreate, 0 unchanged; 1 to configure\n"), "{out}");
     // With --allow-recreate the removal is applied by a reboot, still no recreate.
     let (code, out, err) = run(
         &pve,
@@ -157,7 +172,7 @@ fn mount_changes_plan_in_place_and_a_shrink_is_refused_naming_the_key() {
     );
     assert_eq!(code, 2, "{out}\n{err}");
     assert!(out.contains("  MOUNT -local-lvm:2:/logs (reboot)\n"), "{out}");
-    assert!(out.contains("\n0 to create, 1 to update in place, 0 to recreate, 0 unchanged\n"), "{out}");
+    assert!(out.contains("\n0 to create, 1 to update in place, 0 to recreate, 0 unchanged; 1 to configure\n"), "{out}");
 
     // A shrink: refused, naming the file, the key and both sizes.
     write_env(repo, "MOUNT=local-lvm:1:/data,local-lvm:2:/logs\n");
@@ -171,7 +186,7 @@ fn mount_changes_plan_in_place_and_a_shrink_is_refused_naming_the_key() {
         "{out}"
     );
     assert!(
-        out.contains("\n0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 refused (see the reasons)\n"),
+        out.contains("\n0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 refused (see the reasons); 1 to configure\n"),
         "{out}"
     );
     // With --detailed-exitcode a refused container is an error (its provision would fail), not

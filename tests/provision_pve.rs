@@ -704,6 +704,7 @@ async fn plan_shows_the_live_action_without_changing_anything() {
         submodules: vec![],
         globals: BTreeMap::new(),
         tasks: vec![],
+        configs: vec![],
         base: None,
         libraries: None,
         settings: env.settings(Login::Root).public(),

@@ -64,7 +64,7 @@ fn expected(ids: &fixture::Ids, stage: &str) -> Value {
     let dns_files = with_stage(&["container.env"]);
     json!({
       "kind": "inventory",
-      "schema_version": "1.1",
+      "schema_version": "1.2",
       "root": "$TMP/mono",
       "stage": stage,
       "head": ids.root,
@@ -259,6 +259,9 @@ broker  broker    120   10.0.3.20/24  1      512 MiB   local-lvm:4 GiB   vol:/va
 dns     dns       140   10.0.3.40/24  1      128 MiB   local:2 GiB                                         cinc     dir
 web     web       130   10.0.3.30/24  2      1024 MiB  local-lvm:16 GiB  share,bind:/var/www,/dev/net/tun  ansible  submodule
 
+TASK    SCRIPT                   SCHEDULE
+backup  tasks/backup/default.rb  0 3 * * *
+
 4 container(s), 1 task(s), stage main; wrote {}
 ",
         artifacts.join("inventory.json").display()
@@ -369,7 +372,11 @@ fn cli_offline_plan_says_why_the_provision_column_is_empty() {
     std::fs::remove_file(f.root.join("local/config.local.json")).unwrap();
     let r = run(&f.root, &["plan", "--ref", "refs/heads/release"], &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.ends_with(&footer("PROXMOX_HOST is not set")), "{}", r.stdout);
+    assert!(
+        r.stdout.ends_with(&footer("no PVE host (PROXMOX_HOST or proxmox.host in local/config.json)")),
+        "{}",
+        r.stdout
+    );
     // A ref that does not provision has nothing to explain.
     let r = run(&f.root, &["plan", "--ref", "refs/heads/main"], &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -753,7 +760,11 @@ fn tasks_with_and_without_a_cron_line() {
 
 #[test]
 fn rule_lib_without_env_and_unchecked_submodule() {
-    one_problem(&[("libs/empty/README", "x\n")], "libs/empty/container.env", "lib `empty` has no container.env");
+    one_problem(
+        &[("libs/empty/README", "x\n")],
+        "libs/empty/container.env",
+        "lib `empty` has no container.env and no configuration",
+    );
     let f = fixture::standard();
     support::git::git(&f.root, &["submodule", "deinit", "-q", "-f", "libs/broker"]);
     let p = resolve_at(&f.root, "main").unwrap_err();
@@ -1130,7 +1141,7 @@ fn hardening_proxmox_host_as_a_browser_url() {
         ),
         (
             "pve.example:8006",
-            "`pve.example:8006` is not a PVE host: a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT",
+            "`pve.example:8006` is not a PVE host: a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT (proxmox.port)",
         ),
     ] {
         let r = run(&root, &["resolve", "--artifacts", a], &[("PROXMOX_HOST", value)]);
@@ -1203,7 +1214,9 @@ fn issue16_original_config_env_gets_a_rename_hint() {
     std::fs::remove_file(root.join("libs/old/config.env")).unwrap();
     refused_with(
         &root,
-        &["libs/old/container.env: lib `old` has no container.env (every directory under libs/ is a container)"],
+        &["libs/old/container.env: lib `old` has no container.env and no configuration: every directory under libs/ \
+           is a container (container.env) or configuration (playbook.yml, configure.sh, recipes/default.rb or a \
+           cookbook's metadata.rb)"],
     );
     // Both files: container.env is read, config.env is the lib's own (an extra file, not an error).
     fixture::write(&root, "libs/old/config.env", "X=1\n");
@@ -1223,5 +1236,222 @@ fn issue16_cinc_is_never_said_to_come_from_the_base_role() {
         "libs/app has recipes/default.rb but cinc-client is not installed in the container: nothing here installs \
          Cinc (the base role does not), it must already be there: use a template or image that has Cinc Client \
          (https://cinc.sh), or install it from your own base/ role"
+    );
+}
+
+#[test]
+fn issue28_a_bad_line_leaves_the_good_keys_of_its_file_in_the_cross_checks() {
+    // The issue's case: an unreadable MEMORY and a duplicate ID in one container.local.env are
+    // reported together.
+    exactly(
+        &[
+            ("libs/zzz/container.env", "IP=10.0.3.99/24\nID=199\n"),
+            ("libs/zzz/container.local.env", "MEMORY=2 GB\nID=120\n"),
+        ],
+        &[
+            "libs/zzz/container.local.env:1: unquoted value contains whitespace; quote the whole value",
+            "libs/zzz/container.local.env:2 (ID): duplicate vmid 120: also used by `app` (libs/app/container.env:2)",
+        ],
+    );
+    // The other keys' own problems are reported in the same run too.
+    exactly(
+        &[(APP, "IP=10.0.3.20/24\nID=120\nMEMORY=$((2*1024))\nCORES=x\n")],
+        &[
+            "libs/app/container.env:3: `$((2*1024))` would be evaluated by a shell; substitutions are not supported in \
+             env files (put a literal `$` or backtick in single quotes, or escape it with `\\` in double quotes)",
+            "libs/app/container.env:4 (CORES): expected CORES as a whole number, found `x`",
+        ],
+    );
+    // An unreadable line hides the value below it: no duplicate of the lower layer's ID, and no
+    // "missing ID" next to the line that sets it.
+    exactly(
+        &[("libs/zzz/container.env", "IP=10.0.3.99/24\nID=120\n"), ("libs/zzz/container.local.env", "ID=1 2 0\n")],
+        &["libs/zzz/container.local.env:1: unquoted value contains whitespace; quote the whole value"],
+    );
+    exactly(
+        &[("libs/zzz/container.env", "IP=10.0.3.99/24\nID='120\n")],
+        &["libs/zzz/container.env:2: unterminated single quote (multi-line values are not supported)"],
+    );
+}
+
+#[test]
+fn issue28_snapshot_of_a_pseudo_filesystem_is_refused() {
+    let msg = |p: &str, fs: &str, inside: bool| {
+        format!(
+            "libs/app/container.env:3 (SNAPSHOT): snapshot path `{p}` is {}the pseudo-filesystem `{fs}`: it holds \
+             kernel or runtime state, not data (its archive would be garbage or never end); declare the lib's data \
+             directories",
+            if inside { "inside " } else { "" }
+        )
+    };
+    exactly(
+        &[(APP, &app("SNAPSHOT=/proc,/srv/data,/sys/,/dev,/run,/run/app,/var/run/x\n"))],
+        &[
+            &msg("/proc", "/proc", false),
+            &msg("/sys", "/sys", false),
+            &msg("/dev", "/dev", false),
+            &msg("/run", "/run", false),
+            &msg("/run/app", "/run", true),
+            &msg("/var/run/x", "/var/run", true),
+        ],
+    );
+    // Look-alikes are data.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(&root, APP, &app("SNAPSHOT=/process,/srv/dev,/var/lib/run,/devices\n"));
+    assert_eq!(
+        resolve_at(&root, "main").unwrap().containers[1].snapshot_paths,
+        vec!["/process", "/srv/dev", "/var/lib/run", "/devices"]
+    );
+}
+
+#[test]
+fn issue28_requires_a_name_nothing_could_provide_is_refused() {
+    let at = "libs/app/container.env:3 (REQUIRES)";
+    let setting = |n: &str| {
+        format!(
+            "{at}: `{n}` is a setting of proxmox-gitops, which is never handed to a lib's configuration: a lib gets \
+             every global, its own keys, HOST, LOGIN, PASSWORD, IP, ID, HOSTNAME and STAGE"
+        )
+    };
+    exactly(
+        &[(APP, &app("REQUIRES=LOGIN,PROXMOX_PASSWORD,GITEA_TOKEN,PROXMOX_GITOPS_STAGE,GITHUB_TOKEN,API_KEY\n"))],
+        &[
+            &setting("PROXMOX_PASSWORD"),
+            &setting("GITEA_TOKEN"),
+            &setting("PROXMOX_GITOPS_STAGE"),
+            &format!(
+                "{at}: `GITHUB_TOKEN` can never be set: no global may have this name (`GITHUB_TOKEN`: Gitea reserves \
+                 variable names starting with `GITHUB_`) and this lib's env files do not set it"
+            ),
+        ],
+    );
+    // The lib's own keys can provide any name; the contract's names are always provided.
+    let (_tmp, root) = fixture::minimal();
+    fixture::write(
+        &root,
+        APP,
+        &app("REQUIRES=CI_MODE,PROXMOX_NODE,HOST,PGO_OUTPUT,STAGE,API_KEY\nCI_MODE=1\nPROXMOX_NODE=own\n"),
+    );
+    let inv = resolve_at(&root, "main").unwrap();
+    let spec = &inv.containers[1];
+    assert_eq!(spec.requires, vec!["CI_MODE", "PROXMOX_NODE", "HOST", "PGO_OUTPUT", "STAGE", "API_KEY"]);
+    // And configure's check finds them provided: only API_KEY (no global, no key) is missing.
+    let contract =
+        proxmox_gitops::steps::configure::Contract { host: Some("http://127.0.0.1:9".into()), ..Default::default() };
+    assert_eq!(proxmox_gitops::steps::configure::missing_requirements(&inv, spec, &contract), vec!["API_KEY"]);
+}
+
+/// The original project's monorepo layout (Proxmox-GitOps): quoted values, `container.stage.env`
+/// files, Cinc cookbooks, a `libs/share` cookbook without a container.env that its metadata
+/// applies to the control plane, the root `config/` cookbook, `tasks/*/default.rb`, and the
+/// placeholder host its `local/config.json` ships.
+fn original_layout() -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap().join("mono");
+    let env = |ip: &str, id: &str| {
+        format!(
+            "IP=\"{ip}\"\nID=\"{id}\"\nCORES=\"2\"\nMEMORY=\"2048\"\nSWAP=\"512\"\nDISK=\"local-lvm:8\"\nMOUNT=\"\"\nBOOT=\"yes\"\n"
+        )
+    };
+    for (rel, text) in [
+        ("container.env", env("10.0.3.254", "100")),
+        ("config/recipes/default.rb", "include_recipe 'config::prepare'\n".into()),
+        ("config/libraries/env.rb", "module Env; end\n".into()),
+        ("libs/broker/container.env", env("10.0.3.109", "109")),
+        ("libs/broker/container.stage.env", env("10.0.3.209", "209")),
+        ("libs/broker/recipes/default.rb", "package 'mosquitto'\n".into()),
+        ("libs/share/metadata.rb", "name 'share'\ndepends 'config'\n".into()),
+        ("libs/share/recipes/default.rb", "package 'samba'\n".into()),
+        ("tasks/health/default.rb", "# health\n".into()),
+        ("globals.json", "{\"AUTO_DEPLOY\": \"false\"}\n".into()),
+        (
+            "local/config.json",
+            "{\"proxmox\": {\"host\": \"192.168.178.\", \"user\": \"root@pam\", \"password\": \"\", \"node\": \"pve\"},\n \
+             \"login\": \"proxmox\", \"password\": \"gitops\"}\n"
+                .into(),
+        ),
+    ] {
+        fixture::write(&root, rel, &text);
+    }
+    support::git::git(&root, &["init", "-q"]);
+    (tmp, root)
+}
+
+#[test]
+fn issue28_the_original_projects_monorepo_resolves() {
+    let (_tmp, root) = original_layout();
+    // Only the placeholder host is refused, and the message says what it is.
+    let r = run(&root, &["resolve", "--artifacts", root.join("out").to_str().unwrap()], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(
+        &r.stderr[r.stderr.find("error: ").unwrap()..],
+        "error: 1 problem in the input:\n  local/config.json (proxmox.host): `192.168.178.` is not a PVE host: it looks \
+         like a placeholder to complete: an IPv4 address has four numbers (e.g. `192.168.178.10`); expected a host \
+         name, an IPv4 address, an IPv6 address (in brackets) or an https URL, e.g. `pve.example`, `10.0.0.2`, \
+         `[fd00::2]`, `https://pve.example:8006`\n"
+    );
+    // Completed: it resolves, in both stages; `share` and the root cookbook are listed as
+    // configuration, provisioned nowhere, and reported plainly as not applied.
+    fixture::write(&root, "local/config.local.json", "{\"proxmox\": {\"host\": \"127.0.0.1\"}}\n");
+    for stage in ["main", "stage"] {
+        let inv = resolve_at(&root, stage).unwrap();
+        assert_eq!(inv.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), vec!["config", "broker"]);
+        assert_eq!(inv.container("broker").unwrap().vmid, if stage == "main" { 109 } else { 209 });
+        assert_eq!(
+            proxmox_gitops::artifact::to_value(&inv)["configs"],
+            json!([
+                { "name": "config", "dir": "config", "engine": "cinc" },
+                { "name": "share", "dir": "libs/share", "engine": "cinc", "depends": ["config"] },
+            ])
+        );
+    }
+    let out = root.join("out");
+    let r = run(&root, &["resolve", "--artifacts", out.to_str().unwrap()], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 2, "{}", r.stderr);
+    assert!(
+        warnings[0].ends_with(
+            "config: the original project's control-plane cookbook: not applied; proxmox-gitops configures the control \
+             plane `config` from an engine file at the repository root (playbook.yml, configure.sh or \
+             recipes/default.rb), and reads only config/libraries/ from here"
+        ),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].ends_with(
+            "libs/share: configuration only (no container.env): provisioned nowhere and not applied; the original \
+             project applies it to `config` (metadata.rb: depends 'config'); proxmox-gitops applies a lib's \
+             configuration only to its own container (add a container.env to make it one)"
+        ),
+        "{warnings:?}"
+    );
+    let tail: Vec<&str> = r.stdout.lines().skip_while(|l| !l.starts_with("CONFIGURATION")).collect();
+    assert_eq!(
+        tail,
+        vec![
+            "CONFIGURATION  DIR         ENGINE  SOURCE  APPLIED",
+            "config         config      cinc    dir     no (provisioned nowhere)",
+            "share          libs/share  cinc    dir     no (provisioned nowhere; the original applies it to config)",
+            "",
+            "TASK    SCRIPT                   SCHEDULE",
+            "health  tasks/health/default.rb  none (dispatch, push to main)",
+            "",
+            &format!(
+                "2 container(s), 2 configuration(s) not applied, 1 task(s), stage main; wrote {}",
+                out.join("inventory.json").display()
+            ),
+        ]
+    );
+    // A directory with neither a container.env nor configuration is still refused.
+    fixture::write(&root, "libs/empty/README", "x\n");
+    let p = resolve_at(&root, "main").unwrap_err();
+    assert_eq!(
+        p.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        vec![
+            "libs/empty/container.env: lib `empty` has no container.env and no configuration: every directory under \
+             libs/ is a container (container.env) or configuration (playbook.yml, configure.sh, recipes/default.rb or \
+             a cookbook's metadata.rb)"
+        ]
     );
 }

@@ -247,7 +247,12 @@ fn a_pve_backend_without_a_host_is_refused_before_any_container() {
     let run = dispatch_provision_beta(repo.path(), "main", &args(&[]));
     let log = &run.log;
     assert!(
-        run.step_has("pipeline", "deploy", PROVISION, "environment (PROXMOX_HOST): not set: the PVE API host"),
+        run.step_has(
+            "pipeline",
+            "deploy",
+            PROVISION,
+            "settings (PROXMOX_HOST or proxmox.host in local/config.json): not set: the PVE API host"
+        ),
         "{log}"
     );
     assert!(!run.step_has("pipeline", "deploy", PROVISION, "provision failed"), "{log}");

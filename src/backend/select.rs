@@ -12,9 +12,9 @@ use super::Backend;
 use super::lxc::{LxcBackend, LxcOptions};
 use super::model::BackendKind;
 use super::pve::{PveBackend, PveBackendOptions, Timeouts, desired::PveDefaults};
-use crate::error::{Error, Location, Problems, Result};
+use crate::error::{Error, Result};
 use crate::pve::{Auth, ClientOptions, PveClient, TlsMode};
-use crate::settings::Settings;
+use crate::settings::{Settings, not_set};
 
 /// How to reach PVE besides the settings: TLS and timeouts.
 #[derive(Debug, Clone)]
@@ -56,12 +56,6 @@ impl Default for PveConnect {
     }
 }
 
-fn env_problem(key: &str, msg: impl Into<String>) -> Problems {
-    let mut p = Problems::new();
-    p.add(Location::file("environment").with_key(key), msg);
-    p
-}
-
 /// The backend chosen by default: `pve` when `PROXMOX_HOST` is configured, else `lxc`.
 pub fn default_backend(settings: &Settings) -> BackendKind {
     if settings.pve.host.is_some() { BackendKind::Pve } else { BackendKind::Lxc }
@@ -76,22 +70,22 @@ pub fn default_backend(settings: &Settings) -> BackendKind {
 /// unusable TLS set-up (unreadable CA file …).
 pub fn pve_client(settings: &Settings, connect: &PveConnect) -> Result<PveClient> {
     let s = &settings.pve;
-    let host =
-        s.host.clone().ok_or_else(|| env_problem("PROXMOX_HOST", "not set: the PVE API host (name or address)"))?;
+    let host = s.host.clone().ok_or_else(|| not_set("PROXMOX_HOST", "not set: the PVE API host (name or address)"))?;
     let auth = if let Some(pw) = &s.password {
         Auth::Ticket { user: s.user.clone().unwrap_or_else(|| "root@pam".into()), password: pw.clone() }
     } else if let (Some(token), Some(secret)) = (&s.token, &s.secret) {
         let user = s.user.clone().ok_or_else(|| {
-            env_problem(
+            not_set(
                 "PROXMOX_USER",
-                "not set: an API token needs its user, e.g. root@pam (PROXMOX_USER) with PROXMOX_TOKEN=ID",
+                "not set: an API token needs its user, e.g. root@pam, or the token given as USER@REALM!TOKENID",
             )
         })?;
         Auth::Token { user, token: token.clone(), secret: secret.clone() }
     } else {
-        return Err(env_problem(
+        return Err(not_set(
             "PROXMOX_PASSWORD",
-            "no PVE credentials: set PROXMOX_PASSWORD (ticket auth) or PROXMOX_TOKEN and PROXMOX_SECRET (API token)",
+            "no PVE credentials: set the password for ticket auth, or an API token: PROXMOX_TOKEN and PROXMOX_SECRET \
+             (proxmox.token and proxmox.secret in local/config.json)",
         )
         .into());
     };
@@ -113,7 +107,7 @@ pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBacke
     let s = &settings.pve;
     let client = pve_client(settings, connect)?;
     let template = s.template.clone().ok_or_else(|| {
-        env_problem(
+        not_set(
             "PROXMOX_TEMPLATE",
             "not set: the container template without arch and extension, e.g. debian-13-standard_13.1-2",
         )

@@ -107,30 +107,65 @@ pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
         report.dry_run = args.dry_run;
         return finish(ctx, &report, &path);
     }
-    let policy = policy?;
+    // Every missing or bad setting is reported in one run: each check adds its problems, and the
+    // run stops after all of them (an operational failure still stops at once).
+    let mut problems = crate::error::Problems::new();
+    let policy = gather(policy, "PROXMOX_GITOPS_RECREATE", &mut problems)?;
     let monorepo = match monorepo_text.as_deref().filter(|m| !m.trim().is_empty()) {
-        Some(m) => RepoRef::parse(m, "--monorepo / PROXMOX_GITOPS_MONOREPO")?,
+        Some(m) => gather(RepoRef::parse(m, "--monorepo / PROXMOX_GITOPS_MONOREPO"), "--monorepo", &mut problems)?,
         None => {
-            return Err(Error::Usage(
-                "which monorepo? Set PROXMOX_GITOPS_MONOREPO=OWNER/REPO (the task workflow does) or pass --monorepo \
-                 OWNER/REPO"
-                    .into(),
-            ));
+            problems.add(
+                Location::setting("--monorepo or PROXMOX_GITOPS_MONOREPO"),
+                "not set: which monorepo? Set PROXMOX_GITOPS_MONOREPO=OWNER/REPO (the task workflow does) or pass \
+                 --monorepo OWNER/REPO",
+            );
+            None
         }
     };
-    let inv = ctx.inventory(None)?;
-    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
-    let client = Client::from_settings(&settings.gitea, args.gitea.as_deref())
-        .map_err(|e| Error::Usage(e.to_string()))?
-        .with_patience(CREATE_PULL_PATIENCE, Patience::within(Duration::from_secs(args.merge_wait)));
-    if !args.dry_run {
-        crate::steps::publish::require_credentials(&client)?;
+    let inv = gather(ctx.inventory(None), "the monorepo", &mut problems)?;
+    let settings = gather(
+        crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv).map_err(Error::from),
+        "",
+        &mut problems,
+    )?
+    .unwrap_or_default();
+    let client = gather(
+        Client::from_settings(&settings.gitea, args.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string())),
+        &crate::settings::setting_names("HOST"),
+        &mut problems,
+    )?
+    .map(|c| c.with_patience(CREATE_PULL_PATIENCE, Patience::within(Duration::from_secs(args.merge_wait))));
+    if !args.dry_run && crate::gitea::Auth::from_settings(&settings.gitea).is_none() {
+        gather(
+            Err::<(), _>(crate::steps::publish::no_credentials()),
+            "GITEA_TOKEN or LOGIN and PASSWORD",
+            &mut problems,
+        )?;
     }
     let kind = match args.backend {
-        Some(k) => k,
-        None => from_env("PROXMOX_GITOPS_BACKEND")?.unwrap_or_else(|| crate::backend::default_backend(&settings)),
+        Some(k) => Some(k),
+        None => gather(from_env("PROXMOX_GITOPS_BACKEND"), "PROXMOX_GITOPS_BACKEND", &mut problems)?
+            .map(|k| k.unwrap_or_else(|| crate::backend::default_backend(&settings))),
     };
-    let backend = crate::backend::open(kind, &settings, &args.pve.connect()?)?;
+    let connect = args.pve.connect()?;
+    let backend = match kind {
+        Some(kind) => gather(crate::backend::open(kind, &settings, &connect), "the backend", &mut problems)?,
+        None => None,
+    };
+    // The settings are read by resolve too: a bad setting is one problem, not two.
+    let mut seen = Vec::new();
+    problems.0.retain(|p| {
+        !seen.contains(p) && {
+            seen.push(p.clone());
+            true
+        }
+    });
+    problems.into_result()?;
+    let (Some(policy), Some(monorepo), Some(inv), Some(client), Some(backend)) =
+        (policy, monorepo, inv, client, backend)
+    else {
+        return Err(Error::Failed(anyhow::anyhow!("auto-merge: a setting was missing but no problem was recorded")));
+    };
     ctx.inputs_checked()?;
     let opts = AutoMergeOptions { monorepo, policy, dry_run: args.dry_run, jobs: usize::from(args.jobs) };
     let mut report = super::run::block_on(super::run::Threads::Default, auto_merge(&client, &backend, &inv, &opts))??;
@@ -146,6 +181,24 @@ pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
                 .collect();
             Err(Error::Failed(anyhow::anyhow!("{} merge(s) failed:\n{}", failed.len(), failed.join("\n"))))
         }
+    }
+}
+
+/// Adds the problems of a failed check to `problems` and returns `Ok(None)`: an input error's
+/// problems as they are, a usage error as one problem at the setting `at` names; an operational
+/// failure is returned as it is.
+fn gather<T>(r: Result<T>, at: &str, problems: &mut crate::error::Problems) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::Input(p)) => {
+            problems.extend(p);
+            Ok(None)
+        }
+        Err(Error::Usage(m)) => {
+            problems.add(Location::setting(at), m);
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 

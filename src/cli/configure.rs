@@ -44,6 +44,21 @@ pub struct ConfigureArgs {
     check: bool,
 }
 
+/// What `configure --check --json` prints, output kind `requirements-check` (1.0): every
+/// checked container's `REQUIRES` is met (a failed check exits 2 with the problems instead).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct RequirementsCheck {
+    /// Always true when printed.
+    requirements_met: bool,
+    /// How many containers were checked.
+    checked: usize,
+}
+
+impl crate::artifact::Artifact for RequirementsCheck {
+    const KIND: &'static str = "requirements-check";
+    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+}
+
 pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
     let _group = crate::actions::Group::start("configure");
     let inv = ctx.inventory(args.inventory.as_deref())?;
@@ -65,7 +80,8 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
         check_requirements(&inv, &opts)?;
         let checked = if opts.containers.is_empty() { inv.containers.len() } else { opts.containers.len() };
         if ctx.json {
-            ctx.emit_json(&serde_json::json!({ "requirements_met": true, "checked": checked }), String::new);
+            let check = RequirementsCheck { requirements_met: true, checked };
+            ctx.emit_json(&crate::artifact::to_value(&check), String::new);
         } else {
             eprintln!("requirements met ({checked} container(s) checked)");
         }

@@ -23,7 +23,7 @@ use crate::artifact;
 use crate::backend::live::{self, LiveOptions};
 use crate::backend::model::BackendKind;
 use crate::backend::pve::desired::PveDefaults;
-use crate::error::{Error, Location, Result};
+use crate::error::{Error, Result};
 use crate::inventory::{ContainerSpec, NotFound};
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::drift::{self as step, Drift, DriftOptions};
@@ -75,10 +75,10 @@ fn run_inner(ctx: &Ctx, args: DriftArgs) -> Result<i32> {
     let kind = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
     let pve = match kind {
         BackendKind::Pve => Some(PveDefaults::from_settings(&settings.pve).ok_or_else(|| {
-            Error::input(
-                Location::environment("PROXMOX_TEMPLATE"),
+            Error::from(crate::settings::not_set(
+                "PROXMOX_TEMPLATE",
                 "not set: drift derives the desired containers from it, e.g. debian-13-standard_13.1-2",
-            )
+            ))
         })?),
         BackendKind::Lxc => None,
     };

@@ -113,7 +113,8 @@ fn gitea_client(settings: &Settings, base: Option<&str>) -> Result<Option<Client
     let host = base.map(str::to_string).or_else(|| settings.gitea.host.clone());
     if host.is_none() || settings.gitea.auth_kind() == GiteaAuthKind::None {
         tracing::info!(
-            "no Gitea address and credentials (HOST with GITEA_TOKEN or LOGIN/PASSWORD): descriptions not written"
+            "no Gitea address and credentials (HOST with GITEA_TOKEN or LOGIN/PASSWORD, or host with token or \
+             login/password in local/config.json): descriptions not written"
         );
         return Ok(None);
     }

@@ -84,11 +84,19 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     let kind = args.backend.or(settings.pve.host.is_some().then_some(BackendKind::Pve));
     // Without live state nothing is contacted: the provision actions stay unknown, and the human
     // output says so and why.
-    let mut offline: Option<String> = match (provisions, args.offline, kind) {
+    let offline_because = |why: String, no_host: bool| Offline {
+        why,
+        no_host,
+        lxc: kind == Some(BackendKind::Lxc),
+        containers: args.containers.clone(),
+    };
+    let mut offline: Option<Offline> = match (provisions, args.offline, kind) {
         (false, _, _) => None,
-        (true, true, _) => Some("--offline".into()),
-        (true, false, None) => Some("PROXMOX_HOST is not set".into()),
-        (true, false, Some(BackendKind::Pve)) if settings.pve.host.is_none() => Some("PROXMOX_HOST is not set".into()),
+        (true, true, _) => Some(offline_because("--offline".into(), false)),
+        (true, false, None) => Some(offline_because(no_pve_host(), true)),
+        (true, false, Some(BackendKind::Pve)) if settings.pve.host.is_none() => {
+            Some(offline_because(no_pve_host(), true))
+        }
         (true, false, Some(_)) => None,
     };
     let backend = match (offline.is_none() && provisions, kind) {
@@ -103,7 +111,7 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
         (true, Some(BackendKind::Lxc)) => match crate::backend::lxc_backend(&settings) {
             Ok(b) => Some(crate::backend::Backend::Lxc(b)),
             Err(e) => {
-                offline = Some(format!("the lxc backend cannot be used here: {e}"));
+                offline = Some(offline_because(format!("the lxc backend cannot be used here: {e}"), false));
                 None
             }
         },
@@ -133,10 +141,10 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
         ("changes", pending.to_string()),
     ])?;
     let md =
-        markdown(&p, &|name| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default(), offline.as_deref());
+        markdown(&p, &|name| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default(), offline.as_ref());
     super::describe::job_summary("plan", &md);
     crate::actions::end_group();
-    ctx.emit(&p, || human(&p, offline.as_deref()));
+    ctx.emit(&p, || human(&p, offline.as_ref()));
     Ok(p)
 }
 
@@ -205,7 +213,7 @@ fn deploy_cell(c: &PlannedContainer) -> String {
 /// 1024`), the containers deploy would skip, the count line and the container count. `offline`
 /// is why no live state was read; the PROVISION column then shows `-` for provisioning
 /// containers and the last lines explain it.
-fn human(p: &Plan, offline: Option<&str>) -> String {
+fn human(p: &Plan, offline: Option<&Offline>) -> String {
     let mut s = table_of(&["NAME", "HOSTNAME", "VMID", "STEPS", "PROVISION"], &p.containers, |c| {
         vec![
             c.name.clone(),
@@ -248,34 +256,70 @@ fn human(p: &Plan, offline: Option<&str>) -> String {
             skipping.join(", ")
         ));
     }
-    if p.containers.iter().any(|c| c.steps.contains(&Step::Provision)) {
-        s.push_str(&format!("{}\n", p.counts().line()));
+    if let Some(line) = p.count_line() {
+        s.push_str(&format!("{line}\n"));
     }
     s.push_str(&format!("{} container(s) for {} (stage {})\n", p.containers.len(), p.git_ref, p.stage));
-    if let Some(why) = offline {
-        s.push_str(
-            "only the desired side is known: no live state was read (set PROXMOX_HOST for PVE, or pass --backend lxc)\n",
-        );
+    if let Some(o) = offline {
+        s.push_str("only the desired side is known: no live state was read");
+        if o.no_host {
+            s.push_str(&format!(
+                " (set {} for PVE, or pass --backend lxc)",
+                crate::settings::setting_names("PROXMOX_HOST")
+            ));
+        }
+        s.push('\n');
         s.push_str(&format!(
-            "provision actions: not computed (offline plan: {why}; run `proxmox-gitops provision --all --dry-run` to \
-             compare with the live host)\n"
+            "provision actions: not computed (offline plan: {}; run `{}` to compare with the live {})\n",
+            o.why,
+            o.dry_run_command(),
+            if o.lxc { "containers, where they run" } else { "host" }
         ));
     }
     s
+}
+
+/// Why a plan has no live state, and what to run to get it.
+#[derive(Debug, Clone)]
+pub(super) struct Offline {
+    /// The reason, e.g. `--offline`, `no PVE host (…)`, `the lxc backend cannot be used here: …`.
+    pub(super) why: String,
+    /// The reason is a missing PVE host: the hint says how to set one.
+    pub(super) no_host: bool,
+    /// The plan was for the lxc backend.
+    pub(super) lxc: bool,
+    /// The containers the user selected (`-c`), as given; empty: all.
+    pub(super) containers: Vec<String>,
+}
+
+impl Offline {
+    /// The `provision --dry-run` that compares the same selection with the live state:
+    /// `proxmox-gitops provision --all --dry-run`, `… -c broker,dns --dry-run`, with
+    /// `--backend lxc` for a plan of the lxc backend.
+    fn dry_run_command(&self) -> String {
+        let selection =
+            if self.containers.is_empty() { "--all".to_string() } else { format!("-c {}", self.containers.join(",")) };
+        let backend = if self.lxc { " --backend lxc" } else { "" };
+        format!("proxmox-gitops provision {selection}{backend} --dry-run")
+    }
 }
 
 /// The job summary of `p`: a heading, the count line, and a table with one row per container
 /// (containers that cannot be planned or are refused first, with the error): container, vmid,
 /// node (`node_of(name)`, the spec's `NODE`), action, old → new, deploy. `offline` says only
 /// the desired side is known.
-pub(super) fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&str>) -> String {
+pub(super) fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Option<&Offline>) -> String {
     use crate::actions::markdown_cell as cell;
     let mut s = format!("### Plan: `{}` (stage {})\n\n", cell(&p.git_ref), cell(&p.stage));
-    if p.containers.iter().any(|c| c.steps.contains(&Step::Provision)) {
-        s.push_str(&format!("{}\n\n", p.counts().line()));
+    if let Some(line) = p.count_line() {
+        s.push_str(&format!("{line}\n\n"));
     }
-    if let Some(why) = offline {
-        s.push_str(&format!("Only the desired side is known: no live state was read ({}).\n\n", cell(why)));
+    if let Some(o) = offline {
+        s.push_str(&format!(
+            "Only the desired side is known: no live state was read ({}); `{}` compares with the live state.\n\n",
+            cell(&o.why),
+            cell(&o.dry_run_command())
+        ));
     }
     s.push_str("| Container | VMID | Node | Action | Old → new | Deploy |\n|---|---|---|---|---|---|\n");
     let failing = |c: &&PlannedContainer| {
@@ -312,6 +356,11 @@ pub(super) fn markdown(p: &Plan, node_of: &dyn Fn(&str) -> String, offline: Opti
         ));
     }
     s
+}
+
+/// Why a plan is offline when no PVE host is configured, naming where it is set.
+fn no_pve_host() -> String {
+    format!("no PVE host ({})", crate::settings::setting_names("PROXMOX_HOST"))
 }
 
 #[cfg(test)]
@@ -354,15 +403,46 @@ mod tests {
     #[test]
     fn offline_plan_says_why_provision_is_empty() {
         assert_eq!(
-            human(&plan(vec![Step::Provision, Step::Configure]), Some("PROXMOX_HOST is not set")),
+            human(
+                &plan(vec![Step::Provision, Step::Configure]),
+                Some(&Offline { why: no_pve_host(), no_host: true, lxc: false, containers: vec![] })
+            ),
             "NAME    HOSTNAME  VMID  STEPS                  PROVISION\n\
              broker  broker    101   provision + configure  -\n\
              \n\
-             0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 unknown (no live state)\n\
+             0 to create, 0 to update in place, 0 to recreate, 0 unchanged, 1 unknown (no live state); 1 to \
+             configure\n\
              1 container(s) for refs/heads/release (stage main)\n\
-             only the desired side is known: no live state was read (set PROXMOX_HOST for PVE, or pass --backend lxc)\n\
-             provision actions: not computed (offline plan: PROXMOX_HOST is not set; run `proxmox-gitops provision \
+             only the desired side is known: no live state was read (set PROXMOX_HOST or proxmox.host in \
+             local/config.json for PVE, or pass --backend lxc)\n\
+             provision actions: not computed (offline plan: no PVE host (PROXMOX_HOST or proxmox.host in local/config.json); run `proxmox-gitops provision \
              --all --dry-run` to compare with the live host)\n"
+        );
+        // The hint keeps the selection and the backend; the host hint only when the host is missing.
+        let hint = |o: Offline| {
+            human(&plan(vec![Step::Provision]), Some(&o)).lines().skip(5).map(String::from).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            hint(Offline { why: "--offline".into(), no_host: false, lxc: false, containers: vec!["broker".into()] }),
+            vec![
+                "only the desired side is known: no live state was read",
+                "provision actions: not computed (offline plan: --offline; run `proxmox-gitops provision -c broker \
+                 --dry-run` to compare with the live host)"
+            ]
+        );
+        assert_eq!(
+            hint(Offline {
+                why: "the lxc backend cannot be used here: not root".into(),
+                no_host: false,
+                lxc: true,
+                containers: vec!["broker".into(), "dns".into()]
+            }),
+            vec![
+                "only the desired side is known: no live state was read",
+                "provision actions: not computed (offline plan: the lxc backend cannot be used here: not root; run \
+                 `proxmox-gitops provision -c broker,dns --backend lxc --dry-run` to compare with the live containers, \
+                 where they run)"
+            ]
         );
         // A ref without provision has nothing to explain.
         assert_eq!(
@@ -370,6 +450,7 @@ mod tests {
             "NAME    HOSTNAME  VMID  STEPS      PROVISION\n\
              broker  broker    101   configure\n\
              \n\
+             1 to configure\n\
              1 container(s) for refs/heads/release (stage main)\n"
         );
     }
@@ -417,7 +498,7 @@ mod tests {
              \n\
              deploy skips (already succeeded for the same inputs; --force runs them): dns (provision, configure)\n\
              1 to create, 1 to update in place, 1 to recreate, 0 unchanged, 1 cannot be planned, 1 skipped (already \
-             provisioned for the same inputs)\n\
+             provisioned for the same inputs); 4 to configure\n\
              5 container(s) for refs/heads/release (stage main)\n"
         );
     }
@@ -429,7 +510,7 @@ mod tests {
             "### Plan: `refs/heads/release` (stage main)\n\
              \n\
              1 to create, 1 to update in place, 1 to recreate, 0 unchanged, 1 cannot be planned, 1 skipped (already \
-             provisioned for the same inputs)\n\
+             provisioned for the same inputs); 4 to configure\n\
              \n\
              | Container | VMID | Node | Action | Old → new | Deploy |\n\
              |---|---|---|---|---|---|\n\
@@ -440,6 +521,35 @@ mod tests {
              | dns | 140 |   | nothing |   | skip (already succeeded) |\n\
              | cache | 120 |   | recreate | ostemplate changes from a to b | provision + configure |\n"
         );
+    }
+
+    /// Issue 28: after a provision, before configure, the plan is pending (exit 2 with
+    /// `--detailed-exitcode`) and the count line and the summary say why.
+    #[test]
+    fn the_count_line_names_every_pending_step() {
+        let mut provisioned = planned("broker", 101, Action::Nothing);
+        let p = Plan { containers: vec![provisioned.clone()], ..plan(vec![]) };
+        assert!(p.changes_pending());
+        let line = "0 to create, 0 to update in place, 0 to recreate, 1 unchanged; 1 to configure";
+        assert_eq!(p.count_line().as_deref(), Some(line));
+        assert!(human(&p, None).contains(&format!("\n{line}\n")), "{}", human(&p, None));
+        assert!(markdown(&p, &|_| String::new(), None).contains(&format!("\n{line}\n")));
+        // A stopped container would be started; a snapshot step would run.
+        provisioned.provision.as_mut().unwrap().start = true;
+        provisioned.steps.push(Step::Snapshot);
+        let p = Plan { containers: vec![provisioned.clone()], ..plan(vec![]) };
+        assert_eq!(
+            p.count_line().as_deref(),
+            Some(
+                "0 to create, 0 to update in place, 0 to recreate, 1 unchanged; 1 to start, 1 to configure, 1 to snapshot"
+            )
+        );
+        // Nothing pending: the line says so by naming no step, and nothing is pending.
+        provisioned.provision.as_mut().unwrap().start = false;
+        provisioned.skipped_steps = vec![Step::Configure, Step::Snapshot];
+        let p = Plan { containers: vec![provisioned], ..plan(vec![]) };
+        assert!(!p.changes_pending());
+        assert_eq!(p.count_line().as_deref(), Some("0 to create, 0 to update in place, 0 to recreate, 1 unchanged"));
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub struct ProvisionArgs {
     #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     jobs: u16,
     /// Backend [default: pve when PROXMOX_HOST is configured, else lxc].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, env = "PGO_BACKEND")]
     backend: Option<BackendKind>,
     #[command(flatten)]
     policy: PolicyArgs,
@@ -67,20 +67,48 @@ pub(crate) fn plan_rows(planned: &[backend::Planned]) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// The plan as JSON (`provision --dry-run --json`): one object per container, in order — the
-/// [`crate::backend::model::ContainerPlan`] (`name`, `vmid`, `hostname`, the action's fields,
-/// `start`), or `{"name", "hostname", "vmid", "error"}` when it could not be planned.
+/// One container of `provision --dry-run --json`, output kind `container-plan` (1.0; every
+/// object carries `kind` and `schema_version` like an artifact, so a reader can tell it from
+/// `provision --json`'s `provision` artifacts).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub(crate) enum DryRunEntry {
+    /// The container's plan ([`crate::backend::model::ContainerPlan`]: `name`, `vmid`,
+    /// `hostname`, the action's fields, `start`).
+    Planned(crate::backend::model::ContainerPlan),
+    /// The container could not be planned, and why (secrets redacted).
+    Failed {
+        /// Container name.
+        name: String,
+        /// Hostname.
+        hostname: String,
+        /// vmid.
+        vmid: u32,
+        /// The error.
+        error: String,
+    },
+}
+
+impl crate::artifact::Artifact for DryRunEntry {
+    const KIND: &'static str = "container-plan";
+    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+}
+
+/// The plan as JSON (`provision --dry-run --json`): an array with one [`DryRunEntry`] per
+/// container, in order, each with `kind` and `schema_version`.
 pub(crate) fn plan_json(planned: &[backend::Planned]) -> serde_json::Value {
     planned
         .iter()
-        .map(|p| match &p.plan {
-            Ok(cp) => serde_json::to_value(cp).unwrap_or_default(),
-            Err(e) => serde_json::json!({
-                "name": p.spec.name,
-                "hostname": p.spec.hostname,
-                "vmid": p.spec.vmid,
-                "error": crate::actions::redact(&format!("{e:#}")),
-            }),
+        .map(|p| {
+            crate::artifact::to_value(&match &p.plan {
+                Ok(cp) => DryRunEntry::Planned(cp.clone()),
+                Err(e) => DryRunEntry::Failed {
+                    name: p.spec.name.clone(),
+                    hostname: p.spec.hostname.clone(),
+                    vmid: p.spec.vmid,
+                    error: crate::actions::redact(&format!("{e:#}")),
+                },
+            })
         })
         .collect()
 }

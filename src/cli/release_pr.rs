@@ -114,16 +114,21 @@ pub fn run(ctx: &Ctx, args: ReleasePrArgs) -> Result<()> {
                 with_live_state(&mut p, inv, b, policy, jobs).await;
                 None
             }
-            Err(why) => Some(format!("the {kind} backend cannot be used here: {why}")),
+            Err(why) => Some(super::plan::Offline {
+                why: format!("the {kind} backend cannot be used here: {why}"),
+                no_host: false,
+                lxc: kind == BackendKind::Lxc,
+                containers: Vec::new(),
+            }),
         };
         super::plan::mark_done_steps(ctx, inv, &mut p, None);
         let node_of = |name: &str| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default();
         let against = match &offline {
             None => format!("the live {kind} backend (recreate policy `{}`)", policy_word(policy)),
-            Some(why) => format!("no live state ({})", crate::actions::markdown_cell(why)),
+            Some(o) => format!("no live state ({})", crate::actions::markdown_cell(&o.why)),
         };
         Ok(PlanText {
-            markdown: super::plan::markdown(&p, &node_of, offline.as_deref()),
+            markdown: super::plan::markdown(&p, &node_of, offline.as_ref()),
             commit: inv.head.clone(),
             against,
         })

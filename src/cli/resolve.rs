@@ -58,8 +58,40 @@ pub fn run(ctx: &Ctx, _args: ResolveArgs) -> Result<()> {
                 ]
             },
         );
+        if !inv.configs.is_empty() {
+            // Configuration that is no container: listed so that it is never silently ignored.
+            s.push('\n');
+            s.push_str(&table_of(&["CONFIGURATION", "DIR", "ENGINE", "SOURCE", "APPLIED"], &inv.configs, |c| {
+                vec![
+                    c.name.clone(),
+                    c.dir.display().to_string(),
+                    format!("{:?}", c.engine).to_lowercase(),
+                    if c.submodule.is_some() { "submodule".into() } else { "dir".into() },
+                    match c.depends.as_slice() {
+                        [] => "no (provisioned nowhere)".into(),
+                        d => format!("no (provisioned nowhere; the original applies it to {})", d.join(", ")),
+                    },
+                ]
+            }));
+        }
+        if !inv.tasks.is_empty() {
+            // The tasks and when they run (a task without a cron line runs on dispatch and on a
+            // push to its repository's `main`).
+            s.push('\n');
+            s.push_str(&table_of(&["TASK", "SCRIPT", "SCHEDULE"], &inv.tasks, |t| {
+                vec![
+                    t.name.clone(),
+                    t.script.display().to_string(),
+                    t.cron.clone().unwrap_or_else(|| "none (dispatch, push to main)".into()),
+                ]
+            }));
+        }
+        let configs = match inv.configs.len() {
+            0 => String::new(),
+            n => format!(", {n} configuration(s) not applied"),
+        };
         s.push_str(&format!(
-            "\n{} container(s), {} task(s), stage {}; wrote {}\n",
+            "\n{} container(s){configs}, {} task(s), stage {}; wrote {}\n",
             inv.containers.len(),
             inv.tasks.len(),
             inv.stage,

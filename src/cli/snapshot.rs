@@ -240,8 +240,9 @@ fn list(
                 }
             }
             None => tracing::info!(
-                "{}: container snapshots not listed (no provision artifact, or a pve container without PROXMOX_HOST)",
-                spec.name
+                "{}: container snapshots not listed (no provision artifact, or a pve container without {})",
+                spec.name,
+                crate::settings::setting_names("PROXMOX_HOST")
             ),
         }
     }
@@ -267,8 +268,9 @@ fn rollback(
     let prov = step::read_provision(spec, &ctx.artifacts).map_err(|e| Error::Failed(anyhow::anyhow!("{e}")))?;
     let Some(ct) = step::ct_snapshots(&prov, connect.pve.as_ref()).map_err(|e| Error::Failed(e.into()))? else {
         return Err(Error::Failed(anyhow::anyhow!(
-            "{}: container snapshots of this pve container need the PVE API: set PROXMOX_HOST",
-            spec.name
+            "{}: container snapshots of this pve container need the PVE API: set {}",
+            spec.name,
+            crate::settings::setting_names("PROXMOX_HOST")
         )));
     };
     if !spec.snapshot_paths.is_empty() && !no_snapshot {

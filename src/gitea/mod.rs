@@ -186,7 +186,9 @@ pub fn base_url(host: &str) -> Result<Url, GiteaError> {
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(GiteaError::Config(
-            "the Gitea URL must not contain credentials; use LOGIN/PASSWORD or GITEA_TOKEN".into(),
+            "the Gitea URL must not contain credentials; use LOGIN/PASSWORD or GITEA_TOKEN (login/password or token in \
+             local/config.json)"
+                .into(),
         ));
     }
     if url.query().is_some() || url.fragment().is_some() {

@@ -50,23 +50,61 @@ pub type Entries = Vec<Entry>;
 /// # Errors
 /// Every malformed line is reported as a [`crate::error::Problem`] naming `file` and the line.
 pub fn parse(file: &Path, text: &str) -> Result<Entries, Problems> {
-    let mut entries = Vec::new();
-    let mut problems = Problems::new();
+    let read = parse_lenient(file, text);
+    read.problems.into_result().map(|_| read.entries)
+}
+
+/// What one file's lines gave, good and bad together (see [`parse_lenient`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lenient {
+    /// The lines that parsed cleanly, in file order.
+    pub entries: Entries,
+    /// The lines that did not, as (1-based line, the key the line assigns when it can still be
+    /// told: the text before `=` is a valid key), in file order.
+    pub unreadable: Vec<(usize, Option<String>)>,
+    /// False when the file as a whole could not be read (missing, not UTF-8): nothing is known
+    /// of any of its keys.
+    pub readable: bool,
+    /// One problem per unreadable line (or one for the file).
+    pub problems: Problems,
+}
+
+/// Parses `text` like [`parse`], but keeps the lines that parsed cleanly next to the problems of
+/// the others, so that a caller can still check what was read (resolve's cross-checks of vmid,
+/// IP and hostname) and report every problem of a run at once. A bad line does not taint the
+/// good ones: each line is an assignment of its own, as in bash.
+pub fn parse_lenient(file: &Path, text: &str) -> Lenient {
+    let mut read = Lenient { readable: true, ..Lenient::default() };
     // A UTF-8 byte order mark (some Windows editors write one) is not part of the first key.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (idx, raw) in text.lines().enumerate() {
         let line_no = idx + 1;
-        if let Some(msg) = control_character(raw) {
-            problems.add(Location::line(file, line_no), msg);
-            continue;
-        }
-        match parse_line(raw) {
+        let parsed = match control_character(raw) {
+            Some(msg) => Err(msg),
+            None => parse_line(raw),
+        };
+        match parsed {
             Ok(None) => {}
-            Ok(Some((key, value))) => entries.push(Entry { key, value, file: file.to_path_buf(), line: line_no }),
-            Err(msg) => problems.add(Location::line(file, line_no), msg),
+            Ok(Some((key, value))) => read.entries.push(Entry { key, value, file: file.to_path_buf(), line: line_no }),
+            Err(msg) => {
+                read.problems.add(Location::line(file, line_no), msg);
+                read.unreadable.push((line_no, assigned_key(raw)));
+            }
         }
     }
-    problems.into_result().map(|_| entries)
+    read
+}
+
+/// The key a line that failed to parse meant to assign: the text before its first `=` (after an
+/// optional `export `) when that is a valid key, else `None`.
+fn assigned_key(raw: &str) -> Option<String> {
+    let line = raw.trim_start();
+    let line = match line.strip_prefix("export") {
+        Some(rest) if rest.starts_with([' ', '\t']) => rest.trim_start(),
+        _ => line,
+    };
+    let (key, _) = line.split_once('=')?;
+    is_key(key).then(|| key.to_string())
 }
 
 /// Reads and parses `path`; `display` is the path used in problems (usually repo-relative).
@@ -74,24 +112,32 @@ pub fn parse(file: &Path, text: &str) -> Result<Entries, Problems> {
 /// # Errors
 /// An unreadable file or malformed lines, as problems.
 pub fn parse_file(path: &Path, display: &Path) -> Result<Entries, Problems> {
+    let read = parse_file_lenient(path, display);
+    read.problems.into_result().map(|_| read.entries)
+}
+
+/// Reads and parses `path` like [`parse_file`], keeping what parsed (see [`parse_lenient`]); a
+/// file that cannot be read or is not UTF-8 gives no entries and `readable: false`.
+pub fn parse_file_lenient(path: &Path, display: &Path) -> Lenient {
+    let unreadable = |location: Location, message: String| {
+        let mut problems = Problems::new();
+        problems.add(location, message);
+        Lenient { problems, ..Lenient::default() }
+    };
     match std::fs::read(path) {
         Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => parse(display, &text),
+            Ok(text) => parse_lenient(display, &text),
             Err(e) => {
                 let (line, column, byte) = first_invalid_byte(e.as_bytes(), e.utf8_error().valid_up_to());
-                let mut p = Problems::new();
-                p.add(
+                unreadable(
                     Location::line(display, line),
-                    format!("file is not valid UTF-8 text: byte 0x{byte:02X} at column {column} is not UTF-8; save the file as UTF-8"),
-                );
-                Err(p)
+                    format!(
+                        "file is not valid UTF-8 text: byte 0x{byte:02X} at column {column} is not UTF-8; save the file as UTF-8"
+                    ),
+                )
             }
         },
-        Err(e) => {
-            let mut p = Problems::new();
-            p.add(Location::file(display), format!("cannot read file: {e}"));
-            Err(p)
-        }
+        Err(e) => unreadable(Location::file(display), format!("cannot read file: {e}")),
     }
 }
 
@@ -524,6 +570,25 @@ mod tests {
                   file as UTF-8"
             ]
         );
+    }
+
+    #[test]
+    fn lenient_keeps_the_good_lines_and_names_the_keys_of_the_bad_ones() {
+        let read = parse_lenient(
+            Path::new("f.env"),
+            "MEMORY=2 GB\nID=120\nexport NAME=$(id)\nnot an assignment\nIP=10.0.3.2\nX=\u{1b}[31m\n",
+        );
+        assert_eq!(
+            read.entries.iter().map(|e| (e.key.as_str(), e.value.as_str(), e.line)).collect::<Vec<_>>(),
+            vec![("ID", "120", 2), ("IP", "10.0.3.2", 5)]
+        );
+        assert_eq!(
+            read.unreadable,
+            vec![(1, Some("MEMORY".into())), (3, Some("NAME".into())), (4, None), (6, Some("X".into()))]
+        );
+        assert!(read.readable);
+        assert_eq!(read.problems.0.len(), 4);
+        assert!(parse(Path::new("f.env"), "MEMORY=2 GB\nID=120\n").is_err(), "parse stays strict");
     }
 
     #[test]

@@ -44,6 +44,10 @@ pub struct Inventory {
     pub globals: BTreeMap<String, String>,
     /// Tasks (`tasks/<name>/`), by name.
     pub tasks: Vec<Task>,
+    /// Configuration without a container: libs without a `container.env` and the original
+    /// project's root `config/` cookbook, by directory (schema 1.2; absent when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub configs: Vec<ConfigLib>,
     /// The baseline role directory (`base/`), relative to `root`, when present.
     pub base: Option<PathBuf>,
     /// Shared helpers (`config/libraries/`), relative to `root`, when present.
@@ -55,7 +59,8 @@ pub struct Inventory {
 impl Artifact for Inventory {
     const KIND: &'static str = "inventory";
     /// 1.1: a task's `cron` may be `null` (a task without a cron line).
-    const SCHEMA_VERSION: (u32, u32) = (1, 1);
+    /// 1.2: `configs`, the configuration that is no container ([`ConfigLib`]).
+    const SCHEMA_VERSION: (u32, u32) = (1, 2);
 }
 
 impl Inventory {
@@ -148,6 +153,92 @@ impl ContainerSpec {
             env: BTreeMap::new(),
             extra: BTreeMap::new(),
         }
+    }
+}
+
+/// Configuration that is no container: a directory under `libs/` without a `container.env` but
+/// with an engine file or a cookbook's `metadata.rb` (the original project's `libs/share`, a
+/// cookbook applied to the control plane), or the original project's root `config/` cookbook
+/// (`config/recipes/default.rb`, its control plane's configuration).
+///
+/// It is listed, provisioned nowhere, and its configuration is **not applied**: proxmox-gitops
+/// applies a lib's configuration to the lib's own container only, and the control plane's from
+/// an engine file at the repository root. `resolve` warns about each so this is never silent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigLib {
+    /// The lib's name (directory name), or `config` for the root `config/` cookbook.
+    pub name: String,
+    /// Its directory, relative to the root (`libs/share`, `config`).
+    pub dir: PathBuf,
+    /// The engine its files select ([`Engine::detect`]); `none` for a cookbook with only a
+    /// `metadata.rb`.
+    pub engine: Engine,
+    /// The cookbooks its `metadata.rb` names with `depends 'NAME'`: where the original project
+    /// applies it (`config`: the control plane).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends: Vec<String>,
+    /// The submodule path when it is a git submodule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submodule: Option<PathBuf>,
+}
+
+impl ConfigLib {
+    /// The configuration at `dir` (relative to `root`), when it is one: an engine file
+    /// ([`Engine::FILES`]) or a `metadata.rb`. `depends` is read from `metadata.rb`'s
+    /// `depends 'NAME'` lines (single or double quotes; other lines ignored).
+    pub fn detect(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        name: &str,
+        submodule: Option<PathBuf>,
+    ) -> Option<Self> {
+        let abs = root.join(dir);
+        let metadata = std::fs::read_to_string(abs.join("metadata.rb")).ok();
+        if metadata.is_none() && Engine::files(&abs).is_empty() {
+            return None;
+        }
+        let depends = metadata
+            .iter()
+            .flat_map(|m| m.lines())
+            .filter_map(|l| {
+                let rest = l.trim().strip_prefix("depends")?.trim_start();
+                let q = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+                let name = rest[1..].split(q).next()?;
+                (!name.is_empty()).then(|| name.to_string())
+            })
+            .collect();
+        Some(ConfigLib {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            engine: Engine::detect(&abs),
+            depends,
+            submodule,
+        })
+    }
+
+    /// The plain report that this configuration is not applied, for `resolve`'s warning and
+    /// table, e.g. "configuration only (no container.env): provisioned nowhere and not applied;
+    /// the original project applies it to `config` (metadata.rb: depends 'config'), proxmox-gitops
+    /// applies a lib's configuration only to its own container".
+    pub fn not_applied(&self) -> String {
+        if self.dir == std::path::Path::new("config") {
+            return "the original project's control-plane cookbook: not applied; proxmox-gitops configures the \
+                    control plane `config` from an engine file at the repository root (playbook.yml, configure.sh \
+                    or recipes/default.rb), and reads only config/libraries/ from here"
+                .into();
+        }
+        let original = match self.depends.as_slice() {
+            [] => String::new(),
+            d => format!(
+                "; the original project applies it to {} (metadata.rb: depends {})",
+                d.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
+                d.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        format!(
+            "configuration only (no container.env): provisioned nowhere and not applied{original}; proxmox-gitops \
+             applies a lib's configuration only to its own container (add a container.env to make it one)"
+        )
     }
 }
 

@@ -83,6 +83,7 @@ mod tests {
             submodules: vec![],
             globals: BTreeMap::new(),
             tasks: vec![],
+            configs: vec![],
             base: None,
             libraries: None,
             settings: crate::settings::Settings::load(std::path::Path::new("/nonexistent"), &BTreeMap::new())

@@ -13,8 +13,8 @@
 //! | `BOOT` | yes/no, true/false, on/off or 1/0 (any case) | yes |
 //! | `MOUNT` | comma list of `name`, `HOST:CT`, `STORAGE:SIZE:CT`, `/dev/…` | empty |
 //! | `NODE` | PVE node name, or `auto` (placed on the online node with the most free memory that has the rootfs storage) | none |
-//! | `SNAPSHOT` | comma list of absolute container paths, none twice or inside another | empty |
-//! | `REQUIRES` | comma list of names the lib's configuration needs set (`LOGIN`, `PASSWORD`, …) | empty |
+//! | `SNAPSHOT` | comma list of absolute container paths, none twice or inside another, none at or below a pseudo-filesystem ([`PSEUDO_FILESYSTEMS`]) | empty |
+//! | `REQUIRES` | comma list of names the lib's configuration needs set (`LOGIN`, `PASSWORD`, …), each one something could provide ([`unprovidable_requirement`]) | empty |
 //! | `SERVICES` | comma list of systemd units `[A-Za-z0-9@._:-]+` the `health` check requires active (`.service` implied without a unit suffix) | empty: no failed unit |
 //!
 //! Other keys are kept in `extra`. Every problem names the file and line the value came from (or
@@ -284,6 +284,53 @@ pub fn snapshot_overlap(paths: &[String]) -> Option<String> {
     None
 }
 
+/// Pseudo-filesystems a container mounts at these paths (procfs, sysfs, devtmpfs, the tmpfs of
+/// `/run`, and `/var/run`, its link on every current distribution): kernel and runtime state, not
+/// data. An archive of one is garbage (`/proc/kcore`, device nodes) or never ends (files that
+/// read forever), and none of it survives a restart anyway, so a `SNAPSHOT` path at or below one
+/// is refused at resolve.
+pub const PSEUDO_FILESYSTEMS: &[&str] = &["/proc", "/sys", "/dev", "/run", "/var/run"];
+
+/// The pseudo-filesystem ([`PSEUDO_FILESYSTEMS`]) that snapshot path `p` (without a trailing
+/// `/`) is or lies in, if any.
+pub fn pseudo_filesystem(p: &str) -> Option<&'static str> {
+    PSEUDO_FILESYSTEMS.iter().copied().find(|fs| p == *fs || p.starts_with(&format!("{fs}/")))
+}
+
+/// The names the configuration contract always sets (see `steps::configure`): a `REQUIRES` of
+/// one of them is always met.
+pub const CONTRACT_NAMES: &[&str] =
+    &["IP", "ID", "HOSTNAME", "STAGE", "HOST", "LOGIN", "PASSWORD", "PGO_OUTPUT", "PGO_CONTAINERS"];
+
+/// Why a `REQUIRES` name could never be met by a global or a setting, if so (the lib's own env
+/// files can still set any name; the caller checks them first):
+///
+/// * a setting of proxmox-gitops itself other than `HOST`, `LOGIN` and `PASSWORD` (e.g.
+///   `PROXMOX_PASSWORD`, `GITEA_TOKEN`, `PROXMOX_GITOPS_STAGE`): settings are not handed to a
+///   lib's configuration;
+/// * a name starting with `GITHUB_`, `GITEA_` or `CI`: no global may have it (Gitea reserves
+///   these variable names, see [`crate::inventory::globals::global_name`]).
+pub fn unprovidable_requirement(name: &str) -> Option<String> {
+    if CONTRACT_NAMES.contains(&name) {
+        return None;
+    }
+    let setting = crate::settings::CONFIG_KEYS.iter().any(|(v, _)| *v == name)
+        || ["PROXMOX_TOKEN_ID", "PROXMOX_TOKEN_SECRET", "PROXMOX_FINGERPRINT", "PROXMOX_CA"].contains(&name)
+        || name.starts_with("PROXMOX_GITOPS_");
+    if setting {
+        return Some(format!(
+            "`{name}` is a setting of proxmox-gitops, which is never handed to a lib's configuration: a lib gets every \
+             global, its own keys, HOST, LOGIN, PASSWORD, IP, ID, HOSTNAME and STAGE"
+        ));
+    }
+    if let Err(e) = crate::inventory::globals::global_name(name) {
+        return Some(format!(
+            "`{name}` can never be set: no global may have this name ({e}) and this lib's env files do not set it"
+        ));
+    }
+    None
+}
+
 /// Parses one `MOUNT` entry.
 pub fn parse_mount(item: &str) -> Result<Mount, String> {
     let item = item.trim();
@@ -439,7 +486,18 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
     if let Some(e) = get("SNAPSHOT") {
         for p in e.value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             if is_abs_path(p) && p != "/" {
-                snapshot_paths.push(p.trim_end_matches('/').to_string());
+                let p = p.trim_end_matches('/');
+                match pseudo_filesystem(p) {
+                    Some(fs) => problems.add(
+                        loc(e),
+                        format!(
+                            "snapshot path `{p}` is {}the pseudo-filesystem `{fs}`: it holds kernel or runtime state, \
+                             not data (its archive would be garbage or never end); declare the lib's data directories",
+                            if p == fs { "" } else { "inside " }
+                        ),
+                    ),
+                    None => snapshot_paths.push(p.to_string()),
+                }
             } else {
                 problems.add(loc(e), format!("snapshot path `{p}` must be absolute (not `/`, no `..`)"));
             }
@@ -453,15 +511,16 @@ pub fn build(input: SpecInput<'_>) -> Result<ContainerSpec, Problems> {
         for name in e.value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let valid = name.bytes().next().is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
                 && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
-            if valid {
-                if !requires.iter().any(|r| r == name) {
-                    requires.push(name.to_string());
-                }
-            } else {
+            let own = env.get(name).is_some_and(|o| !o.value.trim().is_empty());
+            if !valid {
                 problems.add(
                     loc(e),
                     format!("`{name}` is not a setting name: expected upper-case letters, digits and `_` (e.g. LOGIN)"),
                 );
+            } else if let Some(why) = unprovidable_requirement(name).filter(|_| !own) {
+                problems.add(loc(e), why);
+            } else if !requires.iter().any(|r| r == name) {
+                requires.push(name.to_string());
             }
         }
     }

@@ -37,7 +37,7 @@ fn parse_inner(raw: &str) -> Result<(String, Option<u16>), String> {
         }
         let (host, port) = host_port(raw)?;
         if port.is_some() {
-            return Err("a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT".into());
+            return Err("a port needs the URL form (`https://HOST:PORT`) or PROXMOX_PORT (proxmox.port)".into());
         }
         return Ok((host, None));
     };
@@ -54,7 +54,10 @@ fn parse_inner(raw: &str) -> Result<(String, Option<u16>), String> {
         return Err("a URL path, query or fragment is not supported (give `https://HOST[:PORT]`)".into());
     }
     if authority.contains('@') {
-        return Err("credentials in the URL are not supported (set PROXMOX_USER and a password or token)".into());
+        return Err(
+            "credentials in the URL are not supported (set PROXMOX_USER or proxmox.user, and a password or token)"
+                .into(),
+        );
     }
     host_port(authority)
 }
@@ -75,6 +78,12 @@ fn host_port(s: &str) -> Result<(String, Option<u16>), String> {
             None => (s.to_string(), None),
         }
     };
+    if !host.is_empty() && host.bytes().all(|b| b.is_ascii_digit() || b == b'.') && host.parse::<Ipv4Addr>().is_err() {
+        // `192.168.178.`, as the original project's local/config.json ships it.
+        return Err(
+            "it looks like a placeholder to complete: an IPv4 address has four numbers (e.g. `192.168.178.10`)".into(),
+        );
+    }
     if !host.starts_with('[') && host.parse::<Ipv4Addr>().is_err() && !is_host_name(&host) {
         return Err("the host is not a host name or an address".into());
     }
@@ -125,6 +134,15 @@ mod tests {
     fn refused_forms() {
         let err = |s: &str| parse(s).unwrap_err();
         let tail = format!("; expected {FORMS}");
+        for placeholder in ["192.168.178.", "192.168.178", "10..0.1", "https://192.168.178.:8006"] {
+            assert_eq!(
+                err(placeholder),
+                format!(
+                    "`{placeholder}` is not a PVE host: it looks like a placeholder to complete: an IPv4 address has \
+                     four numbers (e.g. `192.168.178.10`){tail}"
+                )
+            );
+        }
         assert_eq!(
             err("http://pve.example:8006"),
             format!(
@@ -142,15 +160,15 @@ mod tests {
         assert_eq!(
             err("https://root:hunter2@pve.example"),
             format!(
-                "the value is not a PVE host: credentials in the URL are not supported (set PROXMOX_USER and a \
-                 password or token){tail}"
+                "the value is not a PVE host: credentials in the URL are not supported (set PROXMOX_USER or \
+                 proxmox.user, and a password or token){tail}"
             )
         );
         assert_eq!(
             err("pve.example:8006"),
             format!(
                 "`pve.example:8006` is not a PVE host: a port needs the URL form (`https://HOST:PORT`) or \
-                 PROXMOX_PORT{tail}"
+                 PROXMOX_PORT (proxmox.port){tail}"
             )
         );
         assert_eq!(

@@ -195,6 +195,51 @@ pub const WORKFLOW_VARIABLES: &[(&str, &str)] = &[
     ("PROXMOX_GITOPS_KEEP", "the environment"),
 ];
 
+/// The settings that both the environment and the config files (`local/config.json`,
+/// `local/config.local.json`) take: the environment variable and the JSON key (`proxmox.host`
+/// for a key of the `proxmox` object). The second names of two settings (`PROXMOX_TOKEN_ID`,
+/// `PROXMOX_TOKEN_SECRET`) are environment-only aliases.
+pub const CONFIG_KEYS: &[(&str, &str)] = &[
+    ("PROXMOX_HOST", "proxmox.host"),
+    ("PROXMOX_PORT", "proxmox.port"),
+    ("PROXMOX_USER", "proxmox.user"),
+    ("PROXMOX_PASSWORD", "proxmox.password"),
+    ("PROXMOX_TOKEN", "proxmox.token"),
+    ("PROXMOX_SECRET", "proxmox.secret"),
+    ("PROXMOX_NODE", "proxmox.node"),
+    ("PROXMOX_GATEWAY", "proxmox.gateway"),
+    ("PROXMOX_MASK", "proxmox.mask"),
+    ("PROXMOX_INTERFACE", "proxmox.interface"),
+    ("PROXMOX_BRIDGE", "proxmox.bridge"),
+    ("PROXMOX_STORAGE", "proxmox.storage"),
+    ("PROXMOX_TEMPLATE", "proxmox.template"),
+    ("PROXMOX_SHARE", "proxmox.share"),
+    ("HOST", "host"),
+    ("LOGIN", "login"),
+    ("PASSWORD", "password"),
+    ("GITEA_TOKEN", "token"),
+    (CHECKOUT_VAR, "checkout"),
+];
+
+/// Every place setting `var` can be given, for messages about a setting that is not set:
+/// `PROXMOX_TEMPLATE or proxmox.template in local/config.json` for a setting of
+/// [`CONFIG_KEYS`], `var` alone for one only the environment takes. (`local/config.local.json`
+/// takes the same keys; the committed template is the file users know.)
+pub fn setting_names(var: &str) -> String {
+    match CONFIG_KEYS.iter().find(|(v, _)| *v == var) {
+        Some((_, key)) => format!("{var} or {key} in local/config.json"),
+        None => var.to_string(),
+    }
+}
+
+/// The problem of setting `var` being set nowhere: at [`Location::setting`] naming both places
+/// ([`setting_names`]), with `message` (e.g. `not set: the PVE API host (name or address)`).
+pub fn not_set(var: &str, message: impl Into<String>) -> Problems {
+    let mut p = Problems::new();
+    p.add(Location::setting(setting_names(var)), message);
+    p
+}
+
 /// The non-secret view of [`Settings`] recorded in the inventory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublicSettings {

@@ -89,7 +89,7 @@ fn split_id(idpart: &str) -> Result<(Option<String>, String), String> {
     }
     if user.is_none() && idpart.contains('@') {
         return Err(format!(
-            "expected {FORMS}, found `{idpart}`: that is a user, not a token id (the user goes in PROXMOX_USER, or before `!`)"
+            "expected {FORMS}, found `{idpart}`: that is a user, not a token id (the user goes in PROXMOX_USER or proxmox.user, or before `!`)"
         ));
     }
     if !check_id(&id) {

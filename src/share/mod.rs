@@ -101,10 +101,13 @@ pub fn client(input: &ClientInput<'_>) -> Result<ShareClient, Problems> {
     }
     for (key, value) in [("LOGIN", input.login), ("PASSWORD", input.password)] {
         if value.is_empty() {
-            problems.add(Location::environment(key), "is empty: the share's credentials need it");
+            problems.add(
+                Location::setting(crate::settings::setting_names(key)),
+                "not set: the share's credentials need it",
+            );
         } else if value.contains(['\n', '\r', '\0']) {
             problems.add(
-                Location::environment(key),
+                Location::setting(crate::settings::setting_names(key)),
                 "holds a line break or NUL, which the share's credentials file (one `key=value` per line) cannot hold",
             );
         }
@@ -244,6 +247,22 @@ pub fn unit_name_from_path(path: &str, suffix: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The share server's playbook refuses exactly the `SHARE_NAME`s no client `MOUNT` can
+    /// name ([`is_share_name`]): an upper-case name would be exported but never mounted.
+    #[test]
+    fn the_server_accepts_the_share_names_clients_can_mount() {
+        let playbook =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/libs/share/playbook.yml")).unwrap();
+        let pattern = playbook
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("- share_name is match('")?.strip_suffix("')"))
+            .expect("the playbook checks share_name");
+        let re = regex::Regex::new(pattern).unwrap();
+        for name in ["share", "media-2", "a_b", "Share", "SHARE", "2share", "-x", "_x", "sh are", "sh.are", ""] {
+            assert_eq!(re.is_match(name), is_share_name(name), "{name:?}");
+        }
+    }
+
     use super::*;
 
     fn input<'a>(shares: &'a [String], host: &'a str) -> ClientInput<'a> {
@@ -345,10 +364,10 @@ mod tests {
         assert_eq!(
             msgs,
             vec![
-                "environment (LOGIN): is empty: the share's credentials need it",
-                "environment (PASSWORD): holds a line break or NUL, which the share's credentials file (one `key=value` per line) cannot hold",
                 "globals.json (SHARE_HOST): `-x.lan` is not a host name or an IPv4 address (the share server, e.g. `share.lan` or `192.168.178.130`)",
                 "libs/app/container.env (MOUNT): share `Bad`: expected a name of a-z, 0-9, `-` and `_` starting with a letter",
+                "settings (LOGIN or login in local/config.json): not set: the share's credentials need it",
+                "settings (PASSWORD or password in local/config.json): holds a line break or NUL, which the share's credentials file (one `key=value` per line) cannot hold",
             ]
         );
         assert!(check_host("fe80::1").unwrap_err().contains("IPv6"));

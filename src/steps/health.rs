@@ -278,6 +278,7 @@ mod tests {
             submodules: vec![],
             globals: Default::default(),
             tasks: vec![],
+            configs: vec![],
             base: None,
             libraries: None,
             settings: crate::settings::Settings::load(

@@ -159,6 +159,15 @@ pub struct Counts {
     pub unknown: usize,
     /// Containers whose provision step `deploy` skips (already succeeded for the same inputs).
     pub skipped: usize,
+    /// Containers whose definition stays but which provision starts (they are not running).
+    #[serde(default)]
+    pub start: usize,
+    /// Containers whose configure step `deploy` runs (not skipped).
+    #[serde(default)]
+    pub configure: usize,
+    /// Containers whose snapshot step `deploy` runs (not skipped).
+    #[serde(default)]
+    pub snapshot: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -194,6 +203,19 @@ impl Counts {
         }
         s
     }
+
+    /// The steps besides provisioning that a deploy would still run: `1 to start, 2 to
+    /// configure, 1 to snapshot` (the parts that are not zero), `None` when there are none.
+    /// Together with [`Self::line`] it explains every exit 2 of `plan --detailed-exitcode`.
+    pub fn pending_line(&self) -> Option<String> {
+        let parts: Vec<String> =
+            [(self.start, "to start"), (self.configure, "to configure"), (self.snapshot, "to snapshot")]
+                .into_iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{n} {what}"))
+                .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
 }
 
 /// The `plan.json` artifact.
@@ -220,6 +242,17 @@ impl Plan {
     /// The provision actions of the containers whose steps include provision, counted.
     pub fn counts(&self) -> Counts {
         let mut n = Counts::default();
+        for c in &self.containers {
+            let run = c.steps_to_run();
+            n.configure += usize::from(run.contains(&Step::Configure));
+            n.snapshot += usize::from(run.contains(&Step::Snapshot));
+            n.start += usize::from(
+                run.contains(&Step::Provision)
+                    && c.provision.as_ref().is_some_and(|p| {
+                        p.start && !matches!(p.action, Action::Create | Action::Recreate { .. } | Action::Adopt { .. })
+                    }),
+            );
+        }
         for c in self.containers.iter().filter(|c| c.steps.contains(&Step::Provision)) {
             if c.skipped_steps.contains(&Step::Provision) {
                 n.skipped += 1;
@@ -246,6 +279,19 @@ impl Plan {
             }
         }
         n
+    }
+
+    /// The count line of the human plan and the job summary: what provisioning does
+    /// ([`Counts::line`], when the ref provisions), then `; ` and the other steps a deploy would
+    /// still run ([`Counts::pending_line`]), e.g. `0 to create, 0 to update in place, 0 to
+    /// recreate, 1 unchanged; 1 to configure`. `None` when there is nothing to say.
+    pub fn count_line(&self) -> Option<String> {
+        let n = self.counts();
+        let provision = self.containers.iter().any(|c| c.steps.contains(&Step::Provision)).then(|| n.line());
+        match (provision, n.pending_line()) {
+            (Some(p), Some(rest)) => Some(format!("{p}; {rest}")),
+            (p, rest) => p.or(rest),
+        }
     }
 
     /// Whether some container's live provision plan could not be made (`provision_error`), or

@@ -9,15 +9,20 @@
 //! base/  config/libraries/  tasks/<name>/  libs/<name>/container.env …
 //! ```
 //!
+//! A lib without a `container.env` but with an engine file or a `metadata.rb` (the original
+//! project's `libs/share`), and the original's root `config/` cookbook, are configuration, not
+//! containers ([`ConfigLib`]): listed, provisioned nowhere, and reported as not applied.
+//!
 //! Every problem of a run is collected and reported together (exit 2); nothing is written then.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Location, Problems, Result};
-use crate::inventory::dotenv::{self, Entries};
+use crate::inventory::dotenv::{self, Entry};
 pub use crate::inventory::globals::{GlobalNameError, global_name, read_globals};
 use crate::inventory::spec::{self, SpecInput};
-use crate::inventory::{CONTROL_PLANE, ContainerSpec, Inventory, Task};
+use crate::inventory::{CONTROL_PLANE, ConfigLib, ContainerSpec, Engine, Inventory, Task};
 use crate::settings::{EnvSource, Settings};
 
 /// Options of the resolve step.
@@ -84,6 +89,16 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
     }
     // Every directory under libs/ is a lib, and so is every submodule registered there (a
     // submodule whose directory is missing is still a lib the user expects to deploy).
+    // The original project's control-plane cookbook, when the root has no engine of its own.
+    let mut configs: Vec<ConfigLib> = Vec::new();
+    if root.join("config/recipes/default.rb").is_file() && Engine::files(&root).is_empty() {
+        configs.extend(ConfigLib::detect(
+            &root,
+            Path::new("config"),
+            CONTROL_PLANE,
+            submodule_at(Path::new("config")).map(|s| s.path.clone()),
+        ));
+    }
     let mut lib_names: Vec<String> = match std::fs::read_dir(root.join("libs")) {
         Ok(rd) => rd
             .filter_map(|e| e.ok())
@@ -113,10 +128,17 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
                 _ if root.join(&rel).join(ORIGINAL_ENV).is_file() => {
                     problems.add(Location::file(rel.join(ORIGINAL_ENV)), rename_original_env(&name, &rel, sm.is_some()))
                 }
-                _ => problems.add(
-                    Location::file(rel.join("container.env")),
-                    format!("lib `{name}` has no container.env (every directory under libs/ is a container)"),
-                ),
+                _ => match ConfigLib::detect(&root, &rel, &name, sm.map(|s| s.path.clone())) {
+                    Some(c) => configs.push(c),
+                    None => problems.add(
+                        Location::file(rel.join("container.env")),
+                        format!(
+                            "lib `{name}` has no container.env and no configuration: every directory under libs/ is \
+                             a container (container.env) or configuration (playbook.yml, configure.sh, \
+                             recipes/default.rb or a cookbook's metadata.rb)"
+                        ),
+                    ),
+                },
             }
             continue;
         }
@@ -148,6 +170,9 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         problems.0.retain(|p| !(p.location.key.as_deref() == Some("hostname") && p.message.starts_with(&prefix)));
     }
     problems.into_result()?;
+    for c in &configs {
+        crate::actions::warn_problem(&crate::error::Problem::new(Location::file(&c.dir), c.not_applied()), &root);
+    }
 
     let present = |p: &str| root.join(p).is_dir().then(|| PathBuf::from(p));
     Ok(Inventory {
@@ -157,6 +182,7 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
         submodules: tree.submodules,
         globals,
         tasks,
+        configs,
         base: present("base"),
         libraries: present("config/libraries"),
         settings: settings.public(),
@@ -208,31 +234,49 @@ fn container(
     if stage != "main" {
         files.push(norm(rel.join(format!("container.{stage}.env"))));
     }
-    let mut layers: Vec<Entries> = Vec::new();
+    // The layered env of what parsed, and the keys whose winning line did not: a bad line in
+    // one file leaves the other keys of that file in the cross-checks (every problem of a run is
+    // reported at once), while its own key is unknown, not taken from a lower layer.
+    let mut env: BTreeMap<String, Entry> = BTreeMap::new();
+    let mut unknown: BTreeSet<String> = BTreeSet::new();
     let mut sources = Vec::new();
     let mut ok = true;
+    let mut readable = true;
     for (i, f) in files.iter().enumerate() {
         let abs = root.join(f);
         if i > 0 && !abs.is_file() {
             continue;
         }
-        match dotenv::parse_file(&abs, f) {
-            Ok(e) => {
-                // Repeated keys and known keys in the wrong case: warned about, not refused.
-                for w in dotenv::lint(&e, spec::KNOWN_KEYS) {
-                    crate::actions::warn_problem(&w, root);
+        let read = dotenv::parse_file_lenient(&abs, f);
+        // Repeated keys and known keys in the wrong case: warned about, not refused.
+        for w in dotenv::lint(&read.entries, spec::KNOWN_KEYS) {
+            crate::actions::warn_problem(&w, root);
+        }
+        ok &= read.problems.is_empty();
+        readable &= read.readable;
+        problems.extend(read.problems);
+        let mut lines: Vec<(usize, Result<Entry, Option<String>>)> =
+            read.entries.into_iter().map(|e| (e.line, Ok(e))).collect();
+        lines.extend(read.unreadable.into_iter().map(|(line, key)| (line, Err(key))));
+        lines.sort_by_key(|(line, _)| *line);
+        for (_, line) in lines {
+            match line {
+                Ok(e) => {
+                    unknown.remove(&e.key);
+                    env.insert(e.key.clone(), e);
                 }
-                layers.push(e);
-                sources.push(f.clone());
-            }
-            Err(p) => {
-                problems.extend(p);
-                ok = false;
+                // A line that assigns no key sets nothing (bash would run it as a command).
+                Err(None) => {}
+                Err(Some(key)) => {
+                    env.remove(&key);
+                    unknown.insert(key);
+                }
             }
         }
+        sources.push(f.clone());
     }
-    if !ok {
-        // Still report a bad directory name in the same run.
+    if !readable {
+        // Nothing is known of a file that cannot be read; still report a bad directory name.
         let host = spec::hostname(name, stage);
         if !spec::is_dns_label(&host) {
             problems.add(
@@ -245,9 +289,8 @@ fn container(
         }
         return;
     }
-    let env = dotenv::layer(&layers);
     identities.push(spec::Identity::from_env(name, stage, rel.to_path_buf(), &env));
-    match spec::build(SpecInput {
+    let built = spec::build(SpecInput {
         name,
         stage,
         dir: rel.to_path_buf(),
@@ -256,9 +299,15 @@ fn container(
         sources,
         main_file: files[0].clone(),
         submodule,
-    }) {
-        Ok(c) => specs.push(c),
-        Err(p) => problems.extend(p),
+    });
+    match built {
+        Ok(c) if ok => specs.push(c),
+        Ok(_) => {}
+        // The problems of the keys that were read; a key whose line was unreadable is reported
+        // at that line already (not again as missing).
+        Err(p) => {
+            problems.0.extend(p.0.into_iter().filter(|p| p.location.key.as_ref().is_none_or(|k| !unknown.contains(k))))
+        }
     }
 }
 

@@ -212,6 +212,7 @@ pub fn write_inventory(root: &Path, artifacts: &Path, share: &Path, specs: Vec<C
         submodules: vec![],
         globals: Default::default(),
         tasks: vec![],
+        configs: vec![],
         base: None,
         libraries: None,
         settings: proxmox_gitops::settings::Settings::default().public(),

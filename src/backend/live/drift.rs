@@ -111,7 +111,12 @@ impl Live {
     pub async fn drift(&self, spec: &ContainerSpec, defaults: Option<&PveDefaults>) -> anyhow::Result<Vec<KeyDrift>> {
         match self {
             Live::Pve(p) => {
-                let defaults = defaults.context("PROXMOX_TEMPLATE is not set: the desired container is unknown")?;
+                let defaults = defaults.with_context(|| {
+                    format!(
+                        "the container template is not set ({}): the desired container is unknown",
+                        crate::settings::setting_names("PROXMOX_TEMPLATE")
+                    )
+                })?;
                 let resources = pve_resources(p.client()).await?;
                 pve_drift(p, &resources, spec, defaults).await
             }

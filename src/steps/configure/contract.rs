@@ -34,14 +34,15 @@ impl Contract {
 /// contract would hand the lib empty: a name is satisfied by a non-empty global, a non-empty key
 /// of the container's env, the settings behind `HOST`, `LOGIN`, `PASSWORD` (see [`Contract`];
 /// the inventory's public settings as fallback for `HOST` and `LOGIN`, as in the contract), or
-/// one of the values the tool always sets (`IP`, `ID`, `HOSTNAME`, `STAGE`). In the order given.
+/// one of the values the tool always sets (`IP`, `ID`, `HOSTNAME`, `STAGE`, `PGO_OUTPUT`,
+/// `PGO_CONTAINERS`). In the order given.
 pub fn missing_requirements(inv: &Inventory, spec: &ContainerSpec, contract: &Contract) -> Vec<String> {
     let set = |v: Option<&str>| v.is_some_and(|v| !v.trim().is_empty());
     spec.requires
         .iter()
         .filter(|name| {
             let ok = match name.as_str() {
-                "IP" | "ID" | "HOSTNAME" | "STAGE" => true,
+                "IP" | "ID" | "HOSTNAME" | "STAGE" | "PGO_OUTPUT" | "PGO_CONTAINERS" => true,
                 "HOST" => set(contract.host.as_deref()) || set(inv.settings.gitea_host.as_deref()),
                 "LOGIN" => set(contract.login.as_deref()) || set(inv.settings.gitea_login.as_deref()),
                 "PASSWORD" => contract.password.as_ref().is_some_and(|p| !p.expose_secret().trim().is_empty()),

@@ -45,7 +45,10 @@ impl OutputVariables {
     pub fn from_settings(gitea: &crate::settings::GiteaSettings, monorepo: Option<&str>) -> Option<OutputVariables> {
         let auth = crate::gitea::Auth::from_settings(gitea);
         if gitea.host.is_none() || auth.is_none() {
-            tracing::debug!("no Gitea settings (HOST and GITEA_TOKEN or LOGIN/PASSWORD): configure outputs stay local");
+            tracing::debug!(
+                "no Gitea settings (HOST and GITEA_TOKEN or LOGIN/PASSWORD, or host and token or login/password in \
+                 local/config.json): configure outputs stay local"
+            );
             return None;
         }
         let client = match Client::from_settings(gitea, None) {

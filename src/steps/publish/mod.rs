@@ -107,8 +107,13 @@ async fn git_credentials(client: &Client) -> anyhow::Result<Option<Credentials>>
     })
 }
 
-fn no_credentials() -> Error {
-    Error::Usage("no Gitea credentials: set GITEA_TOKEN, or LOGIN and PASSWORD".into())
+/// The usage error of a Gitea client without credentials (see [`require_credentials`]).
+pub fn no_credentials() -> Error {
+    Error::Usage(
+        "no Gitea credentials: set GITEA_TOKEN (or token in local/config.json), or LOGIN and PASSWORD (login and \
+         password)"
+            .into(),
+    )
 }
 
 /// Checks that `client` has credentials, which publishing needs (pushes and every write call).
