@@ -3,7 +3,8 @@
 //! `SERVICES=ssh` is healthy (exit 0, description `healthy · ssh active · …`); with its service
 //! stopped it is down (exit 1 naming the unit, description `DOWN: ssh inactive · …`); with the
 //! container stopped it is reported stopped. The control plane of the fixture is not deployed:
-//! reported, not a failure.
+//! checking the whole stage fails, naming where the backend looked (a wrong LXC path or stage
+//! must not pass as healthy).
 //!
 //! Needs root and LXC. The container is `pgotest-hl-<pid>-app`, cloned from a ready base of the
 //! lxc backend (see `support::lxc::ready_base`) and removed afterwards, also when the test
@@ -145,9 +146,6 @@ async fn services_up_down_and_a_stopped_container() {
             "checked_at": "<time>",
             "healthy": state == "healthy",
             "containers": [
-                {"name": "config", "hostname": format!("{}-config", stage_for(KIND)), "vmid": 9410,
-                 "state": "not-deployed", "system": null, "services": [], "failed_units": null, "detail": null,
-                 "duration_ms": 0},
                 {"name": "app", "hostname": host, "vmid": 9411, "state": state, "system": "<booted>",
                  "services": services, "failed_units": null, "detail": detail, "duration_ms": 0}
             ],
@@ -157,8 +155,24 @@ async fn services_up_down_and_a_stopped_container() {
         })
     };
 
+    // 0. The whole stage: the control plane is not deployed. A container the inventory expects
+    // and the backend does not find fails the check, saying where it looked.
+    let run = health(&root, &artifacts, &share, &double, &summary, &["--no-describe"]);
+    assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
+    let config_host = format!("{}-config", stage_for(KIND));
+    assert!(
+        run.stderr.contains(&format!(
+            "1 of 2 container(s) not healthy:\n  config: not-deployed — no container `{config_host}` (vmid 9410) in LXC \
+             path {}",
+            lxc_path.display()
+        )),
+        "{}",
+        run.stderr
+    );
+    std::fs::remove_file(&summary).unwrap();
+
     // 1. Healthy: exit 0, the artifact on stdout and in health.json, the description, the summary.
-    let run = health(&root, &artifacts, &share, &double, &summary, &["--json"]);
+    let run = health(&root, &artifacts, &share, &double, &summary, &["--json", "-c", "app"]);
     assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
     let got: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(
@@ -174,15 +188,15 @@ async fn services_up_down_and_a_stopped_container() {
         serde_json::from_str(&std::fs::read_to_string(artifacts.join("health.json")).unwrap()).unwrap();
     assert_eq!(written, got);
     let md = std::fs::read_to_string(&summary).unwrap();
-    assert!(md.starts_with(&format!("### Health of stage `{}`: all 2 container(s) healthy", stage_for(KIND))), "{md}");
-    assert!(md.contains("| config | not-deployed | - |   |\n| app | healthy | ssh active |   |\n"), "{md}");
+    assert!(md.starts_with(&format!("### Health of stage `{}`: all 1 container(s) healthy", stage_for(KIND))), "{md}");
+    assert!(md.contains("| app | healthy | ssh active |   |\n"), "{md}");
 
     // 2. The service stopped: exit 1 naming the unit, the description says so.
     attach(&lab, &host, &["systemctl", "stop", "ssh.service"]);
-    let run = health(&root, &artifacts, &share, &double, &summary, &["--json"]);
+    let run = health(&root, &artifacts, &share, &double, &summary, &["--json", "-c", "app"]);
     assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
     assert!(
-        run.stderr.contains("error: 1 of 2 container(s) not healthy:\n  app: down — ssh inactive"),
+        run.stderr.contains("error: 1 of 1 container(s) not healthy:\n  app: down — ssh inactive"),
         "{}",
         run.stderr
     );

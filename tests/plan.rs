@@ -202,3 +202,36 @@ fn mount_changes_plan_in_place_and_a_shrink_is_refused_naming_the_key() {
     let writes: Vec<_> = pve.writes(false).into_iter().filter(|(_, p, _)| p != "/access/ticket").collect();
     assert!(writes.is_empty(), "plan only reads: {writes:?}");
 }
+
+/// `plan` (and `provision`) of several containers reads the cluster once (`GET
+/// /cluster/resources`), not once per container, and drift reads the container listing once for
+/// all of them too.
+#[test]
+fn the_cluster_is_read_once_per_plan_and_drift_run() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let repo = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    let (repo, share) = (repo.path(), share.path());
+    for (lib, id, ip) in [("alpha", 101, "127.0.0.1"), ("beta", 102, "127.0.0.2"), ("gamma", 103, "127.0.0.3")] {
+        std::fs::create_dir_all(repo.join("libs").join(lib)).unwrap();
+        std::fs::write(repo.join("libs").join(lib).join("container.env"), format!("ID={id}\nIP={ip}/8\n")).unwrap();
+    }
+    let reads = |pve: &FakePve| {
+        pve.requests(true).iter().filter(|(m, p, _)| m == "GET" && p.starts_with("/cluster/resources")).count()
+    };
+    let (code, out, err) = run(&pve, repo, share, &[], &["plan", "--ref", "refs/heads/release"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("3 to create"), "{out}");
+    assert_eq!(reads(&pve), 1, "one cluster read for three plans");
+
+    // provision plans its containers as one round too (the creates then write under their
+    // leases; a plan made again under a lease reads the cluster fresh).
+    let (code, out, err) = run(&pve, repo, share, &[], &["provision", "--all", "--no-wait-ssh"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(reads(&pve), 1, "{out}\n{err}");
+
+    let (code, out, err) = run(&pve, repo, share, &[], &["drift", "--all", "--backend", "pve"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(reads(&pve), 1, "one container listing for three containers:\n{out}");
+}

@@ -687,8 +687,9 @@ async fn ten_containers_in_parallel_share_one_session() {
     let reqs = env.pve.requests(false);
     let count = |path: &str| reqs.iter().filter(|(_, p, _)| p == path).count();
     assert_eq!(count("/nodes/pve1/status"), 1, "the arch is read once for all containers");
-    // Where each container is, read fresh for each (HA may move one at any time).
-    assert_eq!((count("/cluster/resources"), count("/nodes")), (10, 0));
+    // Where each container is: one read of the cluster for the run's plans (a planning round;
+    // they were all made before the first write anyway), not one per container.
+    assert_eq!((count("/cluster/resources"), count("/nodes")), (1, 0));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -93,7 +93,11 @@ fn health_reads_the_state_from_pve() {
         .collect();
     let key = share.join(".keys/9431");
     let expected: Vec<(String, String, String)> = [
-        ("config", "not-deployed", "-".to_string()),
+        (
+            "config",
+            "not-deployed",
+            format!("no container `config` (vmid 9430) in the PVE cluster at https://127.0.0.1:{}/api2/json", pve.port),
+        ),
         (
             "app",
             "unreachable",
@@ -114,7 +118,7 @@ fn health_reads_the_state_from_pve() {
     .map(|(a, b, c)| (a.to_string(), b.to_string(), c))
     .collect();
     assert_eq!(got, expected);
-    assert!(stderr.contains("3 of 4 container(s) not healthy"), "{stderr}");
+    assert!(stderr.contains("4 of 4 container(s) not healthy"), "{stderr}");
     // Read-only: every request a GET; the DHCP address came from the interfaces.
     let requests = pve.requests(false);
     assert!(requests.iter().all(|(m, p, _)| m == "GET" || p == "/access/ticket"), "{requests:?}");

@@ -131,17 +131,28 @@ pub struct Planned {
 
 /// Plans `specs` on `backend` with at most `jobs` at a time (reads live state only, nothing
 /// changes); the result is in the given order, one [`Planned`] per spec, planning errors included.
+/// On PVE the plans are one planning round: the cluster is read once for all of them
+/// ([`PveBackend::begin_plan_round`]); when that read fails, each plan reads (and reports) on its
+/// own.
 pub async fn plan_all(
     backend: &Backend,
     specs: Vec<ContainerSpec>,
     policy: RecreatePolicy,
     jobs: usize,
 ) -> Vec<Planned> {
-    futures_util::stream::iter(specs.into_iter().map(|spec| async move {
+    let round = match backend {
+        Backend::Pve(b) if specs.len() > 1 => b.begin_plan_round().await.is_ok(),
+        _ => false,
+    };
+    let planned = futures_util::stream::iter(specs.into_iter().map(|spec| async move {
         let plan = backend.plan(&spec, policy).await;
         Planned { spec, plan }
     }))
     .buffered(jobs.max(1))
     .collect()
-    .await
+    .await;
+    if let (true, Backend::Pve(b)) = (round, backend) {
+        b.end_plan_round();
+    }
+    planned
 }

@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table_of};
 use crate::artifact;
-use crate::backend::live::{self, CheckOptions, LiveOptions};
+use crate::backend::live::{self, CheckOptions, HealthState, LiveOptions};
 use crate::backend::model::{BackendKind, Outcome};
 use crate::error::{Error, Location, Result};
 use crate::gitea::Client;
@@ -197,13 +197,13 @@ pub(crate) fn markdown(report: &Health, now: OffsetDateTime) -> String {
         "### Health of stage `{}`: {}\n\n| Container | State | Services | Detail |\n|---|---|---|---|\n",
         cell(&report.stage),
         if bad == 0 {
-            format!("all {} container(s) healthy or not deployed", report.containers.len())
+            format!("all {} container(s) healthy", report.containers.len())
         } else {
             format!("{bad} of {} container(s) not healthy", report.containers.len())
         }
     );
     for c in &report.containers {
-        let state = if c.state.is_ok() { c.state.to_string() } else { format!("**{}**", c.state) };
+        let state = if c.state == HealthState::Healthy { c.state.to_string() } else { format!("**{}**", c.state) };
         s.push_str(&format!(
             "| {} | {state} | {} | {} |\n",
             cell(&c.name),
@@ -310,9 +310,9 @@ mod tests {
         let now = time::macros::datetime!(2026-12-01 17:00:00 UTC);
         assert_eq!(
             markdown(&report(), now),
-            "### Health of stage `main`: 1 of 3 container(s) not healthy\n\n\
+            "### Health of stage `main`: 2 of 3 container(s) not healthy\n\n\
              | Container | State | Services | Detail |\n|---|---|---|---|\n\
-             | config | not-deployed | - |   |\n\
+             | config | **not-deployed** | - |   |\n\
              | broker | **down** | mosquitto inactive | mosquitto inactive |\n\
              | proxy | healthy | no failed units |   |\n\
              \nChecked 2026-12-01 17:00 UTC (lxc backend).\n\
@@ -327,11 +327,11 @@ mod tests {
         assert_eq!(e.exit_code(), crate::error::EXIT_FAILURE);
         assert_eq!(
             format!("{e}"),
-            "1 of 3 container(s) not healthy:\n  broker: down — mosquitto inactive\n  cannot set the description of \
-             main/proxy: 500 | boom"
+            "2 of 3 container(s) not healthy:\n  config: not-deployed\n  broker: down — mosquitto inactive\n  cannot \
+             set the description of main/proxy: 500 | boom"
         );
         let mut ok = report();
-        ok.containers.retain(|c| c.state.is_ok());
+        ok.containers.retain(|c| c.state == HealthState::Healthy);
         ok.descriptions.truncate(1);
         assert!(result(&ok).is_ok());
     }

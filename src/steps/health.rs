@@ -35,7 +35,9 @@ pub struct Health {
     pub backend: BackendKind,
     /// When the check started, RFC 3339 UTC.
     pub checked_at: String,
-    /// True when every container is healthy or not deployed.
+    /// True when every container is healthy. A container the inventory expects and the backend
+    /// does not find (`not-deployed`) is not: a wrong `PGO_LXC_PATH`, stage or PVE host would
+    /// otherwise make the check green while it checks nothing.
     pub healthy: bool,
     /// One result per selected container, in selection order.
     pub containers: Vec<ContainerHealth>,
@@ -50,9 +52,9 @@ impl Artifact for Health {
 }
 
 impl Health {
-    /// The containers that fail the run (neither healthy nor not deployed).
+    /// The containers that fail the run: every one that is not healthy, not deployed included.
     pub fn unhealthy(&self) -> Vec<&ContainerHealth> {
-        self.containers.iter().filter(|c| !c.state.is_ok()).collect()
+        self.containers.iter().filter(|c| c.state != HealthState::Healthy).collect()
     }
 }
 
@@ -104,7 +106,7 @@ pub async fn check_all(
         stage: stage.to_string(),
         backend: containers.kind(),
         checked_at: rfc3339(opts.now),
-        healthy: results.iter().all(|c| c.state.is_ok()),
+        healthy: results.iter().all(|c| c.state == HealthState::Healthy),
         containers: results,
         descriptions: Vec::new(),
     }

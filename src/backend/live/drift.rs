@@ -75,24 +75,6 @@ pub struct Orphan {
     pub state: String,
 }
 
-/// One container of `GET /cluster/resources?type=vm` (`type` `lxc`).
-#[derive(Debug, Clone)]
-struct Resource {
-    vmid: u32,
-    node: String,
-    name: String,
-    status: String,
-    tags: Option<String>,
-}
-
-fn str_of(v: &Value, k: &str) -> Option<String> {
-    v.get(k).and_then(|x| match x {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    })
-}
-
 fn value_string(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -117,8 +99,7 @@ impl Live {
                         crate::settings::setting_names("PROXMOX_TEMPLATE")
                     )
                 })?;
-                let resources = pve_resources(p.client()).await?;
-                pve_drift(p, &resources, spec, defaults).await
+                pve_drift(p, p.listed().await?, spec, defaults).await
             }
             Live::Lxc(l) => lxc_drift(l, spec).await,
         }
@@ -134,7 +115,7 @@ impl Live {
         match self {
             Live::Pve(p) => {
                 let mut out = Vec::new();
-                for r in pve_resources(p.client()).await? {
+                for r in p.listed().await?.cts.iter().filter(|r| !r.template) {
                     if specs.iter().any(|s| s.vmid == r.vmid) {
                         continue;
                     }
@@ -160,7 +141,13 @@ impl Live {
                     if hostname(&lib, stage) != r.name {
                         continue;
                     }
-                    out.push(Orphan { vmid: r.vmid, hostname: r.name, lib, node: Some(r.node), state: r.status });
+                    out.push(Orphan {
+                        vmid: r.vmid,
+                        hostname: r.name.clone(),
+                        lib,
+                        node: Some(r.node.clone()),
+                        state: r.status.clone(),
+                    });
                 }
                 Ok(out)
             }
@@ -189,36 +176,14 @@ impl Live {
     }
 }
 
-async fn pve_resources(client: &crate::pve::PveClient) -> anyhow::Result<Vec<Resource>> {
-    let v = client
-        .get("/cluster/resources", &[("type", "vm".to_string())])
-        .await
-        .context("cannot list the cluster's containers (GET /cluster/resources?type=vm)")?;
-    Ok(v.as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r.get("type").and_then(Value::as_str) == Some("lxc"))
-        .filter(|r| str_of(r, "template").is_none_or(|t| t == "0"))
-        .filter_map(|r| {
-            Some(Resource {
-                vmid: r.get("vmid").and_then(Value::as_u64)? as u32,
-                node: str_of(r, "node")?,
-                name: str_of(r, "name").unwrap_or_default(),
-                status: str_of(r, "status").unwrap_or_else(|| "unknown".into()),
-                tags: str_of(r, "tags"),
-            })
-        })
-        .collect())
-}
-
 async fn pve_drift(
     p: &super::pve::PveLive,
-    resources: &[Resource],
+    resources: &crate::pve::ClusterResources,
     spec: &ContainerSpec,
     defaults: &PveDefaults,
 ) -> anyhow::Result<Vec<KeyDrift>> {
     let vmid = spec.vmid;
-    let Some(r) = resources.iter().find(|r| r.vmid == vmid) else {
+    let Some(r) = resources.ct(vmid).filter(|r| !r.template) else {
         return Ok(vec![KeyDrift::new("container", format!("CT {vmid}"), "absent")]);
     };
     if r.name != spec.hostname {

@@ -46,7 +46,8 @@ impl Default for CheckOptions {
 pub enum HealthState {
     /// Running, answering, every declared service active (or no failed unit).
     Healthy,
-    /// No container: nothing to check (not a failure).
+    /// No container: nothing to check. Not a failure for `update` (nothing to upgrade); a
+    /// failure of `health`, which checks the containers the inventory expects.
     NotDeployed,
     /// The container exists and does not run.
     Stopped,
@@ -274,7 +275,10 @@ async fn check_into(c: &dyn Containers, spec: &ContainerSpec, opts: &CheckOption
         }
     };
     match state {
-        CtState::Absent => return h.set(HealthState::NotDeployed, None),
+        CtState::Absent => {
+            let detail = format!("no container `{}` (vmid {}) in {}", spec.hostname, spec.vmid, c.searched());
+            return h.set(HealthState::NotDeployed, Some(detail));
+        }
         CtState::Foreign { detail } => return h.set(HealthState::Foreign, Some(detail)),
         CtState::NotRunning { state } => return h.set(HealthState::Stopped, Some(format!("container is {state}"))),
         CtState::Running => {}
@@ -523,7 +527,11 @@ mod check_tests {
     async fn states_before_the_services() {
         type Case = (Box<dyn Fn(&mut super::super::fake::State)>, HealthState, Option<&'static str>);
         let cases: Vec<Case> = vec![
-            (Box::new(|s| s.exists = false), HealthState::NotDeployed, None),
+            (
+                Box::new(|s| s.exists = false),
+                HealthState::NotDeployed,
+                Some("no container `broker` (vmid 120) in the pve backend"),
+            ),
             (Box::new(|s| s.running = false), HealthState::Stopped, Some("container is stopped")),
             (Box::new(|s| s.foreign = true), HealthState::Foreign, Some("CT 120 holds hostname `other`")),
             (Box::new(|s| s.reachable = false), HealthState::Unreachable, Some("cannot reach SSH at 10.0.0.5:22")),
@@ -555,8 +563,10 @@ mod check_tests {
         let mut st = debian();
         st.reachable = false;
         let fake = Fake::new(BackendKind::Lxc, st);
-        let e = wait_ready(&fake, &spec(&[]), Duration::from_millis(600)).await.unwrap_err();
-        assert_eq!(e, "broker did not answer within 0.6 s: cannot reach SSH at 10.0.0.5:22");
+        // Polls at 0, 0.25, 0.75 and 1.75 s: a budget that leaves room for at least two even on
+        // a busy machine (0.6 s saw one poll there).
+        let e = wait_ready(&fake, &spec(&[]), Duration::from_secs(2)).await.unwrap_err();
+        assert_eq!(e, "broker did not answer within 2 s: cannot reach SSH at 10.0.0.5:22");
         assert!(fake.calls().iter().filter(|c| *c == "exec").count() >= 2, "it polled: {:?}", fake.calls());
     }
 }

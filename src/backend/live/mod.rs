@@ -91,6 +91,12 @@ pub trait Containers: Send + Sync {
     /// The backend.
     fn kind(&self) -> BackendKind;
 
+    /// Where this backend looks for containers, for a message about one it did not find
+    /// (`LXC path /var/lib/lxc`, `the PVE cluster at https://pve:8006`).
+    fn searched(&self) -> String {
+        format!("the {} backend", self.kind())
+    }
+
     /// The container's state, after the ownership check ([`CtState::Foreign`]).
     ///
     /// # Errors
@@ -225,6 +231,13 @@ impl Containers for Live {
         match self {
             Live::Pve(_) => BackendKind::Pve,
             Live::Lxc(_) => BackendKind::Lxc,
+        }
+    }
+
+    fn searched(&self) -> String {
+        match self {
+            Live::Pve(p) => format!("the PVE cluster at {}", p.client().base_url()),
+            Live::Lxc(l) => format!("LXC path {}", l.backend().client().path().display()),
         }
     }
 

@@ -22,13 +22,15 @@ pub struct PveLive {
     client: Arc<PveClient>,
     node: Option<String>,
     discovered: OnceCell<String>,
+    /// The containers of the cluster (`GET /cluster/resources?type=vm`), read once per run.
+    listed: OnceCell<crate::pve::ClusterResources>,
     interface: String,
     opts: LiveOptions,
 }
 
 impl PveLive {
     pub(super) fn new(client: Arc<PveClient>, node: Option<String>, interface: String, opts: LiveOptions) -> Self {
-        Self { client, node, discovered: OnceCell::new(), interface, opts }
+        Self { client, node, discovered: OnceCell::new(), listed: OnceCell::new(), interface, opts }
     }
 
     /// The client (one session for the run).
@@ -41,12 +43,13 @@ impl PveLive {
         self.node.as_deref()
     }
 
-    /// The node the container is on (`GET /cluster/resources?type=vm`: moved by HA or by hand, it
-    /// is found where it is); when it is not listed, the spec's `NODE`, else `PROXMOX_NODE`, else
-    /// the only online node; `None` for `NODE=auto` (no node to look on: absent).
+    /// The node the container is on (`GET /cluster/resources?type=vm`, read once per run for
+    /// every container: moved by HA or by hand, it is found where it is); when it is not listed,
+    /// the spec's `NODE`, else `PROXMOX_NODE`, else the only online node; `None` for `NODE=auto`
+    /// (no node to look on: absent).
     async fn find(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
-        if let Some(node) = crate::backend::pve::listed_node(&self.client, spec.vmid).await? {
-            return Ok(Some(node));
+        if let Some(ct) = self.listed().await?.ct(spec.vmid) {
+            return Ok(Some(ct.node.clone()));
         }
         match Wish::of(spec.node.as_deref(), self.node.as_deref()) {
             Wish::Named(n) => Ok(Some(n)),
@@ -55,6 +58,18 @@ impl PveLive {
                 self.discovered.get_or_try_init(|| crate::backend::pve::discover_node(&self.client)).await?.clone(),
             )),
         }
+    }
+
+    /// The containers of the cluster as `GET /cluster/resources?type=vm` lists them, read once
+    /// per run (the first caller reads; the run's other containers use the same listing).
+    ///
+    /// # Errors
+    /// API errors, naming the request.
+    pub(super) async fn listed(&self) -> anyhow::Result<&crate::pve::ClusterResources> {
+        self.listed
+            .get_or_try_init(|| self.client.cluster_resources(Some("vm")))
+            .await
+            .context("cannot list the cluster's containers (GET /cluster/resources?type=vm)")
     }
 
     /// [`Self::find`], and an error naming the container when it is on no node (`NODE=auto`).

@@ -189,6 +189,10 @@ pub fn desired(spec: &ContainerSpec, host: &HostFacts, opts: &LxcOptions) -> Res
         "DISK size {} GiB not enforced: the lxc backend keeps the rootfs as a directory (storage `{}` ignored)",
         spec.rootfs.size_gib, spec.rootfs.storage
     ));
+    if let Some(node) = &spec.node {
+        // `NODE` names a PVE node (or `auto`: the planner chooses one); locally there is one host.
+        warnings.push(format!("NODE={node} ignored: the lxc backend runs every container on this host"));
+    }
 
     let file = spec_file(spec);
     let devices_key =

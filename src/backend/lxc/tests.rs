@@ -111,6 +111,19 @@ fn static_ip_inside_the_bridge_subnet_is_used_outside_ignored() {
 }
 
 #[test]
+fn node_is_ignored_with_a_warning() {
+    let mut s = spec();
+    let d = desired(&s, &host(Cgroup::V1 { swap: true }), &LxcOptions::default()).unwrap();
+    assert!(!d.warnings.iter().any(|w| w.starts_with("NODE")), "{:?}", d.warnings);
+    for node in ["auto", "pve2"] {
+        s.node = Some(node.into());
+        let d = desired(&s, &host(Cgroup::V1 { swap: true }), &LxcOptions::default()).unwrap();
+        let want = format!("NODE={node} ignored: the lxc backend runs every container on this host");
+        assert!(d.warnings.contains(&want), "{:?}", d.warnings);
+    }
+}
+
+#[test]
 fn mounts_become_entries_and_devices() {
     let mut s = spec();
     s.mounts = vec![

@@ -149,6 +149,9 @@ pub struct PveBackend {
     cache: Mutex<HashMap<u32, Cached>>,
     /// Bytes of memory promised per node to containers placed by this run (see [`placement`]).
     reserved: Mutex<BTreeMap<String, u64>>,
+    /// The cluster view of the current planning round ([`PveBackend::begin_plan_round`]): one
+    /// `GET /cluster/resources` for every container the round plans; `None` outside a round.
+    round: Mutex<Option<Arc<crate::pve::ClusterResources>>>,
 }
 
 /// Collects the actions and warnings of one apply.
@@ -185,20 +188,6 @@ fn upid_of(v: &Value, what: &str) -> Result<String, PveError> {
         path: what.into(),
         detail: format!("expected a UPID, got {v}"),
     })
-}
-
-/// The node CT `vmid` is on, as the cluster lists it (`GET /cluster/resources?type=vm`: moved by
-/// HA or by hand, it is found where it is); `None` when it is not listed (absent, or the
-/// identity lacks `VM.Audit` on it).
-///
-/// # Errors
-/// API and transport errors, naming the lookup.
-pub async fn listed_node(client: &PveClient, vmid: u32) -> anyhow::Result<Option<String>> {
-    let res = client
-        .cluster_resources(Some("vm"))
-        .await
-        .with_context(|| format!("cannot look CT {vmid} up in the cluster (GET /cluster/resources)"))?;
-    Ok(res.ct(vmid).map(|ct| ct.node.clone()))
 }
 
 /// The only online node of the cluster (`GET /nodes`), for runs where neither a spec's `NODE`
@@ -243,7 +232,40 @@ impl PveBackend {
             templates: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
             reserved: Mutex::new(BTreeMap::new()),
+            round: Mutex::new(None),
         }
+    }
+
+    /// Starts a planning round: reads `GET /cluster/resources` (everything: containers, nodes,
+    /// storages) once, and every [`PveBackend::plan`] until [`PveBackend::end_plan_round`] places
+    /// its container with that view instead of reading it again — one request per run of `plan`
+    /// instead of one per container. The plans of a round share one moment of the cluster, as a
+    /// reviewed plan should; memory promised to containers placed in the round still counts
+    /// ([`placement`]). Outside a round (provision, and the plan made again under the lease
+    /// before a write) every plan reads the cluster fresh.
+    ///
+    /// # Errors
+    /// API errors reading the cluster: no round is started (each plan then reads, and fails, on
+    /// its own).
+    pub async fn begin_plan_round(&self) -> anyhow::Result<()> {
+        let res =
+            self.client.cluster_resources(None).await.context("cannot read the cluster (GET /cluster/resources)")?;
+        *self.round.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(res));
+        Ok(())
+    }
+
+    /// Ends the planning round started by [`PveBackend::begin_plan_round`]: later plans read
+    /// the cluster again.
+    pub fn end_plan_round(&self) {
+        *self.round.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The cluster view: the round's, else a fresh `GET /cluster/resources` (with `type=kind`).
+    async fn cluster(&self, kind: Option<&str>) -> Result<Arc<crate::pve::ClusterResources>, crate::pve::PveError> {
+        if let Some(res) = self.round.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(res);
+        }
+        Ok(Arc::new(self.client.cluster_resources(kind).await?))
     }
 
     /// The client (shared session, request counter).
@@ -308,7 +330,7 @@ impl PveBackend {
     pub async fn node_plan(&self, spec: &ContainerSpec) -> anyhow::Result<NodePlan> {
         let wish = Wish::of(spec.node.as_deref(), self.opts.node.as_deref());
         let kind = if matches!(wish, Wish::Named(_)) { Some("vm") } else { None };
-        let res = self.client.cluster_resources(kind).await.with_context(|| {
+        let res = self.cluster(kind).await.with_context(|| {
             format!("{}: cannot look CT {} up in the cluster (GET /cluster/resources)", spec.name, spec.vmid)
         })?;
         if let Some(node) = res.vm_node(spec.vmid) {
@@ -344,8 +366,12 @@ impl PveBackend {
     /// # Errors
     /// API errors, node discovery errors.
     pub async fn live_node(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
-        if let Some(node) = listed_node(&self.client, spec.vmid).await? {
-            return Ok(Some(node));
+        let res = self
+            .cluster(Some("vm"))
+            .await
+            .with_context(|| format!("cannot look CT {} up in the cluster (GET /cluster/resources)", spec.vmid))?;
+        if let Some(ct) = res.ct(spec.vmid) {
+            return Ok(Some(ct.node.clone()));
         }
         match Wish::of(spec.node.as_deref(), self.opts.node.as_deref()) {
             Wish::Auto => Ok(None),
