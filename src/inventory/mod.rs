@@ -379,6 +379,11 @@ pub struct Task {
     /// scheduled. `null` when the script has none: the task runs on workflow dispatch and on a
     /// push to its repository's `main` only.
     pub cron: Option<String>,
+    /// The monorepo branch the task acts on, from its `# ! ref <branch>` line (`release` for the
+    /// tasks that check or upgrade what is deployed); `null`: `main`. Its workflow checks the
+    /// monorepo out at that branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monorepo_ref: Option<String>,
 }
 
 impl Task {

@@ -18,6 +18,11 @@
 //! and on a push to its repository's `main`. An invalid expression is an input error at its
 //! file:line. The line lives here, below the steps, because `resolve` (the inventory) and
 //! `rewrite` (which renders each task repository's workflow) both read tasks.
+//!
+//! A `# ! ref release` line makes the task act on what is deployed: its workflow checks the
+//! monorepo out at `release` instead of `main` (the default). `health` and `update` do: the
+//! containers they check and upgrade are those `release` describes, so a lib merged to `main` but
+//! not released yet is not reported missing (as `drift` compares with `release`).
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +37,20 @@ pub const SCRIPT_EXTENSIONS: &[&str] = &["sh", "bash", "rb", "py", "pl"];
 /// The expression may be in single or double quotes or bare; it is not validated here (see
 /// [`parse_cron`]).
 pub fn find_cron(text: &str) -> Option<(usize, String)> {
+    find_directive(text, "cron")
+}
+
+/// Finds the `# ! ref <branch>` line in a script's text: `(line, branch)`, the line 1-based (see
+/// the module docs; checked by [`read_task`]).
+pub fn find_ref(text: &str) -> Option<(usize, String)> {
+    find_directive(text, "ref")
+}
+
+/// The refs a task may act on (`# ! ref`): the branch model's `main` and `release`.
+pub const TASK_REFS: &[&str] = &["main", "release"];
+
+/// The first `# ! <word> <value>` line of `text`: `(line, value)`, the value unquoted.
+fn find_directive(text: &str, word: &str) -> Option<(usize, String)> {
     for (i, line) in text.lines().enumerate() {
         let t = line.trim_start();
         let Some(rest) = t.strip_prefix('#') else {
@@ -40,9 +59,13 @@ pub fn find_cron(text: &str) -> Option<(usize, String)> {
         let Some(rest) = rest.trim_start().strip_prefix('!') else {
             continue;
         };
-        let Some(rest) = rest.trim_start().strip_prefix("cron") else {
+        let Some(rest) = rest.trim_start().strip_prefix(word) else {
             continue;
         };
+        // The word ends there (`# ! refs` is not `# ! ref`).
+        if !rest.starts_with(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
+            continue;
+        }
         let rest = rest.trim();
         let expr = rest
             .strip_prefix('\'')
@@ -180,7 +203,18 @@ pub fn read_task(root: &Path, rel: &Path, problems: &mut Problems) -> Option<Tas
             }
         },
     };
-    Some(Task { name, dir: rel.to_path_buf(), script, cron })
+    let monorepo_ref = match find_ref(&text) {
+        None => None,
+        Some((_, r)) if TASK_REFS.contains(&r.as_str()) => Some(r),
+        Some((line, r)) => {
+            problems.add(
+                Location::line(&script, line),
+                format!("`# ! ref {r}`: expected one of {} (the monorepo's branch the task acts on)", TASK_REFS.join(", ")),
+            );
+            return None;
+        }
+    };
+    Some(Task { name, dir: rel.to_path_buf(), script, cron, monorepo_ref })
 }
 
 #[cfg(test)]
@@ -206,6 +240,8 @@ mod tests {
         assert_eq!(find_cron("#!/bin/bash\n# ! cron '0 3 * * *'\necho"), Some((2, "0 3 * * *".into())));
         assert_eq!(find_cron("#! cron \"*/5 * * * *\""), Some((1, "*/5 * * * *".into())));
         assert_eq!(find_cron("#!/bin/bash\necho"), None);
+        assert_eq!(find_ref("#!/bin/sh\n# ! cron '0 3 * * *'\n# ! ref release\n"), Some((3, "release".into())));
+        assert_eq!(find_ref("#!/bin/sh\n# ! refs x\n"), None);
         assert!(parse_cron("0 */3 * * *").is_ok());
         assert!(parse_cron("0 0 3 * * *").unwrap_err().starts_with("invalid cron expression `0 0 3 * * *`"));
     }
@@ -255,7 +291,8 @@ mod tests {
                 name: "deploy".into(),
                 dir: "tasks/deploy".into(),
                 script: "tasks/deploy/default.rb".into(),
-                cron: None
+                cron: None,
+                monorepo_ref: None,
             })
         );
         let health = read_task(root.path(), Path::new("tasks/health"), &mut problems).unwrap();
@@ -265,6 +302,21 @@ mod tests {
         assert_eq!(read_task(root.path(), Path::new("tasks/bad"), &mut problems), None);
         assert_eq!(problems.len(), 1);
         assert_eq!(problems.0[0].location, Location::line("tasks/bad/run.sh", 2));
+
+        // `# ! ref release`: the task acts on what is deployed; another branch is refused.
+        write("tasks/update/default.sh", "#!/bin/sh
+# ! cron '0 4 * * 0'
+# ! ref release
+");
+        let update = read_task(root.path(), Path::new("tasks/update"), &mut problems).unwrap();
+        assert_eq!(update.monorepo_ref.as_deref(), Some("release"));
+        write("tasks/odd/default.sh", "#!/bin/sh
+# ! ref feature/x
+");
+        let mut problems = Problems::new();
+        assert_eq!(read_task(root.path(), Path::new("tasks/odd"), &mut problems), None);
+        assert_eq!(problems.0[0].location, Location::line("tasks/odd/default.sh", 2));
+        assert!(problems.0[0].message.contains("expected one of main, release"), "{}", problems.0[0].message);
     }
 
     #[test]

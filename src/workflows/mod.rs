@@ -142,6 +142,8 @@ pub struct TaskVars {
     pub cron: Option<String>,
     /// The monorepo as `owner/repo` on Gitea.
     pub monorepo: String,
+    /// The monorepo branch the task's workflow checks out (`main`, or the task's `# ! ref`).
+    pub monorepo_ref: String,
     /// The runner label.
     pub runs_on: String,
     /// The checkout action.
@@ -155,6 +157,7 @@ impl TemplateVars for TaskVars {
             ("task_dir", &self.task_dir),
             ("script", &self.script),
             ("monorepo", &self.monorepo),
+            ("monorepo_ref", &self.monorepo_ref),
             ("runs_on", &self.runs_on),
             ("checkout", &self.checkout),
         ];
@@ -174,6 +177,7 @@ impl TaskVars {
             script: slash_path(&task.script),
             cron: task.cron.clone(),
             monorepo: monorepo.to_string(),
+            monorepo_ref: task.monorepo_ref.clone().unwrap_or_else(|| "main".into()),
             runs_on: runs_on.to_string(),
             checkout: checkout.uses().to_string(),
         }

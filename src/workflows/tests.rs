@@ -10,6 +10,7 @@ fn task(cron: Option<&str>) -> TaskVars {
         script: "tasks/health/default.sh".into(),
         cron: cron.map(String::from),
         monorepo: "srv/config".into(),
+        monorepo_ref: "main".into(),
         runs_on: "shell".into(),
         checkout: ACTIONS_CHECKOUT.into(),
     }

@@ -1,5 +1,6 @@
 #!/bin/sh
 # ! cron '0 */3 * * *'
+# ! ref release
 #
 # Task `health` (every three hours): checks that each deployed container answers and that the
 # services its lib declares (SERVICES in container.env; without it: no failed systemd unit) are

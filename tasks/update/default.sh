@@ -1,5 +1,6 @@
 #!/bin/sh
 # ! cron '0 4 * * 0'
+# ! ref release
 #
 # Task `update` (Sundays at 04:00 UTC): per container, takes a container snapshot, runs a full
 # non-interactive package upgrade, reboots when the distribution asks for it and runs the
