@@ -170,3 +170,87 @@ fn missing_tag_is_added_in_place_keeping_user_tags() {
     assert!(writes.iter().all(|w| !w.starts_with("DELETE") && w != "POST /nodes/pve1/lxc"), "no recreate: {writes:?}");
     assert_eq!(pve.ct_config(101).unwrap()["tags"], "prod;proxmox-gitops");
 }
+
+/// Issue 28, item 10: the repo is the released checkout and `--pending-repo` a checkout of
+/// `main` with changes not released yet (alpha's MEMORY lowered, beta removed, a new lib
+/// gamma). The live containers are as released: no drift (exit 0 with `--detailed-exitcode`),
+/// and what main would change is listed as pending, in drift.json, the log and the summary. A
+/// change by hand is still drift, next to the pending value; a pending checkout that does not
+/// resolve fails nothing, a missing one is bad input.
+#[test]
+fn changes_on_main_not_released_are_pending_not_drift() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let repo = monorepo(&["alpha", "beta"]);
+    let root = repo.path();
+    let share = tempfile::tempdir().unwrap();
+    let env = env(&pve, share.path());
+    provision(root, &env, "config,alpha,beta");
+    let main = tempfile::tempdir().unwrap();
+    support::fs::copy_dir(root, main.path());
+    std::fs::remove_dir_all(main.path().join("libs/beta")).unwrap();
+    support::fs::write_files(
+        main.path(),
+        &[
+            ("libs/alpha/container.env", "ID=101\nIP=127.0.20.2/24\nMEMORY=256\n"),
+            ("libs/gamma/container.env", "ID=103\nIP=127.0.20.4/24\n"),
+        ],
+    );
+    let main_dir = main.path().to_str().unwrap();
+
+    let summary = root.join("summary.md");
+    let mut env2 = env.clone();
+    env2.push(("GITHUB_STEP_SUMMARY".into(), summary.display().to_string()));
+    let out = pgo(root, &["drift", "--detailed-exitcode", "--json", "--pending-repo", main_dir], &env2);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((rows(&v), v["drifted"].as_bool()), (vec![], Some(false)));
+    assert_eq!(
+        v["pending"],
+        json!([
+            {"name": "alpha", "vmid": 101, "hostname": "alpha", "error": null,
+             "differences": [{"key": "MEMORY", "desired": "256", "live": "512"}]},
+            {"name": "gamma", "vmid": 103, "hostname": "gamma", "error": null,
+             "differences": [{"key": "container", "desired": "CT 103", "live": "absent"}]},
+            {"name": "beta", "vmid": 102, "hostname": "beta", "error": null,
+             "differences": [{"key": "lib", "desired": "(none: lib removed)", "live": "CT 102"}]},
+        ])
+    );
+    assert_eq!(v["pending_error"], Value::Null);
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert!(md.starts_with("### Drift of stage `main`: none (3 container(s) as desired)\n"), "{md}");
+    assert!(md.contains("### Pending release: 3 change(s)\n"), "{md}");
+    assert!(md.contains("| alpha | MEMORY | **256** | 512 |\n"), "{md}");
+
+    // A change by hand is drift against the release (exit 2); main's value for that key is
+    // still pending, next to it.
+    pve.exec("pve.ct(101).config['memory'] = 1024");
+    let out = pgo(root, &["drift", "-c", "alpha", "--detailed-exitcode", "--pending-repo", main_dir], &env);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).lines().take(7).collect::<Vec<_>>(),
+        vec![
+            "CONTAINER  KEY     DESIRED  LIVE",
+            "alpha      MEMORY  512      1024",
+            "",
+            "pending: 1 change(s) not released yet (not drift; the release pull request shows them):",
+            "CONTAINER  KEY     PENDING  LIVE",
+            "alpha      MEMORY  256      1024",
+            "",
+        ]
+    );
+
+    // A pending checkout that does not resolve is reported and fails nothing more.
+    pve.exec("pve.ct(101).config['memory'] = 512");
+    support::fs::write_files(main.path(), &[("libs/alpha/container.env", "ID=101\nMEMORY=lots\n")]);
+    let out = pgo(root, &["drift", "-c", "alpha", "--detailed-exitcode", "--json", "--pending-repo", main_dir], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["pending"], Value::Null);
+    let e = v["pending_error"].as_str().unwrap();
+    assert!(e.contains("libs/alpha/container.env") && e.contains("MEMORY"), "{e}");
+    // A pending checkout that is not there is bad input.
+    let out = pgo(root, &["drift", "-c", "alpha", "--pending-repo", "/nonexistent/main"], &env);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--pending-repo /nonexistent/main: not a directory"), "{}", text(&out.stderr));
+}

@@ -297,44 +297,98 @@ fn recreate_keep_and_tls_variables_reach_the_binary() {
     assert_ne!(run.code, 0, "{log}");
 }
 
-/// drift.yml against fakepve: `alpha` provisioned as specified, then its memory changed through
+/// drift.yml's world: the fixture monorepo (with drift.yml installed) as `main/mono` on a Gitea
+/// double, `main` and `release` at its first commit, and fakepve with the containers `names`
+/// provisioned from it (as the release pipeline would). The runner checks out with the product's
+/// checkout script from the double (as act_runner does), so drift.yml's checkouts of `release`
+/// and of the run's commit both run.
+struct DriftWorld {
+    double: support::gitea::Double,
+    pve: fakepve::FakePve,
+    _share: tempfile::TempDir,
+    repo: tempfile::TempDir,
+    settings: Vec<(&'static str, String)>,
+}
+
+const DRIFT_LOGIN: &str = "drift-admin";
+const DRIFT_TOKEN: &str = "drift-token-4e1a9c";
+
+impl DriftWorld {
+    fn new(names: &str) -> DriftWorld {
+        use proxmox_gitops::gitea::{CreateOrgOption, CreateRepoOption};
+        let drift_yml = std::fs::read_to_string(support::fs::source_root().join("workflows/drift.yml")).unwrap();
+        let repo = monorepo(&[(".gitea/workflows/drift.yml", drift_yml.as_str())]);
+        let root = repo.path();
+        let double = support::gitea::Double::start(support::gitea::Creds {
+            login: DRIFT_LOGIN.into(),
+            password: None,
+            token: Some(DRIFT_TOKEN.into()),
+        });
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let c = double.client();
+        rt.block_on(c.create_org(&CreateOrgOption { username: "main".into(), ..Default::default() })).unwrap();
+        rt.block_on(c.create_org_repo("main", &CreateRepoOption { name: "mono".into(), ..Default::default() }))
+            .unwrap();
+        let remote = format!("{}/main/mono.git", double.url());
+        support::git::git(root, &["branch", "-M", "main"]);
+        double.git_authed(root, &["push", "-q", &remote, "main:main", "main:release"]);
+        let pve = fakepve::FakePve::start();
+        pve.add_template();
+        let share = tempfile::tempdir().unwrap();
+        let settings = vec![
+            ("PROXMOX_HOST", "127.0.0.1".to_string()),
+            ("PROXMOX_PORT", pve.port.to_string()),
+            ("PROXMOX_USER", "root@pam".to_string()),
+            ("PROXMOX_TEMPLATE", fakepve::TEMPLATE.to_string()),
+            ("PROXMOX_STORAGE", "local".to_string()),
+            ("PROXMOX_GATEWAY", "127.0.30.254".to_string()),
+            ("PROXMOX_CA", pve.ca.display().to_string()),
+            ("PROXMOX_SHARE", share.path().display().to_string()),
+        ];
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .args(["--repo", root.to_str().unwrap(), "provision", "-c", names, "--no-wait-ssh"])
+            .env_remove("GITHUB_ACTIONS")
+            .env_remove("GITHUB_STEP_SUMMARY")
+            .envs(settings.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("PROXMOX_PASSWORD", "secret")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        DriftWorld { double, pve, _share: share, repo, settings }
+    }
+
+    /// The runner, with the settings as instance variables and the PVE password as a secret.
+    fn runner(&self) -> support::runner::Runner<'_> {
+        let mut config = support::runner::RunnerConfig::for_double(&self.double)
+            .secret("PROXMOX_PASSWORD", "secret")
+            .var("PROXMOX_GITOPS_BACKEND", "pve");
+        for (k, v) in &self.settings {
+            config = config.var(k, v);
+        }
+        support::runner::Runner::new(&self.double, config)
+    }
+
+    /// Commits `files` on `main` and pushes `main` only (the release pull request not merged).
+    fn push_main(&self, files: &[(&str, &str)]) {
+        write_files(self.repo.path(), files);
+        commit_all(self.repo.path(), "lower alpha's memory");
+        let remote = format!("{}/main/mono.git", self.double.url());
+        self.double.git_authed(self.repo.path(), &["push", "-q", &remote, "main:main"]);
+    }
+}
+
+/// drift.yml against fakepve: `alpha` provisioned as released, then its memory changed through
 /// fakepve's own model (as by hand in the PVE UI). The dispatched drift job fails visibly (an
 /// error annotation names the container, the table in the log names MEMORY) and its job summary
 /// (which act prints after the step as `Summary - …`) has the row `alpha | MEMORY | 512 | 1024`.
 #[test]
 fn drift_workflow_fails_visibly_and_its_summary_names_memory() {
-    let repo = monorepo(&[]);
-    let root = repo.path();
-    let pve = fakepve::FakePve::start();
-    pve.add_template();
-    let share = tempfile::tempdir().unwrap();
-    let settings = [
-        ("PROXMOX_HOST", "127.0.0.1".to_string()),
-        ("PROXMOX_PORT", pve.port.to_string()),
-        ("PROXMOX_USER", "root@pam".to_string()),
-        ("PROXMOX_TEMPLATE", fakepve::TEMPLATE.to_string()),
-        ("PROXMOX_STORAGE", "local".to_string()),
-        ("PROXMOX_GATEWAY", "127.0.30.254".to_string()),
-        ("PROXMOX_CA", pve.ca.display().to_string()),
-        ("PROXMOX_SHARE", share.path().display().to_string()),
-    ];
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
-        .args(["--repo", root.to_str().unwrap(), "provision", "-c", "alpha", "--no-wait-ssh"])
-        .env_remove("GITHUB_ACTIONS")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .envs(settings.iter().map(|(k, v)| (*k, v.as_str())))
-        .env("PROXMOX_PASSWORD", "secret")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let world = DriftWorld::new("alpha");
+    let pve = &world.pve;
     pve.exec("pve.ct(101).config['memory'] = 1024");
-
-    let mut extra: Vec<String> = settings.iter().flat_map(|(k, v)| ["--var".to_string(), format!("{k}={v}")]).collect();
-    extra.extend(["-s".to_string(), "PROXMOX_PASSWORD=secret".to_string()]);
-    extra.extend(["--var".to_string(), "PROXMOX_GITOPS_BACKEND=pve".to_string()]);
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let event = serde_json::json!({"ref": "refs/heads/main", "inputs": {"container": "alpha"}});
-    let run = act(root, "workflow_dispatch", "workflows/drift.yml", &event, &extra);
+    let mut runner = world.runner();
+    let run = runner.dispatch("main/mono", "main", ".gitea/workflows/drift.yml", &[("container", "alpha")]);
+    let run = &run.act;
     let log = &run.log;
     assert_ne!(run.code, 0, "drift fails the run:\n{log}");
     assert!(run.job_has("drift", "drift", "Job failed"), "{log}");
@@ -354,6 +408,45 @@ fn drift_workflow_fails_visibly_and_its_summary_names_memory() {
     // drift only reads.
     assert_eq!(pve.ct_config(101).unwrap()["memory"], 1024);
     assert!(!log.contains("PROXMOX_PASSWORD=secret") && !log.contains(" secret\n"), "{log}");
+}
+
+/// Issue 28, item 10: a push to `main` lowers alpha's MEMORY and the release pull request is not
+/// merged yet; every container is exactly as `release` describes it. The scheduled drift run
+/// (on main, the default branch) is green, and names the change as pending release in its log
+/// and job summary, not as drift.
+#[test]
+fn drift_workflow_is_green_when_only_main_differs_and_names_the_change_as_pending() {
+    let world = DriftWorld::new("config,alpha,beta");
+    world.push_main(&[("libs/alpha/container.env", "ID=101\nIP=127.0.30.2/24\nCORES=2\nMEMORY=256\n")]);
+    let mut runner = world.runner();
+    let runs = runner.schedule("main/mono", "main");
+    let workflows: Vec<&str> = runs.iter().map(|r| r.workflow.as_str()).collect();
+    assert_eq!(workflows, [".gitea/workflows/drift.yml"]);
+    let run = &runs[0].act;
+    let log = &run.log;
+    assert_eq!(run.code, 0, "no drift: the run is green:\n{log}");
+    assert!(!run.job_has("drift", "drift", "::error::drift"), "{log}");
+    let lines: Vec<&str> = run.job("drift", "drift").into_iter().map(|l| l.rsplit("| ").next().unwrap_or(l)).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("no drift: 3 container(s) as desired"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(
+        lines[at + 2..at + 5],
+        [
+            "pending: 1 change(s) not released yet (not drift; the release pull request shows them):",
+            "CONTAINER  KEY     PENDING  LIVE",
+            "alpha      MEMORY  256      512",
+        ],
+        "{log}"
+    );
+    let summary =
+        log.split_once("Summary - ### Drift of stage `main`: none (3 container(s) as desired)").map(|(_, s)| s);
+    let summary = summary.unwrap_or_else(|| panic!("no drift job summary:\n{log}"));
+    assert!(summary.contains("### Pending release: 1 change(s)"), "{log}");
+    assert!(summary.contains("\n| alpha | MEMORY | **256** | 512 |\n"), "{log}");
+    // drift only reads.
+    assert_eq!(world.pve.ct_config(101).unwrap()["memory"], 512);
 }
 
 #[test]

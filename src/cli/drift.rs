@@ -4,6 +4,11 @@
 //! `drift.json`, a table (or `--json`) and a Markdown table into the job summary. Changes
 //! nothing.
 //!
+//! With `--pending-repo DIR` (a checkout of `main` next to the released one the workflow runs
+//! in), the changes that checkout would make besides are reported as **pending** (a table of
+//! their own, a section of the job summary, `pending` in `drift.json`): not drift, and never
+//! part of the exit code.
+//!
 //! # Exit codes
 //!
 //! Like `terraform plan`: without `--detailed-exitcode`, 0 whether or not there is drift, 1 on
@@ -27,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::inventory::{ContainerSpec, NotFound};
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::drift::{self as step, Drift, DriftOptions};
+use crate::steps::resolve::{ResolveOptions, resolve};
 
 /// Arguments of `drift`.
 #[derive(Debug, Args)]
@@ -45,6 +51,12 @@ pub struct DriftArgs {
     /// Use this inventory artifact instead of resolving the repo again.
     #[arg(long)]
     inventory: Option<PathBuf>,
+    /// A checkout of the branch whose changes are not released yet (e.g. `main`, while the repo
+    /// is the released checkout): its differences from the live containers that the repo's do
+    /// not have are reported as pending, never as drift (same stage; the exit code ignores
+    /// them).
+    #[arg(long, value_name = "DIR")]
+    pending_repo: Option<PathBuf>,
     /// Backend of the containers [default: pve when PROXMOX_HOST is configured, else lxc].
     #[arg(long, value_enum, env = "PGO_BACKEND")]
     backend: Option<BackendKind>,
@@ -68,6 +80,14 @@ pub fn run(ctx: &Ctx, args: DriftArgs) -> Result<i32> {
 
 fn run_inner(ctx: &Ctx, args: DriftArgs) -> Result<i32> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
+    if let Some(dir) = &args.pending_repo
+        && !dir.is_dir()
+    {
+        return Err(Error::Usage(format!(
+            "--pending-repo {}: not a directory (expected a checkout of the monorepo, e.g. of main)",
+            dir.display()
+        )));
+    }
     let whole = args.containers.is_empty();
     let specs: Vec<ContainerSpec> =
         inv.select(&args.containers, true, NotFound::InStage)?.into_iter().cloned().collect();
@@ -102,7 +122,33 @@ fn run_inner(ctx: &Ctx, args: DriftArgs) -> Result<i32> {
     let now = OffsetDateTime::now_utc();
     let opts = DriftOptions { jobs: args.jobs as usize, pve, orphans: whole, now };
     let report = block_on(Threads::Workers((args.jobs as usize).clamp(1, 8)), async {
-        step::check_all(&live, &inv.stage, &specs, &inv.containers, &opts).await
+        let mut report = step::check_all(&live, &inv.stage, &specs, &inv.containers, &opts).await;
+        if let Some(dir) = &args.pending_repo {
+            match resolve(&ResolveOptions { repo: dir.clone(), stage: inv.stage.clone() }, &ProcessEnv) {
+                Ok(pending) => {
+                    // The same selection: every container of the pending checkout for the whole
+                    // stage (new libs included), else the selected names.
+                    let specs_pending: Vec<ContainerSpec> = pending
+                        .containers
+                        .iter()
+                        .filter(|p| whole || specs.iter().any(|s| s.name == p.name))
+                        .cloned()
+                        .collect();
+                    let removed: Vec<ContainerSpec> = specs
+                        .iter()
+                        .filter(|s| !pending.containers.iter().any(|p| p.name == s.name))
+                        .cloned()
+                        .collect();
+                    report.pending = Some(step::check_pending(&live, &report, &specs_pending, &removed, &opts).await);
+                }
+                Err(e) => {
+                    let e = crate::actions::redact(&e.to_string());
+                    tracing::warn!("--pending-repo {}: cannot resolve it: {e}", dir.display());
+                    report.pending_error = Some(e);
+                }
+            }
+        }
+        report
     })?;
     let path = ctx.artifacts.drift();
     artifact::write(&path, &report).map_err(|e| Error::Failed(e.into()))?;
@@ -115,13 +161,16 @@ fn run_inner(ctx: &Ctx, args: DriftArgs) -> Result<i32> {
         .map(|c| c.name.as_str())
         .chain(report.orphans.iter().flatten().map(|o| o.hostname.as_str()))
         .collect();
+    let pending: Vec<&str> = report.pending.iter().flatten().map(|c| c.name.as_str()).collect();
     outputs(&[
         ("artifact", path.display().to_string()),
         ("result", if report.drifted { "drift" } else { "none" }.to_string()),
         ("drifted", drifted.join(",")),
+        ("pending", pending.join(",")),
     ])?;
     ctx.emit(&report, || {
         let mut s = table(&report);
+        s.push_str(&pending_table(&report));
         s.push_str(&format!(
             "\n{} container(s) compared, {} with drift{}; wrote {}\n",
             report.containers.len(),
@@ -160,7 +209,32 @@ fn table(report: &Drift) -> String {
     table_of(&["CONTAINER", "KEY", "DESIRED", "LIVE"], rows, |r| vec![r.container, r.key, r.desired, r.live])
 }
 
-/// The Markdown block for the job summary: the verdict, one row per difference, the errors.
+/// The pending changes for the log (empty without a pending checkout): a title line, then
+/// CONTAINER, KEY, PENDING (the pending checkout's value), LIVE, and the containers that could
+/// not be compared.
+fn pending_table(report: &Drift) -> String {
+    if let Some(e) = &report.pending_error {
+        return format!("\npending: the pending checkout could not be resolved: {e}\n");
+    }
+    let Some(pending) = &report.pending else { return String::new() };
+    let rows = report.pending_rows();
+    let mut s = if rows.is_empty() {
+        "\npending: nothing (the pending checkout changes nothing more)\n".to_string()
+    } else {
+        format!(
+            "\npending: {} change(s) not released yet (not drift; the release pull request shows them):\n{}",
+            rows.len(),
+            table_of(&["CONTAINER", "KEY", "PENDING", "LIVE"], rows, |r| vec![r.container, r.key, r.desired, r.live])
+        )
+    };
+    for c in pending.iter().filter(|c| c.error.is_some()) {
+        s.push_str(&format!("pending: {} could not be compared: {}\n", c.name, c.error.as_deref().unwrap_or("")));
+    }
+    s
+}
+
+/// The Markdown block for the job summary: the verdict, one row per difference, the errors;
+/// then, with a pending checkout, the pending section.
 pub(crate) fn markdown(report: &Drift) -> String {
     use crate::actions::markdown_cell as cell;
     let rows = report.rows();
@@ -195,7 +269,45 @@ pub(crate) fn markdown(report: &Drift) -> String {
     if let Some(e) = &report.orphans_error {
         s.push_str(&format!("\n- containers without a lib could not be listed: {}\n", cell(e)));
     }
+    s.push_str(&pending_markdown(report));
     s.push_str(&format!("\nChecked {} ({} backend).\n", report.checked_at, report.backend));
+    s
+}
+
+/// The job summary's pending section (empty without a pending checkout).
+fn pending_markdown(report: &Drift) -> String {
+    use crate::actions::markdown_cell as cell;
+    if let Some(e) = &report.pending_error {
+        return format!("\n### Pending release: unknown\n\nThe pending checkout could not be resolved: {}\n", cell(e));
+    }
+    let Some(pending) = &report.pending else { return String::new() };
+    let rows = report.pending_rows();
+    if rows.is_empty() && report.pending_errors().is_empty() {
+        return "\n### Pending release: nothing\n".into();
+    }
+    let mut s = format!(
+        "\n### Pending release: {} change(s)\n\nNot drift: changes not released yet (the release pull request shows them).\n\n",
+        rows.len()
+    );
+    if !rows.is_empty() {
+        s.push_str("| Container | Key | Pending | Live |\n|---|---|---|---|\n");
+        for r in &rows {
+            s.push_str(&format!(
+                "| {} | {} | **{}** | {} |\n",
+                cell(&r.container),
+                cell(&r.key),
+                cell(&r.desired),
+                cell(&r.live)
+            ));
+        }
+    }
+    for c in pending.iter().filter(|c| c.error.is_some()) {
+        s.push_str(&format!(
+            "\n- `{}` could not be compared with the pending checkout: {}\n",
+            cell(&c.name),
+            cell(c.error.as_deref().unwrap_or(""))
+        ));
+    }
     s
 }
 
@@ -255,6 +367,8 @@ mod tests {
                 state: "running".into(),
             }]),
             orphans_error: None,
+            pending: None,
+            pending_error: None,
         }
     }
 
@@ -276,6 +390,57 @@ mod tests {
              | old | lib | (none: no lib in the stage) | **old (CT 105 on pve1, running)** |\n\
              \nChecked 2026-12-01T17:00:00Z (pve backend).\n"
         );
+    }
+
+    /// Pending changes get their own table and summary section, and never change the verdict or
+    /// the exit code.
+    #[test]
+    fn pending_changes_are_reported_apart_and_never_fail() {
+        let mut r = report();
+        r.drifted = false;
+        r.containers[0].differences.clear();
+        r.orphans = Some(vec![]);
+        r.pending = Some(vec![ContainerDrift {
+            name: "broker".into(),
+            vmid: 101,
+            hostname: "broker".into(),
+            differences: vec![KeyDrift::new("MEMORY", "256", "512")],
+            error: None,
+        }]);
+        assert_eq!(table(&r), "no drift: 2 container(s) as desired\n");
+        assert_eq!(
+            pending_table(&r),
+            "\npending: 1 change(s) not released yet (not drift; the release pull request shows them):\n\
+             CONTAINER  KEY     PENDING  LIVE\n\
+             broker     MEMORY  256      512\n"
+        );
+        assert_eq!(
+            markdown(&r),
+            "### Drift of stage `main`: none (2 container(s) as desired)\n\n\
+             \n### Pending release: 1 change(s)\n\n\
+             Not drift: changes not released yet (the release pull request shows them).\n\n\
+             | Container | Key | Pending | Live |\n|---|---|---|---|\n\
+             | broker | MEMORY | **256** | 512 |\n\
+             \nChecked 2026-12-01T17:00:00Z (pve backend).\n"
+        );
+        assert_eq!(result(&r, true).unwrap(), 0);
+        // A pending container that cannot be compared, or a pending checkout that does not
+        // resolve, is reported and fails nothing either.
+        r.pending.as_mut().unwrap()[0].error = Some("GET failed".into());
+        assert!(
+            pending_table(&r).ends_with("pending: broker could not be compared: GET failed\n"),
+            "{}",
+            pending_table(&r)
+        );
+        assert_eq!(result(&r, true).unwrap(), 0);
+        r.pending = None;
+        r.pending_error = Some("libs/x/container.env:1: MEMORY: expected MiB".into());
+        assert!(markdown(&r).contains("### Pending release: unknown"), "{}", markdown(&r));
+        assert_eq!(result(&r, true).unwrap(), 0);
+        // Without a pending checkout: nothing about it.
+        r.pending_error = None;
+        assert_eq!(pending_table(&r), "");
+        assert!(!markdown(&r).contains("Pending"));
     }
 
     #[test]

@@ -7,6 +7,14 @@
 //! this step runs it for the selection with bounded parallelism, lists the orphans
 //! ([`Live::orphans`]) when the whole stage is checked, and builds the `drift.json` artifact
 //! ([`Drift`]).
+//!
+//! # Pending changes
+//!
+//! The desired state of a deployed container is what was released (the `release` branch: only
+//! its pipeline provisions), while `main` usually holds changes the release pull request has not
+//! brought there yet. Drift is measured against the released checkout; [`check_pending`]
+//! measures the same containers against a second checkout (`main`) and keeps what differs only
+//! there: changes **pending** release, reported apart and never counted as drift.
 
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -36,11 +44,21 @@ pub struct Drift {
     pub orphans: Option<Vec<Orphan>>,
     /// Why the orphans could not be listed, when they could not.
     pub orphans_error: Option<String>,
+    /// With a pending checkout (`drift --pending-repo`): the containers that checkout would
+    /// change besides their drift — one entry per container with such differences (the desired
+    /// value is the pending checkout's), or that could not be compared (`error`); a lib the
+    /// pending checkout no longer has is the key `lib`. Never counted as drift. `null` without
+    /// a pending checkout (and in artifacts of schema 1.0).
+    #[serde(default)]
+    pub pending: Option<Vec<ContainerDrift>>,
+    /// Why the pending checkout could not be resolved, when it could not.
+    #[serde(default)]
+    pub pending_error: Option<String>,
 }
 
 impl Artifact for Drift {
     const KIND: &'static str = "drift";
-    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+    const SCHEMA_VERSION: (u32, u32) = (1, 1);
 }
 
 /// The drift of one container.
@@ -105,6 +123,28 @@ impl Drift {
         }
         rows
     }
+
+    /// Every pending difference as a row (see [`Drift::pending`]), containers in order; the
+    /// containers that could not be compared are in [`Drift::pending_errors`].
+    pub fn pending_rows(&self) -> Vec<Row> {
+        self.pending
+            .iter()
+            .flatten()
+            .flat_map(|c| {
+                c.differences.iter().map(|d| Row {
+                    container: c.name.clone(),
+                    key: d.key.clone(),
+                    desired: d.desired.clone(),
+                    live: d.live.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// The containers whose pending changes could not be determined.
+    pub fn pending_errors(&self) -> Vec<&ContainerDrift> {
+        self.pending.iter().flatten().filter(|c| c.error.is_some()).collect()
+    }
 }
 
 /// Options of [`check_all`].
@@ -165,5 +205,51 @@ pub async fn check_all(
         containers,
         orphans,
         orphans_error,
+        pending: None,
+        pending_error: None,
     }
+}
+
+/// The changes pending release: compares `pending_specs` (the containers of the pending
+/// checkout, e.g. `main`, that the check covers) with their containers through `live`, and
+/// keeps of each the differences `deployed` (the report against the released checkout) does not
+/// already have for that container, key, desired and live value alike; `removed` (specs of the
+/// released checkout the pending one no longer has) each get the key `lib`, desired `(none:
+/// lib removed)`. Containers without such differences are left out. Never fails: a container
+/// that cannot be compared carries its error.
+pub async fn check_pending(
+    live: &Live,
+    deployed: &Drift,
+    pending_specs: &[ContainerSpec],
+    removed: &[ContainerSpec],
+    opts: &DriftOptions,
+) -> Vec<ContainerDrift> {
+    let compared: Vec<ContainerDrift> = futures_util::stream::iter(pending_specs.iter().map(|spec| async move {
+        let known: &[KeyDrift] =
+            deployed.containers.iter().find(|c| c.name == spec.name).map_or(&[], |c| c.differences.as_slice());
+        let (differences, error) = match live.drift(spec, opts.pve.as_ref()).await {
+            Ok(d) => (d.into_iter().filter(|k| !known.contains(k)).collect::<Vec<_>>(), None),
+            Err(e) => (Vec::new(), Some(crate::actions::redact(&format!("{e:#}")))),
+        };
+        match (&error, differences.len()) {
+            (Some(e), _) => tracing::warn!("{}: cannot compare with the pending checkout: {e}", spec.name),
+            (None, 0) => {}
+            (None, n) => tracing::info!("{}: {n} change(s) pending release", spec.name),
+        }
+        ContainerDrift { name: spec.name.clone(), vmid: spec.vmid, hostname: spec.hostname.clone(), differences, error }
+    }))
+    .buffered(opts.jobs.max(1))
+    .collect()
+    .await;
+    compared
+        .into_iter()
+        .filter(|c| c.error.is_some() || !c.differences.is_empty())
+        .chain(removed.iter().map(|spec| ContainerDrift {
+            name: spec.name.clone(),
+            vmid: spec.vmid,
+            hostname: spec.hostname.clone(),
+            differences: vec![KeyDrift::new("lib", "(none: lib removed)", format!("CT {}", spec.vmid))],
+            error: None,
+        }))
+        .collect()
 }
