@@ -209,7 +209,10 @@ pub fn read_task(root: &Path, rel: &Path, problems: &mut Problems) -> Option<Tas
         Some((line, r)) => {
             problems.add(
                 Location::line(&script, line),
-                format!("`# ! ref {r}`: expected one of {} (the monorepo's branch the task acts on)", TASK_REFS.join(", ")),
+                format!(
+                    "`# ! ref {r}`: expected one of {} (the monorepo's branch the task acts on)",
+                    TASK_REFS.join(", ")
+                ),
             );
             return None;
         }
@@ -304,15 +307,21 @@ mod tests {
         assert_eq!(problems.0[0].location, Location::line("tasks/bad/run.sh", 2));
 
         // `# ! ref release`: the task acts on what is deployed; another branch is refused.
-        write("tasks/update/default.sh", "#!/bin/sh
+        write(
+            "tasks/update/default.sh",
+            "#!/bin/sh
 # ! cron '0 4 * * 0'
 # ! ref release
-");
+",
+        );
         let update = read_task(root.path(), Path::new("tasks/update"), &mut problems).unwrap();
         assert_eq!(update.monorepo_ref.as_deref(), Some("release"));
-        write("tasks/odd/default.sh", "#!/bin/sh
+        write(
+            "tasks/odd/default.sh",
+            "#!/bin/sh
 # ! ref feature/x
-");
+",
+        );
         let mut problems = Problems::new();
         assert_eq!(read_task(root.path(), Path::new("tasks/odd"), &mut problems), None);
         assert_eq!(problems.0[0].location, Location::line("tasks/odd/default.sh", 2));
