@@ -109,7 +109,11 @@ fn json_output_parses_for_every_subcommand_run_offline() {
     for args in runs {
         let args: Vec<&str> = std::iter::once("--json").chain(args.iter().copied()).collect();
         let (code, stdout, stderr) = run(repo.path(), &args);
-        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        // health fails here (exit 1): nothing is deployed in this test's LXC path, and a
+        // container the inventory expects and the backend does not find is a failure. Its
+        // report is still JSON.
+        let want = if args[1] == "health" { Some(1) } else { Some(0) };
+        assert_eq!(code, want, "{args:?}: {stderr}");
         let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout:?}"));
         got.insert(args[1..].join(" "), v);
     }

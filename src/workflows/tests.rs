@@ -216,8 +216,12 @@ fn the_default_installs_git_steps_in_every_job_of_the_shipped_workflows() {
         let wf = yaml(&out);
         let jobs = wf["jobs"].as_hash().unwrap();
         let embedded = checkout::embedded(checkout::SCRIPT);
-        let with_checkout = jobs.values().filter(|j| j["steps"][0]["run"].as_str() == Some(embedded.as_str())).count();
-        assert_eq!(with_checkout, text.matches("uses: actions/checkout@v4").count(), "{path}");
+        // Every checkout step became the script (drift.yml checks out twice: release, then the
+        // run's commit for what is pending), and every job starts with one.
+        let steps = jobs.values().flat_map(|j| j["steps"].as_vec().cloned().unwrap_or_default());
+        let checkouts = steps.filter(|s| s["run"].as_str() == Some(embedded.as_str())).count();
+        assert_eq!(checkouts, text.matches("uses: actions/checkout@v4").count(), "{path}");
+        assert!(jobs.values().all(|j| j["steps"][0]["run"].as_str() == Some(embedded.as_str())), "{path}");
         for job in jobs.values().filter(|j| j["steps"][0]["run"].as_str().is_some()) {
             let step = &job["steps"][0];
             assert_eq!(step["shell"].as_str(), Some("bash"));
