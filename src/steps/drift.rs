@@ -98,18 +98,7 @@ impl Drift {
     /// Every difference as a row, containers in order, then the orphans (key `lib`, desired
     /// `(none)`, live `LIB (CT VMID on NODE, STATE)`).
     pub fn rows(&self) -> Vec<Row> {
-        let mut rows: Vec<Row> = self
-            .containers
-            .iter()
-            .flat_map(|c| {
-                c.differences.iter().map(|d| Row {
-                    container: c.name.clone(),
-                    key: d.key.clone(),
-                    desired: d.desired.clone(),
-                    live: d.live.clone(),
-                })
-            })
-            .collect();
+        let mut rows = difference_rows(&self.containers);
         for o in self.orphans.iter().flatten() {
             rows.push(Row {
                 container: o.hostname.clone(),
@@ -127,24 +116,28 @@ impl Drift {
     /// Every pending difference as a row (see [`Drift::pending`]), containers in order; the
     /// containers that could not be compared are in [`Drift::pending_errors`].
     pub fn pending_rows(&self) -> Vec<Row> {
-        self.pending
-            .iter()
-            .flatten()
-            .flat_map(|c| {
-                c.differences.iter().map(|d| Row {
-                    container: c.name.clone(),
-                    key: d.key.clone(),
-                    desired: d.desired.clone(),
-                    live: d.live.clone(),
-                })
-            })
-            .collect()
+        difference_rows(self.pending.as_deref().unwrap_or_default())
     }
 
     /// The containers whose pending changes could not be determined.
     pub fn pending_errors(&self) -> Vec<&ContainerDrift> {
         self.pending.iter().flatten().filter(|c| c.error.is_some()).collect()
     }
+}
+
+/// One row per difference of `containers`, in order.
+fn difference_rows(containers: &[ContainerDrift]) -> Vec<Row> {
+    containers
+        .iter()
+        .flat_map(|c| {
+            c.differences.iter().map(|d| Row {
+                container: c.name.clone(),
+                key: d.key.clone(),
+                desired: d.desired.clone(),
+                live: d.live.clone(),
+            })
+        })
+        .collect()
 }
 
 /// Options of [`check_all`].
