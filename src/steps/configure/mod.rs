@@ -311,7 +311,11 @@ const CONFIGURE_LOCK_TIMEOUT: Duration = Duration::from_secs(900);
 /// ends, whatever ended it.
 pub const CONFIGURE_LOCK: &str = "/run/proxmox-gitops-configure.lock";
 
-/// Takes [`CONFIGURE_LOCK`] in the container behind `conn`: `flock -w SECS LOCK sh -c 'echo
+/// The exit code `flock -E` gives when [`CONFIGURE_LOCK`] stayed held for the whole wait
+/// (`EX_TEMPFAIL`); any other failure exits otherwise.
+const LOCK_CONFLICT_EXIT: i32 = 75;
+
+/// Takes [`CONFIGURE_LOCK`] in the container behind `conn`: `flock -E 75 -w SECS LOCK sh -c 'echo
 /// locked && exec cat'` (a constant script: it says it holds the lock, then waits for its input
 /// to close). Logs once when another run holds it. Returns the held lock, or `None` when the
 /// container has no `flock` (util-linux; logged as a warning: configured without the lock).
@@ -326,7 +330,20 @@ async fn hold_configure_lock<'c>(
 ) -> anyhow::Result<Option<crate::ssh::command::Held<'c>>> {
     use crate::ssh::command::Hold;
     let secs = CONFIGURE_LOCK_TIMEOUT.as_secs().to_string();
-    let argv = ["flock", "-w", secs.as_str(), CONFIGURE_LOCK, "sh", "-c", "echo locked && exec cat >/dev/null"];
+    // `-E`: the timeout has an exit code of its own; 1 is also what `sudo -n` (as `config`) and
+    // flock's other failures exit with, which must not read as "another run holds it".
+    let conflict = LOCK_CONFLICT_EXIT.to_string();
+    let argv = [
+        "flock",
+        "-E",
+        conflict.as_str(),
+        "-w",
+        secs.as_str(),
+        CONFIGURE_LOCK,
+        "sh",
+        "-c",
+        "echo locked && exec cat >/dev/null",
+    ];
     let mut waited = false;
     let mut on_wait = || {
         waited = true;
@@ -358,12 +375,16 @@ async fn hold_configure_lock<'c>(
             log.push(name, &msg);
             Ok(None)
         }
-        Hold::Ended(Some(1)) => anyhow::bail!(
+        Hold::Ended(Some(LOCK_CONFLICT_EXIT)) => anyhow::bail!(
             "{name}: another run still holds {CONFIGURE_LOCK} in the container after {secs} s (it is configuring the \
              container, or hangs); see which process holds it with `fuser -v {CONFIGURE_LOCK}` in the container"
         ),
         Hold::Ended(code) => {
-            anyhow::bail!("{name}: cannot take {CONFIGURE_LOCK} in the container (flock exit code {code:?})")
+            anyhow::bail!(
+                "{name}: cannot take {CONFIGURE_LOCK} in the container: `flock` (as {}, through `sudo -n` when not \
+                 root) exited with {code:?}",
+                conn.user()
+            )
         }
     }
 }
