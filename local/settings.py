@@ -70,13 +70,14 @@ def read(root, rel):
     return value
 
 
-# The keys the binary's config files take (src/settings/file.rs: PROXMOX_KEYS, TOP_KEYS); an
+# The keys the binary's config files take (src/settings/file.rs: PROXMOX_KEYS, CONTROL_PLANE_KEYS, TOP_KEYS); an
 # unknown key is refused here, before the build, as the binary would refuse it after.
 PROXMOX_KEYS = (
     "host", "port", "user", "password", "token", "secret", "node", "gateway", "mask", "interface",
     "bridge", "storage", "template", "share",
 )
-TOP_KEYS = ("proxmox", "host", "login", "password", "token", "checkout")
+CONTROL_PLANE_KEYS = ("gitea_binary", "gitea_static", "runner_binary")
+TOP_KEYS = ("proxmox", "control_plane", "host", "login", "password", "token", "checkout")
 
 
 def key_line(text, key, start=0):
@@ -105,6 +106,15 @@ def unknown_keys(rel, text, value):
             if k not in PROXMOX_KEYS:
                 takes = ", ".join(f"`{n}`" for n in PROXMOX_KEYS)
                 out.append(f"{where(k, f'proxmox.{k}', start)}: unknown key `{k}`; the `proxmox` section takes {takes}")
+    control_plane = value.get("control_plane")
+    if isinstance(control_plane, dict):
+        _, start = key_line(text, "control_plane")
+        for k in control_plane:
+            if k not in CONTROL_PLANE_KEYS:
+                takes = ", ".join(f"`{n}`" for n in CONTROL_PLANE_KEYS)
+                out.append(
+                    f"{where(k, f'control_plane.{k}', start)}: unknown key `{k}`; the `control_plane` section takes {takes}"
+                )
     for k in value:
         if k not in TOP_KEYS:
             takes = ", ".join(f"`{n}`" for n in TOP_KEYS)

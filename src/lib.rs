@@ -18,6 +18,8 @@
 //!    containers without artifacts — state, way in, health check, snapshots, reboot, rollback
 //!    ([`backend::live`]). [`snapshot`] — data archives,
 //!    container snapshots and the protect-before-destroy rule ([`snapshot::guard`]).
+//!    [`control_plane`] — what the control plane's container `config` runs (Gitea and its runner):
+//!    its programs (given or downloaded and verified) and its rendered configuration.
 //! 4. Clients, one per external system, unaware of the pipeline and of each other:
 //!    [`pve`] (Proxmox VE API), [`gitea`] (Gitea API), [`actions`] (Gitea/GitHub Actions:
 //!    workflow commands, step outputs), [`ssh`] (OpenSSH), [`git`] (gix reads and the `git`
@@ -33,6 +35,7 @@ pub mod actions;
 pub mod artifact;
 pub mod backend;
 pub mod cli;
+pub mod control_plane;
 pub mod error;
 pub mod exec;
 pub mod git;

@@ -252,8 +252,8 @@ fn unknown_config_keys_are_refused_before_the_build() {
          local/config.local.json:3 (proxmox.nod): unknown key `nod`; the `proxmox` section takes `host`, `port`, \
          `user`, `password`, `token`, `secret`, `node`, `gateway`, `mask`, `interface`, `bridge`, `storage`, \
          `template`, `share`\n  \
-         local/config.local.json:5 (logn): unknown key `logn`; a config file takes `proxmox`, `host`, `login`, \
-         `password`, `token`, `checkout`\n"
+         local/config.local.json:5 (logn): unknown key `logn`; a config file takes `proxmox`, `control_plane`, \
+         `host`, `login`, `password`, `token`, `checkout`\n"
     );
     // The binary says the same of these keys.
     let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err().to_string();

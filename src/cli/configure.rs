@@ -39,7 +39,9 @@ pub struct ConfigureArgs {
     #[arg(long, default_value_t = 1800)]
     run_timeout: u64,
     /// Only check that what each lib's `REQUIRES` names is set (no container is contacted);
-    /// exit 2 naming what is missing and where to set it.
+    /// exit 2 naming what is missing and where to set it. With `--container config`, also find
+    /// the control plane's programs (downloaded from Gitea's release site and verified when
+    /// PGO_GITEA_BINARY/PGO_RUNNER_BINARY are not set).
     #[arg(long)]
     check: bool,
 }
@@ -74,10 +76,22 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
             attempts: 10,
         },
         run_timeout: Duration::from_secs(args.run_timeout),
+        control_plane: settings.control_plane.clone(),
+        deploys_to_pve: settings.pve.host.is_some(),
         ..ConfigureOptions::default()
     };
     if args.check {
         check_requirements(&inv, &opts)?;
+        // The control plane named on its own (`local/run.sh config`): its programs are found, or
+        // downloaded and verified, now, so that a missing one stops the run before anything is
+        // created.
+        if opts.containers.iter().any(|c| c == crate::inventory::CONTROL_PLANE)
+            && inv.container(crate::inventory::CONTROL_PLANE).is_some_and(|s| s.engine == crate::inventory::Engine::Ansible)
+        {
+            let versions = crate::control_plane::Versions::read(&inv.root)?;
+            block_on(Threads::Default, crate::control_plane::binaries(&opts.control_plane, &versions))?
+                .map_err(Error::Failed)?;
+        }
         let checked = if opts.containers.is_empty() { inv.containers.len() } else { opts.containers.len() };
         if ctx.json {
             let check = RequirementsCheck { requirements_met: true, checked };

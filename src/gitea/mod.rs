@@ -33,6 +33,7 @@
 mod background;
 mod client;
 pub mod names;
+pub mod release;
 mod repos;
 mod secrets;
 pub mod types;

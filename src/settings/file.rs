@@ -39,7 +39,21 @@ pub(super) struct RawConfig {
     pub(super) token: Option<String>,
     /// The checkout action (`PROXMOX_GITOPS_CHECKOUT`), checked by `Settings::load`.
     pub(super) checkout: Option<String>,
+    #[serde(default)]
+    pub(super) control_plane: RawControlPlane,
 }
+
+/// Raw `control_plane` section of a config file: where the programs of the control plane's
+/// container are on this host (all optional strings).
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct RawControlPlane {
+    pub(super) gitea_binary: Option<String>,
+    pub(super) gitea_static: Option<String>,
+    pub(super) runner_binary: Option<String>,
+}
+
+/// Keys of the `control_plane` section (all strings).
+const CONTROL_PLANE_KEYS: &[&str] = &["gitea_binary", "gitea_static", "runner_binary"];
 
 /// Keys of the `proxmox` section and whether each is a string (`false`: string or number).
 const PROXMOX_KEYS: &[(&str, bool)] = &[
@@ -116,7 +130,7 @@ pub(super) fn read_config(path: &Path, display: &Path, problems: &mut Problems) 
     let serde_json::Value::Object(mut top) = value else {
         problems.add(
             Location::file(display),
-            "expected a JSON object with `proxmox`, `host`, `login`, `password`, `token`, `checkout`",
+            "expected a JSON object with `proxmox`, `control_plane`, `host`, `login`, `password`, `token`, `checkout`",
         );
         return RawConfig::default();
     };
@@ -157,14 +171,41 @@ pub(super) fn read_config(path: &Path, display: &Path, problems: &mut Problems) 
         }
         Some(other) => bad(at("proxmox", "proxmox", 0), format!("expected an object, found {other}"), problems),
     }
+    let mut control_plane = serde_json::Map::new();
+    match top.remove("control_plane") {
+        None | Some(serde_json::Value::Null) => {}
+        Some(serde_json::Value::Object(map)) => {
+            let from = key_line(&text, "control_plane", 0).map_or(0, |(_, o)| o);
+            for (k, v) in map {
+                let json_key = format!("control_plane.{k}");
+                if !CONTROL_PLANE_KEYS.contains(&k.as_str()) {
+                    bad(
+                        at(&k, &json_key, from),
+                        format!(
+                            "unknown key `{k}`; the `control_plane` section takes {}",
+                            CONTROL_PLANE_KEYS.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                        ),
+                        problems,
+                    );
+                } else if !(v.is_string() || v.is_null()) {
+                    bad(at(&k, &json_key, from), format!("expected a path (a string), found {v}"), problems);
+                } else {
+                    control_plane.insert(k, v);
+                }
+            }
+        }
+        Some(other) => {
+            bad(at("control_plane", "control_plane", 0), format!("expected an object, found {other}"), problems)
+        }
+    }
     let mut kept = serde_json::Map::new();
     for (k, v) in top {
         if !TOP_KEYS.contains(&k.as_str()) {
             bad(
                 at(&k, &k, 0),
                 format!(
-                    "unknown key `{k}`; a config file takes `proxmox`, `host`, `login`, `password`, `token`, \
-                     `checkout`"
+                    "unknown key `{k}`; a config file takes `proxmox`, `control_plane`, `host`, `login`, \
+                     `password`, `token`, `checkout`"
                 ),
                 problems,
             );
@@ -193,6 +234,7 @@ pub(super) fn read_config(path: &Path, display: &Path, problems: &mut Problems) 
         }
     };
     kept.insert("proxmox".into(), serde_json::Value::Object(proxmox));
+    kept.insert("control_plane".into(), serde_json::Value::Object(control_plane));
     let mut raw: RawConfig = serde_json::from_value(serde_json::Value::Object(kept)).unwrap_or_default();
     raw.proxmox.port = port;
     raw

@@ -150,6 +150,26 @@ impl GiteaSettings {
     }
 }
 
+/// Where the programs of the control plane's container (`config`: Gitea and its runner) are on
+/// the host that configures it. Unset, they are downloaded from Gitea's release site and
+/// verified ([`crate::control_plane::binaries`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlPlaneSettings {
+    /// The Gitea server binary (`PGO_GITEA_BINARY` or `control_plane.gitea_binary`).
+    pub gitea_binary: Option<std::path::PathBuf>,
+    /// Gitea's `templates/` and `options/` for a binary built without them embedded
+    /// (`PGO_GITEA_STATIC` or `control_plane.gitea_static`; Gitea's `STATIC_ROOT_PATH`). Release
+    /// binaries embed them: unset then.
+    pub gitea_static: Option<std::path::PathBuf>,
+    /// The Actions runner binary (`PGO_RUNNER_BINARY` or `control_plane.runner_binary`).
+    pub runner_binary: Option<std::path::PathBuf>,
+    /// Gitea's release site for programs not given (`PGO_GITEA_DOWNLOAD`, environment only;
+    /// default [`crate::gitea::release::DEFAULT_SITE`]).
+    pub download_site: Option<String>,
+    /// Where downloaded programs are kept, by version: [`cache_dir`]`/control-plane`.
+    pub cache: Option<std::path::PathBuf>,
+}
+
 /// All settings, loaded from the config files and the environment.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
@@ -166,6 +186,8 @@ pub struct Settings {
     /// fields above (environment, `local/config.local.json`, `local/config.json`); the secrets
     /// are never in here (they stay in the [`SecretString`] fields).
     pub variables: std::collections::BTreeMap<&'static str, String>,
+    /// The control plane's programs on this host.
+    pub control_plane: ControlPlaneSettings,
 }
 
 /// The Actions variables of the workflows that [`Settings::variables`] can hold, each with the
@@ -195,6 +217,15 @@ pub const WORKFLOW_VARIABLES: &[(&str, &str)] = &[
     ("PROXMOX_GITOPS_KEEP", "the environment"),
 ];
 
+/// The user's cache directory of proxmox-gitops: `$XDG_CACHE_HOME/proxmox-gitops`, else
+/// `$HOME/.cache/proxmox-gitops`; `None` when neither variable is set.
+pub fn cache_dir(env: &dyn EnvSource) -> Option<std::path::PathBuf> {
+    let base = nonempty(env.get("XDG_CACHE_HOME"))
+        .map(std::path::PathBuf::from)
+        .or_else(|| nonempty(env.get("HOME")).map(|h| std::path::Path::new(&h).join(".cache")))?;
+    Some(base.join("proxmox-gitops"))
+}
+
 /// The settings that both the environment and the config files (`local/config.json`,
 /// `local/config.local.json`) take: the environment variable and the JSON key (`proxmox.host`
 /// for a key of the `proxmox` object). The second names of two settings (`PROXMOX_TOKEN_ID`,
@@ -219,6 +250,9 @@ pub const CONFIG_KEYS: &[(&str, &str)] = &[
     ("PASSWORD", "password"),
     ("GITEA_TOKEN", "token"),
     (CHECKOUT_VAR, "checkout"),
+    ("PGO_GITEA_BINARY", "control_plane.gitea_binary"),
+    ("PGO_GITEA_STATIC", "control_plane.gitea_static"),
+    ("PGO_RUNNER_BINARY", "control_plane.runner_binary"),
 ];
 
 /// Every place setting `var` can be given, for messages about a setting that is not set:
@@ -541,8 +575,15 @@ impl Settings {
                 variables.insert(name, v);
             }
         }
+        let control_plane = ControlPlaneSettings {
+            gitea_binary: pick!("PGO_GITEA_BINARY", control_plane.gitea_binary).map(Into::into),
+            gitea_static: pick!("PGO_GITEA_STATIC", control_plane.gitea_static).map(Into::into),
+            runner_binary: pick!("PGO_RUNNER_BINARY", control_plane.runner_binary).map(Into::into),
+            download_site: nonempty(env.get("PGO_GITEA_DOWNLOAD")),
+            cache: cache_dir(env).map(|d| d.join("control-plane")),
+        };
         problems.into_result()?;
-        Ok(Settings { pve, gitea, share: share.into(), variables })
+        Ok(Settings { pve, gitea, share: share.into(), variables, control_plane })
     }
 
     /// The non-secret view recorded in artifacts.

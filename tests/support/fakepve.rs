@@ -153,6 +153,7 @@ impl FakePve {
             gitea: Default::default(),
             share: share.to_path_buf(),
             variables: Default::default(),
+            control_plane: Default::default(),
         }
     }
 

@@ -26,6 +26,7 @@ pub(super) async fn run_engines(
     conn: &Connection,
     pubkey: &str,
     address: &str,
+    control_plane: Option<&crate::control_plane::Vars>,
     log: &mut Log,
     part: &mut Partial,
 ) -> anyhow::Result<()> {
@@ -64,6 +65,9 @@ pub(super) async fn run_engines(
             tracing::warn!("{}: {note}", spec.name);
         }
         extra.insert("pgo_share_client".into(), serde_json::to_value(&client.0)?);
+        if let Some(cp) = control_plane {
+            extra.insert("pgo_control_plane".into(), serde_json::to_value(cp)?);
+        }
         let extra = serde_json::Value::Object(extra);
 
         if let Some(base) = &inv.base {

@@ -73,6 +73,12 @@ pub struct ConfigureOptions {
     pub run_timeout: Duration,
     /// The `ansible-playbook` executable.
     pub ansible_playbook: PathBuf,
+    /// Where the control plane's programs are on this host, for `config` (see
+    /// [`crate::control_plane`]).
+    pub control_plane: crate::settings::ControlPlaneSettings,
+    /// True when the PVE settings are set: the control plane deploys to Proxmox VE, so `config`'s
+    /// own runner is registered and started.
+    pub deploys_to_pve: bool,
 }
 
 impl Default for ConfigureOptions {
@@ -85,6 +91,8 @@ impl Default for ConfigureOptions {
             connect: ConnectOptions::default(),
             run_timeout: Duration::from_secs(1800),
             ansible_playbook: "ansible-playbook".into(),
+            control_plane: Default::default(),
+            deploys_to_pve: false,
         }
     }
 }
@@ -171,6 +179,14 @@ impl Configure {
 pub fn check_requirements(inv: &Inventory, opts: &ConfigureOptions) -> Result<()> {
     let mut problems = crate::error::Problems::new();
     for spec in select(inv, &opts.containers)? {
+        if is_control_plane(spec) {
+            if let Err(p) = crate::control_plane::check_given(&opts.control_plane) {
+                problems.extend(p);
+            }
+            if let Err(p) = crate::control_plane::port(&spec.env, &spec.dir.join("container.env")) {
+                problems.extend(p);
+            }
+        }
         let missing = missing_requirements(inv, spec, &opts.contract);
         if !missing.is_empty() {
             problems.add(
@@ -180,6 +196,12 @@ pub fn check_requirements(inv: &Inventory, opts: &ConfigureOptions) -> Result<()
         }
     }
     problems.into_result().map_err(Error::Input)
+}
+
+/// True for the control plane's own container configured by the root's Ansible playbook: it
+/// gets `pgo_control_plane` ([`crate::control_plane::Vars`]).
+fn is_control_plane(spec: &ContainerSpec) -> bool {
+    spec.name == crate::inventory::CONTROL_PLANE && spec.engine == crate::inventory::Engine::Ansible
 }
 
 fn select<'a>(inv: &'a Inventory, names: &[String]) -> Result<Vec<&'a ContainerSpec>> {
@@ -423,6 +445,30 @@ async fn run_container(
         .ok_or_else(|| anyhow!("{}: no address recorded for the container", prov_path.display()))?;
     part.address = Some(address.clone());
     part.ssh_port = prov.ssh_port;
+    // The control plane's programs, found or downloaded before anything is contacted.
+    let control_plane = if is_control_plane(spec) {
+        let port = crate::control_plane::port(&spec.env, &spec.dir.join("container.env"))?;
+        let versions = crate::control_plane::Versions::read(&inv.root)?;
+        let binaries = crate::control_plane::binaries(&opts.control_plane, &versions).await?;
+        let static_tar = match &binaries.gitea_static {
+            Some(dir) => {
+                let tar = opts.artifacts.root().join("control-plane").join("gitea-static.tar");
+                crate::control_plane::pack_static(dir, &tar)?;
+                Some(tar)
+            }
+            None => None,
+        };
+        Some(crate::control_plane::render(&crate::control_plane::Inputs {
+            address: &address,
+            port,
+            hostname: &spec.hostname,
+            runner_enabled: opts.deploys_to_pve,
+            binaries: &binaries,
+            static_tar: static_tar.as_deref(),
+        })?)
+    } else {
+        None
+    };
 
     let keys = crate::keys::ensure(&inv.settings.share, spec.vmid, &spec.hostname)?;
     let control = tempfile::Builder::new()
@@ -449,8 +495,19 @@ async fn run_container(
 
     let result = match hold_configure_lock(&conn, &spec.name, log).await {
         Ok(lock) => {
-            let result =
-                run_engines(inv, spec, opts, prov.backend, &conn, &keys.public_line, &address, log, part).await;
+            let result = run_engines(
+                inv,
+                spec,
+                opts,
+                prov.backend,
+                &conn,
+                &keys.public_line,
+                &address,
+                control_plane.as_ref(),
+                log,
+                part,
+            )
+            .await;
             drop(lock);
             result
         }

@@ -269,6 +269,8 @@ impl BuiltinRunner {
             contract: Contract::from_settings(g),
             connect: self.options.connect.clone(),
             run_timeout: self.options.run_timeout,
+            control_plane: self.settings.control_plane.clone(),
+            deploys_to_pve: self.settings.pve.host.is_some(),
             ..ConfigureOptions::default()
         };
         let results = configure(&ctx.inventory, &opts).await?;
