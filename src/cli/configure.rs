@@ -86,7 +86,9 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
         // downloaded and verified, now, so that a missing one stops the run before anything is
         // created.
         if opts.containers.iter().any(|c| c == crate::inventory::CONTROL_PLANE)
-            && inv.container(crate::inventory::CONTROL_PLANE).is_some_and(|s| s.engine == crate::inventory::Engine::Ansible)
+            && inv
+                .container(crate::inventory::CONTROL_PLANE)
+                .is_some_and(|s| s.engine == crate::inventory::Engine::Ansible)
         {
             let versions = crate::control_plane::Versions::read(&inv.root)?;
             block_on(Threads::Default, crate::control_plane::binaries(&opts.control_plane, &versions))?
