@@ -259,15 +259,19 @@ fn unknown_config_keys_are_refused_before_the_build() {
     let e = Settings::load(dir.path(), &BTreeMap::new()).unwrap_err().to_string();
     assert!(e.contains("local/config.local.json:3 (proxmox.nod): unknown key `nod`"), "{e}");
     // Every key the binary takes passes.
-    let mut proxmox = serde_json::Map::new();
+    // Every key of CONFIG_KEYS, in its section (`proxmox.host`, `control_plane.gitea_binary`).
     let mut top = serde_json::Map::new();
     for (_, key) in proxmox_gitops::settings::CONFIG_KEYS {
-        match key.strip_prefix("proxmox.") {
-            Some(k) => proxmox.insert(k.to_string(), "".into()),
-            None => top.insert(key.to_string(), "".into()),
-        };
+        match key.split_once('.') {
+            Some((section, k)) => {
+                let s = top.entry(section).or_insert_with(|| serde_json::Value::Object(Default::default()));
+                s.as_object_mut().unwrap().insert(k.to_string(), "".into());
+            }
+            None => {
+                top.insert(key.to_string(), "".into());
+            }
+        }
     }
-    top.insert("proxmox".into(), serde_json::Value::Object(proxmox));
     let all = serde_json::to_string_pretty(&serde_json::Value::Object(top)).unwrap();
     write_files(dir.path(), &[("local/config.local.json", &all)]);
     assert!(Settings::load(dir.path(), &BTreeMap::new()).is_ok(), "the binary takes every key");
