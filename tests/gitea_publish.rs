@@ -452,6 +452,37 @@ fn publish_from_scratch_again_and_after_a_change() {
     d.assert_spec_conformant();
 }
 
+/// `--release-from-root` (what `local/run.sh config` publishes with): the monorepo's new
+/// `release` starts at its first commit, so the release pull request opens at once and holds the
+/// whole monorepo; the libs are untouched by it, and an existing `release` is never moved.
+#[test]
+fn release_from_root_opens_the_first_release_pull_request() {
+    let fx = fixture();
+    let d = Double::start(Creds::basic("admin", "double-pw-r"));
+    let r1 = publish(&fx, &d, &["--release-from-root"]);
+    let mono = d.bare("main", "mono");
+    let main = d.branch("main", "mono", "main").unwrap();
+    let release = d.branch("main", "mono", "release").unwrap();
+    let root = git(&mono, &["rev-list", "--first-parent", "--max-parents=0", &main]);
+    assert_eq!(release, root.trim());
+    assert_ne!(release, main);
+    let report =
+        |r: &Value, name: &str| r["repos"].as_array().unwrap().iter().find(|x| x["full_name"] == name).cloned();
+    let pull = report(&r1, "main/mono").unwrap()["pull"].clone();
+    assert_eq!(pull["action"], "created", "{pull}");
+    let number = pull["number"].as_i64().unwrap();
+    // A lib's release is its main, as without the option.
+    assert_eq!(d.branch("main", "a", "release"), d.branch("main", "a", "main"));
+    assert_eq!(report(&r1, "main/a").unwrap()["pull"]["number"], Value::Null);
+
+    // Again: release stays where it is, the same pull request is kept.
+    let r2 = publish(&fx, &d, &["--release-from-root"]);
+    assert_eq!(d.branch("main", "mono", "release").unwrap(), release);
+    assert_eq!(report(&r2, "main/mono").unwrap()["pull"], json!({"number": number, "action": "unchanged"}));
+    assert_eq!(r2["summary"]["created"], 0);
+    assert_eq!(r2["summary"]["updated"], 0);
+}
+
 #[test]
 fn variables_from_globals_and_configure_outputs() {
     let fx = fixture();

@@ -28,6 +28,12 @@ pub struct PublishArgs {
     /// unchanged (e.g. after one was changed in Gitea's UI).
     #[arg(long)]
     pub rewrite_secrets: bool,
+    /// When this publish creates the monorepo's `release` branch, start it at the monorepo's
+    /// first commit instead of at `main`: the release pull request then holds the whole monorepo
+    /// and accepting it is the first deploy (what `local/run.sh config` does). An existing
+    /// `release` is never moved.
+    #[arg(long)]
+    pub release_from_root: bool,
 }
 
 pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
@@ -55,6 +61,7 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
         settings: settings.clone(),
         record: crate::steps::publish::record::default_record_dir(),
         rewrite_secrets: args.rewrite_secrets,
+        release_from_root: args.release_from_root,
     };
     let report = block_on(Threads::Current, publish(&client, &remotes, &opts))??;
     let path = ctx.artifacts.publish();

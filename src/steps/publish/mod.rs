@@ -91,6 +91,11 @@ pub struct PublishOptions {
     pub record: Option<PathBuf>,
     /// Forget the record of this Gitea first: every secret is written again.
     pub rewrite_secrets: bool,
+    /// A `release` branch of the monorepo that this publish creates starts at its first commit
+    /// (first parents followed from the published `main`) instead of at `main`, so that the
+    /// release pull request opens; `main` with a single commit has no such start (then `release`
+    /// is `main`).
+    pub release_from_root: bool,
 }
 
 /// The git credentials for `client`'s auth: login/password, or the token with its owner's login.
@@ -199,7 +204,8 @@ pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) 
             None => remotes.monorepo.workflows.clone(),
             Some(p) => remotes.modules.iter().find(|m| &m.path == p).map(|m| m.workflows.clone()).unwrap_or_default(),
         };
-        let mut r = publish_repo(client, &git, &owner, &repo, &dir, &commit, path, staged)
+        let from_root = opts.release_from_root && path.is_none();
+        let mut r = publish_repo(client, &git, &owner, &repo, &dir, &commit, path, staged, from_root)
             .await
             .map_err(|e| Error::Failed(e.context(format!("publishing {owner}/{repo}"))))?;
         r.workflows = workflows;

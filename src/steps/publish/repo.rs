@@ -37,6 +37,7 @@ pub(super) async fn publish_repo(
     commit: &str,
     path: Option<PathBuf>,
     staged: bool,
+    release_from_root: bool,
 ) -> anyhow::Result<RepoReport> {
     let full_name = format!("{org}/{repo}");
     let url = client.clone_url(org, repo);
@@ -110,11 +111,15 @@ pub(super) async fn publish_repo(
         };
         let new = if branch == "release" && action == Action::Unchanged {
             old.clone().unwrap_or_default()
+        } else if branch == "release" && release_from_root {
+            // The first commit along first parents: `rev-list` lists oldest last.
+            let out = git.run(dir, ["rev-list", "--first-parent", "--max-parents=0", commit])?;
+            out.lines().last().map(str::trim).filter(|r| !r.is_empty()).unwrap_or(commit).to_string()
         } else {
             commit.to_string()
         };
         if action != Action::Unchanged {
-            refspecs.push(format!("{}{commit}:refs/heads/{branch}", if force { "+" } else { "" }));
+            refspecs.push(format!("{}{new}:refs/heads/{branch}", if force { "+" } else { "" }));
         }
         refs.push(RefReport { branch: branch.into(), old, new, action });
     }
