@@ -173,6 +173,16 @@ async fn rerun_resumes_skipping_what_succeeded_for_the_same_inputs() {
     go(&fake, root, &opts(root, "refs/heads/release")).await;
     assert_eq!(fake.calls(), vec![]);
 
+    // Provisioned again since its configure succeeded (a provision that made the container anew
+    // rewrote its artifact, in another run): the configure of the old container says nothing
+    // about the new one, so it runs again.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let prov = root.join(".proxmox-gitops/provision/alpha.json");
+    std::fs::write(&prov, std::fs::read(&prov).unwrap()).unwrap();
+    let fake = Arc::new(Fake::default());
+    go(&fake, root, &opts(root, "refs/heads/main")).await;
+    assert_eq!(fake.calls(), vec![("alpha".into(), Step::Configure)]);
+
     // A change in beta's lib tree re-runs beta only; a *.local.* file and .git do not count.
     write_files(root, &[("libs/beta/templates/app.conf", "x=1\n")]);
     write_files(root, &[("libs/alpha/secrets.local.json", "{}"), ("libs/alpha/.git/HEAD", "ref\n")]);

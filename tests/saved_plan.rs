@@ -150,3 +150,41 @@ fn a_saved_plan_applies_exactly_or_is_refused_when_something_moved() {
     assert!(text(&out.stderr).contains("plans ref refs/heads/release, but this run is for refs/heads/main"));
     drop(pve);
 }
+
+/// A container removed behind the tool's back (by hand, or by a `destroy` that wrote its
+/// artifacts elsewhere) after a successful deploy: the artifacts still show success for the same
+/// inputs, but the live plan says `create`. The plan does not list it as skipped, and
+/// `deploy --plan` creates it again instead of skipping it as already done.
+#[test]
+fn a_container_removed_since_its_success_is_created_again_not_skipped() {
+    let pve = FakePve::start();
+    pve.add_template();
+    let repo = monorepo(&["alpha"]);
+    let root = repo.path();
+    let share = tempfile::tempdir().unwrap();
+    let env = env(&pve, share.path());
+    set_memory(root, 512);
+    let provision = ["deploy", "--ref", "refs/heads/release", "--step", "provision", "-c", "alpha", "--no-wait-ssh"];
+    let out = pgo(root, &provision, &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(pve.ct_config(101).is_some());
+    // Same inputs again: skipped, as before.
+    let out = pgo(root, &provision, &env);
+    assert!(text(&out.stderr).contains("alpha: provision skipped: already succeeded"), "{}", text(&out.stderr));
+
+    pve.exec("pve.cts.remove(pve.ct(101))");
+    assert!(pve.ct_config(101).is_none());
+    let p = plan(root, &env);
+    let alpha = p["containers"].as_array().unwrap().iter().find(|c| c["name"] == "alpha").unwrap().clone();
+    assert_eq!(alpha["provision"]["action"], "create", "{alpha:#}");
+    assert_eq!(alpha.get("skipped_steps"), None, "{alpha:#}");
+    let plan_file = root.join(".proxmox-gitops/plan.json");
+    let out = pgo(
+        root,
+        &["deploy", "--plan", plan_file.to_str().unwrap(), "--step", "provision", "-c", "alpha", "--no-wait-ssh"],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("skipped"), "{}", text(&out.stderr));
+    assert_eq!(memory(&pve), 512, "alpha was created again");
+}

@@ -166,7 +166,16 @@ pub(super) fn mark_done_steps(ctx: &Ctx, inv: &crate::inventory::Inventory, p: &
                 continue;
             }
         };
+        // Live work (the container is to be created, changed or moved) is never skipped, and a
+        // container provisioned again is configured again, as deploy decides.
+        let live_work = c
+            .provision
+            .as_ref()
+            .is_some_and(|cp| !matches!(cp.action, crate::backend::model::Action::Nothing) || cp.migrate.is_some());
         for step in c.steps.clone() {
+            if live_work && c.steps.contains(&Step::Provision) {
+                break;
+            }
             let want = match step {
                 Step::Snapshot => run_id.map(|r| run_digest(&digest, r)),
                 _ => Some(digest.clone()),

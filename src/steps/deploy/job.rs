@@ -48,6 +48,20 @@ pub(super) fn previous_failures(path: &Path) -> BTreeMap<String, String> {
     out
 }
 
+/// True when `step` comes after provision and the container's provision artifact was written
+/// after `step`'s own artifact (`path`): the container was (re)provisioned since that success —
+/// created again, say — so its success no longer says anything about this container.
+fn provisioned_since(artifacts: &crate::artifact::ArtifactDir, step: Step, name: &str, path: &Path) -> bool {
+    if step == Step::Provision {
+        return false;
+    }
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (modified(&step_artifact(artifacts, Step::Provision, name)), modified(path)) {
+        (Some(provisioned), Some(done)) => provisioned > done,
+        _ => false,
+    }
+}
+
 impl<R: StepRunner> ContainerJob<R> {
     pub(super) async fn run(self) -> ContainerRecord {
         let _permit = self.semaphore.clone().acquire_owned().await.expect("the semaphore is never closed");
@@ -121,6 +135,8 @@ impl<R: StepRunner> ContainerJob<R> {
                     && status.ok == Some(true)
                     && step_digest.is_some()
                     && status.digest == step_digest
+                    && !self.runner.live_work(step, &self.spec)
+                    && !provisioned_since(&self.opts.artifacts, step, &name, &path)
                 {
                     tracing::info!("{name}: {step} skipped: already succeeded for inputs {digest}");
                     record.state = StepState::Skipped;

@@ -57,6 +57,14 @@ pub trait StepRunner: Send + Sync + 'static {
     fn output_variables(&self) -> Option<&super::variables::OutputVariables> {
         None
     }
+
+    /// True when `step` must run for `spec` although its artifact shows success for the same
+    /// inputs: the live state says there is work (a saved plan that creates, updates or
+    /// recreates the container, e.g. one removed by hand since). The default: never.
+    fn live_work(&self, step: Step, spec: &ContainerSpec) -> bool {
+        let _ = (step, spec);
+        false
+    }
 }
 
 /// How [`BuiltinRunner`] runs the steps: the options the `provision`, `configure` and `snapshot`
@@ -364,6 +372,20 @@ impl StepRunner for BuiltinRunner {
 
     fn output_variables(&self) -> Option<&super::variables::OutputVariables> {
         self.variables.as_ref()
+    }
+
+    /// Provision has live work when the saved plan being applied plans more than nothing for
+    /// the container (without a saved plan, the artifact's digest decides).
+    fn live_work(&self, step: Step, spec: &ContainerSpec) -> bool {
+        step == Step::Provision
+            && self.options.saved_plan.as_ref().is_some_and(|p| {
+                p.containers.iter().any(|c| {
+                    c.name == spec.name
+                        && c.provision.as_ref().is_some_and(|cp| {
+                            !matches!(cp.action, crate::backend::model::Action::Nothing) || cp.migrate.is_some()
+                        })
+                })
+            })
     }
 }
 
