@@ -481,6 +481,22 @@ fn release_from_root_opens_the_first_release_pull_request() {
     assert_eq!(report(&r2, "main/mono").unwrap()["pull"], json!({"number": number, "action": "unchanged"}));
     assert_eq!(r2["summary"]["created"], 0);
     assert_eq!(r2["summary"]["updated"], 0);
+
+    // Accepted (a merge commit: release is now ahead of main): nothing to release, no new
+    // pull request is opened.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let opt = proxmox_gitops::gitea::types::MergePullRequestOption {
+        style: proxmox_gitops::gitea::types::MergeStyle::Merge,
+        merge_title_field: None,
+        merge_message_field: None,
+        head_commit_id: None,
+        delete_branch_after_merge: None,
+    };
+    rt.block_on(d.client().merge_pull("main", "mono", number, &opt)).unwrap();
+    assert_ne!(d.branch("main", "mono", "release").unwrap(), main);
+    let r3 = publish(&fx, &d, &["--release-from-root"]);
+    assert_eq!(report(&r3, "main/mono").unwrap()["pull"], json!({"number": null, "action": "unchanged"}));
+    assert_eq!(r3["summary"]["created"], 0);
 }
 
 #[test]

@@ -192,6 +192,48 @@ impl Client {
         }
     }
 
+    /// [`Client::compare`] of branches just pushed: Gitea 1.27.3 answers 404 until its push queue
+    /// has recorded them (the repository stays "empty" meanwhile, and its pull requests cannot
+    /// be listed either), so a 404 while the repository exists is retried within the client's
+    /// create-pull patience (~10 s).
+    ///
+    /// # Errors
+    /// [`GiteaError::Status`]: 404 at once when the repository does not exist, 404 with the
+    /// attempts made when a branch is still unknown after the wait; other answers as
+    /// [`Client::compare`].
+    pub async fn compare_pushed(&self, owner: &str, repo: &str, base: &str, head: &str) -> Result<Compare, GiteaError> {
+        let attempt = || async {
+            match self.compare(owner, repo, base, head).await.map_err(Step::Fail)? {
+                Some(c) => Ok(c),
+                None => {
+                    let e = GiteaError::Status {
+                        method: Method::GET,
+                        path: format!("/repos/{owner}/{repo}/compare/{base}...{head}"),
+                        status: 404,
+                        message: "not found".into(),
+                    };
+                    match self.get_repo(owner, repo).await {
+                        Ok(Some(_)) => Err(Step::NotYet(e)),
+                        Ok(None) => Err(Step::Fail(e)),
+                        Err(e) => Err(Step::Fail(e)),
+                    }
+                }
+            }
+        };
+        let what = format!("comparing {base}...{head} in {owner}/{repo}");
+        background::until_done(&what, self.create_pull_patience, attempt).await.map_err(|e| match e {
+            Ok(e) => e,
+            Err(gave_up) => {
+                let hint = format!(
+                    "Gitea still did not know branch `{base}` or `{head}` of {owner}/{repo} {}: it records pushed \
+                     branches in the background; check that both were pushed",
+                    gave_up.how_long()
+                );
+                with_hint(gave_up.last, &hint)
+            }
+        })
+    }
+
     /// `GET /repos/{owner}/{repo}/pulls/{index}` (`repoGetPullRequest`, 200/404).
     pub async fn get_pull(&self, owner: &str, repo: &str, index: i64) -> Result<Option<PullRequest>, GiteaError> {
         let n = index.to_string();

@@ -167,7 +167,11 @@ pub(super) async fn publish_repo(
         fork = Some(ForkReport { full_name: fork_name, action, note });
 
         let release = refs.iter().find(|r| r.branch == "release").map(|r| r.new.clone()).unwrap_or_default();
-        pull = Some(if release == commit {
+        // Nothing to release: `release` is `main`, or already holds all of it (a merged release
+        // pull request leaves `release` a merge commit ahead of `main`).
+        let released =
+            release == commit || client.compare_pushed(org, repo, "release", "main").await?.total_commits == 0;
+        pull = Some(if released {
             PullReport { number: None, action: Action::Unchanged }
         } else {
             let open = client.list_pulls(org, repo, "open", Some("release")).await?;
