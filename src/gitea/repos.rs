@@ -90,6 +90,12 @@ impl Client {
 
     /// `GET /repos/{owner}/{repo}/pulls?state=…&base_branch=…` (`repoListPullRequests`, 200),
     /// all pages (at most [`MAX_PAGES`](super::MAX_PAGES) of [`PAGE_LIMIT`](super::PAGE_LIMIT)).
+    /// A 404 while the repository exists (Gitea 1.27.3 right after its first push, until its push
+    /// queue marks it non-empty) is retried within the create-pull patience (~10 s).
+    ///
+    /// # Errors
+    /// [`GiteaError`]: 404 at once when the repository does not exist, 404 with the attempts
+    /// made after the wait, and any other failed request.
     pub async fn list_pulls(
         &self,
         owner: &str,
@@ -101,7 +107,31 @@ impl Client {
         if let Some(b) = base_branch {
             q.push(("base_branch", b.to_string()));
         }
-        self.get_pages(&["repos", owner, repo, "pulls"], &q).await
+        // Right after the first push Gitea still takes the repository for empty and answers 404
+        // (see `compare_pushed`): retried while the repository exists.
+        let attempt = || async {
+            match self.get_pages(&["repos", owner, repo, "pulls"], &q).await {
+                Ok(pulls) => Ok(pulls),
+                Err(e) if e.status() == Some(404) => match self.get_repo(owner, repo).await {
+                    Ok(Some(_)) => Err(Step::NotYet(e)),
+                    Ok(None) => Err(Step::Fail(e)),
+                    Err(e) => Err(Step::Fail(e)),
+                },
+                Err(e) => Err(Step::Fail(e)),
+            }
+        };
+        let what = format!("listing the pull requests of {owner}/{repo}");
+        background::until_done(&what, self.create_pull_patience, attempt).await.map_err(|e| match e {
+            Ok(e) => e,
+            Err(gave_up) => {
+                let hint = format!(
+                    "Gitea still answered 404 for the pull requests of {owner}/{repo} {}: it records pushed branches in \
+                     the background",
+                    gave_up.how_long()
+                );
+                with_hint(gave_up.last, &hint)
+            }
+        })
     }
 
     /// `POST /repos/{owner}/{repo}/pulls` (`repoCreatePullRequest`, 201).
@@ -193,8 +223,7 @@ impl Client {
     }
 
     /// [`Client::compare`] of branches just pushed: Gitea 1.27.3 answers 404 until its push queue
-    /// has recorded them (the repository stays "empty" meanwhile, and its pull requests cannot
-    /// be listed either), so a 404 while the repository exists is retried within the client's
+    /// has recorded them, so a 404 while the repository exists is retried within the client's
     /// create-pull patience (~10 s).
     ///
     /// # Errors
