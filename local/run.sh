@@ -30,7 +30,14 @@
 # Environment: LOGIN, PASSWORD, PROXMOX_SHARE (override local/config.local.json), PGO_LXC_PATH
 # (LXC path, default from `lxc-config lxc.lxcpath`), PGO_STAGE (default main), PGO_PROFILE (cargo
 # profile, default release), PGO_LXC_BASE (base for --purge, default pgo-base-bookworm),
-# PGO_NO_SNAPSHOT=1 (same as --no-snapshot).
+# PGO_NO_SNAPSHOT=1 (same as --no-snapshot), PGO_BINARY (a built proxmox-gitops to use instead of
+# building one). For `config`: PGO_GITEA_BINARY, PGO_GITEA_STATIC, PGO_RUNNER_BINARY (the control
+# plane's programs; unset, they are downloaded from Gitea's release site and verified).
+#
+# `config` is the control plane: once it runs Gitea, this monorepo is published into it
+# (`publish --release-from-root`) and the run ends with the release pull request to accept and
+# the login. Without Proxmox VE settings a runner on this host (label shell, under
+# /var/lib/proxmox-gitops/runner/) deploys the libs into local containers when it is accepted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -69,7 +76,7 @@ while [ $# -gt 0 ]; do
         never|when-needed|always) policy=(--recreate "$value") ;;
         *) usage "--recreate \`$value\`: expected never, when-needed or always" ;;
       esac ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) usage "unknown option \`$arg\`" ;;
     *) libs+=("$arg") ;;
   esac
@@ -119,7 +126,7 @@ if ! command -v cargo >/dev/null; then
     fi
   done
 fi
-command -v cargo >/dev/null \
+[ -n "${PGO_BINARY:-}" ] || command -v cargo >/dev/null \
   || die "cargo not found: install a Rust toolchain (https://rustup.rs), or run \`sudo env PATH=\"\$PATH\" $self\` if cargo is in your user's PATH"
 
 # 3. LXC's bridge with DHCP.
@@ -130,6 +137,10 @@ ensure_lxc_net || exit 1
 # 4. The binary.
 # A rebuild is quick and quiet; the first build shows cargo's own progress (the crate it
 # compiles, and its progress bar on a terminal), so that a build is never mistaken for a hang.
+if [ -n "${PGO_BINARY:-}" ]; then
+  [ -x "$PGO_BINARY" ] || die "PGO_BINARY=$PGO_BINARY is not an executable file"
+  bin=$PGO_BINARY
+else
 quiet=1
 if [ -x "$repo/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/proxmox-gitops" ]; then
   say "building proxmox-gitops ($profile)"
@@ -145,7 +156,146 @@ else
   dir=$profile; [ "$profile" = dev ] && dir=debug   # cargo's output directory for the dev profile
   bin="$repo/target/$dir/proxmox-gitops"
 fi
+fi
 pgo() { "$bin" --repo "$repo" --stage "$stage" "$@"; }
+
+# The settings the control plane needs (local/control_plane.py settings): LOGIN, PVE (yes/no) and
+# the programs for `config` (PGO_GITEA_BINARY, PGO_GITEA_STATIC, PGO_RUNNER_BINARY, empty = not
+# given), read into cp_* variables.
+control_plane_settings() {
+  local key value
+  while IFS='=' read -r key value; do
+    case "$key" in
+      LOGIN) cp_login=$value ;;
+      PVE) cp_pve=$value ;;
+      PGO_GITEA_BINARY) cp_gitea=$value ;;
+      PGO_GITEA_STATIC) cp_static=$value ;;
+      PGO_RUNNER_BINARY) cp_runner=$value ;;
+    esac
+  done < <(python3 "$repo/local/control_plane.py" settings "$repo")
+}
+
+# A runner on this host for local deploys (the lxc backend): a container cannot create its
+# sibling containers. Its programs and state are under $runner_dir; it is registered once with
+# the control plane's Gitea (a token Gitea generates, read from stdin), and (re)started when it
+# is not running or its configuration changed. $1: Gitea's URL; $2: config's container.
+host_runner() {
+  local url=$1 ct=$2 lxcpath token cfg new pid
+  lxcpath="${PGO_LXC_PATH:-$(lxc-config lxc.lxcpath)}"
+  runner_dir="/var/lib/proxmox-gitops/runner/$ct"
+  mkdir -p "$runner_dir/work"
+  chmod 0700 "$runner_dir"
+  # The same runner program config runs, taken from the container.
+  lxc-attach -P "$lxcpath" -n "$ct" -- cat /usr/local/bin/gitea-runner > "$runner_dir/gitea-runner.new"
+  chmod 0755 "$runner_dir/gitea-runner.new"
+  if cmp -s "$runner_dir/gitea-runner.new" "$runner_dir/gitea-runner"; then
+    rm -f "$runner_dir/gitea-runner.new"
+  else
+    mv "$runner_dir/gitea-runner.new" "$runner_dir/gitea-runner"
+  fi
+  # JSON strings are YAML strings: every value quoted safely.
+  q() { python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$1"; }
+  cfg="$runner_dir/config.yaml"
+  new=$(
+    printf 'log:\n  level: info\nrunner:\n  file: %s\n  capacity: 1\n  envs:\n' "$(q "$runner_dir/.runner")"
+    printf '    PGO_LXC_PATH: %s\n' "$(q "$lxcpath")"
+    [ -z "${PGO_LXC_BASE:-}" ] || printf '    PGO_LXC_BASE: %s\n' "$(q "$PGO_LXC_BASE")"
+    [ -z "$cp_gitea" ] || printf '    PGO_GITEA_BINARY: %s\n' "$(q "$cp_gitea")"
+    [ -z "$cp_static" ] || printf '    PGO_GITEA_STATIC: %s\n' "$(q "$cp_static")"
+    [ -z "$cp_runner" ] || printf '    PGO_RUNNER_BINARY: %s\n' "$(q "$cp_runner")"
+    printf '  timeout: 3h\n  fetch_interval: 1s\n  labels:\n    - "shell:host"\n'
+    printf 'cache:\n  enabled: false\nhost:\n  workdir_parent: %s\n' "$(q "$runner_dir/work")"
+  )
+  local changed=
+  if [ "$(cat "$cfg" 2>/dev/null)" != "$new" ]; then
+    printf '%s\n' "$new" > "$cfg"
+    changed=1
+  fi
+  if [ ! -f "$runner_dir/.runner" ] || ! grep -qF "\"address\": \"$url\"" "$runner_dir/.runner"; then
+    say "registering a runner on this host with the control plane (label shell)"
+    rm -f "$runner_dir/.runner"
+    token=$(lxc-attach -P "$lxcpath" -n "$ct" -- runuser -u gitea -- /usr/local/bin/gitea --config /etc/gitea/app.ini \
+      --work-path /srv/config/gitea actions generate-runner-token 2>/dev/null | tail -n 1)
+    (cd "$runner_dir" && printf '%s\n' "$token" | "$runner_dir/gitea-runner" --config "$cfg" register \
+      --instance "$url" --name "$(hostname)-$ct" >> "$runner_dir/runner.log" 2>&1) \
+      || die "cannot register the host's runner with $url; see $runner_dir/runner.log"
+    changed=1
+  fi
+  pid=$(cat "$runner_dir/runner.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$runner_dir/gitea-runner"; then
+    [ -z "$changed" ] && return 0
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  say "starting the host's runner (log: $runner_dir/runner.log)"
+  local from
+  touch "$runner_dir/runner.log"
+  from=$(wc -l < "$runner_dir/runner.log")
+  # A session of its own (it outlives this run and the terminal); the pid is written by the
+  # process that becomes the runner (setsid may fork).
+  # Every descriptor of this run is replaced, so that nothing waiting on this run's output
+  # waits on the runner.
+  (cd "$runner_dir" && exec setsid sh -c 'echo "$$" > "$1" && exec "$2" --config "$3" daemon' sh \
+    "$runner_dir/runner.pid" "$runner_dir/gitea-runner" "$cfg") >> "$runner_dir/runner.log" 2>&1 < /dev/null &
+  for _ in $(seq 300); do
+    tail -n "+$((from + 1))" "$runner_dir/runner.log" | grep -q "declare successfully" && return 0
+    sleep 0.2
+  done
+  die "the host's runner did not start within 60 s; see $runner_dir/runner.log"
+}
+
+# Stops the runner host_runner started for config's Gitea (its registration stays, for the next
+# deploy of config with the same data).
+stop_host_runner() {
+  local ct pid dir
+  ct=config
+  [ "$stage" = main ] || ct="$stage-config"
+  dir="/var/lib/proxmox-gitops/runner/$ct"
+  pid=$(cat "$dir/runner.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/gitea-runner"; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    say "stopped the host's runner of $ct"
+  fi
+}
+
+# Publishes this monorepo into config's Gitea and shows the release pull request and the login.
+control_plane() {
+  local url ct pull merge
+  cp_login= cp_pve= cp_gitea= cp_static= cp_runner=
+  control_plane_settings
+  url=$(python3 "$repo/local/control_plane.py" url "$artifacts") || return 1
+  ct=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["hostname"])' "$artifacts/provision/config.json")
+  local vars=(HOST="$url")
+  if [ "$cp_pve" = yes ]; then
+    # config's own runner deploys to Proxmox VE, with the binary the playbook installed.
+    vars+=(PROXMOX_GITOPS_BINARY=/usr/local/bin/proxmox-gitops)
+  else
+    # No Proxmox VE: the libs are deployed into local containers by a runner on this host.
+    vars+=(PROXMOX_GITOPS_BACKEND=lxc PROXMOX_GITOPS_BINARY="$bin" PROXMOX_SHARE="$share"
+      PROXMOX_GITOPS_ARTIFACTS="/var/lib/proxmox-gitops/artifacts/$ct")
+  fi
+  [ "$stage" = main ] || vars+=(PROXMOX_GITOPS_STAGE="$stage")
+  say "publishing this monorepo into the control plane at $url"
+  env "${vars[@]}" "$bin" --repo "$repo" --stage "$stage" publish --gitea "$url" --release-from-root >/dev/null \
+    || { say "publish failed; run it again with: sudo $self config"; return 1; }
+  [ "$cp_pve" = yes ] || host_runner "$url" "$ct"
+  { read -r pull; read -r merge; } < <(python3 "$repo/local/control_plane.py" pull "$url" "$artifacts") || true
+  printf '\n  control plane: Gitea at %s (login %s, password in local/config.local.json unless set elsewhere)\n' \
+    "$url" "$cp_login"
+  if [ -n "${pull:-}" ]; then
+    printf '    release pull request  %s\n' "$pull"
+    printf '    accept it in the browser, or:  curl -u %q -X POST -H '\''Content-Type: application/json'\'' -d '\''{"Do":"merge"}'\'' %s\n' \
+      "$cp_login" "$merge"
+    if [ "$cp_pve" = yes ]; then
+      printf '    merging deploys the libs onto Proxmox VE through config'\''s runner\n'
+    else
+      printf '    merging deploys the libs into local containers through the runner on this host\n'
+    fi
+  else
+    printf '    nothing to accept: release is up to date with main\n'
+  fi
+}
 
 # 5. The pipeline.
 pgo resolve >/dev/null
@@ -175,6 +325,7 @@ case "$mode" in
     # when it cannot), then stops and removes it.
     for lib in "${libs[@]}"; do
       touch "$mark"
+      [ "$lib" != config ] || stop_host_runner
       pgo destroy --backend lxc --container "$lib" "${no_snapshot[@]}" || {
         rc=$?
         advise "$artifacts/destroy/$lib.json" --destroy
@@ -226,4 +377,12 @@ for lib in "${libs[@]}"; do
   pgo configure --container "$lib" || { rc=$?; break; }
 done
 python3 "$repo/local/summary.py" "$repo" "$artifacts" "$run_mark" "${done_libs[@]}" || true
-exit "$rc"
+[ "$rc" -eq 0 ] || exit "$rc"
+
+# 6. The control plane: once `config` runs Gitea, this monorepo is published into it and its
+# release pull request shown; accepting it deploys the libs through a runner (docs/control-plane.md).
+for lib in "${libs[@]}"; do
+  [ "$lib" = config ] || continue
+  control_plane || exit $?
+done
+exit 0

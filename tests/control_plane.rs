@@ -76,10 +76,25 @@ fn options(artifacts: &Path, password: &str) -> ConfigureOptions {
 
 /// A GET of Gitea's API with basic auth: (status, body).
 fn api(url: &str, login: &str, password: &str) -> (u16, serde_json::Value) {
+    call(reqwest::Method::GET, url, login, password, None)
+}
+
+/// One request to Gitea's API with basic auth and an optional JSON body: (status, body).
+fn call(
+    method: reqwest::Method,
+    url: &str,
+    login: &str,
+    password: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
-        let resp = http.get(url).basic_auth(login, Some(password)).send().await.unwrap();
+        let mut req = http.request(method, url).basic_auth(login, Some(password));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
         let body = resp.json::<serde_json::Value>().await.unwrap_or(serde_json::Value::Null);
         (status, body)
@@ -88,6 +103,7 @@ fn api(url: &str, login: &str, password: &str) -> (u16, serde_json::Value) {
 
 #[test]
 fn config_runs_gitea_and_its_runner_and_a_second_configure_changes_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let (root, share, artifacts) = (tmp.path().join("repo"), tmp.path().join("share"), tmp.path().join("artifacts"));
     monorepo(&root);
@@ -160,4 +176,198 @@ fn config_runs_gitea_and_its_runner_and_a_second_configure_changes_nothing() {
     assert!(third[0].ok(), "{:?}\n{}", third[0].outcome, third[0].log_tail.join("\n"));
     assert_eq!(api(&format!("{url}api/v1/user"), LOGIN, &new_password).0, 200);
     assert_eq!(api(&format!("{url}api/v1/user"), LOGIN, &password).0, 401);
+}
+
+/// One control-plane test at a time: each runs a Gitea, and this one a whole pipeline.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `cmd` to its end within `timeout` (killed after it); its (status, stdout, stderr).
+fn bounded(mut cmd: std::process::Command, timeout: Duration) -> (Option<i32>, String, String) {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot start local/run.sh");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    (status, out.join().unwrap(), err.join().unwrap())
+}
+
+/// What `local/run.sh config` leaves on the host besides containers (the host's runner, its
+/// directory, the runner's artifacts), removed when the test ends, also when it fails.
+struct HostRunner(String);
+
+impl Drop for HostRunner {
+    fn drop(&mut self) {
+        let dir = Path::new("/var/lib/proxmox-gitops/runner").join(&self.0);
+        if let Ok(pid) = std::fs::read_to_string(dir.join("runner.pid")) {
+            let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = std::process::Command::new("kill").args(["-9", pid.trim()]).status();
+        }
+        let _ = std::fs::remove_dir_all(dir);
+        let _ = std::fs::remove_dir_all(Path::new("/var/lib/proxmox-gitops/artifacts").join(&self.0));
+    }
+}
+
+/// A git monorepo of the shipped control plane, `local/`, the workflows and the broker lib (test
+/// ids, DHCP), in two commits.
+fn local_monorepo(root: &Path) {
+    let src = support::fs::source_root();
+    for d in ["base", "workflows", "local"] {
+        support::fs::copy_dir(&src.join(d), &root.join(d));
+    }
+    for f in ["playbook.yml", "versions.env", "action.yml", ".gitignore", "globals.json"] {
+        std::fs::copy(src.join(f), root.join(f)).unwrap();
+    }
+    for f in ["configure.sh", "README.md"] {
+        std::fs::create_dir_all(root.join("libs/broker")).unwrap();
+        std::fs::copy(src.join("libs/broker").join(f), root.join("libs/broker").join(f)).unwrap();
+    }
+    let _ = std::fs::remove_file(root.join("local/config.local.json"));
+    std::fs::write(
+        root.join("libs/broker/container.env"),
+        "ID=9171\nIP=dhcp\nMEMORY=256\nBROKER_PORT=1883\nSNAPSHOT=/var/lib/mosquitto\nREQUIRES=LOGIN,PASSWORD\n\
+         SERVICES=mosquitto\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("container.env"),
+        "ID=9170\nIP=dhcp\nMEMORY=1024\nGITEA_PORT=8080\nSNAPSHOT=/srv/config\nREQUIRES=LOGIN,PASSWORD\n\
+         SERVICES=gitea,gitea-runner\n",
+    )
+    .unwrap();
+    let git = |args: &[&str]| support::git::git(root, args);
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A", "--", ":!libs"]);
+    git(&["commit", "-q", "-m", "the control plane"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "the broker"]);
+}
+
+/// `./local/run.sh config` as a user runs it: `config` comes up with Gitea, the monorepo is
+/// published into it, and the run ends with the release pull request. Merging it through
+/// Gitea's API deploys the broker through the runner on this host; the broker then takes an MQTT
+/// login. A second run changes nothing and says so.
+#[test]
+fn local_run_config_bootstraps_and_the_accepted_pull_request_deploys_the_libs() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = programs();
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, share) = (tmp.path().join("mono"), tmp.path().join("share"));
+    std::fs::create_dir_all(&root).unwrap();
+    local_monorepo(&root);
+    let password = format!("Lr'pw $(id) {}", std::process::id());
+    let stage = sup::stage_for("cpl");
+    let ct = format!("{stage}-config");
+    let _runner = HostRunner(ct.clone());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let lxc_path = support::lxc::lxc_path();
+    let base = support::lxc::ready_base(&lxc_path, "pgotest-cpl-base");
+    // Removes this run's containers (`<stage>-config`, `<stage>-broker`) when it drops.
+    let _lab = rt.block_on(sup::Lab::open(&share, "cpl", &base));
+    let run = || {
+        let mut cmd = std::process::Command::new(root.join("local/run.sh"));
+        cmd.arg("config")
+            .current_dir(&root)
+            .env("PGO_BINARY", env!("CARGO_BIN_EXE_proxmox-gitops"))
+            .env("PGO_STAGE", &stage)
+            .env("PGO_LXC_BASE", &base)
+            .env("LOGIN", LOGIN)
+            .env("PASSWORD", &password)
+            .env("PROXMOX_SHARE", &share)
+            .env("XDG_CACHE_HOME", tmp.path().join("cache"))
+            .env_remove("GITHUB_ACTIONS")
+            .env_remove("GITEA_ACTIONS");
+        bounded(cmd, Duration::from_secs(1200))
+    };
+
+    // 1. The bootstrap.
+    let (code, out, err) = run();
+    assert_eq!(code, Some(0), "local/run.sh config failed:\n{out}\n{err}");
+    let url = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(root.join(".proxmox-gitops/configure/config.json")).unwrap(),
+    )
+    .unwrap()["outputs"]["CONFIG_GITEA_URL"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(out.contains(&format!("control plane: Gitea at {url} (login {LOGIN}")), "{out}");
+    let pull_line = out.lines().find(|l| l.contains("release pull request")).unwrap_or_else(|| panic!("{out}"));
+    let pull_url = pull_line.split_whitespace().last().unwrap();
+    assert!(pull_url.starts_with(&format!("{url}main/mono/pulls/")), "{pull_line}");
+    let number: i64 = pull_url.rsplit('/').next().unwrap().parse().unwrap();
+    assert!(out.contains(&format!("{url}api/v1/repos/main/mono/pulls/{number}/merge")), "{out}");
+    assert!(err.contains("starting the host's runner"), "{err}");
+
+    // 2. The pull request accepted through Gitea's API: the pipeline on release deploys the
+    // broker through the host's runner.
+    let merge = format!("{url}api/v1/repos/main/mono/pulls/{number}/merge");
+    let (status, body) =
+        call(reqwest::Method::POST, &merge, LOGIN, &password, Some(serde_json::json!({"Do": "merge"})));
+    assert_eq!(status, 200, "{body}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(900);
+    let run_done = loop {
+        let (_, runs) = api(&format!("{url}api/v1/repos/main/mono/actions/runs?limit=10"), LOGIN, &password);
+        let release = runs["workflow_runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["head_branch"] == "release" && r["status"] == "completed")
+            .cloned();
+        if let Some(r) = release {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "the release run did not complete within 15 min: {runs}");
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    let log = std::fs::read_to_string(format!("/var/lib/proxmox-gitops/runner/{ct}/runner.log")).unwrap_or_default();
+    assert_eq!(run_done["conclusion"], "success", "{run_done}\nthe host runner's log:\n{log}");
+    let broker: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("/var/lib/proxmox-gitops/artifacts/{ct}/provision/broker.json")).unwrap(),
+    )
+    .unwrap();
+    let ip = broker["address"].as_str().unwrap().to_string();
+    let publish = |pw: &str| {
+        std::process::Command::new("mosquitto_pub")
+            .args(["-h", &ip, "-p", "1883", "-u", LOGIN, "-P", pw, "-t", "pgo/test", "-m", "hi"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(publish(&password), "the broker refused LOGIN/PASSWORD");
+    assert!(!publish("not the password"), "the broker took a wrong password");
+
+    // 3. Again: nothing changes, and the run says so.
+    let (code, out, err) = run();
+    assert_eq!(code, Some(0), "the second run failed:\n{out}\n{err}");
+    assert!(out.contains("nothing to accept: release is up to date with main"), "{out}");
+    assert!(!err.contains("starting the host's runner"), "{err}");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/configure/config.json")).unwrap())
+            .unwrap();
+    assert_eq!((config["base"]["changed"].as_u64(), config["lib"]["changed"].as_u64()), (Some(0), Some(0)), "{config}");
 }
