@@ -291,3 +291,59 @@ fn configure_alone_writes_its_outputs() {
         format!("succeeded=\nfailed=alpha\nconfigure_dir={}\n", art.join("configure").display())
     );
 }
+
+/// `configure --check -c config` finds the control plane's programs before anything is created:
+/// a given path that is no program is an input error naming the setting; without programs and
+/// without a reachable release site, the run fails saying which setting avoids the download.
+/// Only loopback is contacted (`PGO_GITEA_DOWNLOAD` names a closed port).
+#[test]
+fn configure_check_of_config_finds_the_control_planes_programs_first() {
+    let repo = monorepo(&[]);
+    let root = repo.path();
+    std::fs::copy(support::fs::source_root().join("playbook.yml"), root.join("playbook.yml")).unwrap();
+    std::fs::write(root.join("container.env"), "ID=100\nIP=127.0.20.9/24\nREQUIRES=LOGIN\n").unwrap();
+    let art = root.join(".proxmox-gitops");
+    let art = art.to_str().unwrap();
+    let cache = root.join("cache");
+    let env = |extra: &[(&'static str, String)]| {
+        let mut v = vec![
+            ("LOGIN", "admin".to_string()),
+            ("PGO_GITEA_DOWNLOAD", "http://127.0.0.1:9".to_string()),
+            ("XDG_CACHE_HOME", cache.display().to_string()),
+            ("PGO_GITEA_BINARY", String::new()),
+            ("PGO_GITEA_STATIC", String::new()),
+            ("PGO_RUNNER_BINARY", String::new()),
+        ];
+        for (k, val) in extra {
+            v.retain(|(n, _)| n != k);
+            v.push((k, val.clone()));
+        }
+        v
+    };
+    let run = |env: &[(&'static str, String)]| {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        pgo(root, &["--artifacts", art, "configure", "--check", "-c", "config"], &env)
+    };
+    let out = run(&env(&[("PGO_GITEA_BINARY", root.join("container.env").display().to_string())]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("settings (PGO_GITEA_BINARY or control_plane.gitea_binary in local/config.json)"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(text(&out.stderr).contains("is not an executable file"), "{}", text(&out.stderr));
+
+    let out = run(&env(&[]));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("cannot download http://127.0.0.1:9/gitea/"), "{err}");
+    assert!(
+        err.contains(
+            "without internet access, set PGO_GITEA_BINARY or control_plane.gitea_binary in local/config.json"
+        ),
+        "{err}"
+    );
+    assert!(
+        !cache.join("control-plane").exists() || std::fs::read_dir(cache.join("control-plane")).unwrap().count() == 0
+    );
+}

@@ -181,6 +181,68 @@ pub async fn download_verified(url: &str, dest: &Path) -> Result<String, Downloa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A release site on loopback serving `files` (path → body); anything else is a 404.
+    async fn site(files: Vec<(String, Vec<u8>)>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let files = files.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let n = conn.read(&mut buf).await.unwrap_or(0);
+                    let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let path = req.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let (status, body) = match files.iter().find(|(p, _)| *p == path) {
+                        Some((_, b)) => ("200 OK", b.clone()),
+                        None => ("404 Not Found", b"not found".to_vec()),
+                    };
+                    let head =
+                        format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                    let _ = conn.write_all(head.as_bytes()).await;
+                    let _ = conn.write_all(&body).await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_download_is_kept_only_when_its_digest_matches_the_published_one() {
+        let binary = b"#!/bin/sh\necho gitea\n".to_vec();
+        let good = format!("{}  gitea-1.27.3-linux-amd64\n", hex::encode(Sha256::digest(&binary)));
+        let path = "/gitea/1.27.3/gitea-1.27.3-linux-amd64";
+        let base = site(vec![
+            (path.to_string(), binary.clone()),
+            (format!("{path}.sha256"), good.into_bytes()),
+            ("/bad/x".to_string(), binary.clone()),
+            ("/bad/x.sha256".to_string(), format!("{}  x\n", "0".repeat(64)).into_bytes()),
+            ("/nosum/x.sha256".to_string(), b"<html>moved</html>".to_vec()),
+        ])
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let url = binary_url(&base, Program::Gitea, "1.27.3", "x86_64").unwrap();
+        let dest = dir.path().join("gitea-1.27.3/gitea");
+        download_verified(&url, &dest).await.unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), binary);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&dest).unwrap().permissions().mode() & 0o777, 0o755);
+
+        // A digest that differs: nothing is kept, nothing half-written is left.
+        let bad = dir.path().join("bad/x");
+        let e = download_verified(&format!("{base}/bad/x"), &bad).await.unwrap_err();
+        assert!(matches!(e, DownloadError::Mismatch { .. }), "{e}");
+        assert!(e.to_string().contains("differs from the published"), "{e}");
+        assert!(!bad.exists());
+        assert_eq!(std::fs::read_dir(dir.path().join("bad")).unwrap().count(), 0);
+        // No checksum file, or not one: refused before the binary is fetched.
+        let e = download_verified(&format!("{base}/missing/x"), &dir.path().join("m")).await.unwrap_err();
+        assert!(e.to_string().contains("HTTP 404"), "{e}");
+        let e = download_verified(&format!("{base}/nosum/x"), &dir.path().join("n")).await.unwrap_err();
+        assert!(matches!(e, DownloadError::Checksum { .. }), "{e}");
+    }
 
     #[test]
     fn urls_follow_the_release_layout() {
