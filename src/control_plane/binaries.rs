@@ -146,6 +146,64 @@ pub async fn binaries(settings: &ControlPlaneSettings, versions: &Versions) -> a
         Some(p) => p.clone(),
         None => fetch(Program::Runner, &versions.runner, "PGO_RUNNER_BINARY").await?,
     };
-    let tool = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find this program's own path: {e}"))?;
+    identify(&gitea, "PGO_GITEA_BINARY", &["gitea version "], &versions.gitea).await.and_then(|out| {
+        // A Gitea built without the `bindata` tag reads its templates from STATIC_ROOT_PATH.
+        if settings.gitea_static.is_none() && !out.contains("bindata") {
+            anyhow::bail!(
+                "{} ({}) is built without its templates and options (its --version lists no `bindata`): set {} to the \
+                 directory with its templates/ and options/",
+                setting_names("PGO_GITEA_BINARY"),
+                gitea.display(),
+                setting_names("PGO_GITEA_STATIC")
+            );
+        }
+        Ok(())
+    })?;
+    identify(&runner, "PGO_RUNNER_BINARY", &["gitea-runner version ", "act_runner version "], &versions.runner).await?;
+    let tool = match &settings.tool_binary {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find this program's own path: {e}"))?,
+    };
+    if !tool.is_file() {
+        anyhow::bail!(
+            "proxmox-gitops itself is no longer at {} (replaced while running?): run it again",
+            tool.display()
+        );
+    }
     Ok(Binaries { gitea, gitea_static: settings.gitea_static.clone(), runner, tool })
+}
+
+/// Runs `path --version` (at most 10 s) and checks that it is the program `var` names: its first
+/// line starts with one of `prefixes` (case-insensitive). A version other than `pinned` is a
+/// warning: a deliberate choice is allowed. Returns the output.
+///
+/// # Errors
+/// The program cannot run, runs too long, or says it is something else, naming the setting.
+async fn identify(path: &Path, var: &str, prefixes: &[&str], pinned: &str) -> anyhow::Result<String> {
+    let what = || format!("{} ({})", setting_names(var), path.display());
+    let run = tokio::process::Command::new(path)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(std::time::Duration::from_secs(10), run).await {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => anyhow::bail!("{} cannot run: {e}", what()),
+        Err(_) => anyhow::bail!("{} did not answer --version within 10 s", what()),
+    };
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let first = text.lines().next().unwrap_or("").trim().to_ascii_lowercase();
+    let Some(rest) = prefixes.iter().find_map(|p| first.strip_prefix(p)) else {
+        anyhow::bail!(
+            "{} is not the expected program: `--version` printed `{}`, expected a line starting with `{}`",
+            what(),
+            text.lines().next().unwrap_or("").trim(),
+            prefixes[0].trim()
+        );
+    };
+    let version = rest.split_whitespace().next().unwrap_or("").trim_start_matches('v');
+    if version != pinned {
+        tracing::warn!("{} is version {version}, not {pinned} (versions.env)", what());
+    }
+    Ok(text)
 }

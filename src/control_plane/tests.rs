@@ -129,3 +129,46 @@ fn given_programs_must_be_executable_files() {
     assert!(e.contains("PGO_RUNNER_BINARY"), "{e}");
     assert!(e.contains("is not a directory with Gitea's templates/ and options/"), "{e}");
 }
+
+/// A fake program answering `--version` with `line`.
+fn fake_program(dir: &Path, name: &str, line: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\necho '{line}'\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+#[tokio::test]
+async fn given_programs_must_say_they_are_gitea_and_its_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let versions = Versions { gitea: "1.27.3".into(), runner: "1.0.8".into() };
+    let runner = fake_program(dir.path(), "runner", "gitea-runner version v1.0.8");
+    let release_gitea =
+        fake_program(dir.path(), "gitea", "Gitea version 1.27.3 built with GNU Make 4.4, go1.25.4 : bindata, sqlite");
+    let settings = |gitea: &Path, static_dir: Option<PathBuf>| crate::settings::ControlPlaneSettings {
+        gitea_binary: Some(gitea.to_path_buf()),
+        gitea_static: static_dir,
+        runner_binary: Some(runner.clone()),
+        tool_binary: Some(runner.clone()),
+        ..Default::default()
+    };
+    let b = binaries(&settings(&release_gitea, None), &versions).await.unwrap();
+    assert_eq!((b.gitea, b.runner), (release_gitea.clone(), runner.clone()));
+
+    // Something else that happens to be executable is refused before anything is installed.
+    let other = fake_program(dir.path(), "hostname", "myhost");
+    let e = binaries(&settings(&other, None), &versions).await.unwrap_err().to_string();
+    assert!(e.contains("PGO_GITEA_BINARY or control_plane.gitea_binary in local/config.json"), "{e}");
+    assert!(e.contains("is not the expected program: `--version` printed `myhost`"), "{e}");
+
+    // A Gitea built without its templates needs PGO_GITEA_STATIC.
+    let bare = fake_program(dir.path(), "gitea-bare", "gitea version 1.27.3 built with go1.27.3");
+    let e = binaries(&settings(&bare, None), &versions).await.unwrap_err().to_string();
+    assert!(e.contains("is built without its templates and options"), "{e}");
+    assert!(e.contains("set PGO_GITEA_STATIC or control_plane.gitea_static in local/config.json"), "{e}");
+    let static_dir = dir.path().join("static");
+    std::fs::create_dir_all(static_dir.join("templates")).unwrap();
+    std::fs::create_dir_all(static_dir.join("options")).unwrap();
+    binaries(&settings(&bare, Some(static_dir)), &versions).await.unwrap();
+}

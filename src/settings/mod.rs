@@ -168,6 +168,9 @@ pub struct ControlPlaneSettings {
     pub download_site: Option<String>,
     /// Where downloaded programs are kept, by version: [`cache_dir`]`/control-plane`.
     pub cache: Option<std::path::PathBuf>,
+    /// proxmox-gitops for `config`'s runner; `None` (always, from [`Settings::load`]): the
+    /// running executable. A program that uses the library sets it.
+    pub tool_binary: Option<std::path::PathBuf>,
 }
 
 /// All settings, loaded from the config files and the environment.
@@ -581,6 +584,7 @@ impl Settings {
             runner_binary: pick!("PGO_RUNNER_BINARY", control_plane.runner_binary).map(Into::into),
             download_site: nonempty(env.get("PGO_GITEA_DOWNLOAD")),
             cache: cache_dir(env).map(|d| d.join("control-plane")),
+            tool_binary: None,
         };
         problems.into_result()?;
         Ok(Settings { pve, gitea, share: share.into(), variables, control_plane })
