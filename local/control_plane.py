@@ -3,7 +3,7 @@
 
     python3 local/control_plane.py settings ROOT          # KEY=value lines of the local settings
     python3 local/control_plane.py url ARTIFACTS          # Gitea's URL from configure/config.json
-    python3 local/control_plane.py pull URL ARTIFACTS     # the release pull request's page, or nothing
+    python3 local/control_plane.py pull URL ARTIFACTS     # the release pull request: page, merge URL, repo
 
 `settings` prints, one `KEY=value` per line, with the lookup order of the binary (environment,
 local/config.local.json, local/config.json; see local/settings.py): `LOGIN`, `PVE` (`yes` when
@@ -77,6 +77,7 @@ def main(argv, env):
                 if number is not None:
                     print(f"{url}/{repo['full_name']}/pulls/{number}")
                     print(f"{url}/api/v1/repos/{repo['full_name']}/pulls/{number}/merge")
+                    print(repo["full_name"])
                 return 0
         fail("publish.json names no monorepo")
     print(__doc__.strip().splitlines()[2:5], file=sys.stderr)

@@ -269,7 +269,8 @@ control_plane() {
   local vars=(HOST="$url")
   if [ "$cp_pve" = yes ]; then
     # config's own runner deploys to Proxmox VE, with the binary the playbook installed.
-    vars+=(PROXMOX_GITOPS_BINARY=/usr/local/bin/proxmox-gitops)
+    # Its share is config's /share (MOUNT=share), owned by the user it runs as.
+    vars+=(PROXMOX_GITOPS_BINARY=/usr/local/bin/proxmox-gitops PROXMOX_SHARE=/share)
   else
     # No Proxmox VE: the libs are deployed into local containers by a runner on this host.
     vars+=(PROXMOX_GITOPS_BACKEND=lxc PROXMOX_GITOPS_BINARY="$bin" PROXMOX_SHARE="$share"
@@ -279,8 +280,22 @@ control_plane() {
   say "publishing this monorepo into the control plane at $url"
   env "${vars[@]}" "$bin" --repo "$repo" --stage "$stage" publish --gitea "$url" --release-from-root >/dev/null \
     || { say "publish failed; run it again with: sudo $self config"; return 1; }
-  [ "$cp_pve" = yes ] || host_runner "$url" "$ct"
-  { read -r pull; read -r merge; } < <(python3 "$repo/local/control_plane.py" pull "$url" "$artifacts") || true
+  if [ "$cp_pve" = yes ]; then
+    # Accepting the release pull request also creates `config` on Proxmox VE, which restores the
+    # newest snapshot of /srv/config from the share: this one, with the monorepo published.
+    say "snapshotting the control plane's data (/srv/config) into the share for its move to Proxmox VE"
+    pgo snapshot --container config --keep 5 >/dev/null || { say "the snapshot failed; run again: sudo $self config"; return 1; }
+  else
+    host_runner "$url" "$ct"
+  fi
+  local mono=
+  { read -r pull; read -r merge; read -r mono; } < <(python3 "$repo/local/control_plane.py" pull "$url" "$artifacts") || true
+  if [ -n "$mono" ]; then
+    # The pull request's description is the plan of the release, as the pipeline on main
+    # writes it (publish's own pushes start no workflow).
+    env "${vars[@]}" "$bin" --repo "$repo" --stage "$stage" release-pr --monorepo "$mono" --gitea "$url" >/dev/null \
+      || say "could not write the plan into the release pull request (it is still there to accept)"
+  fi
   printf '\n  control plane: Gitea at %s (login %s, password in local/config.local.json unless set elsewhere)\n' \
     "$url" "$cp_login"
   if [ -n "${pull:-}" ]; then

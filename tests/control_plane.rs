@@ -32,6 +32,7 @@ fn programs() -> ControlPlaneSettings {
         gitea_binary: Some(var("PGO_GITEA_BINARY")),
         gitea_static: Some(var("PGO_GITEA_STATIC")),
         runner_binary: Some(var("PGO_RUNNER_BINARY")),
+        tool_binary: Some(PathBuf::from(env!("CARGO_BIN_EXE_proxmox-gitops"))),
         ..Default::default()
     }
 }
@@ -321,6 +322,10 @@ fn local_run_config_bootstraps_and_the_accepted_pull_request_deploys_the_libs() 
     let number: i64 = pull_url.rsplit('/').next().unwrap().parse().unwrap();
     assert!(out.contains(&format!("{url}api/v1/repos/main/mono/pulls/{number}/merge")), "{out}");
     assert!(err.contains("starting the host's runner"), "{err}");
+    // Its description is the release's plan: the broker is to be created.
+    let (_, pull) = api(&format!("{url}api/v1/repos/main/mono/pulls/{number}"), LOGIN, &password);
+    let body = pull["body"].as_str().unwrap_or_default();
+    assert!(body.contains("broker") && body.contains("create"), "the release pull request shows no plan: {body}");
 
     // 2. The pull request accepted through Gitea's API: the pipeline on release deploys the
     // broker through the host's runner.
@@ -370,4 +375,121 @@ fn local_run_config_bootstraps_and_the_accepted_pull_request_deploys_the_libs() 
         serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/configure/config.json")).unwrap())
             .unwrap();
     assert_eq!((config["base"]["changed"].as_u64(), config["lib"]["changed"].as_u64()), (Some(0), Some(0)), "{config}");
+}
+
+/// The control plane moved onto Proxmox VE keeps its data and points at itself. A local `config`
+/// (real LXC, real Gitea) gets a repository and the organizations' `HOST` variable, as publish
+/// leaves them, and its data is snapshotted into the share. Then `deploy` on `release` with the
+/// PVE settings (fakepve) creates `config` there; a real LXC container of our own stands in for
+/// the PVE-side container at the address `container.env` gives it, so that configure, the
+/// restore of `/srv/config` and the new Gitea are real. The new Gitea has the repository and the
+/// admin, `HOST` names it, and its runner registered itself with it.
+#[test]
+fn config_moved_to_pve_comes_up_with_its_data_and_points_host_at_itself() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let programs = programs();
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, share) = (tmp.path().join("repo"), tmp.path().join("share"));
+    let (local_art, scratch_art, pve_art) =
+        (tmp.path().join("local-artifacts"), tmp.path().join("scratch"), tmp.path().join("pve-artifacts"));
+    monorepo(&root);
+    let password = format!("Mv'pw $(id) {}", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let lxc_path = support::lxc::lxc_path();
+    let lab = rt.block_on(sup::Lab::open(&share, KIND, &support::lxc::ready_base(&lxc_path, "pgotest-cp-base")));
+    let env: BTreeMap<String, String> = [("PROXMOX_SHARE".to_string(), share.display().to_string())].into();
+    let stage = sup::stage_for(KIND);
+    let inv = resolve(&ResolveOptions { repo: root.clone(), stage: stage.clone() }, &env).unwrap();
+    let spec = inv.container("config").unwrap().clone();
+
+    // 1. The local control plane with what publish leaves in it.
+    let local = rt.block_on(lab.provision(&spec, &local_art));
+    let first = rt.block_on(configure(&inv, &options(&local_art, &password))).unwrap();
+    assert!(first[0].ok(), "{:?}\n{}", first[0].outcome, first[0].log_tail.join("\n"));
+    let old_url = format!("http://{}:8080/", local.address.clone().unwrap());
+    let post = |url: &str, body: serde_json::Value| {
+        let (status, answer) = call(reqwest::Method::POST, url, LOGIN, &password, Some(body));
+        assert!(status == 201 || status == 204, "POST {url}: {status} {answer}");
+    };
+    post(&format!("{old_url}api/v1/orgs"), serde_json::json!({"username": "main"}));
+    post(&format!("{old_url}api/v1/orgs/main/repos"), serde_json::json!({"name": "mono", "auto_init": true}));
+    post(&format!("{old_url}api/v1/orgs/main/actions/variables/HOST"), serde_json::json!({"value": old_url}));
+
+    // 2. Its data snapshot in the share (what a recreate or `local/run.sh --destroy config` takes).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .arg("--repo")
+        .arg(&root)
+        .arg("--artifacts")
+        .arg(&local_art)
+        .args(["--stage", &stage, "snapshot", "--container", "config"])
+        .env("PROXMOX_SHARE", &share)
+        .env("LOGIN", LOGIN)
+        .env("PASSWORD", &password)
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITEA_ACTIONS")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "snapshot: {}", String::from_utf8_lossy(&out.stderr));
+
+    // 3. The PVE-side container's stand-in: a fresh container of ours with config's key pair, at
+    // the address the root container.env now gives `config`.
+    let mut stand_in = spec.clone();
+    stand_in.hostname = format!("{}pve-config", sup::prefix_for(KIND));
+    let stand_in = rt.block_on(lab.provision(&stand_in, &scratch_art));
+    let new_ip = stand_in.address.clone().unwrap();
+    let env_file = std::fs::read_to_string(root.join("container.env")).unwrap();
+    std::fs::write(root.join("container.env"), env_file.replace("IP=dhcp", &format!("IP={new_ip}/24"))).unwrap();
+
+    // 4. deploy on release with the PVE settings: fakepve creates `config`, configure restores
+    // the data into the stand-in and brings Gitea up there.
+    let pve = support::fakepve::FakePve::start();
+    pve.add_template();
+    let mut pve_env = support::fakepve::cli_env(&pve, &share);
+    pve_env.extend([
+        ("LOGIN".to_string(), LOGIN.to_string()),
+        ("PASSWORD".to_string(), password.clone()),
+        ("PGO_STAGE".to_string(), stage.clone()),
+        ("PROXMOX_GATEWAY".to_string(), "10.0.3.1".to_string()),
+        ("PGO_GITEA_BINARY".to_string(), programs.gitea_binary.clone().unwrap().display().to_string()),
+        ("PGO_GITEA_STATIC".to_string(), programs.gitea_static.clone().unwrap().display().to_string()),
+        ("PGO_RUNNER_BINARY".to_string(), programs.runner_binary.clone().unwrap().display().to_string()),
+    ]);
+    let pve_art_arg = pve_art.display().to_string();
+    let out = support::fakepve::run_cli(
+        &root,
+        &["--artifacts", &pve_art_arg, "deploy", "--ref", "refs/heads/release", "-c", "config"],
+        &pve_env,
+    );
+    assert!(
+        out.status.success(),
+        "deploy onto PVE failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(pve.ct_config(9150).unwrap()["hostname"], format!("{stage}-config"));
+
+    // The new Gitea: the same admin and repository, HOST naming it, its runner registered with it.
+    let new_url = format!("http://{new_ip}:8080/");
+    let (status, repo) = api(&format!("{new_url}api/v1/repos/main/mono"), LOGIN, &password);
+    assert_eq!(status, 200, "the repository did not move: {repo}");
+    let (_, host) = api(&format!("{new_url}api/v1/orgs/main/actions/variables/HOST"), LOGIN, &password);
+    assert_eq!(host["data"].as_str(), Some(new_url.as_str()), "{host}");
+    let registration = lab.attach(&stand_in.hostname, &["cat", "/srv/config/runner/.runner"]);
+    let registration: serde_json::Value = serde_json::from_slice(&registration.stdout).unwrap();
+    assert_eq!(registration["address"].as_str(), Some(new_url.as_str()), "{registration}");
+    let mut runners = serde_json::Value::Null;
+    for _ in 0..30 {
+        runners = api(&format!("{new_url}api/v1/admin/actions/runners"), LOGIN, &password).1;
+        let online = runners["runners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["id"] == registration["id"] && r["status"] == "online" && r["labels"][0]["name"] == "shell");
+        if online {
+            break;
+        }
+        runners = serde_json::Value::Null;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(!runners.is_null(), "the moved control plane's runner is not online with the label shell");
 }

@@ -60,10 +60,12 @@ pub const RUNNER_LABEL: &str = "shell:host";
 /// asks for it, so the runner is ready and takes no job.
 pub const IDLE_LABEL: &str = "control-plane:host";
 
-/// The system users of the two services.
+/// Gitea's system user.
 pub const GITEA_USER: &str = "gitea";
-/// See [`GITEA_USER`].
-pub const RUNNER_USER: &str = "gitea-runner";
+/// The runner's user: `config`, the base role's user, which owns the share (`/share/.keys`, the
+/// container key pairs the jobs connect with, mode 0700, and the snapshots) in every container.
+/// The runner's jobs need exactly that, so it runs as `config`, not as a user of its own.
+pub const RUNNER_USER: &str = "config";
 
 const APP_INI: &str = include_str!("templates/app.ini.hbs");
 const RUNNER_YAML: &str = include_str!("templates/runner.yaml.hbs");
