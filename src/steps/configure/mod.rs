@@ -77,7 +77,7 @@ pub struct ConfigureOptions {
     /// [`crate::control_plane`]).
     pub control_plane: crate::settings::ControlPlaneSettings,
     /// True when the PVE settings are set: the control plane deploys to Proxmox VE, so `config`'s
-    /// own runner is registered and started.
+    /// own runner takes the pipeline's jobs (label `shell`) instead of idling.
     pub deploys_to_pve: bool,
 }
 
