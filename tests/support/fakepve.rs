@@ -2,7 +2,8 @@
 //!
 //! [`FakePve::start`] runs `python3 tests/support/fakepve_driver.py DIR`, which makes a
 //! certificate for 127.0.0.1 with `fakepve.certs.make_cert`, listens on `127.0.0.1:<free port>`
-//! with time scale 0 (tasks finish before the answer; [`FakePve::start_scaled`] for another) and takes Python snippets on stdin
+//! with time scale 0 (tasks finish before the answer; [`FakePve::start_scaled`] for another,
+//! [`FakePve::start_on`] for the host's `lxcbr0` address) and takes Python snippets on stdin
 //! ([`FakePve::exec`]) to set up scenarios: templates, API tokens, locks, task errors, expired
 //! tickets, a flaky network. The process is killed when the value is dropped.
 
@@ -51,7 +52,9 @@ struct Io {
 pub struct FakePve {
     child: Child,
     io: Mutex<Io>,
-    /// The port it listens on (127.0.0.1).
+    /// The address it listens on: 127.0.0.1, or the one [`FakePve::start_on`] was given.
+    pub host: String,
+    /// The port it listens on.
     pub port: u16,
     /// Its certificate (PEM), to verify TLS with.
     pub ca: PathBuf,
@@ -67,12 +70,20 @@ impl FakePve {
     /// [`FakePve::start`] with fakepve's `time_scale`: real seconds per PVE second of a task
     /// (0: tasks finish before the answer; > 0: tasks run, and waiting on them really polls).
     pub fn start_scaled(time_scale: f64) -> FakePve {
+        FakePve::start_on("127.0.0.1", time_scale)
+    }
+
+    /// [`FakePve::start_scaled`] listening on `host`: loopback, or the host's own `lxcbr0`
+    /// address so that containers reach it (never any other address). Its certificate names
+    /// `host`.
+    pub fn start_on(host: &str, time_scale: f64) -> FakePve {
         let dir = tempfile::tempdir().expect("tempdir");
         let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/fakepve_driver.py");
         let mut child = Command::new("python3")
             .arg(&driver)
             .arg(dir.path())
             .arg(time_scale.to_string())
+            .arg(host)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -86,7 +97,7 @@ impl FakePve {
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("fakepve did not start: {e}: {line:?}"));
         let port = hello["port"].as_u64().expect("port") as u16;
         let ca = PathBuf::from(hello["ca"].as_str().expect("ca"));
-        let pve = FakePve { child, io: Mutex::new(Io { stdin, stdout }), port, ca, dir };
+        let pve = FakePve { child, io: Mutex::new(Io { stdin, stdout }), host: host.to_string(), port, ca, dir };
         // Every node knows the test templates, as `pveam update` makes a real node know Proxmox's.
         pve.set_template_index(None, &[TEMPLATE_FILE, NEXT_TEMPLATE_FILE]);
         pve
@@ -136,7 +147,7 @@ impl FakePve {
     pub fn settings(&self, share: &Path) -> Settings {
         Settings {
             pve: PveSettings {
-                host: Some("127.0.0.1".into()),
+                host: Some(self.host.clone()),
                 port: self.port,
                 user: Some("root@pam".into()),
                 password: Some(SecretString::from("secret")),
@@ -238,7 +249,7 @@ impl Drop for FakePve {
 /// for [`run_cli`].
 pub fn cli_env(pve: &FakePve, share: &Path) -> Vec<(String, String)> {
     [
-        ("PROXMOX_HOST", "127.0.0.1".to_string()),
+        ("PROXMOX_HOST", pve.host.clone()),
         ("PROXMOX_PORT", pve.port.to_string()),
         ("PROXMOX_USER", "root@pam".into()),
         ("PROXMOX_PASSWORD", "secret".into()),

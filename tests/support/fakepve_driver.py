@@ -1,9 +1,10 @@
 """Serve a fakepve instance for the Rust integration tests and take commands on stdin.
 
-Started by tests/support/fakepve.rs as `python3 fakepve_driver.py DIR [TIME_SCALE]`:
+Started by tests/support/fakepve.rs as `python3 fakepve_driver.py DIR [TIME_SCALE [HOST]]`:
 
-* makes a certificate in DIR with fakepve.certs.make_cert (names 127.0.0.1),
-* starts FakePve on 127.0.0.1, port 0 (the system picks a free one),
+* makes a certificate in DIR with fakepve.certs.make_cert (names HOST),
+* starts FakePve on HOST (default 127.0.0.1; the tests give only loopback or the host's own
+  lxcbr0 address, for containers to reach it), port 0 (the system picks a free one),
 * lets the tests answer schema paths fakepve builds from the schema's shapes (the appliance
   index `GET /nodes/{node}/aplinfo`, `GET /nodes/{node}/status` …): `pve.test_answers[(METHOD,
   PATH_TEMPLATE, NODE or None)] = value`, NODE None for every node,
@@ -13,7 +14,7 @@ Started by tests/support/fakepve.rs as `python3 fakepve_driver.py DIR [TIME_SCAL
   sets `result` to answer something. The answer is one JSON line {"ok": true, "result": ...}
   or {"ok": false, "error": "..."}.
 
-Loopback only: the server never listens anywhere else. EOF on stdin stops it.
+EOF on stdin stops it.
 """
 
 import asyncio
@@ -34,8 +35,9 @@ def main():
     logging.getLogger('aiohttp').setLevel(logging.CRITICAL)
     directory = sys.argv[1]
     time_scale = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
-    certfile, keyfile, _ = make_cert(directory, hosts=('127.0.0.1',))
-    pve = FakePve(user='root@pam', password='secret', host='127.0.0.1', port=0)
+    host = sys.argv[3] if len(sys.argv) > 3 else '127.0.0.1'
+    certfile, keyfile, _ = make_cert(directory, hosts=(host,))
+    pve = FakePve(user='root@pam', password='secret', host=host, port=0)
     pve.time_scale = time_scale
     pve.test_answers = {}
     shaped = pve.synthesise
