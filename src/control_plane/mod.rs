@@ -86,6 +86,10 @@ pub struct Inputs<'a> {
     pub binaries: &'a Binaries,
     /// Gitea's static directory packed by [`pack_static`], when the binary needs it.
     pub static_tar: Option<&'a std::path::Path>,
+    /// The key directory of the share this configure runs with (`<share>/.keys`), handed to the
+    /// container's own share when its runner deploys (`runner_enabled`): the control plane that
+    /// takes over must reach every container the deploying one created. `None`: nothing handed.
+    pub share_keys: Option<&'a std::path::Path>,
 }
 
 /// The extra variable `pgo_control_plane` of the root playbook: paths on the host to copy from,
@@ -118,6 +122,10 @@ pub struct Vars {
     pub gitea_user: String,
     /// [`RUNNER_USER`].
     pub runner_user: String,
+    /// The key pairs on the host to copy into the container's share (`<share>/.keys` of the
+    /// configuring host, [`Inputs::share_keys`]), or empty for none. Keys the container already
+    /// has are never replaced.
+    pub share_keys: String,
 }
 
 /// `GITEA_PORT` of the control plane's env (default [`DEFAULT_PORT`]).
@@ -212,6 +220,11 @@ pub fn render(inputs: &Inputs<'_>) -> Result<Vars, Problems> {
         runner_name: inputs.hostname.into(),
         gitea_user: GITEA_USER.into(),
         runner_user: RUNNER_USER.into(),
+        share_keys: inputs
+            .share_keys
+            .filter(|_| inputs.runner_enabled)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     })
 }
 

@@ -13,7 +13,15 @@ fn bins(static_root: Option<&str>) -> Binaries {
 }
 
 fn inputs<'a>(b: &'a Binaries, address: &'a str) -> Inputs<'a> {
-    Inputs { address, port: 8080, hostname: "config", runner_enabled: true, binaries: b, static_tar: None }
+    Inputs {
+        address,
+        port: 8080,
+        hostname: "config",
+        runner_enabled: true,
+        binaries: b,
+        static_tar: None,
+        share_keys: None,
+    }
 }
 
 #[test]
@@ -75,6 +83,17 @@ fn runner_config_is_yaml_with_the_label_and_the_programs_for_jobs() {
     assert_eq!(r["envs"]["PGO_GITEA_BINARY"].as_str(), Some("/usr/local/bin/gitea"));
     assert_eq!(r["envs"]["PGO_GITEA_STATIC"].as_str(), Some("/usr/local/share/gitea"));
     assert_eq!(docs[0]["host"]["workdir_parent"].as_str(), Some("/srv/config/runner/work"));
+}
+
+#[test]
+fn the_share_keys_are_handed_over_only_to_a_control_plane_that_deploys() {
+    let b = bins(None);
+    let keys = std::path::Path::new("/srv/share/.keys");
+    let deploys = Inputs { share_keys: Some(keys), ..inputs(&b, "10.0.3.17") };
+    assert_eq!(render(&deploys).unwrap().share_keys, "/srv/share/.keys");
+    // An idle control plane (no PVE settings) runs no deploys: it needs no key.
+    let idle = Inputs { runner_enabled: false, ..deploys };
+    assert_eq!(render(&idle).unwrap().share_keys, "");
 }
 
 #[test]

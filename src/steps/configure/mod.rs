@@ -458,6 +458,7 @@ async fn run_container(
             }
             None => None,
         };
+        let share_keys = crate::keys::key_dir(&inv.settings.share);
         Some(crate::control_plane::render(&crate::control_plane::Inputs {
             address: &address,
             port,
@@ -465,6 +466,8 @@ async fn run_container(
             runner_enabled: opts.deploys_to_pve,
             binaries: &binaries,
             static_tar: static_tar.as_deref(),
+            // Handed over only to a control plane on Proxmox VE: the one that takes over.
+            share_keys: (prov.backend == BackendKind::Pve).then_some(share_keys.as_path()),
         })?)
     } else {
         None
