@@ -266,10 +266,16 @@ control_plane() {
   control_plane_settings
   url=$(python3 "$repo/local/control_plane.py" url "$artifacts") || return 1
   ct=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["hostname"])' "$artifacts/provision/config.json")
-  local vars=(HOST="$url")
+  local vars=(HOST="$url") cshare
   if [ "$cp_pve" = yes ]; then
     # config's own runner deploys to Proxmox VE, with the binary the playbook installed.
-    # Its share is config's /share (MOUNT=share), owned by the user it runs as.
+    # Its share is config's /share, which the lxc backend binds from the share's `share`
+    # directory (MOUNT=share), owned by the user the runner runs as (the base role's .keys).
+    cshare="$share/share"
+    if [ ! -d "$cshare/.keys" ]; then
+      say "config has no share at /share, which its runner deploys with: add MOUNT=share to the root container.env and run again: sudo $self config"
+      return 2
+    fi
     vars+=(PROXMOX_GITOPS_BINARY=/usr/local/bin/proxmox-gitops PROXMOX_SHARE=/share)
   else
     # No Proxmox VE: the libs are deployed into local containers by a runner on this host.
@@ -283,8 +289,11 @@ control_plane() {
   if [ "$cp_pve" = yes ]; then
     # Accepting the release pull request also creates `config` on Proxmox VE, which restores the
     # newest snapshot of /srv/config from the share: this one, with the monorepo published.
-    say "snapshotting the control plane's data (/srv/config) into the share for its move to Proxmox VE"
-    pgo snapshot --container config --keep 5 >/dev/null || { say "the snapshot failed; run again: sudo $self config"; return 1; }
+    # The snapshot goes where config's runner looks (its /share), readable by its user.
+    say "snapshotting the control plane's data (/srv/config) into config's share for its move to Proxmox VE"
+    PROXMOX_SHARE="$cshare" pgo snapshot --container config --keep 5 >/dev/null \
+      || { say "the snapshot failed; run again: sudo $self config"; return 1; }
+    chown -R --reference="$cshare/.keys" "$cshare/snapshots"
   else
     host_runner "$url" "$ct"
   fi
@@ -365,6 +374,13 @@ esac
 # missing and where to set it). LOGIN and PASSWORD are set by now (step 2); this catches the
 # names a lib adds.
 for lib in "${libs[@]}"; do
+  # config's runner deploying to Proxmox VE gets the settings as Actions variables: a CA file of
+  # this host would name a path it does not have.
+  if [ "$lib" = config ] && [ -n "${PROXMOX_CA:-}" ] \
+    && python3 "$repo/local/control_plane.py" settings "$repo" | grep -qx 'PVE=yes'; then
+    printf 'error: PROXMOX_CA=%s is a file on this host, which the control plane'\''s runner does not have: trust the PVE node by its certificate'\''s SHA-256 instead, PROXMOX_FINGERPRINT=AA:BB:... (`pvenode cert info` on the node)\n' "$PROXMOX_CA" >&2
+    exit 2
+  fi
   if ! out=$(pgo configure --check --container "$lib" 2>&1); then
     printf '%s\n' "$out" >&2
     exit 2
