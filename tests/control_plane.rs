@@ -9,12 +9,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use proxmox_gitops::artifact::ArtifactDir;
 use proxmox_gitops::settings::ControlPlaneSettings;
-use proxmox_gitops::ssh::ConnectOptions;
 use proxmox_gitops::steps::configure::{ConfigureOptions, Contract, configure};
 use proxmox_gitops::steps::resolve::{ResolveOptions, resolve};
-use secrecy::SecretString;
 use support::configure as sup;
 
 const KIND: &str = "cp";
@@ -55,23 +52,11 @@ fn monorepo(root: &Path) {
 
 fn options(artifacts: &Path, password: &str) -> ConfigureOptions {
     ConfigureOptions {
-        containers: vec!["config".into()],
         jobs: 1,
-        artifacts: ArtifactDir::new(artifacts),
-        contract: Contract {
-            host: None,
-            login: Some(LOGIN.into()),
-            password: Some(SecretString::from(password.to_string())),
-        },
-        connect: ConnectOptions {
-            connect_timeout: Duration::from_secs(10),
-            total_timeout: Duration::from_secs(60),
-            attempts: 6,
-        },
-        run_timeout: Duration::from_secs(900),
+        contract: Contract { host: None, ..sup::options(artifacts, &[], LOGIN, password).contract },
         control_plane: programs(),
         deploys_to_pve: false,
-        ..ConfigureOptions::default()
+        ..sup::options(artifacts, &["config"], LOGIN, password)
     }
 }
 
@@ -182,38 +167,10 @@ fn config_runs_gitea_and_its_runner_and_a_second_configure_changes_nothing() {
 /// One control-plane test at a time: each runs a Gitea, and this one a whole pipeline.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Runs `cmd` to its end within `timeout` (killed after it); its (status, stdout, stderr).
-fn bounded(mut cmd: std::process::Command, timeout: Duration) -> (Option<i32>, String, String) {
-    use std::io::Read;
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("cannot start local/run.sh");
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = std::time::Instant::now() + timeout;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    (status, out.join().unwrap(), err.join().unwrap())
+/// Runs `cmd` to its end within `timeout` (killed after it): (exit code, stdout, stderr).
+fn bounded(cmd: std::process::Command, timeout: Duration) -> (Option<i32>, String, String) {
+    let (status, out, err) = support::real_gitea::run_to_end(cmd, None, timeout);
+    (status.and_then(|s| s.code()), out, err)
 }
 
 /// What `local/run.sh config` leaves on the host besides containers (the host's runner, its
@@ -234,8 +191,9 @@ impl Drop for HostRunner {
 }
 
 /// A git monorepo of the shipped control plane, `local/`, the workflows and the broker lib (test
-/// ids, DHCP), in two commits.
-fn local_monorepo(root: &Path) {
+/// ids), in two commits. `pve`: the addresses `config` and the broker get on Proxmox VE (the root
+/// then mounts the share, as the shipped one does); `None`: DHCP.
+fn local_monorepo(root: &Path, pve: Option<(&str, &str)>) {
     let src = support::fs::source_root();
     for d in ["base", "workflows", "local"] {
         support::fs::copy_dir(&src.join(d), &root.join(d));
@@ -248,16 +206,24 @@ fn local_monorepo(root: &Path) {
         std::fs::copy(src.join("libs/broker").join(f), root.join("libs/broker").join(f)).unwrap();
     }
     let _ = std::fs::remove_file(root.join("local/config.local.json"));
+    let (config_ip, broker_ip, mount) = match pve {
+        Some((c, b)) => (format!("{c}/24"), format!("{b}/24"), "MOUNT=share\n"),
+        None => ("dhcp".to_string(), "dhcp".to_string(), ""),
+    };
     std::fs::write(
         root.join("libs/broker/container.env"),
-        "ID=9171\nIP=dhcp\nMEMORY=256\nBROKER_PORT=1883\nSNAPSHOT=/var/lib/mosquitto\nREQUIRES=LOGIN,PASSWORD\n\
-         SERVICES=mosquitto\n",
+        format!(
+            "ID=9171\nIP={broker_ip}\nMEMORY=256\nBROKER_PORT=1883\nSNAPSHOT=/var/lib/mosquitto\n\
+             REQUIRES=LOGIN,PASSWORD\nSERVICES=mosquitto\n"
+        ),
     )
     .unwrap();
     std::fs::write(
         root.join("container.env"),
-        "ID=9170\nIP=dhcp\nMEMORY=1024\nGITEA_PORT=8080\nSNAPSHOT=/srv/config\nREQUIRES=LOGIN,PASSWORD\n\
-         SERVICES=gitea,gitea-runner\n",
+        format!(
+            "ID=9170\nIP={config_ip}\nMEMORY=1024\n{mount}GITEA_PORT=8080\nSNAPSHOT=/srv/config\n\
+             REQUIRES=LOGIN,PASSWORD\nSERVICES=gitea,gitea-runner\n"
+        ),
     )
     .unwrap();
     let git = |args: &[&str]| support::git::git(root, args);
@@ -279,7 +245,7 @@ fn local_run_config_bootstraps_and_the_accepted_pull_request_deploys_the_libs() 
     let tmp = tempfile::tempdir().unwrap();
     let (root, share) = (tmp.path().join("mono"), tmp.path().join("share"));
     std::fs::create_dir_all(&root).unwrap();
-    local_monorepo(&root);
+    local_monorepo(&root, None);
     let password = format!("Lr'pw $(id) {}", std::process::id());
     let stage = sup::stage_for("cpl");
     let ct = format!("{stage}-config");
@@ -492,4 +458,204 @@ fn config_moved_to_pve_comes_up_with_its_data_and_points_host_at_itself() {
         std::thread::sleep(Duration::from_secs(1));
     }
     assert!(!runners.is_null(), "the moved control plane's runner is not online with the label shell");
+}
+
+/// Host routes to addresses of test containers on a subnet of their own, through `lxcbr0`
+/// (the "Proxmox VE network" of a test), removed when the test ends.
+struct Routes(Vec<String>);
+
+impl Routes {
+    /// Gives the container `name` the extra address `ip` (/24) and routes it from this host.
+    fn add(&mut self, lab: &sup::Lab, name: &str, ip: &str) {
+        let out = lab.attach(name, &["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+        assert!(out.status.success(), "ip addr add in {name}: {}", String::from_utf8_lossy(&out.stderr));
+        let st =
+            std::process::Command::new("ip").args(["route", "replace", &format!("{ip}/32"), "dev", "lxcbr0"]).status();
+        assert!(st.unwrap().success(), "ip route replace {ip}");
+        self.0.push(ip.to_string());
+    }
+}
+
+impl Drop for Routes {
+    fn drop(&mut self) {
+        for ip in &self.0 {
+            let _ =
+                std::process::Command::new("ip").args(["route", "del", &format!("{ip}/32"), "dev", "lxcbr0"]).status();
+        }
+    }
+}
+
+/// This host's IPv4 address on `lxcbr0`.
+fn bridge_address() -> String {
+    let out = std::process::Command::new("ip").args(["-4", "-o", "addr", "show", "dev", "lxcbr0"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let word = text.split_whitespace().skip_while(|w| *w != "inet").nth(1).unwrap_or_else(|| panic!("lxcbr0: {text}"));
+    word.split('/').next().unwrap().to_string()
+}
+
+/// The logs of every job of the Actions run `run` of `main/mono`, for a failure message.
+fn job_logs(url: &str, run: &serde_json::Value, password: &str) -> String {
+    let (_, jobs) = api(&format!("{url}api/v1/repos/main/mono/actions/runs/{}/jobs", run["id"]), LOGIN, password);
+    let mut out = String::new();
+    for job in jobs["jobs"].as_array().into_iter().flatten() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let log = rt.block_on(async {
+            let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+            let req = http.get(format!("{url}api/v1/repos/main/mono/actions/jobs/{}/logs", job["id"]));
+            match req.basic_auth(LOGIN, Some(password)).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(e) => e.to_string(),
+            }
+        });
+        out.push_str(&format!("--- job {} ---\n{log}\n", job["name"]));
+    }
+    out
+}
+
+/// `./local/run.sh config` with the Proxmox VE settings (fakepve on this host's `lxcbr0`
+/// address, trusted by its fingerprint): the local control plane's own runner takes the release
+/// pull request's pipeline and deploys the broker and `config` itself onto PVE. Real LXC
+/// containers of ours stand in for the PVE-side containers at the addresses `container.env`
+/// gives them (a subnet of their own, routed through `lxcbr0`), so that the runner's SSH, the
+/// broker's configuration, the restore of `/srv/config` and the new Gitea are real. Afterwards
+/// the broker takes an MQTT login, the new Gitea has the monorepo and `HOST` names it, and the
+/// new control plane holds the key pairs of the containers it takes over.
+#[test]
+fn local_control_plane_with_pve_settings_deploys_the_libs_and_itself_onto_pve() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = programs();
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, share) = (tmp.path().join("mono"), tmp.path().join("share"));
+    std::fs::create_dir_all(&root).unwrap();
+    let (config_ip, broker_ip) = ("10.0.77.10", "10.0.77.11");
+    local_monorepo(&root, Some((config_ip, broker_ip)));
+    let password = format!("Pv'pw $(id) {}", std::process::id());
+    let stage = sup::stage_for("cpp");
+    let ct = format!("{stage}-config");
+    // Removes the artifacts directory of this stage's runner too.
+    let _runner = HostRunner(ct.clone());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let lxc_path = support::lxc::lxc_path();
+    let base = support::lxc::ready_base(&lxc_path, "pgotest-cpl-base");
+    let _lab = rt.block_on(sup::Lab::open(&share, "cpp", &base));
+    let pve = support::fakepve::FakePve::start_on(&bridge_address(), 0.0);
+    pve.add_template();
+    let fingerprint = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(&pve.ca)
+        .output()
+        .unwrap();
+    let fingerprint = String::from_utf8_lossy(&fingerprint.stdout).trim().rsplit('=').next().unwrap().to_string();
+    let mut env = support::fakepve::cli_env(&pve, &share);
+    env.retain(|(k, _)| k != "PROXMOX_CA" && k != "PROXMOX_GATEWAY" && k != "XDG_CACHE_HOME");
+    env.extend([
+        ("PROXMOX_FINGERPRINT".to_string(), fingerprint),
+        ("PROXMOX_GATEWAY".to_string(), "10.0.77.1".to_string()),
+    ]);
+
+    // 1. The bootstrap, with the PVE settings: no runner on this host, config's data snapshotted
+    // into the share its runner deploys with.
+    let mut cmd = std::process::Command::new(root.join("local/run.sh"));
+    cmd.arg("config")
+        .current_dir(&root)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PGO_BINARY", env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .env("PGO_STAGE", &stage)
+        .env("PGO_LXC_BASE", &base)
+        .env("LOGIN", LOGIN)
+        .env("PASSWORD", &password)
+        .env("XDG_CACHE_HOME", tmp.path().join("cache"))
+        .env_remove("PROXMOX_CA")
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITEA_ACTIONS");
+    let (code, out, err) = bounded(cmd, Duration::from_secs(1200));
+    assert_eq!(code, Some(0), "local/run.sh config failed:\n{out}\n{err}");
+    assert!(out.contains("merging deploys the libs onto Proxmox VE through config's runner"), "{out}");
+    assert!(!err.contains("starting the host's runner"), "{err}");
+    let url = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(root.join(".proxmox-gitops/configure/config.json")).unwrap(),
+    )
+    .unwrap()["outputs"]["CONFIG_GITEA_URL"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pull_line = out.lines().find(|l| l.contains("release pull request")).unwrap_or_else(|| panic!("{out}"));
+    let number: i64 = pull_line.rsplit('/').next().unwrap().trim().parse().unwrap();
+    let cshare = share.join("share");
+    assert!(
+        std::fs::read_dir(cshare.join("snapshots/config")).map(|mut d| d.next().is_some()).unwrap_or(false),
+        "no snapshot of config in the share its runner deploys with"
+    );
+
+    // 2. The PVE-side containers' stand-ins, with the key pairs of config's share (owned, as
+    // every file there, by the runner's user), at the addresses container.env gives.
+    let stand_ins = rt.block_on(sup::Lab::open(&cshare, "cpq", &base));
+    let mut routes = Routes(Vec::new());
+    let senv: BTreeMap<String, String> = [("PROXMOX_SHARE".to_string(), cshare.display().to_string())].into();
+    let inv = resolve(&ResolveOptions { repo: root.clone(), stage: stage.clone() }, &senv).unwrap();
+    let mut stand_in = |name: &str, ip: &str| {
+        let mut spec = inv.container(name).unwrap().clone();
+        spec.hostname = format!("{}{name}", sup::prefix_for("cpq"));
+        // Without SHARE_HOST, a PVE container's /share is a directory of its own.
+        spec.mounts.clear();
+        let p = rt.block_on(stand_ins.provision(&spec, &tmp.path().join("scratch")));
+        routes.add(&stand_ins, &p.hostname, ip);
+        p.hostname
+    };
+    let (pve_config, _pve_broker) = (stand_in("config", config_ip), stand_in("broker", broker_ip));
+    let st = std::process::Command::new("chown")
+        .args(["-R", "--reference"])
+        .arg(cshare.join(".keys"))
+        .arg(cshare.join(".keys"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+
+    // 3. The pull request accepted: config's runner deploys both onto PVE.
+    let merge = format!("{url}api/v1/repos/main/mono/pulls/{number}/merge");
+    let (status, body) =
+        call(reqwest::Method::POST, &merge, LOGIN, &password, Some(serde_json::json!({"Do": "merge"})));
+    assert_eq!(status, 200, "{body}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(900);
+    let run_done = loop {
+        let (_, runs) = api(&format!("{url}api/v1/repos/main/mono/actions/runs?limit=10"), LOGIN, &password);
+        let release = runs["workflow_runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["head_branch"] == "release" && r["status"] == "completed")
+            .cloned();
+        if let Some(r) = release {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "the release run did not complete within 15 min: {runs}");
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert_eq!(run_done["conclusion"], "success", "{run_done}\n{}", job_logs(&url, &run_done, &password));
+    assert_eq!(pve.ct_config(9171).unwrap()["hostname"], format!("{stage}-broker"));
+    assert_eq!(pve.ct_config(9170).unwrap()["hostname"], format!("{stage}-config"));
+
+    // The broker answers on PVE.
+    let publish = |pw: &str| {
+        std::process::Command::new("mosquitto_pub")
+            .args(["-h", broker_ip, "-p", "1883", "-u", LOGIN, "-P", pw, "-t", "pgo/test", "-m", "hi"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(publish(&password), "the broker on PVE refused LOGIN/PASSWORD");
+    assert!(!publish("not the password"), "the broker on PVE took a wrong password");
+
+    // The new control plane: the monorepo as published, HOST naming it, and the key pair of the
+    // broker it takes over.
+    let new_url = format!("http://{config_ip}:8080/");
+    let (status, repo) = api(&format!("{new_url}api/v1/repos/main/mono"), LOGIN, &password);
+    assert_eq!(status, 200, "the monorepo did not move: {repo}");
+    let (_, host) = api(&format!("{new_url}api/v1/orgs/main/actions/variables/HOST"), LOGIN, &password);
+    assert_eq!(host["data"].as_str(), Some(new_url.as_str()), "{host}");
+    let key = stand_ins.attach(&pve_config, &["cat", "/share/.keys/9171"]);
+    assert!(key.status.success(), "the new control plane has no key pair of the broker");
+    assert_eq!(key.stdout, std::fs::read(cshare.join(".keys/9171")).unwrap());
+    drop(routes);
 }
