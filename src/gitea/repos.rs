@@ -107,31 +107,16 @@ impl Client {
         if let Some(b) = base_branch {
             q.push(("base_branch", b.to_string()));
         }
-        // Right after the first push Gitea still takes the repository for empty and answers 404
-        // (see `compare_pushed`): retried while the repository exists.
-        let attempt = || async {
-            match self.get_pages(&["repos", owner, repo, "pulls"], &q).await {
-                Ok(pulls) => Ok(pulls),
-                Err(e) if e.status() == Some(404) => match self.get_repo(owner, repo).await {
-                    Ok(Some(_)) => Err(Step::NotYet(e)),
-                    Ok(None) => Err(Step::Fail(e)),
-                    Err(e) => Err(Step::Fail(e)),
-                },
-                Err(e) => Err(Step::Fail(e)),
-            }
-        };
+        // Right after the first push Gitea still takes the repository for empty and answers 404.
         let what = format!("listing the pull requests of {owner}/{repo}");
-        background::until_done(&what, self.create_pull_patience, attempt).await.map_err(|e| match e {
-            Ok(e) => e,
-            Err(gave_up) => {
-                let hint = format!(
-                    "Gitea still answered 404 for the pull requests of {owner}/{repo} {}: it records pushed branches in \
-                     the background",
-                    gave_up.how_long()
-                );
-                with_hint(gave_up.last, &hint)
-            }
-        })
+        let hint = |how_long: &str| {
+            format!(
+                "Gitea still answered 404 for the pull requests of {owner}/{repo} {how_long}: it records pushed \
+                 branches in the background"
+            )
+        };
+        let path = ["repos", owner, repo, "pulls"];
+        self.while_push_unrecorded(owner, repo, &what, hint, || self.get_pages(&path, &q)).await
     }
 
     /// `POST /repos/{owner}/{repo}/pulls` (`repoCreatePullRequest`, 201).
@@ -151,35 +136,22 @@ impl Client {
         repo: &str,
         opt: &CreatePullRequestOption,
     ) -> Result<PullRequest, GiteaError> {
-        let attempt = || async {
-            let (a, path) = self
-                .send(Method::POST, &["repos", owner, repo, "pulls"], &[], Self::json(opt))
-                .await
-                .map_err(Step::Fail)?;
+        let request = || async {
+            let (a, path) = self.send(Method::POST, &["repos", owner, repo, "pulls"], &[], Self::json(opt)).await?;
             match a.status.as_u16() {
-                201 => Self::decode(Method::POST, path, &a).map_err(Step::Fail),
-                404 => match self.get_repo(owner, repo).await {
-                    Ok(Some(_)) => Err(Step::NotYet(Self::status_error(Method::POST, path, &a))),
-                    Ok(None) => Err(Step::Fail(Self::status_error(Method::POST, path, &a))),
-                    Err(e) => Err(Step::Fail(e)),
-                },
-                _ => Err(Step::Fail(Self::status_error(Method::POST, path, &a))),
+                201 => Self::decode(Method::POST, path, &a),
+                _ => Err(Self::status_error(Method::POST, path, &a)),
             }
         };
         let what = format!("opening a pull request {} → {} in {owner}/{repo}", opt.head, opt.base);
-        background::until_done(&what, self.create_pull_patience, attempt).await.map_err(|e| match e {
-            Ok(e) => e,
-            Err(gave_up) => {
-                let hint = format!(
-                    "Gitea still did not know branch `{}` or `{}` of {owner}/{repo} {}: it records pushed branches \
-                     in the background; check that both were pushed",
-                    opt.head,
-                    opt.base,
-                    gave_up.how_long()
-                );
-                with_hint(gave_up.last, &hint)
-            }
-        })
+        let hint = |how_long: &str| {
+            format!(
+                "Gitea still did not know branch `{}` or `{}` of {owner}/{repo} {how_long}: it records pushed branches \
+                 in the background; check that both were pushed",
+                opt.head, opt.base
+            )
+        };
+        self.while_push_unrecorded(owner, repo, &what, hint, request).await
     }
 
     /// `PATCH /repos/{owner}/{repo}/pulls/{index}` (`repoEditPullRequest`, 201): changes the
@@ -231,33 +203,60 @@ impl Client {
     /// attempts made when a branch is still unknown after the wait; other answers as
     /// [`Client::compare`].
     pub async fn compare_pushed(&self, owner: &str, repo: &str, base: &str, head: &str) -> Result<Compare, GiteaError> {
-        let attempt = || async {
-            match self.compare(owner, repo, base, head).await.map_err(Step::Fail)? {
-                Some(c) => Ok(c),
-                None => {
-                    let e = GiteaError::Status {
-                        method: Method::GET,
-                        path: format!("/repos/{owner}/{repo}/compare/{base}...{head}"),
-                        status: 404,
-                        message: "not found".into(),
-                    };
-                    match self.get_repo(owner, repo).await {
-                        Ok(Some(_)) => Err(Step::NotYet(e)),
-                        Ok(None) => Err(Step::Fail(e)),
-                        Err(e) => Err(Step::Fail(e)),
-                    }
-                }
-            }
+        let request = || async {
+            self.compare(owner, repo, base, head).await?.ok_or_else(|| GiteaError::Status {
+                method: Method::GET,
+                path: format!("/repos/{owner}/{repo}/compare/{base}...{head}"),
+                status: 404,
+                message: "not found".into(),
+            })
         };
         let what = format!("comparing {base}...{head} in {owner}/{repo}");
-        background::until_done(&what, self.create_pull_patience, attempt).await.map_err(|e| match e {
+        let hint = |how_long: &str| {
+            format!(
+                "Gitea still did not know branch `{base}` or `{head}` of {owner}/{repo} {how_long}: it records pushed \
+                 branches in the background; check that both were pushed"
+            )
+        };
+        self.while_push_unrecorded(owner, repo, &what, hint, request).await
+    }
+
+    /// Runs `request` again within the client's create-pull patience (~10 s) while it answers 404
+    /// and the repository `owner/repo` exists: Gitea 1.27.3 answers 404 for a repository's pull
+    /// requests and the branches of a push until its push queue has recorded that push (the
+    /// repository still counts as empty after its first). `what` names the request in the retry
+    /// log; `hint` says, given "after N attempts over S s", why a 404 outlasted the wait.
+    ///
+    /// # Errors
+    /// `request`'s error at once when it is no 404 or the repository does not exist; the last
+    /// 404 with the hint when the wait runs out; an error of the repository lookup.
+    async fn while_push_unrecorded<T, F, Fut>(
+        &self,
+        owner: &str,
+        repo: &str,
+        what: &str,
+        hint: impl FnOnce(&str) -> String,
+        request: F,
+    ) -> Result<T, GiteaError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, GiteaError>>,
+    {
+        let attempt = || async {
+            match request().await {
+                Ok(v) => Ok(v),
+                Err(e) if e.status() == Some(404) => match self.get_repo(owner, repo).await {
+                    Ok(Some(_)) => Err(Step::NotYet(e)),
+                    Ok(None) => Err(Step::Fail(e)),
+                    Err(e) => Err(Step::Fail(e)),
+                },
+                Err(e) => Err(Step::Fail(e)),
+            }
+        };
+        background::until_done(what, self.create_pull_patience, attempt).await.map_err(|e| match e {
             Ok(e) => e,
             Err(gave_up) => {
-                let hint = format!(
-                    "Gitea still did not know branch `{base}` or `{head}` of {owner}/{repo} {}: it records pushed \
-                     branches in the background; check that both were pushed",
-                    gave_up.how_long()
-                );
+                let hint = hint(&gave_up.how_long());
                 with_hint(gave_up.last, &hint)
             }
         })
