@@ -52,25 +52,37 @@ pub(super) struct RawControlPlane {
     pub(super) runner_binary: Option<String>,
 }
 
-/// Keys of the `control_plane` section (all strings).
-const CONTROL_PLANE_KEYS: &[&str] = &["gitea_binary", "gitea_static", "runner_binary"];
+/// What a key of a config file's section takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Takes {
+    /// A string.
+    Text,
+    /// A number or a string (`port`, `mask`).
+    NumberOrText,
+    /// A path: a string.
+    Path,
+}
 
-/// Keys of the `proxmox` section and whether each is a string (`false`: string or number).
-const PROXMOX_KEYS: &[(&str, bool)] = &[
-    ("host", true),
-    ("port", false),
-    ("user", true),
-    ("password", true),
-    ("token", true),
-    ("secret", true),
-    ("node", true),
-    ("gateway", true),
-    ("mask", false),
-    ("interface", true),
-    ("bridge", true),
-    ("storage", true),
-    ("template", true),
-    ("share", true),
+/// Keys of the `control_plane` section: paths on this host.
+const CONTROL_PLANE_KEYS: &[(&str, Takes)] =
+    &[("gitea_binary", Takes::Path), ("gitea_static", Takes::Path), ("runner_binary", Takes::Path)];
+
+/// Keys of the `proxmox` section.
+const PROXMOX_KEYS: &[(&str, Takes)] = &[
+    ("host", Takes::Text),
+    ("port", Takes::NumberOrText),
+    ("user", Takes::Text),
+    ("password", Takes::Text),
+    ("token", Takes::Text),
+    ("secret", Takes::Text),
+    ("node", Takes::Text),
+    ("gateway", Takes::Text),
+    ("mask", Takes::NumberOrText),
+    ("interface", Takes::Text),
+    ("bridge", Takes::Text),
+    ("storage", Takes::Text),
+    ("template", Takes::Text),
+    ("share", Takes::Text),
 ];
 
 /// Top-level keys of a config file besides `proxmox` (all strings).
@@ -141,63 +153,40 @@ pub(super) fn read_config(path: &Path, display: &Path, problems: &mut Problems) 
     };
     let bad = |loc: Location, msg: String, problems: &mut Problems| problems.add(loc, msg);
 
-    let mut proxmox = serde_json::Map::new();
-    match top.remove("proxmox") {
-        None | Some(serde_json::Value::Null) => {}
-        Some(serde_json::Value::Object(map)) => {
-            let from = key_line(&text, "proxmox", 0).map_or(0, |(_, o)| o);
-            for (k, v) in map {
-                let json_key = format!("proxmox.{k}");
-                match PROXMOX_KEYS.iter().find(|(name, _)| *name == k) {
-                    None => bad(
-                        at(&k, &json_key, from),
-                        format!(
-                            "unknown key `{k}`; the `proxmox` section takes {}",
-                            PROXMOX_KEYS.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-                        ),
-                        problems,
-                    ),
-                    Some((_, true)) if !(v.is_string() || v.is_null()) => {
-                        bad(at(&k, &json_key, from), format!("expected a string, found {}", shown(&k, &v)), problems)
-                    }
-                    Some((_, false)) if !(v.is_string() || v.is_number() || v.is_null()) => {
-                        bad(at(&k, &json_key, from), format!("expected a number or a string, found {v}"), problems)
-                    }
-                    Some(_) => {
-                        proxmox.insert(k, v);
-                    }
+    let mut section = |name: &str, keys: &[(&str, Takes)], problems: &mut Problems| {
+        let mut kept = serde_json::Map::new();
+        match top.remove(name) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Object(map)) => {
+                let from = key_line(&text, name, 0).map_or(0, |(_, o)| o);
+                for (k, v) in map {
+                    let json_key = format!("{name}.{k}");
+                    let expected = match keys.iter().find(|(key, _)| *key == k) {
+                        None => {
+                            let known = keys.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+                            let msg = format!("unknown key `{k}`; the `{name}` section takes {known}");
+                            bad(at(&k, &json_key, from), msg, problems);
+                            continue;
+                        }
+                        Some((_, Takes::Text)) if !(v.is_string() || v.is_null()) => "a string",
+                        Some((_, Takes::Path)) if !(v.is_string() || v.is_null()) => "a path (a string)",
+                        Some((_, Takes::NumberOrText)) if !(v.is_string() || v.is_number() || v.is_null()) => {
+                            "a number or a string"
+                        }
+                        Some(_) => {
+                            kept.insert(k, v);
+                            continue;
+                        }
+                    };
+                    bad(at(&k, &json_key, from), format!("expected {expected}, found {}", shown(&k, &v)), problems);
                 }
             }
+            Some(other) => bad(at(name, name, 0), format!("expected an object, found {other}"), problems),
         }
-        Some(other) => bad(at("proxmox", "proxmox", 0), format!("expected an object, found {other}"), problems),
-    }
-    let mut control_plane = serde_json::Map::new();
-    match top.remove("control_plane") {
-        None | Some(serde_json::Value::Null) => {}
-        Some(serde_json::Value::Object(map)) => {
-            let from = key_line(&text, "control_plane", 0).map_or(0, |(_, o)| o);
-            for (k, v) in map {
-                let json_key = format!("control_plane.{k}");
-                if !CONTROL_PLANE_KEYS.contains(&k.as_str()) {
-                    bad(
-                        at(&k, &json_key, from),
-                        format!(
-                            "unknown key `{k}`; the `control_plane` section takes {}",
-                            CONTROL_PLANE_KEYS.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-                        ),
-                        problems,
-                    );
-                } else if !(v.is_string() || v.is_null()) {
-                    bad(at(&k, &json_key, from), format!("expected a path (a string), found {v}"), problems);
-                } else {
-                    control_plane.insert(k, v);
-                }
-            }
-        }
-        Some(other) => {
-            bad(at("control_plane", "control_plane", 0), format!("expected an object, found {other}"), problems)
-        }
-    }
+        kept
+    };
+    let mut proxmox = section("proxmox", PROXMOX_KEYS, problems);
+    let control_plane = section("control_plane", CONTROL_PLANE_KEYS, problems);
     let mut kept = serde_json::Map::new();
     for (k, v) in top {
         if !TOP_KEYS.contains(&k.as_str()) {
