@@ -10,13 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use proxmox_gitops::artifact::{self, ArtifactDir};
+use proxmox_gitops::artifact;
 use proxmox_gitops::backend::model::Outcome;
 use proxmox_gitops::inventory::{Engine, Inventory};
 use proxmox_gitops::ssh::ConnectOptions;
-use proxmox_gitops::steps::configure::{Configure, ConfigureOptions, Contract, EngineRun, configure};
+use proxmox_gitops::steps::configure::{Configure, ConfigureOptions, EngineRun, configure};
 use proxmox_gitops::steps::resolve::{ResolveOptions, resolve};
-use secrecy::SecretString;
 use support::configure as sup;
 
 const LOGIN: &str = "pgo-admin";
@@ -60,23 +59,7 @@ struct Ct {
 }
 
 fn options(artifacts: &Path, names: &[&str], password: &str) -> ConfigureOptions {
-    ConfigureOptions {
-        containers: names.iter().map(|s| s.to_string()).collect(),
-        jobs: 2,
-        artifacts: ArtifactDir::new(artifacts),
-        contract: Contract {
-            host: Some("http://127.0.0.1:9".into()),
-            login: Some(LOGIN.into()),
-            password: Some(SecretString::from(password.to_string())),
-        },
-        connect: ConnectOptions {
-            connect_timeout: Duration::from_secs(10),
-            total_timeout: Duration::from_secs(60),
-            attempts: 6,
-        },
-        run_timeout: Duration::from_secs(900),
-        ..ConfigureOptions::default()
-    }
+    sup::options(artifacts, names, LOGIN, password)
 }
 
 fn rt() -> tokio::runtime::Runtime {

@@ -27,16 +27,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use proxmox_gitops::artifact::{self, ArtifactDir};
+use proxmox_gitops::artifact;
 use proxmox_gitops::backend::model::{BackendKind, Outcome, Provision};
 use proxmox_gitops::exec::LxcAttach;
 use proxmox_gitops::inventory::{Engine, Inventory};
 use proxmox_gitops::share::{ClientInput, client};
 use proxmox_gitops::snapshot::record::SnapshotOptions;
-use proxmox_gitops::ssh::ConnectOptions;
-use proxmox_gitops::steps::configure::{Configure, ConfigureOptions, Contract, configure};
+use proxmox_gitops::steps::configure::{Configure, ConfigureOptions, configure};
 use proxmox_gitops::steps::resolve::{ResolveOptions, resolve};
-use secrecy::SecretString;
 use support::configure::{Lab, PsSampler, stage_for};
 
 const KIND: &str = "shr";
@@ -80,23 +78,7 @@ fn inventory(root: &Path, share: &Path) -> Inventory {
 }
 
 fn options(artifacts: &Path, names: &[&str], password: &str) -> ConfigureOptions {
-    ConfigureOptions {
-        containers: names.iter().map(|s| s.to_string()).collect(),
-        jobs: 2,
-        artifacts: ArtifactDir::new(artifacts),
-        contract: Contract {
-            host: Some("http://127.0.0.1:9".into()),
-            login: Some(LOGIN.into()),
-            password: Some(SecretString::from(password.to_string())),
-        },
-        connect: ConnectOptions {
-            connect_timeout: Duration::from_secs(10),
-            total_timeout: Duration::from_secs(60),
-            attempts: 6,
-        },
-        run_timeout: Duration::from_secs(900),
-        ..ConfigureOptions::default()
-    }
+    support::configure::options(artifacts, names, LOGIN, password)
 }
 
 /// An smbclient authentication file (mode 0600): `username = …`, `password = …`.

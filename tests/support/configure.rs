@@ -12,6 +12,34 @@ use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
 use proxmox_gitops::backend::model::{Action, ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::inventory::ContainerSpec;
 
+/// The configure options of the LXC tests: `names` with 2 jobs, the contract's `LOGIN`/`PASSWORD`
+/// (and a `HOST` nothing listens on: 127.0.0.1:9), SSH within 60 s, runs within 15 min.
+pub fn options(
+    artifacts: &Path,
+    names: &[&str],
+    login: &str,
+    password: &str,
+) -> proxmox_gitops::steps::configure::ConfigureOptions {
+    use proxmox_gitops::steps::configure::{ConfigureOptions, Contract};
+    ConfigureOptions {
+        containers: names.iter().map(|s| s.to_string()).collect(),
+        jobs: 2,
+        artifacts: artifact::ArtifactDir::new(artifacts),
+        contract: Contract {
+            host: Some("http://127.0.0.1:9".into()),
+            login: Some(login.into()),
+            password: Some(secrecy::SecretString::from(password.to_string())),
+        },
+        connect: proxmox_gitops::ssh::ConnectOptions {
+            connect_timeout: Duration::from_secs(10),
+            total_timeout: Duration::from_secs(60),
+            attempts: 6,
+        },
+        run_timeout: Duration::from_secs(900),
+        ..ConfigureOptions::default()
+    }
+}
+
 /// Name prefix of everything this test process creates.
 pub fn prefix() -> String {
     prefix_for("cfg")

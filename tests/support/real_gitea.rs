@@ -162,18 +162,33 @@ fn tail(log: &Path) -> String {
 /// Runs `cmd` to its end within `timeout` (stdin from `input`), killing it when it takes longer;
 /// returns its stdout. Panics with `what`, the exit status and stderr when it fails. Stdout is
 /// never shown: it may hold secrets.
-fn run_bounded(mut cmd: Command, input: Option<&str>, timeout: Duration, what: &str) -> String {
+fn run_bounded(cmd: Command, input: Option<&str>, timeout: Duration, what: &str) -> String {
+    let (status, out, err) = run_to_end(cmd, input, timeout);
+    match status {
+        Some(s) if s.success() => out,
+        Some(s) => panic!("{what} failed ({s}):\n{err}"),
+        None => panic!("{what} did not finish within {timeout:?}; its stderr:\n{err}"),
+    }
+}
+
+/// Runs `cmd` in a process group of its own to its end within `timeout` (stdin from `input`,
+/// else none), killing the group when it takes longer: (its exit status, `None` when killed;
+/// stdout; stderr). Both pipes are read on threads, so a full pipe never blocks it.
+pub fn run_to_end(
+    mut cmd: Command,
+    input: Option<&str>,
+    timeout: Duration,
+) -> (Option<std::process::ExitStatus>, String, String) {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
     cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
     if let Some(text) = input {
         child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     }
-    // Read both pipes on threads so a full pipe never blocks the child.
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
     let out = std::thread::spawn(move || {
@@ -199,12 +214,7 @@ fn run_bounded(mut cmd: Command, input: Option<&str>, timeout: Duration, what: &
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let (out, err) = (out.join().unwrap(), err.join().unwrap());
-    match status {
-        Some(s) if s.success() => out,
-        Some(s) => panic!("{what} failed ({s}):\n{err}"),
-        None => panic!("{what} did not finish within {timeout:?}; its stderr:\n{err}"),
-    }
+    (status, out.join().unwrap(), err.join().unwrap())
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released: a tiny window in which another process
