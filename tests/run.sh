@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything the test suite needs on a fresh Debian/Ubuntu machine (as root), then runs
 # it. Idempotent: a second run installs nothing new. This is the README's test command and what
-# .ci/run calls. Extra arguments go to `cargo test` (e.g. `./tests/run.sh --test resolve`).
+# .ci/run calls. Without arguments it checks formatting and lints first (cargo fmt --check,
+# cargo clippy -D warnings); extra arguments go to `cargo test` alone (e.g. `./tests/run.sh
+# --test resolve`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,6 +86,22 @@ done
 # unprivileged system user.
 if ! id -u pgotest-gitea >/dev/null 2>&1; then
   useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin pgotest-gitea
+fi
+
+# The gates, before the (long) suite: formatting and every lint (Cargo.toml's [lints] table,
+# warnings as errors). Skipped when arguments narrow the run to some tests.
+if [ "$#" -eq 0 ]; then
+  for tool in fmt clippy; do
+    component=$tool; [ "$tool" = fmt ] && component=rustfmt
+    cargo "$tool" --version >/dev/null 2>&1 || rustup component add "$component" >&2 || {
+      echo "error: cargo $tool is missing and rustup could not add it: install the $component component, then run again" >&2
+      exit 1
+    }
+  done
+  echo "==> cargo fmt --check" >&2
+  cargo fmt --check
+  echo "==> cargo clippy --all-targets -- -D warnings" >&2
+  cargo clippy --locked --all-targets -- -D warnings
 fi
 
 cargo test --locked "$@"

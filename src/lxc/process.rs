@@ -207,6 +207,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[allow(unsafe_code)] // std::env::set_var, see SAFETY
     async fn run_in_clears_the_environment() {
         // SAFETY: a variable only this test reads; set before any process is spawned by it.
         unsafe { std::env::set_var("PGO_TEST_LEAK", "from the caller") };
