@@ -62,7 +62,6 @@ impl crate::artifact::Artifact for RequirementsCheck {
 }
 
 pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
-    let _group = crate::actions::Group::start("configure");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let settings = Settings::load(&inv.root, &ProcessEnv)?;
     let opts = ConfigureOptions {

@@ -96,7 +96,6 @@ impl From<StepArg> for Step {
 }
 
 pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
-    let _group = crate::actions::Group::start("deploy");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
     let backend = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));

@@ -122,7 +122,6 @@ fn gitea_client(settings: &Settings, base: Option<&str>) -> Result<Option<Client
 }
 
 pub fn run(ctx: &Ctx, args: HealthArgs) -> Result<()> {
-    let _group = crate::actions::Group::start("health");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let specs: Vec<ContainerSpec> =
         inv.select(&args.containers, true, NotFound::InStage)?.into_iter().cloned().collect();

@@ -37,7 +37,6 @@ pub struct PublishArgs {
 }
 
 pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
-    let _group = crate::actions::Group::start("publish");
     let settings = settings(ctx)?;
     let client = |gitea: Option<&str>| {
         let client = Client::from_settings(&settings.gitea, gitea).map_err(|e| Error::Usage(e.to_string()))?;

@@ -85,7 +85,6 @@ pub(crate) fn workflow_names(files: &[PathBuf]) -> String {
 }
 
 pub fn run(ctx: &Ctx, args: RewriteArgs) -> Result<()> {
-    let _group = crate::actions::Group::start("rewrite");
     let settings = settings(ctx)?;
     let remotes = do_rewrite(ctx, &args.target, &settings)?;
     super::run::outputs(&[

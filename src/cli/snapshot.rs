@@ -79,7 +79,6 @@ enum TransportArg {
 }
 
 pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
-    let _group = crate::actions::Group::start("snapshot");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let specs: Vec<_> = if args.all {
         inv.containers.iter().filter(|c| !c.snapshot_paths.is_empty()).collect()

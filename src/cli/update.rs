@@ -61,7 +61,6 @@ pub struct UpdateArgs {
 }
 
 pub fn run(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
-    let _group = crate::actions::Group::start("update");
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let names = if args.all { Vec::new() } else { args.containers.clone() };
     let specs: Vec<ContainerSpec> = inv.select(&names, args.all, NotFound::InStage)?.into_iter().cloned().collect();
