@@ -12,11 +12,11 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "error: LXC needs root: run sudo $0" >&2; exit 1; }
 ip -4 addr show dev lxcbr0 2>/dev/null | grep -q inet || /usr/libexec/lxc/lxc-net start
 
-cargo build --locked --quiet --example lxc_bench
+cargo bench --locked --quiet --bench lxc_bench --no-run
 breakdown_file=$(mktemp)
 trap 'rm -f "$breakdown_file"' EXIT
 load=$(cut -d' ' -f1 /proc/loadavg)
-table=$(target/debug/examples/lxc_bench 2>"$breakdown_file") || { cat "$breakdown_file" >&2; exit 1; }
+table=$(cargo bench --locked --quiet --bench lxc_bench 2>"$breakdown_file") || { cat "$breakdown_file" >&2; exit 1; }
 breakdown=$(grep -E '^pgobench-[0-9]+-p10x[0-9]+:' "$breakdown_file" | sed -E 's/^pgobench-[0-9]+-//')
 
 cgroup=v1; [ -f /sys/fs/cgroup/cgroup.controllers ] && cgroup=v2

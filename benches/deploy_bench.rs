@@ -1,7 +1,7 @@
 //! Benchmark of `deploy`'s own work: the inputs digest of lib trees of growing size, and the
 //! orchestration overhead with a no-op step runner at several `--jobs` values.
 //!
-//! Run: `cargo run --release --example deploy_bench` (output goes to docs/benchmarks/deploy.md).
+//! Run: `cargo bench --bench deploy_bench` (output goes to docs/benchmarks/deploy.md).
 //! Everything happens in a temporary directory; no network.
 
 use std::path::Path;
@@ -68,7 +68,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn main() {
     println!("# deploy benchmarks\n");
-    println!("`cargo run --release --example deploy_bench` on the development machine (2 shared cores, other builds");
+    println!("`cargo bench --bench deploy_bench` on the development machine (2 shared cores, other builds");
     println!("running); median of 5 runs, warm page cache.\n");
     println!("## Inputs digest of one lib tree\n");
     println!("| files | file size | total | digest time | throughput |");
