@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxmox_gitops::artifact::ArtifactDir;
-use proxmox_gitops::backend::model::BackendKind;
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::model::BackendKind;
 use proxmox_gitops::steps::deploy::{
     DeployOptions, StepContext, StepResult, StepRunner, StepSuccess, deploy, inputs_digest,
 };

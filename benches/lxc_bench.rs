@@ -13,8 +13,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
-use proxmox_gitops::backend::model::{ApplyOptions, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::inventory::{ContainerSpec, Disk, IpConfig};
+use proxmox_gitops::model::{ApplyOptions, Outcome, Provision, RecreatePolicy};
 
 /// The figures of `benches/lxc.sh` on 2026-11-30 (2 CPUs, every container waiting for its DHCP
 /// lease), by row key.

@@ -14,7 +14,7 @@
 //!    only [`steps::deploy`] composes them.
 //! 3. [`backend`] — provisioning backends (PVE, local LXC) behind one enum ([`backend::Backend`],
 //!    chosen by [`backend::open`]), each a pure planner over desired state plus a thin executor;
-//!    the backend-neutral provision model ([`backend::model`]); the live side of deployed
+//!    the live side of deployed
 //!    containers without artifacts — state, way in, health check, snapshots, reboot, rollback
 //!    ([`backend::live`]). [`snapshot`] — data archives,
 //!    container snapshots and the protect-before-destroy rule ([`snapshot::guard`]).
@@ -25,7 +25,9 @@
 //!    workflow commands, step outputs), [`ssh`] (OpenSSH), [`git`] (gix reads and the `git`
 //!    CLI), [`lxc`] (every `lxc-*` process), and [`exec`] ("run this command in that container",
 //!    over SSH, `lxc-attach` or locally, behind one trait).
-//! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`artifact`]
+//! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`model`]
+//!    (the backend-neutral provision model: plans, the recreate policy, the provision artifact,
+//!    drifted keys; what backends, steps, snapshots and `exec` share), [`artifact`]
 //!    (the artifacts directory, every artifact path, and [`artifact::pack`] for job outputs),
 //!    [`settings`], [`remote_url`] (URLs with their credentials redacted), [`error`], [`keys`], [`net`], [`pipe`], [`progress`],
 //!    [`workflows`] (the workflow files proxmox-gitops renders and installs), [`share`] (the CIFS
@@ -43,6 +45,7 @@ pub mod gitea;
 pub mod inventory;
 pub mod keys;
 pub mod lxc;
+pub mod model;
 pub mod net;
 pub mod pipe;
 pub mod progress;

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
-use proxmox_gitops::backend::model::{
-    Action, ApplyOptions, BackendKind, Change, ContainerPlan, Migration, Outcome, Provision, RecreatePolicy,
-};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::backend::{self, Backend};
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::model::{
+    Action, ApplyOptions, BackendKind, Change, ContainerPlan, Migration, Outcome, Provision, RecreatePolicy,
+};
 use proxmox_gitops::steps::provision as step;
 use support::fakepve::FakePve;
 use tokio::io::AsyncWriteExt;

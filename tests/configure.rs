@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proxmox_gitops::artifact;
-use proxmox_gitops::backend::model::Outcome;
 use proxmox_gitops::inventory::{Engine, Inventory};
+use proxmox_gitops::model::Outcome;
 use proxmox_gitops::ssh::ConnectOptions;
 use proxmox_gitops::steps::configure::{Configure, ConfigureOptions, EngineRun, configure};
 use proxmox_gitops::steps::resolve::{ResolveOptions, resolve};
@@ -453,7 +453,7 @@ fn broker_and_proxy_end_to_end() {
     }
     assert!(r[0].base.is_none());
     // … except right after provision (re)created the container: the record is replaced.
-    let mut recreated: proxmox_gitops::backend::model::Provision =
+    let mut recreated: proxmox_gitops::model::Provision =
         artifact::read(&artifacts.join("provision/broker.json")).unwrap();
     recreated.created = true;
     artifact::write(&artifacts.join("provision/broker.json"), &recreated).unwrap();

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
-use proxmox_gitops::backend::model::BackendKind;
 use proxmox_gitops::inventory::Inventory;
+use proxmox_gitops::model::BackendKind;
 use proxmox_gitops::steps::deploy::{
     BuiltinRunner, Deploy, DeployOptions, RunResult, StepRunner, deploy as run_deploy, inputs_digest,
 };

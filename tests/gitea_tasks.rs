@@ -914,8 +914,8 @@ mod outputs {
     use super::*;
     use pretty_assertions::assert_eq;
     use proxmox_gitops::artifact::ArtifactDir;
-    use proxmox_gitops::backend::model::BackendKind;
     use proxmox_gitops::inventory::ContainerSpec;
+    use proxmox_gitops::model::BackendKind;
     use proxmox_gitops::steps::deploy::{
         DeployOptions, OutputVariables, StepContext, StepResult, StepRunner, StepSuccess, deploy, step_artifact,
     };

@@ -22,10 +22,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use proxmox_gitops::artifact::{self, ArtifactDir};
-use proxmox_gitops::backend::model::{Action, ApplyOptions, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::backend::{self, Backend};
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::model::{Action, ApplyOptions, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::steps::destroy::{self, DestroyOptions};
 use proxmox_gitops::steps::provision as step;
 use serde_json::Value;
@@ -208,7 +208,7 @@ impl Env {
         let timeouts =
             Timeouts { lock: Duration::from_secs(lock), lease: Duration::from_secs(lease), ..Timeouts::default() };
         let connect = backend::PveConnect { adopt, ..self.pve.connect(timeouts) };
-        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &connect).unwrap()
+        backend::open(proxmox_gitops::model::BackendKind::Pve, &settings, &connect).unwrap()
     }
 
     async fn provision(&self, b: &Backend, s: ContainerSpec, policy: RecreatePolicy) -> Provision {

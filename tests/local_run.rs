@@ -12,8 +12,8 @@ use std::process::{Command, Output};
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact;
-use proxmox_gitops::backend::model::{BackendKind, Outcome};
 use proxmox_gitops::inventory::Engine;
+use proxmox_gitops::model::{BackendKind, Outcome};
 use proxmox_gitops::settings::Settings;
 use proxmox_gitops::steps::configure::{Configure, EngineRun};
 use secrecy::ExposeSecret;

@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use pretty_assertions::assert_eq;
-use proxmox_gitops::backend::lxc::META_FILE;
-use proxmox_gitops::backend::model::{Action, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::inventory::{ContainerSpec, Mount};
+use proxmox_gitops::lxc::META_FILE;
+use proxmox_gitops::model::{Action, Outcome, Provision, RecreatePolicy};
 use serde_json::{Value, json};
 
 use support::lxc::{self, Fixture};
@@ -268,7 +268,7 @@ fn test_resource_change_is_applied() -> Result<(), Failed> {
         assert_eq!(
             plan.action,
             Action::Update {
-                changes: vec![proxmox_gitops::backend::model::Change {
+                changes: vec![proxmox_gitops::model::Change {
                     key: "lxc.start.auto".into(),
                     from: Some("0".into()),
                     to: Some("1".into())

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
-use proxmox_gitops::backend::model::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::backend::{self, Backend, PveConnect};
 use proxmox_gitops::inventory::{ContainerSpec, IpConfig, Mount};
+use proxmox_gitops::model::{Action, ApplyOptions, Change, Outcome, Provision, RecreatePolicy, Resize};
 use proxmox_gitops::pve::TlsMode;
 use proxmox_gitops::settings::Settings;
 use proxmox_gitops::steps::provision as step;
@@ -78,7 +78,7 @@ impl Env {
     }
 
     fn backend(&self, login: Login) -> Backend {
-        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &self.settings(login), &self.connect()).unwrap()
+        backend::open(proxmox_gitops::model::BackendKind::Pve, &self.settings(login), &self.connect()).unwrap()
     }
 
     fn apply_opts(&self) -> ApplyOptions {
@@ -399,7 +399,7 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
     // The next release uses another template.
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
-    let b2 = backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b2 = backend::open(proxmox_gitops::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     env.pve.requests(true);
     let out = env.provision_one(&b2, spec("broker", 101)).await;
     let p = &out[0];
@@ -472,8 +472,7 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
     let env = Env::with_template().await;
     let mut connect = env.connect();
     connect.tls = TlsMode::System;
-    let b =
-        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b = backend::open(proxmox_gitops::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let e = b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err();
     let msg = format!("{e:#}");
     assert!(msg.contains("POST /access/ticket") && msg.to_lowercase().contains("certificate"), "{msg}");
@@ -490,12 +489,10 @@ async fn tls_is_verified_without_the_ca_it_fails_and_pinning_works() {
     let der = CertificateDer::from_pem_file(&env.pve.ca).unwrap();
     let fp: [u8; 32] = sha2::Sha256::digest(der.as_ref()).into();
     connect.tls = TlsMode::Fingerprint(fp);
-    let b =
-        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b = backend::open(proxmox_gitops::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     assert_eq!(b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap().action, Action::Create);
     connect.tls = TlsMode::Fingerprint([7; 32]);
-    let b =
-        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b = backend::open(proxmox_gitops::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let msg = format!("{:#}", b.plan(&spec("broker", 101), RecreatePolicy::Never).await.unwrap_err());
     assert!(msg.contains("does not match the pinned --pve-fingerprint"), "{msg}");
     // A renewed certificate: the message says which fingerprint to pin now.
@@ -526,7 +523,7 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
     s.mounts = vec![Mount::Bind { host_path: "/srv/media".into(), container_path: "/media".into() }];
     let out = env.provision_one(&b, s.clone()).await;
     // apply() refuses too, before any request, even when handed a plan.
-    let plan = proxmox_gitops::backend::model::ContainerPlan {
+    let plan = proxmox_gitops::model::ContainerPlan {
         name: "nas".into(),
         vmid: 120,
         hostname: "nas".into(),
@@ -555,7 +552,7 @@ async fn pve_validation_errors_are_surfaced_with_fields() {
     let env = Env::with_template().await;
     let mut settings = env.settings(Login::Root);
     settings.pve.gateway = Some("not-an-ip".into());
-    let b = backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b = backend::open(proxmox_gitops::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     let out = env.provision_one(&b, spec("broker", 101)).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
     assert!(
@@ -590,8 +587,7 @@ async fn locked_container_is_retried_until_the_lock_clears() {
     env.pve.exec("pve.snapshot_lock(101, 'snapshot')");
     let mut connect = env.connect();
     connect.timeouts.lock = Duration::from_secs(1);
-    let b =
-        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b = backend::open(proxmox_gitops::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     s.cores = 3;
     let out = env.provision_one(&b, s).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
@@ -899,8 +895,7 @@ async fn lost_create_answer_then_already_exists_means_created() {
     );
     let mut connect = env.connect();
     connect.request_timeout = Duration::from_secs(1);
-    let b =
-        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b = backend::open(proxmox_gitops::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let out = env.provision_one(&b, spec("broker", 101)).await;
     assert_eq!(
         normalised(&out[0]),
@@ -956,7 +951,7 @@ async fn unreachable_with_data(env: &Env) -> (ContainerSpec, Backend, ApplyOptio
     assert_eq!(out[0].outcome, Outcome::Ok, "{:#?}", out[0]);
     let mut settings = env.settings(Login::Root);
     settings.pve.template = Some("debian-13-standard_13.2-1".into());
-    let b2 = backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let b2 = backend::open(proxmox_gitops::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
     env.pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
     (s, b2, opts)
 }
@@ -1394,8 +1389,7 @@ async fn task_waits_loop_learn_the_duration_and_time_out() {
     env.pve.exec("pve.ct_secs['create'] = 200"); // 10 s
     let mut connect = env.connect();
     connect.timeouts.create = Duration::from_secs(1);
-    let slow =
-        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let slow = backend::open(proxmox_gitops::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let started = std::time::Instant::now();
     let out = env.provision_one(&slow, spec("slow", 405)).await;
     let waited = started.elapsed();
@@ -1435,8 +1429,7 @@ async fn hung_reads_are_abandoned_after_the_read_timeout_and_repeated() {
     stall_every_nth_read(&env.pve, 3, 600);
     let mut connect = env.connect();
     connect.read_timeout = Duration::from_secs(1);
-    let b =
-        backend::open(proxmox_gitops::backend::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
+    let b = backend::open(proxmox_gitops::model::BackendKind::Pve, &env.settings(Login::Root), &connect).unwrap();
     let out = tokio::time::timeout(Duration::from_secs(60), env.provision_one(&b, spec("broker", 101)))
         .await
         .expect("hung reads are given up on after the read timeout");

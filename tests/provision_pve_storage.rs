@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
-use proxmox_gitops::backend::model::{Action, ApplyOptions, BackendKind, Change, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::backend::{self, Backend};
 use proxmox_gitops::inventory::{ContainerSpec, Mount};
+use proxmox_gitops::model::{Action, ApplyOptions, BackendKind, Change, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::steps::provision as step;
 use serde_json::Value;
 use support::fakepve::{FakePve, TEMPLATE_FILE, template_sha512};

@@ -28,9 +28,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proxmox_gitops::artifact;
-use proxmox_gitops::backend::model::{BackendKind, Outcome, Provision};
 use proxmox_gitops::exec::LxcAttach;
 use proxmox_gitops::inventory::{Engine, Inventory};
+use proxmox_gitops::model::{BackendKind, Outcome, Provision};
 use proxmox_gitops::share::{ClientInput, client};
 use proxmox_gitops::snapshot::record::SnapshotOptions;
 use proxmox_gitops::steps::configure::{Configure, ConfigureOptions, configure};

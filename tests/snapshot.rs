@@ -7,9 +7,9 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use pretty_assertions::assert_eq;
-use proxmox_gitops::backend::model::{BackendKind, Outcome};
 use proxmox_gitops::exec::LocalExec;
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::model::{BackendKind, Outcome};
 use proxmox_gitops::snapshot::data::{self, DataError};
 use proxmox_gitops::snapshot::guard::{self, Protection};
 use proxmox_gitops::snapshot::store::{ArchiveManifest, Store};

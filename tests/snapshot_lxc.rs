@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact;
-use proxmox_gitops::backend::model::{BackendKind, Outcome};
 use proxmox_gitops::exec::{LxcAttach, run_collect};
 use proxmox_gitops::lxc::LxcClient;
+use proxmox_gitops::model::{BackendKind, Outcome};
 use proxmox_gitops::snapshot::ct::{self, CtSnapshots};
 use proxmox_gitops::snapshot::data::{self, TakeRequest};
 use proxmox_gitops::snapshot::lxc::LxcSnapshots;

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
-use proxmox_gitops::backend::model::{ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::backend::{self, Backend};
 use proxmox_gitops::exec::LocalExec;
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::model::{ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::pve::PveClient;
 use proxmox_gitops::snapshot::ct::{self, CtSnapshotError, CtSnapshots};
 use proxmox_gitops::snapshot::pve::PveSnapshots;

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::{self, ArtifactDir};
-use proxmox_gitops::backend::model::Outcome;
 use proxmox_gitops::inventory::Inventory;
+use proxmox_gitops::model::Outcome;
 use proxmox_gitops::snapshot::data;
 use proxmox_gitops::snapshot::store::Store;
 use proxmox_gitops::steps::configure::{Configure, ConfigureOptions, Contract, configure};

@@ -14,12 +14,12 @@ use futures_util::StreamExt;
 
 use super::failed_before_plan;
 use super::lxc::LxcBackend;
-use super::model::{
-    Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
-};
 use super::pve::PveBackend;
 use crate::artifact::ArtifactDir;
 use crate::inventory::ContainerSpec;
+use crate::model::{
+    Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
+};
 use crate::snapshot::guard;
 
 /// A provisioning backend, opened once per run ([`super::open`]). The steps dispatch over the

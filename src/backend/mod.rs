@@ -1,8 +1,10 @@
 //! Provisioning backends: they compare a [`crate::inventory::ContainerSpec`] with the live
 //! container, plan, and apply the plan.
 //!
-//! * [`model`] — the backend-neutral result model: the per-container [`model::ContainerPlan`], the
-//!   [`model::RecreatePolicy`] and the `provision/<name>.json` [`model::Provision`] artifact;
+//! * [`crate::model`] (below, on the data floor) — the backend-neutral result model: the
+//!   per-container [`crate::model::ContainerPlan`], the [`crate::model::RecreatePolicy`] and the
+//!   `provision/<name>.json` [`crate::model::Provision`] artifact;
+//! * [`failed`] — that artifact for a container that could not be planned;
 //! * [`pve`] — Proxmox VE over its API; [`lxc`] — LXC containers on this host. Both follow one
 //!   shape: `desired` (the spec as the backend's own settings, plain data), `planner` (a pure
 //!   function of desired and live state, unit-tested without a server) and a thin executor;
@@ -24,14 +26,14 @@
 //! Steps (`plan`, `provision`, `destroy`, `deploy`) use this module; it never calls a step.
 
 pub mod dispatch;
+pub mod failed;
 pub mod live;
 pub mod lxc;
-pub mod model;
 pub mod pve;
 pub mod reach;
 pub mod select;
 
 pub use dispatch::{Backend, Planned, plan_all};
-pub use model::failed_before_plan;
+pub use failed::failed_before_plan;
 pub use reach::reach;
 pub use select::{PveConnect, default_backend, lxc_backend, open, pve_backend, pve_client};

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use super::Backend;
 use super::lxc::{LxcBackend, LxcOptions};
-use super::model::BackendKind;
 use super::pve::{PveBackend, PveBackendOptions, Timeouts, desired::PveDefaults};
 use crate::error::{Error, Result};
+use crate::model::BackendKind;
 use crate::pve::{Auth, ClientOptions, PveClient, TlsMode};
 use crate::settings::{Settings, not_set};
 

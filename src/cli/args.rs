@@ -15,9 +15,9 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::backend::PveConnect;
-use crate::backend::model::RecreatePolicy;
 use crate::backend::pve::Timeouts;
 use crate::error::{Error, Result};
+use crate::model::RecreatePolicy;
 use crate::pve::TlsMode;
 
 /// How to trust the PVE API's certificate: what every subcommand that talks to PVE takes

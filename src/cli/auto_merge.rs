@@ -19,9 +19,9 @@ use clap::Args;
 use super::args::PveTlsArgs;
 use super::{Ctx, table_of};
 use crate::artifact;
-use crate::backend::model::{BackendKind, RecreatePolicy};
 use crate::error::{Error, Location, Result};
 use crate::gitea::{CREATE_PULL_PATIENCE, Client, Patience};
+use crate::model::{BackendKind, RecreatePolicy};
 use crate::steps::auto_merge::{
     AutoMerge, AutoMergeOptions, MergeResult, RepoRef, Verdict, auto_deploy, auto_merge, policy_word,
 };

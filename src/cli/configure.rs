@@ -7,8 +7,8 @@ use clap::Args;
 
 use super::run::{Threads, block_on, step_outputs};
 use super::{Ctx, result_cell, table_of};
-use crate::backend::model::Outcome;
 use crate::error::{Error, Result};
+use crate::model::Outcome;
 use crate::settings::{ProcessEnv, Settings};
 use crate::ssh::ConnectOptions;
 use crate::steps::configure::{Configure, ConfigureOptions, Contract, check_requirements, configure};

@@ -8,8 +8,8 @@ use clap::Args;
 use super::args::{PolicyArgs, PveArgs, SshWaitArgs};
 use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table_of};
-use crate::backend::model::BackendKind;
 use crate::error::{Error, Result};
+use crate::model::BackendKind;
 use crate::steps::deploy::{BuiltinRunner, DeployOptions, RunResult, RunnerOptions, StepState, deploy};
 use crate::steps::plan::Step;
 
@@ -143,7 +143,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     // checks the first two again; the runner opens its own backend.
     let steps = crate::steps::deploy::steps_to_run(&opts.git_ref, &opts.steps)?;
     inv.select(&opts.containers, true, crate::inventory::NotFound::InStage)?;
-    if backend == crate::backend::model::BackendKind::Pve && steps.contains(&Step::Provision) {
+    if backend == crate::model::BackendKind::Pve && steps.contains(&Step::Provision) {
         crate::backend::open(backend, &settings, &runner_opts.pve)?;
     }
     ctx.inputs_checked()?;
@@ -229,7 +229,7 @@ struct SavedPlan {
     /// The containers to deploy.
     containers: Vec<String>,
     /// The plan's recreate policy.
-    recreate: crate::backend::model::RecreatePolicy,
+    recreate: crate::model::RecreatePolicy,
 }
 
 /// Reads the saved plan at `path` and checks it against the run: the same ref (when `--ref` is

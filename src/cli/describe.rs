@@ -1,9 +1,9 @@
 //! Human wording of plans: how the CLI (and deploy's log) says what will happen to a container.
 //!
-//! The plan itself ([`ContainerPlan`]) is plain data in [`crate::backend::model`]; the words a
+//! The plan itself ([`ContainerPlan`]) is plain data in [`crate::model`]; the words a
 //! person reads are the CLI's business, so they live here and not in a backend or a step.
 
-use crate::backend::model::{Action, ContainerPlan, SettingChange};
+use crate::model::{Action, ContainerPlan, SettingChange};
 
 /// Appends `markdown` to the job summary when `$GITHUB_STEP_SUMMARY` is set (see
 /// [`crate::actions::summary`]) and logs that `what`'s summary was written; a write failure is a
@@ -43,7 +43,7 @@ pub struct ResultRow {
 /// (where it really is), else the `NODE` its lib declares (`spec_node`); `None` for the lxc
 /// backend or when neither is known.
 pub fn node_of(artifacts: &crate::artifact::ArtifactDir, name: &str, spec_node: Option<&str>) -> Option<String> {
-    crate::artifact::read::<crate::backend::model::Provision>(&artifacts.provision(name))
+    crate::artifact::read::<crate::model::Provision>(&artifacts.provision(name))
         .ok()
         .and_then(|p| p.node)
         .or_else(|| spec_node.map(str::to_string))
@@ -205,7 +205,7 @@ fn describe_action(plan: &ContainerPlan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::model::{Change, Resize};
+    use crate::model::{Change, Resize};
 
     #[test]
     fn settings_in_the_users_terms() {
@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn a_migration_comes_first_and_a_placement_names_the_node() {
-        use crate::backend::model::Migration;
+        use crate::model::Migration;
         let mut p = plan(Action::Nothing);
         p.migrate = Some(Migration { from: "pve1".into(), to: "pve2".into(), restart: true });
         assert_eq!(describe(&p), "migrate pve1 → pve2 (restart)");

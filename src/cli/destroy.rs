@@ -6,9 +6,9 @@ use clap::Args;
 
 use super::run::{Threads, block_on, step_outputs};
 use super::{Ctx, all_ok, failures, result_cell, table_of};
-use crate::backend::model::{BackendKind, Outcome};
 use crate::error::Result;
 use crate::inventory::NotFound;
+use crate::model::{BackendKind, Outcome};
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::destroy::{self as step, DestroyOptions};
 

@@ -14,10 +14,10 @@ use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table_of};
 use crate::artifact;
 use crate::backend::live::{self, CheckOptions, HealthState, LiveOptions};
-use crate::backend::model::{BackendKind, Outcome};
 use crate::error::{Error, Location, Result};
 use crate::gitea::Client;
 use crate::inventory::{ContainerSpec, NotFound};
+use crate::model::{BackendKind, Outcome};
 use crate::settings::{GiteaAuthKind, ProcessEnv, Settings};
 use crate::steps::health::{self as step, Health, HealthOptions};
 

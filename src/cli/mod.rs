@@ -42,9 +42,9 @@ use std::path::{Path, PathBuf};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
-use crate::backend::model::Outcome;
 use crate::error::{Error, Result};
 use crate::inventory::Inventory;
+use crate::model::Outcome;
 use crate::settings::ProcessEnv;
 use crate::steps::resolve::{ResolveOptions, resolve};
 

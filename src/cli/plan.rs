@@ -6,8 +6,8 @@ use clap::Args;
 
 use super::{Ctx, table_of};
 use crate::artifact;
-use crate::backend::model::{Action, BackendKind};
 use crate::error::{Error, Result};
+use crate::model::{Action, BackendKind};
 use crate::steps::plan::{Plan, PlannedContainer, Step, plan};
 
 /// Arguments of `plan`.
@@ -171,7 +171,7 @@ pub(super) fn mark_done_steps(ctx: &Ctx, inv: &crate::inventory::Inventory, p: &
         let live_work = c
             .provision
             .as_ref()
-            .is_some_and(|cp| !matches!(cp.action, crate::backend::model::Action::Nothing) || cp.migrate.is_some());
+            .is_some_and(|cp| !matches!(cp.action, crate::model::Action::Nothing) || cp.migrate.is_some());
         for step in c.steps.clone() {
             if live_work && c.steps.contains(&Step::Provision) {
                 break;
@@ -375,7 +375,7 @@ fn no_pve_host() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::model::{ContainerPlan, SettingChange};
+    use crate::model::{ContainerPlan, SettingChange};
 
     fn container(name: &str, vmid: u32, steps: Vec<Step>) -> PlannedContainer {
         PlannedContainer {
@@ -577,7 +577,7 @@ mod tests {
 
     #[test]
     fn a_migration_and_a_placement_show_in_the_table_the_count_line_and_the_summary() {
-        use crate::backend::model::Migration;
+        use crate::model::Migration;
         let mut moved = planned("broker", 101, Action::Nothing);
         let cp = moved.provision.as_mut().unwrap();
         cp.node = Some("pve2".into());

@@ -8,9 +8,9 @@ use super::args::{PolicyArgs, PveArgs, SshWaitArgs};
 use super::run::{Threads, block_on, outputs};
 use super::{Ctx, all_ok, failures, table, table_of};
 use crate::backend;
-use crate::backend::model::{ApplyOptions, BackendKind, Outcome};
 use crate::error::Result;
 use crate::inventory::NotFound;
+use crate::model::{ApplyOptions, BackendKind, Outcome};
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::provision as step;
 
@@ -73,9 +73,9 @@ pub(crate) fn plan_rows(planned: &[backend::Planned]) -> Vec<Vec<String>> {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
 pub(crate) enum DryRunEntry {
-    /// The container's plan ([`crate::backend::model::ContainerPlan`]: `name`, `vmid`,
+    /// The container's plan ([`crate::model::ContainerPlan`]: `name`, `vmid`,
     /// `hostname`, the action's fields, `start`).
-    Planned(crate::backend::model::ContainerPlan),
+    Planned(crate::model::ContainerPlan),
     /// The container could not be planned, and why (secrets redacted).
     Failed {
         /// Container name.
@@ -176,7 +176,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         let results = step::apply_all(&backend, planned, &opts, jobs, &ctx.artifacts).await?;
         let failed: Vec<&str> =
             results.iter().filter(|p| matches!(p.outcome, Outcome::Failed { .. })).map(|p| p.name.as_str()).collect();
-        let names = |f: &dyn Fn(&crate::backend::model::Provision) -> bool| {
+        let names = |f: &dyn Fn(&crate::model::Provision) -> bool| {
             results.iter().filter(|p| f(p)).map(|p| p.name.as_str()).collect::<Vec<_>>().join(",")
         };
         outputs(&[
@@ -262,7 +262,7 @@ fn check_saved_plan(
 /// The job summary of a provision run on `kind`: one row per container (failed first) with its
 /// node, the actions taken (or the plan's action in a word when none was, e.g. `nothing`), the
 /// sum of the actions' durations and the error of a failed container.
-fn summary_markdown(results: &[crate::backend::model::Provision], kind: BackendKind) -> String {
+fn summary_markdown(results: &[crate::model::Provision], kind: BackendKind) -> String {
     let rows: Vec<super::describe::ResultRow> = results
         .iter()
         .map(|p| super::describe::ResultRow {

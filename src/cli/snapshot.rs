@@ -7,8 +7,8 @@ use clap::Args;
 use super::run::{Threads, runtime, step_outputs};
 use super::{Ctx, failures, result_cell, table, table_of};
 use crate::artifact;
-use crate::backend::model::Outcome;
 use crate::error::{Error, Location, Result};
+use crate::model::Outcome;
 use crate::steps::snapshot::{self as step, SnapshotOptions};
 
 /// Arguments of `snapshot`.

@@ -14,9 +14,9 @@ use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table_of};
 use crate::artifact;
 use crate::backend::live::{self, CheckOptions, LiveOptions};
-use crate::backend::model::BackendKind;
 use crate::error::{Error, Result};
 use crate::inventory::{ContainerSpec, NotFound};
+use crate::model::BackendKind;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::update::{self as step, Update, UpdateOptions, UpdateResult};
 

@@ -15,9 +15,9 @@ use std::path::Path;
 
 use super::{LxcAttach, ReachError, RemoteExec, SSH_EXEC_TIMEOUT, SshTransport};
 use crate::artifact::{self, ArtifactDir};
-use crate::backend::model::{BackendKind, Provision};
 use crate::inventory::ContainerSpec;
 use crate::lxc::LxcClient;
+use crate::model::{BackendKind, Provision};
 
 /// How [`reach`] reaches a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,13 +60,13 @@ pub fn read_provision(spec: &ContainerSpec, artifacts: &ArtifactDir) -> Result<P
 /// [`ReachError::ProvisionFailed`].
 pub fn require_provisioned(spec: &ContainerSpec, prov: &Provision, artifacts: &ArtifactDir) -> Result<(), ReachError> {
     match &prov.outcome {
-        crate::backend::model::Outcome::Failed { error } => Err(ReachError::ProvisionFailed {
+        crate::model::Outcome::Failed { error } => Err(ReachError::ProvisionFailed {
             name: spec.name.clone(),
             vmid: spec.vmid,
             error: error.clone(),
             path: artifacts.provision(&spec.name),
         }),
-        crate::backend::model::Outcome::Ok => Ok(()),
+        crate::model::Outcome::Ok => Ok(()),
     }
 }
 

@@ -46,6 +46,11 @@ pub use snapshot::LxcSnapshot;
 
 use process::{os, tail};
 
+/// Name of the file in a container's directory (`<lxcpath>/<name>/`) where the lxc backend
+/// records that the container is ours and what it was made from; kept through container
+/// snapshots and rollbacks.
+pub const META_FILE: &str = "proxmox-gitops.json";
+
 /// Environment variable naming the LXC path (the CLI's `--lxc-path` sets the same).
 pub const LXC_PATH_ENV: &str = "PGO_LXC_PATH";
 

@@ -12,10 +12,10 @@ use super::ct::CtSnapshots;
 use super::lxc::LxcSnapshots;
 use super::pve::PveSnapshots;
 use crate::artifact::ArtifactDir;
-use crate::backend::model::{BackendKind, Provision};
 use crate::exec::{ReachError, ReachOptions, RemoteExec, Transport};
 use crate::inventory::ContainerSpec;
 use crate::lxc::LxcClient;
+use crate::model::{BackendKind, Provision};
 
 /// A way into a container: the data transport and, when the backend has them, container
 /// snapshots.
@@ -66,7 +66,7 @@ fn ct_snapshots_with(
 ) -> Option<Box<dyn CtSnapshots>> {
     match prov.backend {
         BackendKind::Lxc => {
-            Some(Box::new(LxcSnapshots::new(lxc?.clone(), &prov.hostname).keeping(crate::backend::lxc::META_FILE)))
+            Some(Box::new(LxcSnapshots::new(lxc?.clone(), &prov.hostname).keeping(crate::lxc::META_FILE)))
         }
         BackendKind::Pve => {
             let (pve, node) = (pve?, prov.node.as_deref()?);

@@ -20,9 +20,9 @@ use time::OffsetDateTime;
 
 use super::data::{self, DataError, TakeRequest};
 use super::store::Store;
-use crate::backend::model::ActionRecord;
 use crate::exec::RemoteExec;
 use crate::inventory::ContainerSpec;
+use crate::model::ActionRecord;
 
 /// What protected (or did not need to protect) a destroy.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,9 +14,9 @@ use super::ct::CtSnapshotRecord;
 use super::data;
 use super::store::{ArchiveManifest, Store};
 use crate::artifact::Artifact;
-use crate::backend::model::Outcome;
 use crate::exec::RemoteExec;
 use crate::inventory::ContainerSpec;
+use crate::model::Outcome;
 
 /// What the step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
 use crate::backend::Backend;
-use crate::backend::model::{ActionRecord, BackendKind, Outcome, Provision};
 use crate::error::{Error, Result};
 use crate::inventory::ContainerSpec;
+use crate::model::{ActionRecord, BackendKind, Outcome, Provision};
 use crate::snapshot::guard;
 
 /// The `destroy/<name>.json` artifact.

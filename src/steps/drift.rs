@@ -22,9 +22,9 @@ use time::OffsetDateTime;
 
 use crate::artifact::Artifact;
 use crate::backend::live::{Containers, KeyDrift, Live, Orphan};
-use crate::backend::model::BackendKind;
 use crate::backend::pve::desired::PveDefaults;
 use crate::inventory::ContainerSpec;
+use crate::model::BackendKind;
 
 /// The `drift.json` artifact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

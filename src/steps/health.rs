@@ -22,9 +22,9 @@ use time::OffsetDateTime;
 
 use crate::artifact::Artifact;
 use crate::backend::live::{CheckOptions, ContainerHealth, Containers, HealthState, check};
-use crate::backend::model::{BackendKind, Outcome};
 use crate::gitea::{Client, EditRepoOption};
 use crate::inventory::{ContainerSpec, Inventory};
+use crate::model::{BackendKind, Outcome};
 
 /// The `health.json` artifact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

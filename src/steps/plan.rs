@@ -15,10 +15,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
-use crate::backend::model::{Action, BackendKind, ContainerPlan, RecreatePolicy, SettingChange};
 use crate::backend::{Backend, plan_all};
 use crate::error::{Error, Location, Result};
 use crate::inventory::{Inventory, NotFound};
+use crate::model::{Action, BackendKind, ContainerPlan, RecreatePolicy, SettingChange};
 
 /// A pipeline step a deploy may run for a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -64,7 +64,7 @@ pub fn steps_for_ref(git_ref: &str) -> Result<Vec<Step>> {
 }
 
 /// One container's entry in `plan.json`: the steps a deploy of the ref runs for it and, with
-/// live state, what provisioning would do ([`crate::backend::model::ContainerPlan`]).
+/// live state, what provisioning would do ([`crate::model::ContainerPlan`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedContainer {
     /// Container name.
@@ -78,7 +78,7 @@ pub struct PlannedContainer {
     /// The live provision plan (create / update / resize / recreate / nothing …), when a
     /// backend was reachable and the ref provisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provision: Option<crate::backend::model::ContainerPlan>,
+    pub provision: Option<crate::model::ContainerPlan>,
     /// Why the live provision plan could not be made (API unreachable, root-only option …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provision_error: Option<String>,

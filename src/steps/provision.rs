@@ -19,9 +19,9 @@ use anyhow::Context;
 use futures_util::StreamExt;
 
 use crate::artifact::{self, ArtifactDir};
-use crate::backend::model::{ApplyOptions, Provision};
 use crate::backend::{Backend, Planned, failed_before_plan};
 use crate::error::{Error, Result};
+use crate::model::{ApplyOptions, Provision};
 
 /// Applies the plans with at most `jobs` at a time; writes `provision/<name>.json` for each
 /// as it finishes, and returns the artifacts in the given order. A container whose planning
@@ -44,7 +44,7 @@ pub async fn apply_all(
             Ok(plan) => backend.apply(&p.spec, plan, opts, artifacts).await,
             Err(e) => failed_before_plan(backend.kind(), &p.spec, opts, e),
         };
-        overall.done(!matches!(prov.outcome, crate::backend::model::Outcome::Ok));
+        overall.done(!matches!(prov.outcome, crate::model::Outcome::Ok));
         write_artifact(&artifacts.provision(&prov.name), &prov)?;
         Ok(prov)
     }))

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use proxmox_gitops::artifact;
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
-use proxmox_gitops::backend::model::{Action, ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::model::{Action, ApplyOptions, BackendKind, Outcome, Provision, RecreatePolicy};
 
 /// The configure options of the LXC tests: `names` with 2 jobs, the contract's `LOGIN`/`PASSWORD`
 /// (and a `HOST` nothing listens on: 127.0.0.1:9), SSH within 60 s, runs within 15 min.

@@ -17,8 +17,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use proxmox_gitops::backend::lxc::{LxcBackend, LxcOptions};
-use proxmox_gitops::backend::model::{ApplyOptions, Provision, RecreatePolicy};
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::model::{ApplyOptions, Provision, RecreatePolicy};
 
 /// Prefix of every container this test process creates.
 pub fn run_prefix() -> String {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use proxmox_gitops::artifact;
-use proxmox_gitops::backend::model::{Action, BackendKind, ContainerPlan, Outcome, Provision};
+use proxmox_gitops::model::{Action, BackendKind, ContainerPlan, Outcome, Provision};
 
 /// The provision artifact of container `name` (vmid `vmid`, host name `hostname`) on `backend`
 /// that was running and left as it was: no node, no address, SSH port 22, plan `Nothing`

@@ -32,33 +32,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{CtState, Live};
-use crate::backend::lxc::{HostFacts, META_FILE, Meta, config_changes};
+use crate::backend::lxc::{HostFacts, Meta, config_changes};
 use crate::backend::pve::desired::drift::config_drift;
 use crate::backend::pve::desired::{
     OWNER_TAG, PveDefaults, arch_of_machine, desired as pve_desired, has_owner_tag, recorded_lib,
 };
 use crate::inventory::ContainerSpec;
 use crate::inventory::spec::hostname;
-
-/// One difference: the key in the user's terms (`MEMORY`, `DISK`, `MOUNT (mp0)`, `NODE`,
-/// `STATE`, `container` …), the value the spec wants and the one found, as the user writes them
-/// (MiB, GiB, `yes`/`no`; `(unset)` for a key the container does not have).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyDrift {
-    /// The key.
-    pub key: String,
-    /// What the spec (and settings) want.
-    pub desired: String,
-    /// What the container has.
-    pub live: String,
-}
-
-impl KeyDrift {
-    /// A difference.
-    pub fn new(key: impl Into<String>, desired: impl Into<String>, live: impl Into<String>) -> Self {
-        KeyDrift { key: key.into(), desired: desired.into(), live: live.into() }
-    }
-}
+use crate::lxc::META_FILE;
+pub use crate::model::KeyDrift;
 
 /// A container carrying our mark whose lib the stage no longer has.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::{Containers, CtState, SnapshotTaken};
-use crate::backend::model::BackendKind;
 use crate::exec::{BoxFuture, ExecStatus, RemoteExec};
 use crate::inventory::ContainerSpec;
+use crate::model::BackendKind;
 use crate::snapshot::ct::CtSnapshotInfo;
 
 /// What survives a snapshot and comes back with a rollback.

@@ -465,8 +465,8 @@ mod tests {
 mod check_tests {
     use super::super::fake::{Fake, debian};
     use super::*;
-    use crate::backend::model::BackendKind;
     use crate::inventory::{ContainerSpec, IpConfig};
+    use crate::model::BackendKind;
 
     fn spec(services: &[&str]) -> ContainerSpec {
         ContainerSpec {

@@ -18,9 +18,10 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::{CtState, SnapshotTaken};
-use crate::backend::lxc::{LxcBackend, META_FILE};
+use crate::backend::lxc::LxcBackend;
 use crate::exec::{LxcAttach, RemoteExec};
 use crate::inventory::ContainerSpec;
+use crate::lxc::META_FILE;
 use crate::lxc::State;
 use crate::snapshot::ct::{CtSnapshotInfo, CtSnapshots};
 use crate::snapshot::lxc::LxcSnapshots;

@@ -40,10 +40,10 @@ mod pve;
 use std::time::Duration;
 
 use crate::artifact::ArtifactDir;
-use crate::backend::model::BackendKind;
 use crate::error::Result;
 use crate::exec::{BoxFuture, RemoteExec};
 use crate::inventory::ContainerSpec;
+use crate::model::BackendKind;
 use crate::settings::Settings;
 use crate::snapshot::ct::CtSnapshotInfo;
 

@@ -20,11 +20,11 @@ use super::desired::{in_subnet, live_applicable};
 use super::{
     BaseStatus, CurrentAddress, Desired, HostFacts, LxcBackend, META_FILE, desired, guest, interrupted, record,
 };
-use crate::backend::model::{
-    Action, ActionRecord, ApplyOptions, BackendKind, Change, ContainerPlan, Outcome, Provision, RecreatePolicy,
-};
 use crate::inventory::ContainerSpec;
 use crate::lxc::{self, State};
+use crate::model::{
+    Action, ActionRecord, ApplyOptions, BackendKind, Change, ContainerPlan, Outcome, Provision, RecreatePolicy,
+};
 
 impl LxcBackend {
     /// Executes `plan` for `spec` and returns the `provision` artifact. Never panics and never

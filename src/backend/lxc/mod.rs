@@ -58,17 +58,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::model::{ActionRecord, ContainerPlan, RecreatePolicy};
 use crate::inventory::ContainerSpec;
 use crate::lxc::LxcClient;
+use crate::model::{ActionRecord, ContainerPlan, RecreatePolicy};
 
 pub use base::{BaseStatus, bootstrap_env, transient_download_error};
 pub use desired::{Desired, MANAGED_KEYS, desired, hwaddr};
 pub use host::{Cgroup, CurrentAddress, DeviceNode, HostFacts, HostPath, host_path_kind};
 pub use planner::{Live, config_changes, plan_container};
 
-/// Name of the metadata file in a container's directory.
-pub const META_FILE: &str = "proxmox-gitops.json";
+use crate::lxc::META_FILE;
 /// Marker file in the base's directory, written as the last step of a bootstrap: a base without
 /// it is a half-made one and is bootstrapped again.
 pub const BASE_READY_FILE: &str = "proxmox-gitops-base.json";

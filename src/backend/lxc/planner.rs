@@ -12,9 +12,9 @@ use std::collections::BTreeSet;
 
 use super::desired::live_applicable;
 use super::{Desired, META_FILE, Meta};
-use crate::backend::model::{Action, Change, ContainerPlan, RecreatePolicy, SettingChange};
 use crate::inventory::ContainerSpec;
 use crate::lxc::{LxcConfig, State};
+use crate::model::{Action, Change, ContainerPlan, RecreatePolicy, SettingChange};
 
 /// The live container as [`plan_container`] sees it.
 #[derive(Debug, Clone)]

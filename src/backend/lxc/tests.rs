@@ -6,9 +6,9 @@ use std::path::Path;
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::backend::model::{Action, Change};
 use crate::inventory::{IpConfig, Mount};
 use crate::lxc::{LxcConfig, State};
+use crate::model::{Action, Change};
 
 fn spec() -> ContainerSpec {
     ContainerSpec { cores: 2, swap_mib: 256, ..ContainerSpec::new("broker", 101, IpConfig::Dhcp) }

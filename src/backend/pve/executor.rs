@@ -15,8 +15,8 @@ use super::lease::{Acquired, Held, new_lease};
 use super::lifecycle::Created;
 use super::planner::Live;
 use super::{PveBackend, Rec, upid_of};
-use crate::backend::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Migration, Outcome, Provision};
 use crate::inventory::{ContainerSpec, IpConfig};
+use crate::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Migration, Outcome, Provision};
 use crate::pve::{PveError, Replay};
 
 impl PveBackend {
@@ -297,7 +297,7 @@ impl PveBackend {
             ),
             Acquired::Held { held: h, .. } => *held = Some(h),
         }
-        let again = self.plan(spec, crate::backend::model::RecreatePolicy::Never).await?;
+        let again = self.plan(spec, crate::model::RecreatePolicy::Never).await?;
         let note = format!(
             "CT {vmid} was created by another run at the same time; waited {} s for it, then planned again: {}",
             started.elapsed().as_secs(),
@@ -331,8 +331,8 @@ impl PveBackend {
         node: &str,
         spec: &ContainerSpec,
         plan: &ContainerPlan,
-        changes: &[crate::backend::model::Change],
-        resizes: &[crate::backend::model::Resize],
+        changes: &[crate::model::Change],
+        resizes: &[crate::model::Resize],
         opts: &ApplyOptions,
         rec: &mut Rec,
     ) -> anyhow::Result<()> {
@@ -462,14 +462,14 @@ impl PveBackend {
         &self,
         node: &str,
         spec: &ContainerSpec,
-        changes: &[crate::backend::model::Change],
+        changes: &[crate::model::Change],
         rec: &mut Rec,
     ) -> anyhow::Result<()> {
         let vmid = spec.vmid;
         let path = format!("/nodes/{node}/lxc/{vmid}/config");
         let started = Instant::now();
         let mut digest = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&vmid).and_then(|c| c.digest.clone());
-        let mut todo: Vec<crate::backend::model::Change> = changes.to_vec();
+        let mut todo: Vec<crate::model::Change> = changes.to_vec();
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -556,7 +556,7 @@ impl PveBackend {
     /// What PVE keeps pending for the running CT `vmid` (`GET …/pending`: entries with
     /// `pending` or `delete`) is applied by a reboot (`POST …/status/reboot`, recorded as
     /// `reboot`) when the recreate policy allows a restart
-    /// ([`crate::backend::model::RecreatePolicy::allows_restart`]); otherwise a warning says it
+    /// ([`crate::model::RecreatePolicy::allows_restart`]); otherwise a warning says it
     /// stays pending until the next restart and how to restart now.
     async fn apply_pending(&self, node: &str, vmid: u32, opts: &ApplyOptions, rec: &mut Rec) -> anyhow::Result<()> {
         let pending = self.client.get(&format!("/nodes/{node}/lxc/{vmid}/pending"), &[]).await?;
@@ -678,7 +678,7 @@ pub(super) fn with_lock_hint(e: anyhow::Error, node: &str, vmid: u32) -> anyhow:
 /// (`STORAGE:SIZE,mp=…`) shows as the volume PVE allocated (`STORAGE:vm-…,mp=…,size=…`): the
 /// key holding a volume of that storage at that path counts, so a repeated write never allocates
 /// a second volume.
-fn written(c: &crate::backend::model::Change, config: &std::collections::BTreeMap<String, String>) -> bool {
+fn written(c: &crate::model::Change, config: &std::collections::BTreeMap<String, String>) -> bool {
     let live = config.get(&c.key);
     if live == c.to.as_ref() {
         return true;
@@ -720,7 +720,7 @@ struct Final {
 #[cfg(test)]
 mod tests {
     use super::written;
-    use crate::backend::model::Change;
+    use crate::model::Change;
     use std::collections::BTreeMap;
 
     #[test]

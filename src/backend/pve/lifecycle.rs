@@ -13,8 +13,8 @@ use super::desired::template::template_source;
 use super::desired::{Desired, Lease, create_params, template_file, template_volid, with_lease};
 use super::lease::Acquired;
 use super::{PveBackend, Rec, upid_of};
-use crate::backend::model::{ActionRecord, ApplyOptions};
 use crate::inventory::ContainerSpec;
+use crate::model::{ActionRecord, ApplyOptions};
 use crate::pve::{PveError, Replay, TaskOutcome};
 
 /// What a create did.

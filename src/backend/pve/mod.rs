@@ -61,8 +61,8 @@ use tokio::sync::OnceCell;
 use self::desired::{Desired, PveDefaults, desired};
 use self::placement::{NodeDecision, NodePlan, Wish};
 use self::planner::{Live, LiveCt};
-use crate::backend::model::{Action, ActionRecord, ContainerPlan, RecreatePolicy};
 use crate::inventory::ContainerSpec;
+use crate::model::{Action, ActionRecord, ContainerPlan, RecreatePolicy};
 use crate::pve::{PveClient, PveError, TaskOutcome};
 
 /// Per-operation timeouts (how long a task may run before the step gives up on it).

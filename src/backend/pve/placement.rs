@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::model::Migration;
+use crate::model::Migration;
 use crate::pve::ClusterResources;
 
 /// The `NODE` value asking for a placement.

@@ -11,7 +11,7 @@
 //! * anything else is blocked, with the reason and what to do.
 
 use super::{ContainerVerdict, PullKind, PullVerdict, Verdict};
-use crate::backend::model::{Action, RecreatePolicy};
+use crate::model::{Action, RecreatePolicy};
 
 /// An open release pull request and what the checkout says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +158,7 @@ fn wording(v: &ContainerVerdict, policy: RecreatePolicy) -> String {
     }
 }
 
-fn wording_action(plan: &crate::backend::model::ContainerPlan, policy: RecreatePolicy) -> String {
+fn wording_action(plan: &crate::model::ContainerPlan, policy: RecreatePolicy) -> String {
     match &plan.action {
         Action::Create => "create".into(),
         Action::Nothing => "no change".into(),
@@ -212,7 +212,7 @@ pub(super) fn short(commit: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::model::{Change, ContainerPlan};
+    use crate::model::{Change, ContainerPlan};
 
     fn plan(name: &str, action: Action) -> ContainerVerdict {
         ContainerVerdict {

@@ -40,11 +40,11 @@ pub use decide::{Candidate, decide, policy_word};
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
-use crate::backend::model::{BackendKind, ContainerPlan, RecreatePolicy};
 use crate::backend::{Backend, plan_all};
 use crate::error::{Error, Location, Result};
 use crate::gitea::{Client, MergePullRequestOption, MergeStyle, PullRequest};
 use crate::inventory::Inventory;
+use crate::model::{BackendKind, ContainerPlan, RecreatePolicy};
 
 /// The branch a release pull request merges into.
 pub const RELEASE_BRANCH: &str = "release";

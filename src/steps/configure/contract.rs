@@ -9,8 +9,8 @@ use secrecy::{ExposeSecret, SecretString};
 
 use super::ConfigureOptions;
 use crate::artifact;
-use crate::backend::model::Provision;
 use crate::inventory::{ContainerSpec, Inventory};
+use crate::model::Provision;
 
 /// Values of the contract that come from settings, not from the inventory.
 #[derive(Debug, Clone, Default)]

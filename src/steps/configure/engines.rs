@@ -12,8 +12,8 @@ use super::contract::{containers_json, contract, env_file, parse_outputs};
 use super::recap::summarize;
 use super::restore::restore_data;
 use super::{ConfigureOptions, EngineRun, Log, Partial};
-use crate::backend::model::BackendKind;
 use crate::inventory::{ContainerSpec, Engine, Inventory, Mount};
+use crate::model::BackendKind;
 use crate::share::{ClientInput, ShareClient};
 use crate::ssh::{Connection, TarUpload};
 

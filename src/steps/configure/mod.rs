@@ -45,9 +45,9 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{self, Artifact, ArtifactDir};
-use crate::backend::model::{BackendKind, Outcome, Provision};
 use crate::error::{Error, Location, Result};
 use crate::inventory::{ContainerSpec, Engine, Inventory};
+use crate::model::{BackendKind, Outcome, Provision};
 use crate::snapshot::record::Snapshot;
 use crate::ssh::{ConnectOptions, Connection, Target};
 

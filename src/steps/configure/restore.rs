@@ -5,9 +5,9 @@ use anyhow::Context;
 
 use super::{ConfigureOptions, Log, Partial};
 use crate::artifact;
-use crate::backend::model::Outcome;
 use crate::exec::{SSH_EXEC_TIMEOUT, SshExec};
 use crate::inventory::{ContainerSpec, Inventory};
+use crate::model::Outcome;
 use crate::snapshot::record::SnapshotOptions;
 use crate::ssh::Connection;
 

@@ -61,9 +61,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::artifact::{self, ArtifactDir};
-use crate::backend::model::BackendKind;
 use crate::error::{Error, Location, Result};
 use crate::inventory::{ContainerSpec, Inventory, NotFound};
+use crate::model::BackendKind;
 use crate::steps::plan::{Step, steps_for_ref};
 
 use job::{ContainerJob, previous_failures};

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
-use crate::backend::model::BackendKind;
+use crate::model::BackendKind;
 use crate::steps::plan::Step;
 
 /// What happened to one step of one container.

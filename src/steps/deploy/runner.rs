@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use super::render_error;
 use crate::artifact::{self, ArtifactDir};
-use crate::backend::model::{BackendKind, RecreatePolicy};
 use crate::error::{Error, Result};
 use crate::inventory::{ContainerSpec, Inventory};
+use crate::model::{BackendKind, RecreatePolicy};
 use crate::settings::Settings;
 use crate::steps::plan::Step;
 
@@ -46,7 +46,7 @@ pub type StepResult = std::result::Result<StepSuccess, Error>;
 ///
 /// Contract: the step writes its artifact at the path [`step_artifact`] names, with
 /// `inputs_digest` = `ctx.digest` and a `result` of `ok` or `failed` (as
-/// [`crate::backend::model::Provision`] does). It must not panic; a panic is recorded as a failure of
+/// [`crate::model::Provision`] does). It must not panic; a panic is recorded as a failure of
 /// that container only.
 pub trait StepRunner: Send + Sync + 'static {
     /// Runs `step` for `spec`.
@@ -92,7 +92,7 @@ pub struct RunnerOptions {
     /// How the `plan: …` log line of provision words a plan. Human wording is the CLI's
     /// (`cli::describe::describe`, which the binary passes here); a step never imports the CLI,
     /// so the default is the plan's action as data.
-    pub plan_wording: fn(&crate::backend::model::ContainerPlan) -> String,
+    pub plan_wording: fn(&crate::model::ContainerPlan) -> String,
     /// A saved plan being applied (`deploy --plan`): provision refuses a container whose fresh
     /// plan or PVE config digest differs from the saved one ([`crate::steps::plan::live_moved`])
     /// instead of applying it; [`RunnerOptions::recreate`] should be the plan's policy.
@@ -100,7 +100,7 @@ pub struct RunnerOptions {
 }
 
 /// [`RunnerOptions::plan_wording`] when the caller gives none: the action's debug form.
-fn plan_as_data(plan: &crate::backend::model::ContainerPlan) -> String {
+fn plan_as_data(plan: &crate::model::ContainerPlan) -> String {
     format!("{:?}", plan.action)
 }
 
@@ -195,7 +195,7 @@ impl BuiltinRunner {
     }
 
     async fn provision(&self, spec: &ContainerSpec, ctx: &StepContext) -> StepResult {
-        use crate::backend::model::{ApplyOptions, Outcome};
+        use crate::model::{ApplyOptions, Outcome};
         let path = ctx.artifacts.provision(&spec.name);
         let opts = ApplyOptions {
             share: self.settings.share.clone(),
@@ -249,7 +249,7 @@ impl BuiltinRunner {
     fn moved_since_saved_plan(
         &self,
         spec: &ContainerSpec,
-        plan: &crate::backend::model::ContainerPlan,
+        plan: &crate::model::ContainerPlan,
         backend: &crate::backend::Backend,
     ) -> Option<anyhow::Error> {
         let saved = self.options.saved_plan.as_ref()?;
@@ -288,8 +288,8 @@ impl BuiltinRunner {
             return Err(Error::Failed(anyhow::anyhow!("configure returned no result for {}", spec.name)));
         };
         match c.outcome {
-            crate::backend::model::Outcome::Ok => Ok(StepSuccess { artifact: Some(path) }),
-            crate::backend::model::Outcome::Failed { error } => {
+            crate::model::Outcome::Ok => Ok(StepSuccess { artifact: Some(path) }),
+            crate::model::Outcome::Failed { error } => {
                 // The last lines of the engine's output (the error itself is reported by deploy).
                 for l in c.log_tail.iter().filter(|l| !l.starts_with("error: ")) {
                     tracing::error!("{}: {l}", spec.name);
@@ -312,7 +312,7 @@ impl BuiltinRunner {
             a
         } else {
             let pve = match ctx.backend {
-                crate::backend::model::BackendKind::Pve if self.settings.pve.host.is_some() => {
+                crate::model::BackendKind::Pve if self.settings.pve.host.is_some() => {
                     match crate::backend::pve_client(&self.settings, &self.options.pve) {
                         Ok(client) => Some(step::PveCtAccess {
                             client: std::sync::Arc::new(client),
@@ -332,7 +332,7 @@ impl BuiltinRunner {
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await,
                 Err(reason) => {
                     let mut a = step::Snapshot::new(spec, Operation::Snapshot);
-                    a.outcome = crate::backend::model::Outcome::Failed { error: reason.to_string() };
+                    a.outcome = crate::model::Outcome::Failed { error: reason.to_string() };
                     a
                 }
             }
@@ -345,7 +345,7 @@ impl BuiltinRunner {
             .map_err(|e| Error::Failed(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
         force_digest(&path, &ctx.digest);
         match result.outcome {
-            crate::backend::model::Outcome::Ok => {
+            crate::model::Outcome::Ok => {
                 if let Some(id) = &result.snapshot_id {
                     tracing::info!(
                         "{}: snapshot {id} verified ({} entries, {} bytes)",
@@ -356,7 +356,7 @@ impl BuiltinRunner {
                 }
                 Ok(StepSuccess { artifact: Some(path) })
             }
-            crate::backend::model::Outcome::Failed { error } => Err(Error::Failed(anyhow::anyhow!("{error}"))),
+            crate::model::Outcome::Failed { error } => Err(Error::Failed(anyhow::anyhow!("{error}"))),
         }
     }
 }
@@ -382,7 +382,7 @@ impl StepRunner for BuiltinRunner {
                 p.containers.iter().any(|c| {
                     c.name == spec.name
                         && c.provision.as_ref().is_some_and(|cp| {
-                            !matches!(cp.action, crate::backend::model::Action::Nothing) || cp.migrate.is_some()
+                            !matches!(cp.action, crate::model::Action::Nothing) || cp.migrate.is_some()
                         })
                 })
             })

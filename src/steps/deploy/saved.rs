@@ -12,9 +12,9 @@
 use std::path::Path;
 
 use super::inputs_digest;
-use crate::backend::model::RecreatePolicy;
 use crate::backend::{Backend, plan_all};
 use crate::inventory::Inventory;
+use crate::model::RecreatePolicy;
 use crate::steps::plan::{Plan, Step, live_moved};
 
 /// A container of a saved plan that moved: `(name, vmid, reason)`.

@@ -42,9 +42,9 @@ use self::plan::{PackageManager, Start};
 use crate::artifact::Artifact;
 use crate::backend::live::health::secs;
 use crate::backend::live::{CheckOptions, ContainerHealth, Containers, HealthState, check, wait_ready};
-use crate::backend::model::{ActionRecord, BackendKind, Outcome};
 use crate::exec::{RemoteExec, run_collect};
 use crate::inventory::ContainerSpec;
+use crate::model::{ActionRecord, BackendKind, Outcome};
 
 /// Bytes of a command's standard output kept in the artifact (the tail), 8 KiB.
 pub const OUTPUT_KEEP: usize = 8 * 1024;

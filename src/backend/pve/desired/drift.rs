@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 
 use super::{Desired, DesiredMount, OWNER_TAG, features_string, has_owner_tag};
-use crate::backend::live::KeyDrift;
 use crate::backend::pve::planner::{match_mounts, parse_size, recorded_ostemplate, split_props};
+use crate::model::KeyDrift;
 
 const GIB: u64 = 1024 * 1024 * 1024;
 /// What a key PVE does not have shows as.

@@ -45,8 +45,8 @@ use super::desired::{
     Desired, DesiredMount, LIB_MARKER, OSTEMPLATE_MARKER, features_string, marked_for, own_lines, props_string,
     recorded_lib, tags_with_owner, with_user_notes, without_lease,
 };
-use crate::backend::model::{Action, Change, RecreatePolicy, Resize, SettingChange};
 use crate::inventory::{ContainerSpec, Mount};
+use crate::model::{Action, Change, RecreatePolicy, Resize, SettingChange};
 
 /// A live container as read from PVE.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,10 +1,12 @@
-//! Provisioning data shared by every backend: the plan per container, the recreate policy and
-//! the `provision/<name>.json` artifact.
+//! The provision model: plain data shared by the backends, the steps, the snapshot code and the
+//! ways into a container — the plan per container, the recreate policy, the
+//! `provision/<name>.json` artifact and a drifted key.
 //!
 //! Backends (`pve`, `lxc`) compare a [`crate::inventory::ContainerSpec`] with the live container
 //! and produce a [`ContainerPlan`] (pure data, printed before any change); the provision step
 //! then executes it and records every action in a [`Provision`] artifact, which `configure` and
-//! `snapshot` read without caring which backend made the container.
+//! `snapshot` read without caring which backend made the container. This module sits on the data
+//! floor so that all of them import it from below; it imports only other data.
 
 use serde::{Deserialize, Serialize};
 
@@ -402,31 +404,22 @@ impl Default for ApplyOptions {
     }
 }
 
-/// The `provision/<name>.json` artifact of a container that could not be planned (or whose
-/// recreate was refused before anything changed): outcome `failed` with `e` (redacted, with its
-/// causes), a `refused` plan naming the failure, no actions; the address is the spec's static
-/// one, if any.
-pub fn failed_before_plan(
-    kind: BackendKind,
-    spec: &ContainerSpec,
-    opts: &ApplyOptions,
-    e: &anyhow::Error,
-) -> Provision {
-    let error = crate::actions::redact(&format!("{e:#}"));
-    let plan = ContainerPlan {
-        name: spec.name.clone(),
-        vmid: spec.vmid,
-        hostname: spec.hostname.clone(),
-        action: Action::refused_blocked(vec![format!("planning failed: {error}")]),
-        start: false,
-        node: None,
-        placement: None,
-        migrate: None,
-    };
-    Provision {
-        node: spec.node.clone(),
-        address: spec.ip.address().map(|a| a.to_string()),
-        outcome: Outcome::Failed { error },
-        ..Provision::new(kind, spec, plan, opts)
+/// One difference: the key in the user's terms (`MEMORY`, `DISK`, `MOUNT (mp0)`, `NODE`,
+/// `STATE`, `container` …), the value the spec wants and the one found, as the user writes them
+/// (MiB, GiB, `yes`/`no`; `(unset)` for a key the container does not have).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyDrift {
+    /// The key.
+    pub key: String,
+    /// What the spec (and settings) want.
+    pub desired: String,
+    /// What the container has.
+    pub live: String,
+}
+
+impl KeyDrift {
+    /// A difference.
+    pub fn new(key: impl Into<String>, desired: impl Into<String>, live: impl Into<String>) -> Self {
+        KeyDrift { key: key.into(), desired: desired.into(), live: live.into() }
     }
 }
