@@ -29,7 +29,7 @@
 //!    (the backend-neutral provision model: plans, the recreate policy, the provision artifact,
 //!    drifted keys; what backends, steps, snapshots and `exec` share), [`artifact`]
 //!    (the artifacts directory, every artifact path, and [`artifact::pack`] for job outputs),
-//!    [`settings`], [`remote_url`] (URLs with their credentials redacted), [`error`], [`keys`], [`net`], [`pipe`], [`progress`],
+//!    [`settings`], [`remote_url`] (URLs with their credentials redacted), [`error`], [`pipe`], [`progress`],
 //!    [`workflows`] (the workflow files proxmox-gitops renders and installs), [`share`] (the CIFS
 //!    client units of the share, rendered for the base role).
 
@@ -43,10 +43,8 @@ pub mod exec;
 pub mod git;
 pub mod gitea;
 pub mod inventory;
-pub mod keys;
 pub mod lxc;
 pub mod model;
-pub mod net;
 pub mod pipe;
 pub mod progress;
 pub mod pve;

@@ -375,7 +375,7 @@ impl Artifact for Provision {
 /// Options for executing a plan, common to every backend.
 #[derive(Debug, Clone)]
 pub struct ApplyOptions {
-    /// The share directory holding `.keys/<vmid>` (see [`crate::keys`]).
+    /// The share directory holding `.keys/<vmid>` (see [`crate::ssh::keys`]).
     pub share: std::path::PathBuf,
     /// Wait until the container's SSH port answers after start.
     pub wait_ssh: bool,

@@ -152,7 +152,7 @@ fn test_ssh_reachable_with_the_generated_key() -> Result<(), Failed> {
         let modes = f.ssh(addr, spec.vmid, &["stat -c '%a %U' /root/.ssh /root/.ssh/authorized_keys"]).unwrap();
         assert_eq!(modes, "700 root\n600 root\n");
         // Another vmid's key is not accepted.
-        proxmox_gitops::keys::ensure(f.share.path(), 90099, "other").unwrap();
+        proxmox_gitops::ssh::keys::ensure(f.share.path(), 90099, "other").unwrap();
         assert!(f.ssh(addr, 90099, &["true"]).is_err(), "a foreign key must not log in");
     });
     Ok(())

@@ -380,7 +380,7 @@ fn cli_without_a_provision_artifact_fails_clearly_and_records_it() {
         key.display()
     );
     assert!(stderr.contains(&format!("error: app: {reason}")), "{stderr}");
-    proxmox_gitops::keys::ensure(&share, 4242, "app").unwrap();
+    proxmox_gitops::ssh::keys::ensure(&share, 4242, "app").unwrap();
     let started = std::time::Instant::now();
     let (code, _, stderr) = run(&ssh_args);
     assert_eq!(code, 1, "{stderr}");

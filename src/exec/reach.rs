@@ -6,7 +6,7 @@
 //!   backend uses ([`crate::lxc::resolve_path`]: `$PGO_LXC_PATH`, else `lxc-config
 //!   lxc.lxcpath`) unless the caller hands over its own [`LxcClient`];
 //! * backend `pve`, or [`Transport::Ssh`]: SSH to `Provision.address`:`Provision.ssh_port` with
-//!   the key `<share>/.keys/<vmid>` ([`crate::keys`]), as `config` (commands through `sudo -n`)
+//!   the key `<share>/.keys/<vmid>` ([`crate::ssh::keys`]), as `config` (commands through `sudo -n`)
 //!   or, before the base role created `config`, as `root` — the same login and trust-on-first-use
 //!   host keys as `configure` (`<artifacts>/known_hosts/<name>`, replaced when the artifact says
 //!   the container was just (re)created).
@@ -107,7 +107,7 @@ pub async fn reach(
         vmid: spec.vmid,
         path: path.clone(),
     })?;
-    let key = crate::keys::key_dir(share).join(spec.vmid.to_string());
+    let key = crate::ssh::keys::key_dir(share).join(spec.vmid.to_string());
     if !key.is_file() {
         return Err(ReachError::NoKey { name: spec.name.clone(), vmid: spec.vmid, key });
     }

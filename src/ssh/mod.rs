@@ -35,8 +35,10 @@
 //! * [`upload`] — tar uploads ([`TarUpload`]), temporary directories, reading files.
 
 pub mod command;
+pub mod keys;
 pub mod known_hosts;
 pub mod upload;
+pub mod wait;
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +49,7 @@ use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder};
 pub use command::{Output, STDERR_TAIL, StreamStatus};
 pub use known_hosts::{recorded_fingerprint, recreated_since_recorded};
 pub use upload::TarUpload;
+pub use wait::wait_for_ssh;
 
 /// Where and how to reach one container.
 #[derive(Debug, Clone)]
@@ -57,7 +60,7 @@ pub struct Target {
     pub address: String,
     /// SSH port (22).
     pub port: u16,
-    /// The private key file (`<share>/.keys/<vmid>`, see [`crate::keys`]).
+    /// The private key file (`<share>/.keys/<vmid>`, see [`crate::ssh::keys`]).
     pub key: PathBuf,
     /// The known-hosts file for this container (`<artifacts>/known_hosts/<name>`).
     pub known_hosts: PathBuf,

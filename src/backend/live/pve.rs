@@ -144,7 +144,7 @@ impl PveLive {
 
     pub(super) async fn exec(&self, spec: &ContainerSpec, timeout: Duration) -> anyhow::Result<Box<dyn RemoteExec>> {
         let address = self.address(spec).await?;
-        let key = crate::keys::key_dir(&self.opts.share).join(spec.vmid.to_string());
+        let key = crate::ssh::keys::key_dir(&self.opts.share).join(spec.vmid.to_string());
         if !key.is_file() {
             return Err(ReachError::NoKey { name: spec.name.clone(), vmid: spec.vmid, key }.into());
         }

@@ -184,7 +184,7 @@ impl LxcBackend {
             p.actions.push(record("address", t, Some(format!("{addr} (lxc-info -iH)"))));
         }
 
-        let key = crate::keys::ensure(&opts.share, spec.vmid, &spec.hostname)
+        let key = crate::ssh::keys::ensure(&opts.share, spec.vmid, &spec.hostname)
             .with_context(|| format!("cannot prepare the key pair of vmid {}", spec.vmid))?;
         let t = Instant::now();
         if !key_installed && self.install_key(name, &key.public_line).await? {
@@ -196,7 +196,7 @@ impl LxcBackend {
         }
         if opts.wait_ssh {
             let t = Instant::now();
-            crate::net::wait_for_ssh(SocketAddr::from((addr, opts.ssh_port)), opts.ssh_timeout)
+            crate::ssh::wait_for_ssh(SocketAddr::from((addr, opts.ssh_port)), opts.ssh_timeout)
                 .await
                 .with_context(|| format!("container `{name}` runs at {addr}, but its sshd does not answer"))?;
             if started {
@@ -320,7 +320,7 @@ impl LxcBackend {
             if let Some(bridge) = desired.static_address.map(|_| host.bridge_net.0) {
                 files.extend(guest::network_files(bridge));
             }
-            let key = crate::keys::ensure(&opts.share, spec.vmid, &spec.hostname)
+            let key = crate::ssh::keys::ensure(&opts.share, spec.vmid, &spec.hostname)
                 .with_context(|| format!("cannot prepare the key pair of vmid {}", spec.vmid))?;
             files.push(guest::GuestFile {
                 path: "root/.ssh/authorized_keys",

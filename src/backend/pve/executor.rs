@@ -240,7 +240,7 @@ impl PveBackend {
         if opts.wait_ssh {
             let Some(ip) = address else { bail!("CT {vmid} has no address to wait for SSH on") };
             let started = Instant::now();
-            crate::net::wait_for_ssh(SocketAddr::new(ip, opts.ssh_port), opts.ssh_timeout)
+            crate::ssh::wait_for_ssh(SocketAddr::new(ip, opts.ssh_port), opts.ssh_timeout)
                 .await
                 .with_context(|| format!("{}: CT {vmid} runs, but SSH does not answer", spec.name))?;
             rec.push("wait-ssh", None, started, Some(format!("{ip}:{}", opts.ssh_port)));

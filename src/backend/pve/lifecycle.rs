@@ -113,7 +113,7 @@ impl PveBackend {
         lease: &Lease,
         rec: &mut Rec,
     ) -> anyhow::Result<Created> {
-        let key = crate::keys::ensure(&opts.share, d.vmid, &d.hostname)?;
+        let key = crate::ssh::keys::ensure(&opts.share, d.vmid, &d.hostname)?;
         let params = create_params(d, &key.public_line);
         let params: Vec<(&str, String)> = params
             .iter()

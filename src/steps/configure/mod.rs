@@ -4,7 +4,7 @@
 //!
 //! Inputs: the inventory (the specs, globals and `base/`), `provision/<name>.json` (the address
 //! and port to reach, and whether the container was just created), the container's key pair
-//! (`<share>/.keys/<vmid>`, [`crate::keys`]) and the contract secrets (`LOGIN`, `PASSWORD`,
+//! (`<share>/.keys/<vmid>`, [`crate::ssh::keys`]) and the contract secrets (`LOGIN`, `PASSWORD`,
 //! `HOST`).
 //!
 //! # The contract handed to every engine
@@ -458,7 +458,7 @@ async fn run_container(
             }
             None => None,
         };
-        let share_keys = crate::keys::key_dir(&inv.settings.share);
+        let share_keys = crate::ssh::keys::key_dir(&inv.settings.share);
         Some(crate::control_plane::render(&crate::control_plane::Inputs {
             address: &address,
             port,
@@ -473,7 +473,7 @@ async fn run_container(
         None
     };
 
-    let keys = crate::keys::ensure(&inv.settings.share, spec.vmid, &spec.hostname)?;
+    let keys = crate::ssh::keys::ensure(&inv.settings.share, spec.vmid, &spec.hostname)?;
     let control = tempfile::Builder::new()
         .prefix("pgo-ssh-")
         .tempdir_in("/tmp")
