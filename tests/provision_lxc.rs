@@ -347,6 +347,10 @@ fn test_destroy() -> Result<(), Failed> {
             e.to_string(),
             format!("container `{}` belongs to vmid 90007, not 90008: not destroying it", spec.hostname)
         );
+        // A container snapshot (as `snapshot` and `update` take them) goes with the container:
+        // `lxc-destroy` alone refuses a container that has one.
+        let (snap, _) = f.backend.client().snapshot_running(&spec.hostname, "a test snapshot").await.unwrap();
+        assert_eq!(f.backend.client().list_snapshots(&spec.hostname).unwrap().len(), 1, "{snap}");
         let done = f.backend.destroy(&spec).await.unwrap();
         let names: Vec<&str> = done.iter().map(|a| a.action.as_str()).collect();
         assert_eq!(names, vec!["stop", "destroy"]);

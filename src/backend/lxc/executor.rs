@@ -507,7 +507,9 @@ impl LxcBackend {
             actions.push(record("stop", t, None));
         }
         let t = Instant::now();
-        self.client.destroy(name).await?;
+        // Its container snapshots (`snapshot`, `update`) go with it, as on Proxmox VE; the data
+        // was snapshotted into the share before (the guard of every destroy and recreate).
+        self.client.destroy_with_snapshots(name).await?;
         actions.push(record("destroy", t, None));
         Ok(actions)
     }
