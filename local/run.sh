@@ -291,7 +291,7 @@ control_plane() {
     # newest snapshot of /srv/config from the share: this one, with the monorepo published.
     # The snapshot goes where config's runner looks (its /share), readable by its user.
     say "snapshotting the control plane's data (/srv/config) into config's share for its move to Proxmox VE"
-    PROXMOX_SHARE="$cshare" pgo snapshot --container config --keep 5 >/dev/null \
+    PROXMOX_SHARE="$cshare" pgo snapshot --container config --data-only --keep 5 >/dev/null \
       || { say "the snapshot failed; run again: sudo $self config"; return 1; }
     chown -R --reference="$cshare/.keys" "$cshare/snapshots"
   else

@@ -235,6 +235,20 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
     // Out of the way of the named snapshots below.
     rt.block_on(LxcSnapshots::new(client.clone(), &ct.name).delete(&record.name)).unwrap();
 
+    // --data-only: the verified archive alone, no copy of the rootfs.
+    let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .args(["--artifacts"])
+        .arg(&artifacts)
+        .args(["snapshot", "--container", "app", "--data-only", "--keep", "1", "--inventory"])
+        .arg(&inv_path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let a: Snapshot = artifact::read(&artifacts.join("snapshot/app.json")).unwrap();
+    assert_eq!((&a.verification, a.ct_snapshot.is_none()), (&Verification::Verified, true), "{a:#?}");
+    assert_eq!(client.list_snapshots(&ct.name).unwrap().len(), 0, "--data-only took a container snapshot");
+    assert_eq!((store.list("app").unwrap().len(), a.pruned.len()), (1, 1), "retention applies as before");
+
     // lxc-snapshot through the CtSnapshots trait (the container must be stopped).
     ct.stop();
     let snaps = LxcSnapshots::new(client, &ct.name);

@@ -41,6 +41,10 @@ pub struct SnapshotArgs {
     /// With --rollback: do not take a data snapshot first.
     #[arg(long, requires = "rollback")]
     no_snapshot: bool,
+    /// Take only the verified data snapshot of the SNAPSHOT paths, no container snapshot (a
+    /// running LXC container's is a copy of its whole rootfs).
+    #[arg(long, conflicts_with_all = ["restore", "list", "rollback"])]
+    data_only: bool,
     /// Keep this many snapshots per lib (archives, and container snapshots named pgo-…); older
     /// ones are deleted.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "restore")]
@@ -148,7 +152,8 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
                 if args.restore {
                     step::restore(spec, conn.exec.as_ref(), &opts, args.at.as_deref()).await
                 } else {
-                    step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await
+                    let ct = if args.data_only { None } else { conn.ct.as_deref() };
+                    step::snapshot(spec, conn.exec.as_ref(), ct, &opts).await
                 }
             }),
             Err(reason) => {
