@@ -93,10 +93,23 @@ profile="${PGO_PROFILE:-release}"
 [ "$(id -u)" -eq 0 ] || die "LXC containers need root: run \`sudo $self${args[*]:+ ${args[*]}}\`"
 for lib in "${libs[@]}"; do
   if [ ! -d "libs/$lib" ] && [ "$lib" != config ]; then
-    available=$(cd libs 2>/dev/null && for d in */; do printf '%s, ' "${d%/}"; done)
+    available=$(cd libs 2>/dev/null && for d in */; do [ ! -d "$d" ] || printf '%s, ' "${d%/}"; done || true)
     usage "no lib \`$lib\` in $repo/libs (available: ${available}config)"
   fi
 done
+
+# config publishes this monorepo's commits (HEAD) while this run reads its working tree: with
+# changes not committed, the release pull request would deploy something else than what this
+# run configures and plans (another vmid, another address). Refused before anything is done.
+if [ "$mode" = deploy ] && printf '%s\n' "${libs[@]}" | grep -qx config && command -v git >/dev/null \
+  && git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+  dirty=$(git -C "$repo" status --porcelain --ignore-submodules=none 2>/dev/null | head -n 5 | cut -c4- | paste -sd ' ' -)
+  if [ -n "$dirty" ]; then
+    printf 'error: %s has changes that are not committed (%s): config publishes the commits, so the release would deploy something else than this run plans; commit them (git -C %q add -A && git -C %q commit) or stash them, then run again\n' \
+      "$repo" "$dirty" "$repo" "$repo" >&2
+    exit 2
+  fi
+fi
 
 # 1. Packages.
 missing=()
@@ -378,7 +391,7 @@ for lib in "${libs[@]}"; do
   # this host would name a path it does not have.
   if [ "$lib" = config ] && [ -n "${PROXMOX_CA:-}" ] \
     && python3 "$repo/local/control_plane.py" settings "$repo" | grep -qx 'PVE=yes'; then
-    printf 'error: PROXMOX_CA=%s is a file on this host, which the control plane'\''s runner does not have: trust the PVE node by its certificate'\''s SHA-256 instead, PROXMOX_FINGERPRINT=AA:BB:... (`pvenode cert info` on the node)\n' "$PROXMOX_CA" >&2
+    printf 'error: PROXMOX_CA=%s is a file on this host, which the control plane'\''s runner does not have: unset PROXMOX_CA and trust the PVE node by its certificate'\''s SHA-256 instead (`pvenode cert info` on the node): sudo env PROXMOX_FINGERPRINT=AA:BB:... %s config\n' "$PROXMOX_CA" "$self" >&2
     exit 2
   fi
   if ! out=$(pgo configure --check --container "$lib" 2>&1); then

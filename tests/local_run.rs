@@ -456,3 +456,38 @@ fn the_readme_walkthrough_lib_resolves_with_either_engine() {
         );
     }
 }
+
+/// `./local/run.sh config` publishes the monorepo's commits and plans from its working tree: with
+/// changes not committed the two would differ, so it refuses before anything is installed, built
+/// or created, naming what is not committed.
+#[test]
+fn config_refuses_a_monorepo_with_changes_not_committed() {
+    let dir = monorepo(true);
+    support::fs::copy_dir(&source_root().join("local"), &dir.path().join("local"));
+    let _ = std::fs::remove_file(dir.path().join("local/config.local.json"));
+    write_files(dir.path(), &[("container.env", "ID=9180\nIP=dhcp\n")]);
+    let git = |args: &[&str]| support::git::git(dir.path(), args);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "the monorepo"]);
+    write_files(dir.path(), &[("container.env", "ID=9181\nIP=10.0.88.10/24\n")]);
+    let out = Command::new(dir.path().join("local/run.sh"))
+        .arg("config")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("has changes that are not committed (container.env)"), "{err}");
+    assert!(!err.contains("==>"), "it did something first: {err}");
+    // Committed, the same run goes past that check (here: a lib that does not exist).
+    git(&["commit", "-q", "-am", "the address"]);
+    let out = Command::new(dir.path().join("local/run.sh"))
+        .args(["config", "nolib"])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(err.contains("no lib `nolib`") && !err.contains("not committed"), "{err}");
+}
