@@ -212,11 +212,11 @@ fn completions_name_every_subcommand_and_man_pages_are_written() {
 }
 
 /// Every subcommand with `--backend` reads it from `PGO_BACKEND` too (as the task and pipeline
-/// workflows set it), and its help says so.
+/// workflows set it), and its help says so; every `-j` takes 1–64 and reads `PGO_JOBS`.
 #[test]
 fn every_backend_option_reads_pgo_backend() {
     let repo = repo();
-    for sub in ["plan", "provision", "deploy", "drift", "health", "update", "release-pr"] {
+    for sub in ["plan", "provision", "deploy", "destroy", "drift", "health", "update", "release-pr", "auto-merge"] {
         let (code, help, stderr) = run(repo.path(), &[sub, "--help"]);
         assert_eq!(code, Some(0), "{sub}: {stderr}");
         // The option's own entry: from `--backend <BACKEND>` to the next option.
@@ -225,5 +225,11 @@ fn every_backend_option_reads_pgo_backend() {
         let end = entry[1..].find("\n  -").map_or(entry.len(), |i| i + 1);
         let backend = &entry[..end];
         assert!(backend.contains("[env: PGO_BACKEND="), "{sub} --backend: {backend}");
+    }
+    for sub in ["plan", "provision", "deploy", "configure", "drift", "health", "update", "release-pr", "auto-merge"] {
+        let (_, help, _) = run(repo.path(), &[sub, "--help"]);
+        assert!(help.contains("[env: PGO_JOBS="), "{sub}: {help}");
+        let (code, _, stderr) = run(repo.path(), &[sub, "-j", "65", "--help"]);
+        assert_eq!(code, Some(2), "{sub} -j 65: {stderr}");
     }
 }

@@ -570,7 +570,10 @@ fn local_control_plane_with_pve_settings_deploys_the_libs_and_itself_onto_pve() 
         .env_remove("GITEA_ACTIONS");
     let (code, out, err) = bounded(cmd, Duration::from_secs(1200));
     assert_eq!(code, Some(0), "local/run.sh config failed:\n{out}\n{err}");
-    assert!(out.contains("merging deploys the libs onto Proxmox VE through config's runner"), "{out}");
+    assert!(
+        out.contains("merging deploys the libs and config itself onto Proxmox VE through config's own runner"),
+        "{out}"
+    );
     assert!(!err.contains("starting the host's runner"), "{err}");
     let url = serde_json::from_str::<serde_json::Value>(
         &std::fs::read_to_string(root.join(".proxmox-gitops/configure/config.json")).unwrap(),

@@ -1,5 +1,6 @@
 //! The argument groups several subcommands share: how to reach and trust the PVE API and how
-//! long its tasks may take, the recreate policy, and waiting for SSH after a start.
+//! long its tasks may take, the recreate policy, waiting for SSH after a start, the backend, a
+//! saved inventory and how many containers at once.
 //!
 //! Each group is a clap `#[derive(Args)]` struct that a subcommand flattens where its options
 //! belong, so an option is declared (name, env var, default, help) in exactly one place. A
@@ -310,5 +311,53 @@ mod tests {
             (t.create, t.start, t.shutdown, t.stop, t.destroy, t.lock, t.download, t.resize, t.migrate),
             (s(11), s(12), s(13), s(14), s(15), s(16), s(17), s(300), s(18))
         );
+    }
+}
+
+/// `--backend`: which provisioning backend a run works with, read from `PGO_BACKEND` too (what
+/// the shipped action sets from its `backend` input).
+#[derive(Debug, Args, Clone, Copy)]
+pub struct BackendArg {
+    /// Backend of the containers [default: pve when PROXMOX_HOST is configured, else lxc].
+    #[arg(long = "backend", value_name = "BACKEND", value_enum, env = "PGO_BACKEND")]
+    pub kind: Option<crate::model::BackendKind>,
+}
+
+impl BackendArg {
+    /// The backend given, else the default of `settings` ([`crate::backend::default_backend`]).
+    pub fn or_default(self, settings: &crate::settings::Settings) -> crate::model::BackendKind {
+        self.kind.unwrap_or_else(|| crate::backend::default_backend(settings))
+    }
+}
+
+/// `--inventory`: a saved inventory instead of resolving the monorepo again.
+#[derive(Debug, Args, Clone)]
+pub struct InventoryArg {
+    /// Use this inventory artifact instead of resolving the repo again.
+    #[arg(long = "inventory", value_name = "INVENTORY")]
+    pub path: Option<PathBuf>,
+}
+
+impl InventoryArg {
+    /// The path given, if any.
+    pub fn as_deref(&self) -> Option<&std::path::Path> {
+        self.path.as_deref()
+    }
+}
+
+/// `-j`/`--jobs`: at most this many containers at once (1–64, default 4), read from `PGO_JOBS`
+/// too (what the shipped action sets from its `jobs` input).
+#[derive(Debug, Args, Clone, Copy)]
+pub struct JobsArg {
+    /// At most this many containers at once.
+    #[arg(long = "jobs", short = 'j', default_value_t = 4, env = "PGO_JOBS",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub jobs: u16,
+}
+
+impl JobsArg {
+    /// The count as a `usize`.
+    pub fn get(self) -> usize {
+        usize::from(self.jobs)
     }
 }

@@ -46,14 +46,13 @@ pub struct AutoMergeArgs {
     force: bool,
     /// Backend that plans [default: PROXMOX_GITOPS_BACKEND, else pve when PROXMOX_HOST is
     /// configured, else lxc].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, env = "PGO_BACKEND")]
     backend: Option<BackendKind>,
     /// Gitea base URL [default: HOST from the settings].
     #[arg(long, value_name = "URL")]
     gitea: Option<String>,
-    /// How many containers are planned at the same time.
-    #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
-    jobs: u16,
+    #[command(flatten)]
+    jobs: super::args::JobsArg,
     /// How long a merge waits, in seconds, while Gitea answers 405 "Please try again later" (its
     /// mergeable check runs in the background after a pull request changes; a conflicting pull
     /// request gets the same answer, and fails after the wait).
@@ -167,7 +166,7 @@ pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
         return Err(Error::Failed(anyhow::anyhow!("auto-merge: a setting was missing but no problem was recorded")));
     };
     ctx.inputs_checked()?;
-    let opts = AutoMergeOptions { monorepo, policy, dry_run: args.dry_run, jobs: usize::from(args.jobs) };
+    let opts = AutoMergeOptions { monorepo, policy, dry_run: args.dry_run, jobs: args.jobs.get() };
     let mut report = super::run::block_on(super::run::Threads::Default, auto_merge(&client, &backend, &inv, &opts))??;
     report.forced = args.force && !enabled;
     finish(ctx, &report, &path)?;

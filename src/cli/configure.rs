@@ -1,6 +1,5 @@
 //! `proxmox-gitops configure`: apply the base role and each lib's configuration over SSH.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
@@ -23,12 +22,10 @@ pub struct ConfigureArgs {
     /// Configure every container of the inventory.
     #[arg(long)]
     all: bool,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
-    /// Containers configured at the same time.
-    #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
-    jobs: u16,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
+    #[command(flatten)]
+    jobs: super::args::JobsArg,
     /// Seconds for one SSH connect attempt.
     #[arg(long, default_value_t = 10)]
     connect_timeout: u64,
@@ -66,7 +63,7 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
     let settings = Settings::load(&inv.root, &ProcessEnv)?;
     let opts = ConfigureOptions {
         containers: if args.all { Vec::new() } else { args.containers },
-        jobs: args.jobs as usize,
+        jobs: args.jobs.get(),
         artifacts: ctx.artifacts.clone(),
         contract: Contract::from_settings(&settings.gitea),
         connect: ConnectOptions {

@@ -45,15 +45,12 @@ pub struct DeployArgs {
     /// Run steps even when their artifact shows success for the same inputs.
     #[arg(long)]
     force: bool,
-    /// At most this many containers at once.
-    #[arg(long, short = 'j', default_value_t = 4, env = "PGO_JOBS")]
-    jobs: usize,
-    /// Backend for provisioning [default: pve when PROXMOX_HOST is configured, else lxc].
-    #[arg(long, value_enum, env = "PGO_BACKEND")]
-    backend: Option<BackendKind>,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
+    #[command(flatten)]
+    jobs: super::args::JobsArg,
+    #[command(flatten)]
+    backend: super::args::BackendArg,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
     /// The workflow run; a snapshot is only skipped when it succeeded in the same run.
     #[arg(long, env = "GITHUB_RUN_ID")]
     run_id: Option<String>,
@@ -98,7 +95,7 @@ impl From<StepArg> for Step {
 pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
-    let backend = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
+    let backend = args.backend.or_default(&settings);
     let saved =
         args.saved_plan.as_deref().map(|path| saved_plan(path, &args, &inv, &ctx.stage, backend)).transpose()?;
     let (git_ref, containers, recreate) = match &saved {
@@ -134,7 +131,7 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         steps: args.steps.into_iter().map(Step::from).collect(),
         containers,
         force: args.force,
-        jobs: args.jobs,
+        jobs: args.jobs.get(),
         backend,
         run_id: args.run_id.filter(|r| !r.is_empty()),
     };
@@ -245,7 +242,7 @@ fn saved_plan(
     stage: &str,
     backend: BackendKind,
 ) -> Result<SavedPlan> {
-    let plan = read_saved_plan(path, args.git_ref.as_deref(), &args.containers, inv)?;
+    let plan = crate::steps::deploy::saved::read(path, args.git_ref.as_deref(), &args.containers, inv)?;
     let planned = crate::steps::plan::steps_for_ref(&plan.git_ref)?;
     if let Some(other) = args.steps.iter().map(|s| Step::from(*s)).find(|s| !planned.contains(s)) {
         return Err(Error::Usage(format!(
@@ -258,52 +255,6 @@ fn saved_plan(
     let recreate = crate::steps::plan::applicable(&plan, path, stage, backend, args.policy.given())?;
     let containers = plan.containers.iter().map(|c| c.name.clone()).collect();
     Ok(SavedPlan { path: path.to_path_buf(), plan, containers, recreate })
-}
-
-/// Reads the saved plan at `path` (`--plan`), checks that it plans `git_ref` (when given) and
-/// narrows it to the containers `selection` names (`-c`; all of the plan's when empty).
-///
-/// # Errors
-/// [`Error::Usage`] (exit 2) naming the file for an unreadable plan, another ref, or a selected
-/// container the plan does not hold; the inventory's error for an unknown container.
-pub(crate) fn read_saved_plan(
-    path: &std::path::Path,
-    git_ref: Option<&str>,
-    selection: &[String],
-    inv: &crate::inventory::Inventory,
-) -> Result<crate::steps::plan::Plan> {
-    let mut plan: crate::steps::plan::Plan = crate::artifact::read(path).map_err(|e| {
-        Error::Usage(format!(
-            "--plan {e}; write a plan first: proxmox-gitops plan --ref {} (it writes {})",
-            git_ref.unwrap_or("refs/heads/release"),
-            path.display()
-        ))
-    })?;
-    if let Some(r) = git_ref.filter(|r| *r != plan.git_ref) {
-        return Err(Error::Usage(format!(
-            "{} plans ref {}, but this run is for {r} (--ref or GITHUB_REF); plan that ref: proxmox-gitops plan \
-             --ref {r}",
-            path.display(),
-            plan.git_ref
-        )));
-    }
-    if !selection.is_empty() {
-        let names: Vec<String> = inv
-            .select(selection, true, crate::inventory::NotFound::InStage)?
-            .into_iter()
-            .map(|c| c.name.clone())
-            .collect();
-        if let Some(missing) = names.iter().find(|n| !plan.containers.iter().any(|c| &c.name == *n)) {
-            return Err(Error::Usage(format!(
-                "container `{missing}` is not in {} (it plans {}); plan it: proxmox-gitops plan --ref {} -c {missing}",
-                path.display(),
-                plan.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
-                plan.git_ref
-            )));
-        }
-        plan.containers.retain(|c| names.contains(&c.name));
-    }
-    Ok(plan)
 }
 
 /// Refuses the saved plan, before anything runs, when a container's inputs digest or live state
@@ -319,29 +270,16 @@ fn check_saved_plan(
     runner: &RunnerOptions,
     jobs: usize,
 ) -> Result<()> {
-    use crate::steps::deploy::saved::{inputs_moved, live_moved_all};
-    let root = ctx.repo.canonicalize().map_err(|e| Error::Usage(format!("{}: {e}", ctx.repo.display())))?;
-    let artifacts = ctx.artifacts.root();
-    let artifacts = std::fs::create_dir_all(artifacts)
-        .and_then(|()| artifacts.canonicalize())
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot create {}: {e}", artifacts.display())))?;
-    let mut moved = inputs_moved(&saved.plan, inv, &root, &artifacts);
+    use crate::steps::deploy::saved::{live_moved_all, refuse_moved};
     let provisions = saved.plan.containers.iter().any(|c| c.steps_to_run().contains(&Step::Provision));
-    if let (true, Some(kind)) = (provisions, saved.plan.backend) {
-        let backend = crate::backend::open(kind, settings, &runner.pve)?;
-        let live = live_moved_all(&saved.plan, inv, &backend, saved.recreate, jobs.max(1));
-        for m in block_on(Threads::Default, live)? {
-            if !moved.iter().any(|(n, _, _)| *n == m.0) {
-                moved.push(m);
-            }
+    let live = match (provisions, saved.plan.backend) {
+        (true, Some(kind)) => {
+            let backend = crate::backend::open(kind, settings, &runner.pve)?;
+            block_on(Threads::Default, live_moved_all(&saved.plan, inv, &backend, saved.recreate, jobs.max(1)))?
         }
-    }
-    if moved.is_empty() {
-        tracing::info!("{}: inputs and live state as planned; applying it", saved.path.display());
-        Ok(())
-    } else {
-        Err(crate::steps::plan::stale_error(&saved.plan, &saved.path, &moved))
-    }
+        _ => Vec::new(),
+    };
+    refuse_moved(&saved.plan, &saved.path, inv, &ctx.repo, &ctx.artifacts, live)
 }
 
 /// The job summary of a deploy: one row per container (failed first) whose action lists each

@@ -1,14 +1,12 @@
 //! `proxmox-gitops destroy`: remove containers, after a verified snapshot of their data.
 
-use std::path::PathBuf;
-
 use clap::Args;
 
 use super::run::{Threads, block_on, step_outputs};
 use super::{Ctx, all_ok, failures, result_cell, table_of};
 use crate::error::Result;
 use crate::inventory::NotFound;
-use crate::model::{BackendKind, Outcome};
+use crate::model::Outcome;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::destroy::{self as step, DestroyOptions};
 
@@ -22,12 +20,10 @@ pub struct DestroyArgs {
     /// is lost; logged as a warning).
     #[arg(long)]
     no_snapshot: bool,
-    /// Backend [default: pve when PROXMOX_HOST is configured, else lxc].
-    #[arg(long, value_enum)]
-    backend: Option<BackendKind>,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
+    #[command(flatten)]
+    backend: super::args::BackendArg,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
     #[command(flatten)]
     pve: super::args::PveDestroyArgs,
 }
@@ -36,7 +32,7 @@ pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let specs: Vec<_> = inv.select(&args.containers, false, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
-    let kind = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
+    let kind = args.backend.or_default(&settings);
     let backend = crate::backend::open(kind, &settings, &args.pve.connect()?)?;
     ctx.inputs_checked()?;
     let opts = DestroyOptions { share: settings.share.clone(), no_snapshot: args.no_snapshot };

@@ -48,21 +48,18 @@ pub struct DriftArgs {
     /// -detailed-exitcode`).
     #[arg(long)]
     detailed_exitcode: bool,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
     /// A checkout of the branch whose changes are not released yet (e.g. `main`, while the repo
     /// is the released checkout): its differences from the live containers that the repo's do
     /// not have are reported as pending, never as drift (same stage; the exit code ignores
     /// them).
     #[arg(long, value_name = "DIR")]
     pending_repo: Option<PathBuf>,
-    /// Backend of the containers [default: pve when PROXMOX_HOST is configured, else lxc].
-    #[arg(long, value_enum, env = "PGO_BACKEND")]
-    backend: Option<BackendKind>,
-    /// At most this many containers compared at once.
-    #[arg(long, short = 'j', default_value_t = 4, env = "PGO_JOBS", value_parser = clap::value_parser!(u16).range(1..))]
-    jobs: u16,
+    #[command(flatten)]
+    backend: super::args::BackendArg,
+    #[command(flatten)]
+    jobs: super::args::JobsArg,
     #[command(flatten)]
     pve: super::args::PveTlsArgs,
 }
@@ -92,7 +89,7 @@ fn run_inner(ctx: &Ctx, args: DriftArgs) -> Result<i32> {
     let specs: Vec<ContainerSpec> =
         inv.select(&args.containers, true, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
-    let kind = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
+    let kind = args.backend.or_default(&settings);
     let pve = match kind {
         BackendKind::Pve => Some(PveDefaults::from_settings(&settings.pve).ok_or_else(|| {
             Error::from(crate::settings::not_set(
@@ -120,8 +117,8 @@ fn run_inner(ctx: &Ctx, args: DriftArgs) -> Result<i32> {
     )?;
     ctx.inputs_checked()?;
     let now = OffsetDateTime::now_utc();
-    let opts = DriftOptions { jobs: args.jobs as usize, pve, orphans: whole, now };
-    let report = block_on(Threads::Workers((args.jobs as usize).clamp(1, 8)), async {
+    let opts = DriftOptions { jobs: args.jobs.get(), pve, orphans: whole, now };
+    let report = block_on(Threads::Workers(args.jobs.get().clamp(1, 8)), async {
         let mut report = step::check_all(&live, &inv.stage, &specs, &inv.containers, &opts).await;
         if let Some(dir) = &args.pending_repo {
             match resolve(&ResolveOptions { repo: dir.clone(), stage: inv.stage.clone() }, &ProcessEnv) {

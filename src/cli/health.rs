@@ -4,7 +4,6 @@
 //! description. Exit 0 when every container is healthy or not deployed, 1 otherwise, 2 for bad
 //! input.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
@@ -17,7 +16,7 @@ use crate::backend::live::{self, CheckOptions, HealthState, LiveOptions};
 use crate::error::{Error, Location, Result};
 use crate::gitea::Client;
 use crate::inventory::{ContainerSpec, NotFound};
-use crate::model::{BackendKind, Outcome};
+use crate::model::Outcome;
 use crate::settings::{GiteaAuthKind, ProcessEnv, Settings};
 use crate::steps::health::{self as step, Health, HealthOptions};
 
@@ -55,15 +54,12 @@ pub struct HealthArgs {
     /// Every container of the stage (the default; the control plane included).
     #[arg(long, conflicts_with = "containers")]
     all: bool,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
-    /// Backend of the containers [default: pve when PROXMOX_HOST is configured, else lxc].
-    #[arg(long, value_enum, env = "PGO_BACKEND")]
-    backend: Option<BackendKind>,
-    /// At most this many containers checked at once.
-    #[arg(long, short = 'j', default_value_t = 4, env = "PGO_JOBS", value_parser = clap::value_parser!(u16).range(1..))]
-    jobs: u16,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
+    #[command(flatten)]
+    backend: super::args::BackendArg,
+    #[command(flatten)]
+    jobs: super::args::JobsArg,
     /// Seconds each part of a check may take (a backend call, a command in the container).
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     check_timeout: u64,
@@ -126,7 +122,7 @@ pub fn run(ctx: &Ctx, args: HealthArgs) -> Result<()> {
     let specs: Vec<ContainerSpec> =
         inv.select(&args.containers, true, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
-    let kind = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
+    let kind = args.backend.or_default(&settings);
     let org = org(args.org.as_deref())?;
     let gitea = if args.no_describe { None } else { gitea_client(&settings, args.gitea.as_deref())? };
     let live = live::open(
@@ -144,14 +140,14 @@ pub fn run(ctx: &Ctx, args: HealthArgs) -> Result<()> {
     ctx.inputs_checked()?;
     let now = OffsetDateTime::now_utc();
     let opts = HealthOptions {
-        jobs: args.jobs as usize,
+        jobs: args.jobs.get(),
         check: CheckOptions {
             timeout: Duration::from_secs(args.check_timeout),
             reach_timeout: Duration::from_secs(args.reach.connect_budget.max(1) + args.check_timeout),
         },
         now,
     };
-    let report = block_on(Threads::Workers((args.jobs as usize).clamp(1, 8)), async {
+    let report = block_on(Threads::Workers(args.jobs.get().clamp(1, 8)), async {
         let mut report = step::check_all(&live, &inv.stage, &specs, &opts).await;
         if let Some(client) = &gitea {
             step::describe(client, &inv, &mut report, &org, now).await;
@@ -283,7 +279,7 @@ mod tests {
         proxy.failed_units = Some(vec![]);
         Health {
             stage: "main".into(),
-            backend: BackendKind::Lxc,
+            backend: crate::model::BackendKind::Lxc,
             checked_at: "2026-12-01T17:00:00Z".into(),
             healthy: false,
             containers: vec![h("config", HealthState::NotDeployed, None), broker, proxy],

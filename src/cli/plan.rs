@@ -1,7 +1,5 @@
 //! `proxmox-gitops plan`: what a deploy of a ref would do, without changing anything.
 
-use std::path::PathBuf;
-
 use clap::Args;
 
 use super::{Ctx, table_of};
@@ -22,9 +20,8 @@ pub struct PlanArgs {
     /// Containers to plan (lib name or hostname); repeatable or comma-separated. Default: all of the stage.
     #[arg(long = "container", short = 'c')]
     containers: Vec<String>,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
     /// Do not read live state: plan the steps only (the default when PROXMOX_HOST is not set
     /// and no --backend is given).
     #[arg(long)]
@@ -41,9 +38,8 @@ pub struct PlanArgs {
     /// The workflow run; a snapshot step counts as done only when it succeeded in the same run.
     #[arg(long, env = "GITHUB_RUN_ID")]
     run_id: Option<String>,
-    /// How many containers are planned against PVE at the same time.
-    #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
-    jobs: u16,
+    #[command(flatten)]
+    jobs: super::args::JobsArg,
     /// Wait for a container PVE has locked (a running create, backup, migration …) as
     /// `provision` does — its task, up to 600 s for a create and 120 s for anything else —
     /// instead of reporting it busy.
@@ -120,8 +116,7 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     ctx.inputs_checked()?;
     if let Some(backend) = backend {
         // Live state: what provision would do to each container (reads only).
-        let live =
-            crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.policy(), usize::from(args.jobs));
+        let live = crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.policy(), args.jobs.get());
         super::run::block_on(super::run::Threads::Default, live)?;
     }
     mark_done_steps(ctx, &inv, &mut p, args.run_id.as_deref().filter(|r| !r.is_empty()));

@@ -23,17 +23,14 @@ pub struct ProvisionArgs {
     /// Provision every container of the stage.
     #[arg(long, conflicts_with = "containers")]
     all: bool,
-    /// How many containers are provisioned at the same time (one shared API session).
-    #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
-    jobs: u16,
-    /// Backend [default: pve when PROXMOX_HOST is configured, else lxc].
-    #[arg(long, value_enum, env = "PGO_BACKEND")]
-    backend: Option<BackendKind>,
+    #[command(flatten)]
+    jobs: super::args::JobsArg,
+    #[command(flatten)]
+    backend: super::args::BackendArg,
     #[command(flatten)]
     policy: PolicyArgs,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
     /// Only show the plan; change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -116,10 +113,10 @@ pub(crate) fn plan_json(planned: &[backend::Planned]) -> serde_json::Value {
 pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
-    let kind = args.backend.unwrap_or_else(|| backend::default_backend(&settings));
+    let kind = args.backend.or_default(&settings);
     let saved = match &args.saved_plan {
         Some(path) => {
-            let mut plan = super::deploy::read_saved_plan(path, None, &args.containers, &inv)?;
+            let mut plan = crate::steps::deploy::saved::read(path, None, &args.containers, &inv)?;
             plan.containers.retain(|c| c.steps.contains(&crate::steps::plan::Step::Provision));
             if plan.containers.is_empty() {
                 return Err(crate::error::Error::Usage(format!(
@@ -147,7 +144,7 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         &crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? },
     )?;
     ctx.inputs_checked()?;
-    let jobs = usize::from(args.jobs);
+    let jobs = args.jobs.get();
     let policy = saved.as_ref().map_or_else(|| args.policy.policy(), |(_, _, p)| *p);
     let opts = ApplyOptions {
         share: settings.share.clone(),
@@ -165,7 +162,8 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
             print!("{s}");
         }
         if let Some((path, plan, _)) = &saved {
-            check_saved_plan(ctx, &inv, path, plan, &planned, &backend)?;
+            let live = crate::steps::deploy::saved::live_moved_of(plan, &planned, &backend);
+            crate::steps::deploy::saved::refuse_moved(plan, path, &inv, &ctx.repo, &ctx.artifacts, live)?;
         }
         if args.dry_run {
             if ctx.json {
@@ -213,50 +211,6 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         }
         all_ok(&failures(results.iter().map(|p| (p.name.as_str(), &p.outcome))), results.len())
     })?
-}
-
-/// Refuses the saved plan `plan` (from `path`) before anything changes when a container's inputs
-/// digest or its live state moved since it was planned: `planned` are the fresh plans made on
-/// `backend` with the saved plan's policy ([`crate::steps::plan::live_moved`],
-/// [`crate::steps::deploy::saved::inputs_moved`]).
-///
-/// # Errors
-/// [`crate::error::Error::Failed`] naming each container that moved and the command that plans
-/// again.
-fn check_saved_plan(
-    ctx: &Ctx,
-    inv: &crate::inventory::Inventory,
-    path: &std::path::Path,
-    plan: &crate::steps::plan::Plan,
-    planned: &[backend::Planned],
-    backend: &backend::Backend,
-) -> Result<()> {
-    use crate::error::Error;
-    let root = ctx.repo.canonicalize().map_err(|e| Error::Usage(format!("{}: {e}", ctx.repo.display())))?;
-    let dir = ctx.artifacts.root();
-    let artifacts = std::fs::create_dir_all(dir)
-        .and_then(|()| dir.canonicalize())
-        .map_err(|e| Error::Failed(anyhow::anyhow!("cannot create {}: {e}", dir.display())))?;
-    let mut moved = crate::steps::deploy::saved::inputs_moved(plan, inv, &root, &artifacts);
-    for p in planned {
-        let Some(saved) = plan.containers.iter().find(|c| c.name == p.spec.name) else { continue };
-        if moved.iter().any(|(n, _, _)| *n == saved.name) {
-            continue;
-        }
-        let why = match &p.plan {
-            Ok(fresh) => crate::steps::plan::live_moved(saved, fresh, backend.config_digest(p.spec.vmid).as_deref()),
-            Err(e) => Some(format!("cannot be planned now: {}", crate::actions::redact(&format!("{e:#}")))),
-        };
-        if let Some(why) = why {
-            moved.push((saved.name.clone(), saved.vmid, why));
-        }
-    }
-    if moved.is_empty() {
-        tracing::info!("{}: inputs and live state as planned; applying it", path.display());
-        Ok(())
-    } else {
-        Err(crate::steps::plan::stale_error(plan, path, &moved))
-    }
 }
 
 /// The job summary of a provision run on `kind`: one row per container (failed first) with its

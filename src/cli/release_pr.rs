@@ -11,8 +11,6 @@
 //! and `$GITHUB_OUTPUT` (`artifact`, `pull_url`, `pull_number`, `pull_action`). Exit 0 when the
 //! pull request is as it should be, 1 when Gitea or the plan failed, 2 for bad input.
 
-use std::path::PathBuf;
-
 use clap::Args;
 
 use super::Ctx;
@@ -48,12 +46,10 @@ pub struct ReleasePrArgs {
     /// Gitea base URL [default: HOST from the settings].
     #[arg(long, value_name = "URL")]
     gitea: Option<String>,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
-    /// How many containers are planned at the same time.
-    #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
-    jobs: u16,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
+    #[command(flatten)]
+    jobs: super::args::JobsArg,
     /// PVE API trust (the plan only reads).
     #[command(flatten)]
     pve: PveTlsArgs,
@@ -105,7 +101,7 @@ pub fn run(ctx: &Ctx, args: ReleasePrArgs) -> Result<()> {
         BackendKind::Lxc => crate::backend::lxc_backend(&settings).map(Backend::Lxc).map_err(|e| format!("{e:#}")),
     };
     ctx.inputs_checked()?;
-    let jobs = usize::from(args.jobs);
+    let jobs = args.jobs.get();
     let inv = &inv;
     let planned = async {
         let mut p = plan(inv, RELEASE_REF, &[])?;

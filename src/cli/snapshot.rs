@@ -52,9 +52,8 @@ pub struct SnapshotArgs {
     /// Share directory holding `snapshots/` [default: PROXMOX_SHARE or /share].
     #[arg(long, env = "PROXMOX_SHARE")]
     share: Option<PathBuf>,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
     /// How to reach containers: `auto` (lxc-attach for the lxc backend, SSH otherwise) or `ssh`
     /// (SSH for every container).
     #[arg(long, value_enum, default_value = "auto")]

@@ -3,7 +3,6 @@
 //! after it fails; writes `update.json`, a table (or `--json`) and a Markdown table into the job
 //! summary. Exit 0 when no container failed or was rolled back, 1 otherwise, 2 for bad input.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
@@ -16,7 +15,6 @@ use crate::artifact;
 use crate::backend::live::{self, CheckOptions, LiveOptions};
 use crate::error::{Error, Result};
 use crate::inventory::{ContainerSpec, NotFound};
-use crate::model::BackendKind;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::update::{self as step, Update, UpdateOptions, UpdateResult};
 
@@ -30,14 +28,12 @@ pub struct UpdateArgs {
     /// Every container of the stage (the control plane included).
     #[arg(long)]
     all: bool,
-    /// Use this inventory artifact instead of resolving the repo again.
-    #[arg(long)]
-    inventory: Option<PathBuf>,
-    /// Backend of the containers [default: pve when PROXMOX_HOST is configured, else lxc].
-    #[arg(long, value_enum, env = "PGO_BACKEND")]
-    backend: Option<BackendKind>,
+    #[command(flatten)]
+    inventory: super::args::InventoryArg,
+    #[command(flatten)]
+    backend: super::args::BackendArg,
     /// At most this many containers updated at once.
-    #[arg(long, short = 'j', default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, short = 'j', default_value_t = 2, env = "PGO_JOBS", value_parser = clap::value_parser!(u16).range(1..=64))]
     jobs: u16,
     /// Seconds the whole package upgrade of one container may take.
     #[arg(long, value_name = "SECS", default_value_t = 1800, env = "PGO_UPGRADE_TIMEOUT", value_parser = clap::value_parser!(u64).range(1..))]
@@ -65,7 +61,7 @@ pub fn run(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
     let names = if args.all { Vec::new() } else { args.containers.clone() };
     let specs: Vec<ContainerSpec> = inv.select(&names, args.all, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
-    let kind = args.backend.unwrap_or_else(|| crate::backend::default_backend(&settings));
+    let kind = args.backend.or_default(&settings);
     let mut pve = args.pve.tls.connect()?;
     pve.timeouts.shutdown = Duration::from_secs(args.timeout_shutdown.max(1));
     let live = live::open(
@@ -82,7 +78,7 @@ pub fn run(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
     )?;
     ctx.inputs_checked()?;
     let opts = UpdateOptions {
-        jobs: args.jobs as usize,
+        jobs: usize::from(args.jobs),
         check: CheckOptions {
             timeout: Duration::from_secs(args.check_timeout),
             reach_timeout: Duration::from_secs(args.reach.connect_budget.max(1) + args.check_timeout),
@@ -94,7 +90,7 @@ pub fn run(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
         this_host: std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string()),
     };
     let report = block_on(
-        Threads::Workers((args.jobs as usize).clamp(1, 8)),
+        Threads::Workers(usize::from(args.jobs).clamp(1, 8)),
         step::update_all(&live, &inv.stage, &specs, &opts),
     )?;
     let path = ctx.artifacts.update();
