@@ -163,8 +163,11 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
              printf '#!/bin/sh\necho flushed-by-hook > /var/lib/appdata/flushed\necho hook says hi >&2\n' > 10-flush
              chmod 755 10-flush
              printf '#!/bin/sh\nexit 9\n' > 20-off; chmod 644 20-off
-             printf '#!/bin/sh\nexit 9\n' > 30-x.dpkg-old; chmod 755 30-x.dpkg-old",
-            dir = scripts::PRE_SNAPSHOT_DIR
+             printf '#!/bin/sh\nexit 9\n' > 30-x.dpkg-old; chmod 755 30-x.dpkg-old
+             mkdir -p {post}; cd {post}
+             printf '#!/bin/sh\necho resumed >> /root/post-ran\n' > 10-resume; chmod 755 10-resume",
+            dir = scripts::PRE_SNAPSHOT_DIR,
+            post = scripts::POST_SNAPSHOT_DIR
         );
         let (_, st) = run_collect(&exec, &["bash", "-c", &install], b"").await.unwrap();
         assert!(st.success(), "{}", st.describe());
@@ -172,6 +175,13 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
         let hooked = data::take(&exec, &hooks_store, &req).await.unwrap();
         let flushed = hooked.manifest.entries.iter().find(|e| e.path == "var/lib/appdata/flushed");
         assert_eq!(flushed.map(|e| e.size), Some("flushed-by-hook\n".len() as u64), "{:?}", hooked.manifest.entries);
+        // The post-snapshot hook ran once the archive was complete.
+        let exec_ref = &exec;
+        let resumed = |n: usize| async move {
+            let (out, _) = run_collect(exec_ref, &["cat", "/root/post-ran"], b"").await.unwrap();
+            assert_eq!(String::from_utf8_lossy(&out), "resumed\n".repeat(n));
+        };
+        resumed(1).await;
 
         // A failing hook fails the snapshot, names itself, and leaves no archive.
         let fail = format!(
@@ -183,6 +193,8 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
         let req = TakeRequest { now: datetime!(2026-01-03 00:00:00 UTC), ..req };
         let e = data::take(&exec, &hooks_store, &req).await.unwrap_err().to_string();
         assert!(e.contains("cannot flush"), "{e}");
+        // A failed snapshot still runs the post-snapshot hooks: what a pre hook stopped runs again.
+        resumed(2).await;
         assert!(
             e.contains(&format!(
                 "pre-snapshot hook {}/40-fail failed with exit code 3; no snapshot taken",
@@ -195,7 +207,11 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
             vec!["app-20260102-000000.json".to_string(), "app-20260102-000000.tar.gz".to_string()],
             "only the first hooked archive, no temporary file"
         );
-        let cleanup = format!("rm -rf {} /var/lib/appdata/flushed", scripts::PRE_SNAPSHOT_DIR);
+        let cleanup = format!(
+            "rm -rf {} {} /var/lib/appdata/flushed /root/post-ran",
+            scripts::PRE_SNAPSHOT_DIR,
+            scripts::POST_SNAPSHOT_DIR
+        );
         let (_, st) = run_collect(&exec, &["bash", "-c", &cleanup], b"").await.unwrap();
         assert!(st.success(), "{}", st.describe());
     });

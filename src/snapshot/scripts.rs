@@ -32,10 +32,19 @@ pub const PRE_SNAPSHOT_DIR: &str = "/etc/proxmox-gitops/pre-snapshot.d";
 /// How long one pre-snapshot hook may run, in seconds (see [`PRE_SNAPSHOT_DIR`]).
 pub const PRE_SNAPSHOT_TIMEOUT_SECS: u32 = 120;
 
+/// The directory of post-snapshot hooks inside the container, the other half of
+/// [`PRE_SNAPSHOT_DIR`]: once an archive's stream has ended (or the producer failed after the
+/// pre-snapshot hooks began), [`PRODUCER`] runs its hooks by the same rules and bound, so that a
+/// service a pre-snapshot hook stopped for a consistent copy runs again (the control plane's
+/// Gitea, `playbook.yml`). A failing post-snapshot hook is reported on stderr and does not fail
+/// the snapshot: the archive is complete by then.
+pub const POST_SNAPSHOT_DIR: &str = "/etc/proxmox-gitops/post-snapshot.d";
+
 /// `bash -c PRODUCER pgo-snapshot MODE`; stdin: the absolute paths, each NUL-terminated.
 ///
 /// MODE `manifest`: print the manifest only. MODE `archive`: run the hooks in
-/// [`PRE_SNAPSHOT_DIR`], then print the manifest, then the tar stream.
+/// [`PRE_SNAPSHOT_DIR`], then print the manifest, then the tar stream, then (also on a failure
+/// after the pre-snapshot hooks began) the hooks in [`POST_SNAPSHOT_DIR`].
 /// Its work files (the manifest's parts, the file list) live in a fresh directory
 /// `/var/tmp/pgo-snapshot.XXXXXX` (mode 0700, removed on exit) on the container's own root
 /// filesystem. Not under `/tmp` (`systemd-tmpfiles --boot` empties it during early boot) nor
@@ -63,6 +72,29 @@ while IFS= read -r -d '' p; do
 done
 if [[ ${#rel[@]} -eq 0 ]]; then echo "pgo-snapshot: no paths on stdin" >&2; exit 3; fi
 hooks=/etc/proxmox-gitops/pre-snapshot.d
+post=/etc/proxmox-gitops/post-snapshot.d
+work=
+began=
+# On every exit: the work files go, and once the pre-snapshot hooks began, the post-snapshot
+# hooks run (their failures reported, the exit code kept). Their output goes to stderr: stdout
+# is the manifest and tar stream.
+finish() {
+  local rc=$? h name hrc
+  [[ -z "$work" ]] || rm -rf -- "$work"
+  if [[ -n "$began" && -d "$post" ]]; then
+    for h in "$post"/*; do
+      name="${h##*/}"
+      [[ -f "$h" && -x "$h" && "$name" =~ ^[A-Za-z0-9_-]+$ ]] || continue
+      echo "pgo-snapshot: running post-snapshot hook $h" >&2
+      hrc=0
+      timeout --kill-after=5 120 "$h" </dev/null >&2 || hrc=$?
+      [[ $hrc -eq 0 ]] || echo "pgo-snapshot: post-snapshot hook $h failed with exit code $hrc" >&2
+    done
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+[[ "$mode" != archive ]] || began=1
 if [[ "$mode" == archive && -d "$hooks" ]]; then
   for h in "$hooks"/*; do
     name="${h##*/}"
@@ -78,7 +110,6 @@ if [[ "$mode" == archive && -d "$hooks" ]]; then
 fi
 mkdir -p /var/tmp
 work="$(mktemp -d /var/tmp/pgo-snapshot.XXXXXX)"
-trap 'rm -rf -- "$work"' EXIT
 cd /
 find "${rel[@]}" ! -type s -printf '%y\0%m\0%U\0%G\0%T@\0%s\0%p\0%l\0' > "$work/meta"
 find "${rel[@]}" -type f -print0 | xargs -0 -r sha256sum -z -- > "$work/sums"
@@ -188,6 +219,7 @@ mod tests {
     #[test]
     fn producer_uses_the_documented_hook_directory_and_timeout() {
         assert!(PRODUCER.contains(&format!("hooks={PRE_SNAPSHOT_DIR}\n")));
+        assert!(PRODUCER.contains(&format!("post={POST_SNAPSHOT_DIR}\n")));
         assert!(PRODUCER.contains(&format!("timeout --kill-after=5 {PRE_SNAPSHOT_TIMEOUT_SECS} ")));
         assert!(PRODUCER.contains(&format!("timed out after {PRE_SNAPSHOT_TIMEOUT_SECS}s")));
     }
