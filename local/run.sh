@@ -297,26 +297,26 @@ control_plane() {
   fi
   [ "$stage" = main ] || vars+=(PROXMOX_GITOPS_STAGE="$stage")
   say "publishing this monorepo into the control plane at $url"
-  env "${vars[@]}" "$bin" --repo "$repo" --stage "$stage" publish --gitea "$url" --release-from-root >/dev/null \
+  env "${vars[@]}" "$bin" --quiet --repo "$repo" --stage "$stage" publish --gitea "$url" --release-from-root >/dev/null \
     || { say "publish failed; run it again with: sudo $self config"; return 1; }
-  if [ "$cp_pve" = yes ]; then
-    # Accepting the release pull request also creates `config` on Proxmox VE, which restores the
-    # newest snapshot of /srv/config from the share: this one, with the monorepo published.
-    # The snapshot goes where config's runner looks (its /share), readable by its user.
-    say "snapshotting the control plane's data (/srv/config) into config's share for its move to Proxmox VE"
-    PROXMOX_SHARE="$cshare" pgo snapshot --container config --data-only --keep 5 >/dev/null \
-      || { say "the snapshot failed; run again: sudo $self config"; return 1; }
-    chown -R --reference="$cshare/.keys" "$cshare/snapshots"
-  else
-    host_runner "$url" "$ct"
-  fi
+  [ "$cp_pve" = yes ] || host_runner "$url" "$ct"
   local mono=
   { read -r pull; read -r merge; read -r mono; } < <(python3 "$repo/local/control_plane.py" pull "$url" "$artifacts") || true
   if [ -n "$mono" ]; then
     # The pull request's description is the plan of the release, as the pipeline on main
     # writes it (publish's own pushes start no workflow).
-    env "${vars[@]}" "$bin" --repo "$repo" --stage "$stage" release-pr --monorepo "$mono" --gitea "$url" >/dev/null \
+    env "${vars[@]}" "$bin" --quiet --repo "$repo" --stage "$stage" release-pr --monorepo "$mono" --gitea "$url" >/dev/null \
       || say "could not write the plan into the release pull request (it is still there to accept)"
+  fi
+  if [ "$cp_pve" = yes ]; then
+    # Accepting the release pull request also creates `config` on Proxmox VE, which restores the
+    # newest snapshot of /srv/config from the share: this one, with the monorepo published and
+    # the pull request's plan written. It goes where config's runner looks (its /share),
+    # readable by its user.
+    say "snapshotting the control plane's data (/srv/config) into config's share for its move to Proxmox VE"
+    PROXMOX_SHARE="$cshare" pgo --quiet snapshot --container config --data-only --keep 5 >/dev/null \
+      || { say "the snapshot failed; run again: sudo $self config"; return 1; }
+    chown -R --reference="$cshare/.keys" "$cshare/snapshots"
   fi
   printf '\n  control plane: Gitea at %s (login %s, password in local/config.local.json unless set elsewhere)\n' \
     "$url" "$cp_login"
@@ -325,7 +325,7 @@ control_plane() {
     printf '    accept it in the browser, or:  curl -u %q -X POST -H '\''Content-Type: application/json'\'' -d '\''{"Do":"merge"}'\'' %s\n' \
       "$cp_login" "$merge"
     if [ "$cp_pve" = yes ]; then
-      printf '    merging deploys the libs onto Proxmox VE through config'\''s runner\n'
+      printf '    merging deploys the libs and config itself onto Proxmox VE through config'\''s own runner (none on this host)\n'
     else
       printf '    merging deploys the libs into local containers through the runner on this host\n'
     fi

@@ -60,6 +60,10 @@ pub const RUNNER_LABEL: &str = "shell:host";
 /// asks for it, so the runner is ready and takes no job.
 pub const IDLE_LABEL: &str = "control-plane:host";
 
+/// Where the runner's jobs get their workspaces: outside [`DATA_DIR`], since they are scratch and
+/// a job writing one must not race a data snapshot of the control plane.
+pub const RUNNER_WORKDIR: &str = "/var/lib/gitea-runner/work";
+
 /// Gitea's system user.
 pub const GITEA_USER: &str = "gitea";
 /// The runner's user: `config`, the base role's user, which owns the share (`/share/.keys`, the
@@ -122,6 +126,8 @@ pub struct Vars {
     pub gitea_user: String,
     /// [`RUNNER_USER`].
     pub runner_user: String,
+    /// [`RUNNER_WORKDIR`].
+    pub runner_workdir: String,
     /// The key pairs on the host to copy into the container's share (`<share>/.keys` of the
     /// configuring host, [`Inputs::share_keys`]), or empty for none. Keys the container already
     /// has are never replaced.
@@ -202,7 +208,7 @@ pub fn render(inputs: &Inputs<'_>) -> Result<Vars, Problems> {
         "root_url": root_url,
         "static_root": gitea_static.as_ref().map(|_| STATIC_DIR),
         "runner_file": format!("{DATA_DIR}/runner/.runner"),
-        "workdir": format!("{DATA_DIR}/runner/work"),
+        "workdir": RUNNER_WORKDIR,
         "label": if inputs.runner_enabled { RUNNER_LABEL } else { IDLE_LABEL },
         "envs": envs,
     });
@@ -220,6 +226,7 @@ pub fn render(inputs: &Inputs<'_>) -> Result<Vars, Problems> {
         runner_name: inputs.hostname.into(),
         gitea_user: GITEA_USER.into(),
         runner_user: RUNNER_USER.into(),
+        runner_workdir: RUNNER_WORKDIR.into(),
         share_keys: inputs
             .share_keys
             .filter(|_| inputs.runner_enabled)

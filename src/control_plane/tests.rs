@@ -82,7 +82,7 @@ fn runner_config_is_yaml_with_the_label_and_the_programs_for_jobs() {
     assert_eq!(r["labels"][0].as_str(), Some("shell:host"));
     assert_eq!(r["envs"]["PGO_GITEA_BINARY"].as_str(), Some("/usr/local/bin/gitea"));
     assert_eq!(r["envs"]["PGO_GITEA_STATIC"].as_str(), Some("/usr/local/share/gitea"));
-    assert_eq!(docs[0]["host"]["workdir_parent"].as_str(), Some("/srv/config/runner/work"));
+    assert_eq!(docs[0]["host"]["workdir_parent"].as_str(), Some("/var/lib/gitea-runner/work"));
 }
 
 #[test]
