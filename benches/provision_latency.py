@@ -10,7 +10,7 @@ certificate, the template present) runs with realistic durations — `vzcreate` 
 client's own cost). For each scale, ROUNDS fresh runs of `provision -c ct000` (the container
 removed between runs, the SSH wait answered by a banner listener on 127.0.0.1), each a new
 process; the rounds of one scale share one `XDG_CACHE_HOME` (and `HOME`), a fresh one per scale:
-round 1 knows no task duration (cold); later rounds use the intervals learned before (src/pve/task.rs), and are
+round 1 knows no task duration (cold); later rounds use the intervals learned before (src/pve/task_wait.rs), and are
 "learning" while an interval is still wide enough for the schedule to probe inside it, "steady"
 after.
 
@@ -111,7 +111,7 @@ def provision(binary, served, repo_dir, share, cache, ssh_port):
 
 def learning(cache):
     """True when a learned interval in the cache is still wider than the schedule's `narrow`
-    (max(5 ms, 0.5 %), src/pve/task.rs): the next run will probe inside it."""
+    (max(5 ms, 0.5 %), src/pve/task_wait.rs): the next run will probe inside it."""
     path = os.path.join(cache, 'proxmox-gitops', 'pve-task-times.json')
     try:
         with open(path) as f:

@@ -8,7 +8,7 @@
 //! * [`pve`] — Proxmox VE over its API; [`lxc`] — LXC containers on this host. Both follow one
 //!   shape: `desired` (the spec as the backend's own settings, plain data), `planner` (a pure
 //!   function of desired and live state, unit-tested without a server) and a thin executor;
-//! * [`select`] — which backend a run uses and how it is opened from the settings;
+//! * [`choose`] — which backend a run uses and how it is opened from the settings;
 //! * [`dispatch`] — [`Backend`], the enum over both, with the safety rule before a recreate, and
 //!   [`plan_all`];
 //! * [`reach`](mod@reach) — how the safety rule reaches a live container for its data snapshot;
@@ -25,15 +25,15 @@
 //!
 //! Steps (`plan`, `provision`, `destroy`, `deploy`) use this module; it never calls a step.
 
+pub mod choose;
 pub mod dispatch;
 pub mod failed;
 pub mod live;
 pub mod lxc;
 pub mod pve;
 pub mod reach;
-pub mod select;
 
+pub use choose::{PveConnect, default_backend, lxc_backend, open, pve_backend, pve_client};
 pub use dispatch::{Backend, Planned, plan_all};
 pub use failed::failed_before_plan;
 pub use reach::reach;
-pub use select::{PveConnect, default_backend, lxc_backend, open, pve_backend, pve_client};

@@ -78,7 +78,7 @@ impl PveTlsArgs {
             read_timeout: Duration::from_secs(self.timeout_read),
             adopt: false,
             wait_for_locks: true,
-            task_times: crate::pve::task::default_task_times_file(),
+            task_times: crate::pve::task_wait::default_task_times_file(),
         })
     }
 }

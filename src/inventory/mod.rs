@@ -8,9 +8,9 @@
 pub mod cross_check;
 pub mod dotenv;
 pub mod globals;
-pub mod select;
+pub mod scheduled;
+pub mod selection;
 pub mod spec;
-pub mod task;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -22,7 +22,7 @@ use crate::artifact::Artifact;
 use crate::remote_url::RemoteUrl;
 use crate::settings::PublicSettings;
 
-pub use select::NotFound;
+pub use selection::NotFound;
 
 /// The name of the control-plane container (root `container.env`), as in the seed.
 pub const CONTROL_PLANE: &str = "config";
@@ -365,7 +365,7 @@ pub struct Submodule {
 }
 
 /// A task: `tasks/<name>/` (a plain directory or a submodule) holding one script, which its
-/// workflow runs (see [`task`] for how the script is chosen and the cron line).
+/// workflow runs (see [`scheduled`] for how the script is chosen and the cron line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
     /// The task's name (directory name).

@@ -119,7 +119,7 @@ pub struct ClientOptions {
     /// First backoff delay between those repetitions (doubling, capped at 2 s, jittered).
     pub retry_delay: Duration,
     /// The JSON file where learned task durations are kept across runs (see
-    /// [`super::task::TaskTimes`]); `None` keeps them for this client's life only.
+    /// [`super::task_wait::TaskTimes`]); `None` keeps them for this client's life only.
     pub task_times: Option<std::path::PathBuf>,
 }
 
@@ -159,7 +159,7 @@ pub struct PveClient {
     requests: AtomicU64,
     logins: AtomicU64,
     presented: tls::Presented,
-    task_times: super::task::TaskTimes,
+    task_times: super::task_wait::TaskTimes,
     /// PVE's clock minus ours, seconds, from the last answer's `Date` header.
     clock_offset: std::sync::atomic::AtomicI64,
 }
@@ -230,7 +230,7 @@ impl PveClient {
         let base = url::Url::parse(&format!("https://{host}:{}/api2/json", opts.port)).map_err(|e| {
             PveError::Config(format!("PROXMOX_HOST `{}` is not a host name or address: {e}", opts.host))
         })?;
-        let task_times = super::task::TaskTimes::new(base.as_str(), opts.task_times.clone());
+        let task_times = super::task_wait::TaskTimes::new(base.as_str(), opts.task_times.clone());
         Ok(Self {
             task_times,
             http,
@@ -267,7 +267,7 @@ impl PveClient {
     }
 
     /// The learned task durations ([`PveClient::wait_task`] polls by them).
-    pub fn task_times(&self) -> &super::task::TaskTimes {
+    pub fn task_times(&self) -> &super::task_wait::TaskTimes {
         &self.task_times
     }
 

@@ -7,7 +7,7 @@
 //!   errors (502/503/504) on reads, a request counter;
 //! * [`tls`] — certificate verification: system roots, a CA file, or a pinned SHA-256
 //!   fingerprint (the usual self-signed PVE node), or `--insecure`;
-//! * [`task`] — waiting for asynchronous tasks (UPIDs) with backoff and a timeout;
+//! * [`task_wait`] — waiting for asynchronous tasks (UPIDs) with backoff and a timeout;
 //! * [`cluster`] — the cluster's view (`GET /cluster/resources`: containers on any node, nodes
 //!   with their memory, storages per node) and migrating a container;
 //! * [`ct`] — typed calls on one existing container: status, interfaces, reboot, start, a
@@ -22,12 +22,12 @@ pub mod client;
 pub mod cluster;
 pub mod ct;
 pub mod error;
-pub mod task;
+pub mod task_wait;
 pub mod tls;
 
 pub use client::{Auth, ClientOptions, DEFAULT_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT, PveClient, Replay};
 pub use cluster::{ClusterResources, CtResource, NodeResource, StorageResource};
 pub use ct::{CtInterface, CtStatus};
 pub use error::PveError;
-pub use task::TaskOutcome;
+pub use task_wait::TaskOutcome;
 pub use tls::TlsMode;

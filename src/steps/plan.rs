@@ -97,7 +97,7 @@ pub struct PlannedContainer {
     /// The PVE config `digest` the live provision plan was made against (`GET
     /// /nodes/{node}/lxc/{vmid}/config` → `digest`; schema 1.2). Absent when the container did
     /// not exist, on the lxc backend, and without live state. `deploy --plan` and `provision
-    /// --plan` refuse when the live digest differs ([`check_saved`]).
+    /// --plan` refuse when the live digest differs ([`crate::steps::deploy::saved::refuse_moved`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_digest: Option<String>,
 }

@@ -311,10 +311,10 @@ fn container(
     }
 }
 
-pub use crate::inventory::task::find_cron;
+pub use crate::inventory::scheduled::find_cron;
 
 /// Reads every task directory `tasks/<name>/` (hidden ones skipped), by name: a submodule that is
-/// not checked out is named as such; otherwise see [`crate::inventory::task::read_task`].
+/// not checked out is named as such; otherwise see [`crate::inventory::scheduled::read_task`].
 fn read_tasks(root: &Path, submodules: &[&crate::inventory::Submodule], problems: &mut Problems) -> Vec<Task> {
     let mut names: Vec<String> = match std::fs::read_dir(root.join("tasks")) {
         Ok(rd) => rd
@@ -333,7 +333,7 @@ fn read_tasks(root: &Path, submodules: &[&crate::inventory::Submodule], problems
         let rel = Path::new("tasks").join(&name);
         match submodules.iter().find(|s| s.path == rel) {
             Some(sm) if !sm.checked_out => problems.add(Location::file(&rel), unchecked_submodule("task", &name)),
-            _ => tasks.extend(crate::inventory::task::read_task(root, &rel, problems)),
+            _ => tasks.extend(crate::inventory::scheduled::read_task(root, &rel, problems)),
         }
     }
     tasks

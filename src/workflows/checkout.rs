@@ -1,6 +1,5 @@
 //! The git checkout step: every `uses: actions/checkout@v4` step of a workflow, turned into a
-//! `run:` step of `workflows/checkout.sh` (what [`crate::settings::CheckoutAction::Git`], the
-//! default, installs).
+//! `run:` step of `workflows/checkout.sh` (what the default checkout setting, `git`, installs).
 //!
 //! Why: Gitea resolves `uses: actions/checkout@v4` on its `DEFAULT_ACTIONS_URL`. A control plane
 //! without the public actions host (`DEFAULT_ACTIONS_URL=self`, every offline install) fails

@@ -249,7 +249,7 @@ pub fn render<V: TemplateVars>(template_name: &Path, template: &str, vars: &V) -
                 }
             }
             "cron" => {
-                if let Err(why) = crate::inventory::task::parse_cron(value) {
+                if let Err(why) = crate::inventory::scheduled::parse_cron(value) {
                     problems.add(loc.clone().with_key(key), why);
                 }
             }

@@ -34,10 +34,10 @@ pub const KEY_FILE: &str = "publish-secrets.key";
 pub const RECORD_FILE: &str = "publish-secrets.json";
 
 /// The default record directory: `$XDG_CACHE_HOME/proxmox-gitops`, else
-/// `$HOME/.cache/proxmox-gitops` (where [`crate::pve::task::default_task_times_file`] keeps its
+/// `$HOME/.cache/proxmox-gitops` (where [`crate::pve::task_wait::default_task_times_file`] keeps its
 /// file); `None` when neither variable is set.
 pub fn default_record_dir() -> Option<PathBuf> {
-    crate::pve::task::default_task_times_file().and_then(|f| f.parent().map(Path::to_path_buf))
+    crate::pve::task_wait::default_task_times_file().and_then(|f| f.parent().map(Path::to_path_buf))
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]

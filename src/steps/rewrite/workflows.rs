@@ -73,7 +73,7 @@ fn plan(wc: &Path, monorepo: &str, modules: &[ModuleRemote], opts: &WorkflowOpti
             let text = workflows::finish_checkout(Path::new(lib_template.path), text, &opts.checkout, &script)?;
             out.push(Planned { module: Some(i), file: workflows::LIB_OUTPUT.into(), text });
         } else if top_level(m, "tasks").is_some() {
-            let Some(task) = crate::inventory::task::read_task(wc, &m.path, &mut problems) else { continue };
+            let Some(task) = crate::inventory::scheduled::read_task(wc, &m.path, &mut problems) else { continue };
             let vars = TaskVars::new(&task, monorepo, &opts.runs_on, &opts.checkout);
             let text = workflows::render(Path::new(task_template.path), &task_template.text, &vars)?;
             let text = workflows::finish_checkout(Path::new(task_template.path), text, &opts.checkout, &script)?;

@@ -36,9 +36,9 @@ pub struct PveConnect {
     /// it ([`crate::backend::pve::PveBackendOptions::wait_for_locks`]); `false` (the `plan`
     /// subcommand without `--wait-for-locks`) reports the container busy.
     pub wait_for_locks: bool,
-    /// Where the learned PVE task durations are kept across runs ([`crate::pve::task::TaskTimes`]);
+    /// Where the learned PVE task durations are kept across runs ([`crate::pve::task_wait::TaskTimes`]);
     /// `None`: in memory for this run only. Default:
-    /// [`crate::pve::task::default_task_times_file`].
+    /// [`crate::pve::task_wait::default_task_times_file`].
     pub task_times: Option<std::path::PathBuf>,
 }
 
@@ -51,7 +51,7 @@ impl Default for PveConnect {
             read_timeout: crate::pve::DEFAULT_READ_TIMEOUT,
             adopt: false,
             wait_for_locks: true,
-            task_times: crate::pve::task::default_task_times_file(),
+            task_times: crate::pve::task_wait::default_task_times_file(),
         }
     }
 }
