@@ -349,14 +349,17 @@ pub fn write_outputs(path: &Path, outputs: &[(&str, String)]) -> std::io::Result
 /// the same variable). Outside Actions it does nothing. A newline is added when `markdown` does
 /// not end with one, so blocks appended by several steps stay apart; nothing is escaped here
 /// (put user or tool text into table cells with [`markdown_cell`]). Secrets registered with
-/// [`mask`] are redacted.
+/// [`mask`] are redacted. Returns the file written, `None` outside Actions.
 ///
 /// # Errors
 /// The file cannot be opened or written.
-pub fn summary(markdown: &str) -> std::io::Result<()> {
+pub fn summary(markdown: &str) -> std::io::Result<Option<std::path::PathBuf>> {
     match std::env::var_os("GITHUB_STEP_SUMMARY") {
-        Some(path) if !path.is_empty() => write_summary(Path::new(&path), markdown),
-        _ => Ok(()),
+        Some(path) if !path.is_empty() => {
+            let path = std::path::PathBuf::from(path);
+            write_summary(&path, markdown).map(|()| Some(path))
+        }
+        _ => Ok(None),
     }
 }
 

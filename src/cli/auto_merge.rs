@@ -86,7 +86,7 @@ pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
         Some(p) => Ok(p),
         None => from_env("PROXMOX_GITOPS_RECREATE").map(Option::unwrap_or_default),
     };
-    let monorepo_text = args.monorepo.clone().or_else(|| std::env::var("PROXMOX_GITOPS_MONOREPO").ok());
+    let monorepo_text = args.monorepo.clone().or_else(|| crate::settings::monorepo(&crate::settings::ProcessEnv));
     let path = ctx.artifacts.auto_merge();
     let enabled = match auto_deploy(std::env::var("AUTO_DEPLOY").ok().as_deref()) {
         Ok(on) => on,

@@ -9,14 +9,14 @@ use crate::model::{Action, ContainerPlan, SettingChange};
 /// [`crate::actions::summary`]) and logs that `what`'s summary was written; a write failure is a
 /// warning, never a failed command.
 pub fn job_summary(what: &str, markdown: &str) {
-    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else { return };
     match crate::actions::summary(markdown) {
-        Ok(()) => tracing::info!(
+        Ok(Some(path)) => tracing::info!(
             "job summary: {what} ({} line(s)) appended to {}",
             markdown.lines().count(),
-            std::path::Path::new(&path).display()
+            path.display()
         ),
-        Err(e) => tracing::warn!("cannot write the job summary {}: {e}", std::path::Path::new(&path).display()),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("cannot write the job summary ($GITHUB_STEP_SUMMARY): {e}"),
     }
 }
 

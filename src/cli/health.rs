@@ -84,11 +84,11 @@ pub struct HealthArgs {
 ///
 /// # Errors
 /// [`Error::Input`] for a `PROXMOX_GITOPS_MONOREPO` that is not `OWNER/REPO`.
-pub(crate) fn org(given: Option<&str>) -> Result<String> {
+pub(crate) fn org(given: Option<&str>, monorepo: Option<&str>) -> Result<String> {
     if let Some(o) = given {
         return Ok(o.to_string());
     }
-    match std::env::var("PROXMOX_GITOPS_MONOREPO").ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty()) {
+    match monorepo {
         None => Ok("main".into()),
         Some(v) => match v.split_once('/') {
             Some((owner, repo)) if !owner.is_empty() && !repo.is_empty() && !repo.contains('/') => Ok(owner.into()),
@@ -123,7 +123,7 @@ pub fn run(ctx: &Ctx, args: HealthArgs) -> Result<()> {
         inv.select(&args.containers, true, NotFound::InStage)?.into_iter().cloned().collect();
     let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
     let kind = args.backend.or_default(&settings);
-    let org = org(args.org.as_deref())?;
+    let org = org(args.org.as_deref(), settings.gitea.monorepo.as_deref())?;
     let gitea = if args.no_describe { None } else { gitea_client(&settings, args.gitea.as_deref())? };
     let live = live::open(
         kind,
@@ -333,6 +333,9 @@ mod tests {
 
     #[test]
     fn organization() {
-        assert_eq!(org(Some("srv")).unwrap(), "srv");
+        assert_eq!(org(Some("srv"), Some("infra/mono")).unwrap(), "srv");
+        assert_eq!(org(None, Some("infra/mono")).unwrap(), "infra");
+        assert_eq!(org(None, None).unwrap(), "main");
+        assert!(org(None, Some("infra")).is_err());
     }
 }

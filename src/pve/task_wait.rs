@@ -488,14 +488,11 @@ fn write_atomically(file: &Path, map: &BTreeMap<String, Entry>) -> std::io::Resu
     std::fs::rename(&tmp, file)
 }
 
-/// The default file for learned task durations: `$XDG_CACHE_HOME/proxmox-gitops/pve-task-times.json`,
-/// else `$HOME/.cache/proxmox-gitops/pve-task-times.json`; `None` when neither is set.
+/// The default file for learned task durations: `pve-task-times.json` in the user's cache
+/// directory of proxmox-gitops ([`crate::settings::cache_dir`]: `$XDG_CACHE_HOME/proxmox-gitops`,
+/// else `$HOME/.cache/proxmox-gitops`); `None` when neither variable is set.
 pub fn default_task_times_file() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("proxmox-gitops").join("pve-task-times.json"))
+    Some(crate::settings::cache_dir(&crate::settings::ProcessEnv)?.join("pve-task-times.json"))
 }
 
 #[cfg(test)]

@@ -135,6 +135,9 @@ pub struct GiteaSettings {
     pub password: Option<SecretString>,
     /// Access token (`GITEA_TOKEN`). Secret.
     pub token: Option<SecretString>,
+    /// The monorepo on Gitea, `OWNER/REPO` as given (`PROXMOX_GITOPS_MONOREPO`, set in the task
+    /// workflows; environment only, see [`monorepo`]); checked where it is used.
+    pub monorepo: Option<String>,
 }
 
 impl GiteaSettings {
@@ -219,6 +222,12 @@ pub const WORKFLOW_VARIABLES: &[(&str, &str)] = &[
     ("PROXMOX_GITOPS_RECREATE", "the environment"),
     ("PROXMOX_GITOPS_KEEP", "the environment"),
 ];
+
+/// `PROXMOX_GITOPS_MONOREPO` (the monorepo on Gitea, `OWNER/REPO`, set by the task workflows),
+/// trimmed; `None` when unset or empty. The one place the variable is read.
+pub fn monorepo(env: &dyn EnvSource) -> Option<String> {
+    env.get("PROXMOX_GITOPS_MONOREPO").map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
 
 /// The user's cache directory of proxmox-gitops: `$XDG_CACHE_HOME/proxmox-gitops`, else
 /// `$HOME/.cache/proxmox-gitops`; `None` when neither variable is set.
@@ -551,6 +560,7 @@ impl Settings {
             login: pick!("LOGIN", login),
             password: secret(pick!("PASSWORD", password)),
             token: secret(pick!("GITEA_TOKEN", token)),
+            monorepo: monorepo(env),
         };
         // What was given, under the workflows' names (defaults left out: the binary on the
         // runner applies them itself).

@@ -169,8 +169,8 @@ impl BuiltinRunner {
 
     /// A runner using `settings` and `options`.
     pub fn with_options(settings: Settings, options: RunnerOptions) -> Self {
-        let monorepo = std::env::var("PROXMOX_GITOPS_MONOREPO").ok();
-        let variables = super::variables::OutputVariables::from_settings(&settings.gitea, monorepo.as_deref());
+        let variables =
+            super::variables::OutputVariables::from_settings(&settings.gitea, settings.gitea.monorepo.as_deref());
         Self { settings: Arc::new(settings), options, backend: tokio::sync::OnceCell::new(), variables }
     }
 
