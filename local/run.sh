@@ -105,7 +105,7 @@ if [ "$mode" = deploy ] && printf '%s\n' "${libs[@]}" | grep -qx config && comma
   && git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
   dirty=$(git -C "$repo" status --porcelain --ignore-submodules=none 2>/dev/null | head -n 5 | cut -c4- | paste -sd ' ' -)
   if [ -n "$dirty" ]; then
-    printf 'error: %s has changes that are not committed (%s): config publishes the commits, so the release would deploy something else than this run plans; commit them (git -C %q add -A && git -C %q commit) or stash them, then run again\n' \
+    printf 'error: %s has changes that are not committed (%s): config publishes the commits, so the release would deploy something else than this run plans; commit them (git -C %q add -A && git -C %q commit -m '\''...'\'') or stash them, then run again\n' \
       "$repo" "$dirty" "$repo" "$repo" >&2
     exit 2
   fi
