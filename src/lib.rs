@@ -14,22 +14,24 @@
 //!    only [`steps::deploy`] composes them.
 //! 3. [`backend`] — provisioning backends (PVE, local LXC) behind one enum ([`backend::Backend`],
 //!    chosen by [`backend::open`]), each a pure planner over desired state plus a thin executor;
-//!    the live side of deployed
-//!    containers without artifacts — state, way in, health check, snapshots, reboot, rollback
-//!    ([`backend::live`]). [`snapshot`] — data archives,
-//!    container snapshots and the protect-before-destroy rule ([`snapshot::guard`]).
+//!    the live side of deployed containers without artifacts — state, way in, health check,
+//!    snapshots, reboot, rollback ([`backend::live`]). [`snapshot`] — data archives (with the
+//!    pre- and post-snapshot hooks), container snapshots and the protect-before-destroy rule
+//!    ([`snapshot::guard`]).
 //!    [`control_plane`] — what the control plane's container `config` runs (Gitea and its runner):
 //!    its programs (given or downloaded and verified) and its rendered configuration.
 //! 4. Clients, one per external system, unaware of the pipeline and of each other:
 //!    [`pve`] (Proxmox VE API), [`gitea`] (Gitea API), [`actions`] (Gitea/GitHub Actions:
-//!    workflow commands, step outputs), [`ssh`] (OpenSSH), [`git`] (gix reads and the `git`
+//!    workflow commands, step outputs, the job summary), [`ssh`] (OpenSSH, the containers' key
+//!    pairs, waiting for sshd), [`git`] (gix reads and the `git`
 //!    CLI), [`lxc`] (every `lxc-*` process), and [`exec`] ("run this command in that container",
 //!    over SSH, `lxc-attach` or locally, behind one trait).
 //! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`model`]
 //!    (the backend-neutral provision model: plans, the recreate policy, the provision artifact,
 //!    drifted keys; what backends, steps, snapshots and `exec` share), [`artifact`]
 //!    (the artifacts directory, every artifact path, and [`artifact::pack`] for job outputs),
-//!    [`settings`], [`remote_url`] (URLs with their credentials redacted), [`error`], [`pipe`], [`progress`],
+//!    [`settings`] (from the environment and `local/config*.json`), [`remote_url`]
+//!    (URLs with their credentials redacted), [`error`], [`pipe`], [`progress`],
 //!    [`workflows`] (the workflow files proxmox-gitops renders and installs), [`share`] (the CIFS
 //!    client units of the share, rendered for the base role).
 
