@@ -344,6 +344,13 @@ pub fn write_outputs(path: &Path, outputs: &[(&str, String)]) -> std::io::Result
     f.write_all(text.as_bytes())
 }
 
+/// The workflow run this process is a step of: `$GITHUB_RUN_ID` (set by Gitea's and GitHub's
+/// runners), without whitespace; `None` outside Actions or when empty.
+pub fn run_id() -> Option<String> {
+    let id: String = std::env::var("GITHUB_RUN_ID").ok()?.chars().filter(|c| !c.is_whitespace()).collect();
+    (!id.is_empty()).then_some(id)
+}
+
 /// Appends `markdown` to the job summary: the file named by `$GITHUB_STEP_SUMMARY`, when that
 /// variable is set and not empty (GitHub docs, "Adding a job summary"; Gitea's act_runner sets
 /// the same variable). Outside Actions it does nothing. A newline is added when `markdown` does

@@ -161,17 +161,12 @@ pub fn lxc_backend(settings: &Settings) -> Result<LxcBackend> {
     LxcBackend::open(lxc_options(settings)).map_err(Error::Failed)
 }
 
-/// The options of [`lxc_backend`] (environment and settings; other options at their defaults).
+/// The options of [`lxc_backend`] (from the settings; other options at their defaults).
 fn lxc_options(settings: &Settings) -> LxcOptions {
     let mut opts = LxcOptions { share: settings.share.clone(), ..LxcOptions::default() };
-    if let Some(base) = std::env::var("PGO_LXC_BASE").ok().filter(|b| !b.trim().is_empty()) {
-        opts.base = base.trim().to_string();
-    }
-    if let Some(m) = std::env::var("PGO_LXC_MIRROR").ok().filter(|m| !m.trim().is_empty()) {
-        opts.mirror = m.trim().to_string();
-    }
-    if let Some(m) = std::env::var("PGO_LXC_SECURITY_MIRROR").ok().filter(|m| !m.trim().is_empty()) {
-        opts.security_mirror = m.trim().to_string();
-    }
+    let lxc = settings.lxc.clone();
+    opts.base = lxc.base.unwrap_or(opts.base);
+    opts.mirror = lxc.mirror.unwrap_or(opts.mirror);
+    opts.security_mirror = lxc.security_mirror.unwrap_or(opts.security_mirror);
     opts
 }

@@ -10,11 +10,9 @@ use crate::model::{Action, ContainerPlan, SettingChange};
 /// warning, never a failed command.
 pub fn job_summary(what: &str, markdown: &str) {
     match crate::actions::summary(markdown) {
-        Ok(Some(path)) => tracing::info!(
-            "job summary: {what} ({} line(s)) appended to {}",
-            markdown.lines().count(),
-            path.display()
-        ),
+        Ok(Some(path)) => {
+            tracing::info!("job summary: {what} ({} line(s)) appended to {}", markdown.lines().count(), path.display())
+        }
         Ok(None) => {}
         Err(e) => tracing::warn!("cannot write the job summary ($GITHUB_STEP_SUMMARY): {e}"),
     }

@@ -194,6 +194,19 @@ pub struct Settings {
     pub variables: std::collections::BTreeMap<&'static str, String>,
     /// The control plane's programs on this host.
     pub control_plane: ControlPlaneSettings,
+    /// The lxc backend's base and mirrors (environment only).
+    pub lxc: LxcSettings,
+}
+
+/// What the lxc backend takes from the environment, each trimmed, `None` when unset or empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LxcSettings {
+    /// The base container to clone (`PGO_LXC_BASE`).
+    pub base: Option<String>,
+    /// Debian's mirror for the base's bootstrap (`PGO_LXC_MIRROR`).
+    pub mirror: Option<String>,
+    /// Debian's security mirror for it (`PGO_LXC_SECURITY_MIRROR`).
+    pub security_mirror: Option<String>,
 }
 
 /// The Actions variables of the workflows that [`Settings::variables`] can hold, each with the
@@ -597,7 +610,13 @@ impl Settings {
             tool_binary: None,
         };
         problems.into_result()?;
-        Ok(Settings { pve, gitea, share: share.into(), variables, control_plane })
+        let lxc_var = |name: &str| nonempty(env.get(name)).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let lxc = LxcSettings {
+            base: lxc_var("PGO_LXC_BASE"),
+            mirror: lxc_var("PGO_LXC_MIRROR"),
+            security_mirror: lxc_var("PGO_LXC_SECURITY_MIRROR"),
+        };
+        Ok(Settings { pve, gitea, share: share.into(), variables, control_plane, lxc })
     }
 
     /// The non-secret view recorded in artifacts.

@@ -177,3 +177,29 @@ fn token_forms_resolve_and_a_second_user_is_refused() {
     assert!(text.contains("environment (PROXMOX_USER)") && text.contains("PROXMOX_TOKEN"), "{text}");
     assert!(!text.contains("s-3c4"), "{text}");
 }
+
+#[test]
+fn environment_only_settings_are_read_here_trimmed_and_empty_means_unset() {
+    let dir = tempfile::tempdir().unwrap();
+    let env: BTreeMap<String, String> = [
+        ("PROXMOX_GITOPS_MONOREPO", " infra/mono "),
+        ("PGO_LXC_BASE", " my-base "),
+        ("PGO_LXC_MIRROR", ""),
+        ("PGO_LXC_SECURITY_MIRROR", "http://127.0.0.1:9/debian-security"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let s = Settings::load(dir.path(), &env).unwrap();
+    assert_eq!(s.gitea.monorepo.as_deref(), Some("infra/mono"));
+    assert_eq!(
+        s.lxc,
+        LxcSettings {
+            base: Some("my-base".into()),
+            mirror: None,
+            security_mirror: Some("http://127.0.0.1:9/debian-security".into()),
+        }
+    );
+    let none = Settings::load(dir.path(), &BTreeMap::new()).unwrap();
+    assert_eq!((none.gitea.monorepo, none.lxc), (None, LxcSettings::default()));
+}

@@ -165,6 +165,7 @@ impl FakePve {
             share: share.to_path_buf(),
             variables: Default::default(),
             control_plane: Default::default(),
+            lxc: Default::default(),
         }
     }
 

@@ -87,12 +87,7 @@ pub fn holder() -> &'static str {
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "localhost".into());
         let host: String = host.chars().filter(|c| !c.is_whitespace()).collect();
-        let run = std::env::var("GITHUB_RUN_ID")
-            .ok()
-            .map(|r| r.trim().chars().filter(|c| !c.is_whitespace()).collect::<String>())
-            .filter(|r| !r.is_empty())
-            .map(|r| format!(":run-{r}"))
-            .unwrap_or_default();
+        let run = crate::actions::run_id().map(|r| format!(":run-{r}")).unwrap_or_default();
         format!("{host}:{}{run}:{:04x}", std::process::id(), rand::random::<u16>())
     })
 }
