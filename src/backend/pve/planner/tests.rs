@@ -2,8 +2,9 @@
 
 use super::*;
 use crate::backend::pve::desired::tests::{defaults, spec};
-use crate::backend::pve::desired::{Desired, desired, user_notes};
+use crate::backend::pve::desired::{Desired, desired, features_string, own_lines, user_notes, with_user_notes};
 use crate::inventory::Mount;
+use crate::model::Change;
 use pretty_assertions::assert_eq;
 
 fn want() -> Desired {
