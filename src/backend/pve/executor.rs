@@ -5,18 +5,18 @@
 //! answers) are listed in the module docs of [`super`].
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
 
 use super::desired::{with_lease, with_user_notes, without_lease};
-use super::lease::{Acquired, Held, new_lease};
+use super::lease::{Acquired, Held, new_lease, with_lock_hint};
 use super::lifecycle::Created;
 use super::planner::Live;
 use super::{PveBackend, Rec, upid_of};
 use crate::inventory::{ContainerSpec, IpConfig};
-use crate::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Migration, Outcome, Provision};
+use crate::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision};
 use crate::pve::{PveError, Replay};
 
 impl PveBackend {
@@ -352,86 +352,6 @@ impl PveBackend {
         Ok(())
     }
 
-    /// The plan's migration, if any ([`PveBackend::migrate`]), under our lease: the lease line
-    /// moves with the config, so its renewal follows the container to `node`.
-    async fn migrate_leased(
-        &self,
-        vmid: u32,
-        plan: &ContainerPlan,
-        node: &str,
-        held: &mut Option<Held>,
-        rec: &mut Rec,
-    ) -> anyhow::Result<()> {
-        let Some(m) = &plan.migrate else { return Ok(()) };
-        self.migrate(vmid, m, rec).await?;
-        if held.is_some()
-            && let Some(old) = held.replace(self.hold(node, vmid))
-        {
-            old.stop();
-        }
-        Ok(())
-    }
-
-    /// Repeats `op` while PVE says the container is locked (`CT is locked (…)`, or the config
-    /// file lock: `can't lock file … got timeout`) with capped exponential backoff (200 ms to
-    /// 5 s, jittered): for at most [`Timeouts::lock`](super::Timeouts::lock) of wall-clock time
-    /// since the first attempt — each attempt that meets the file lock has waited 10 s on PVE's
-    /// side already — and at most [`super::lease::MAX_LOCK_TRIES`] attempts. The last error is
-    /// returned; [`with_lock_hint`] says how to see who holds the lock.
-    pub(super) async fn locked<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, PveError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, PveError>>,
-    {
-        let started = Instant::now();
-        let limit = self.opts.timeouts.lock;
-        let mut delay = Duration::from_millis(200);
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match op().await {
-                Err(e) if e.is_locked() && started.elapsed() < limit && tries < super::lease::MAX_LOCK_TRIES => {
-                    let jittered = delay.mul_f64(1.0 + rand::random::<f64>() / 2.0);
-                    let pause = jittered.min(limit.saturating_sub(started.elapsed())).max(Duration::from_millis(50));
-                    tracing::info!("{what}: {e}; retrying in {} ms", pause.as_millis());
-                    tokio::time::sleep(pause).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Moves CT `vmid` as `m` says (`POST /nodes/{from}/lxc/{vmid}/migrate`, `restart=1` for a
-    /// running container) and waits for the task, retrying while the container is locked. A
-    /// container that was started since the plan (PVE: "can't migrate running container without
-    /// --online or --restart") is moved in restart mode.
-    async fn migrate(&self, vmid: u32, m: &Migration, rec: &mut Rec) -> anyhow::Result<()> {
-        let started = Instant::now();
-        let shutdown = self.opts.timeouts.shutdown.as_secs();
-        let what = format!("migrate CT {vmid} from {} to {}", m.from, m.to);
-        // Restart mode once PVE says the container runs (it was started since the plan).
-        let restart = std::sync::atomic::AtomicBool::new(m.restart);
-        let out = self
-            .locked("migrate", || async {
-                let mode = restart.load(std::sync::atomic::Ordering::Relaxed);
-                let upid = match self.client.ct_migrate(&m.from, vmid, &m.to, mode, shutdown).await {
-                    Err(e) if !mode && e.message().is_some_and(|t| t.contains("migrate running container")) => {
-                        tracing::info!("CT {vmid} was started since the plan: migrating in restart mode");
-                        restart.store(true, std::sync::atomic::Ordering::Relaxed);
-                        self.client.ct_migrate(&m.from, vmid, &m.to, true, shutdown).await?
-                    }
-                    other => other?,
-                };
-                self.client.wait_task(&upid, self.opts.timeouts.migrate, &what).await
-            })
-            .await
-            .with_context(|| format!("cannot {what}"))?;
-        let how = if restart.into_inner() { "restart mode" } else { "offline" };
-        rec.push("migrate", Some(&out), started, Some(format!("{} → {} ({how})", m.from, m.to)));
-        Ok(())
-    }
-
     pub(super) async fn start(&self, node: &str, vmid: u32, rec: &mut Rec) -> anyhow::Result<()> {
         let path = format!("/nodes/{node}/lxc/{vmid}/status/start");
         let started = Instant::now();
@@ -620,57 +540,6 @@ impl PveBackend {
             .with_context(|| format!("cannot grow {disk} of CT {vmid} to {gib} GiB"))?;
         rec.push("resize", out.as_ref(), started, Some(format!("{disk} → {gib}G")));
         Ok(())
-    }
-
-    /// Reads the DHCP address of `net0` from `GET …/interfaces`, polling with backoff for at most
-    /// `timeout`.
-    async fn dhcp_address(&self, node: &str, vmid: u32, timeout: Duration) -> anyhow::Result<Option<IpAddr>> {
-        let path = format!("/nodes/{node}/lxc/{vmid}/interfaces");
-        let iface = self.opts.defaults.interface.clone();
-        let start = Instant::now();
-        let mut delay = Duration::from_millis(200);
-        loop {
-            let ifs = self.client.get(&path, &[]).await?;
-            let found = ifs
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|i| i.get("name").and_then(Value::as_str) == Some(iface.as_str()))
-                .find_map(|i| {
-                    i.get("inet")
-                        .and_then(Value::as_str)
-                        .and_then(|c| c.split('/').next())
-                        .and_then(|a| a.parse::<IpAddr>().ok())
-                });
-            if found.is_some() {
-                return Ok(found);
-            }
-            if start.elapsed() >= timeout {
-                bail!("CT {vmid} got no DHCP address on {iface} within {:.1} s", timeout.as_secs_f64());
-            }
-            tokio::time::sleep(delay.min(timeout.saturating_sub(start.elapsed()))).await;
-            delay = (delay * 2).min(Duration::from_secs(3));
-        }
-    }
-}
-
-/// `e`, with [`super::lease::lock_hint`] appended when its cause is PVE's config file lock of CT
-/// `vmid` that stayed held (`can't lock file '…' - got timeout` after [`PveBackend::locked`]
-/// gave up) and no hint is there yet.
-pub(super) fn with_lock_hint(e: anyhow::Error, node: &str, vmid: u32) -> anyhow::Error {
-    let file = e
-        .chain()
-        .filter_map(|c| c.downcast_ref::<PveError>())
-        .find(|p| p.is_file_lock_timeout())
-        .map(|p| p.locked_file().map_or_else(|| super::lease::default_lock_file(vmid), str::to_string));
-    match file {
-        Some(file) if !format!("{e:#}").contains("pvenode task list") => {
-            anyhow::anyhow!(
-                "{e:#}; PVE's config lock {file} stayed held. {}",
-                super::lease::lock_hint(node, vmid, &file)
-            )
-        }
-        _ => e,
     }
 }
 

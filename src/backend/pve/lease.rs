@@ -572,3 +572,20 @@ impl Held {
         self.renewal.abort();
     }
 }
+
+/// `e`, with [`lock_hint`] appended when its cause is PVE's config file lock of CT
+/// `vmid` that stayed held (`can't lock file '…' - got timeout` after [`super::PveBackend::locked`]
+/// gave up) and no hint is there yet.
+pub(super) fn with_lock_hint(e: anyhow::Error, node: &str, vmid: u32) -> anyhow::Error {
+    let file = e
+        .chain()
+        .filter_map(|c| c.downcast_ref::<PveError>())
+        .find(|p| p.is_file_lock_timeout())
+        .map(|p| p.locked_file().map_or_else(|| default_lock_file(vmid), str::to_string));
+    match file {
+        Some(file) if !format!("{e:#}").contains("pvenode task list") => {
+            anyhow::anyhow!("{e:#}; PVE's config lock {file} stayed held. {}", lock_hint(node, vmid, &file))
+        }
+        _ => e,
+    }
+}

@@ -276,7 +276,7 @@ impl PveBackend {
                 if let Err(r) = self.release(held).await {
                     tracing::warn!("CT {}: cannot remove our lease ({r:#}); it expires by itself", spec.vmid);
                 }
-                return Err(super::executor::with_lock_hint(e, &node, spec.vmid));
+                return Err(super::lease::with_lock_hint(e, &node, spec.vmid));
             }
         }
         Ok(rec.actions)

@@ -43,10 +43,12 @@
 //!   on; a migration (`POST …/migrate`, restart mode for a running container) is waited for
 //!   like any task, and the rest of the plan is applied on the new node.
 
+mod address;
 pub mod desired;
 mod executor;
 pub mod lease;
 mod lifecycle;
+mod migration;
 pub mod placement;
 pub mod planner;
 
