@@ -31,7 +31,7 @@ use super::rewrite::settings;
 use super::{Ctx, table_of};
 use crate::error::{Error, Location, Result};
 use crate::gitea::{Client, VariableScope, valid_variable_name};
-use crate::steps::publish::{Action, ensure_variable};
+use crate::steps::publish::{ItemAction, ensure_variable};
 
 /// Arguments of `env`.
 #[derive(Debug, Args)]
@@ -201,9 +201,9 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
             }
             let action = rt.block_on(ensure_variable(&client, &target, &key, &value)).map_err(Error::Failed)?;
             let word = match action {
-                Action::Created => "created",
-                Action::Updated => "updated",
-                Action::Unchanged => "unchanged",
+                ItemAction::Created => "created",
+                ItemAction::Updated => "updated",
+                ItemAction::Unchanged => "unchanged",
             };
             if ctx.json {
                 let json = serde_json::json!({ "name": key, "scope": scope_json(&target), "action": word });

@@ -67,13 +67,13 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
     artifact::write(&path, &report).map_err(|e| Error::Failed(e.into()))?;
     outputs(&[("publish", path.display().to_string())])?;
     ctx.emit(&report, || {
-        let word = |a: crate::steps::publish::Action| format!("{a:?}").to_lowercase();
+        let word = |a: crate::steps::publish::ItemAction| format!("{a:?}").to_lowercase();
         let mut s =
             table_of(&["REPOSITORY", "REPO", "BRANCHES", "FORK", "RELEASE PR", "WORKFLOWS"], &report.repos, |r| {
                 let changed: Vec<String> = r
                     .refs
                     .iter()
-                    .filter(|x| x.action != crate::steps::publish::Action::Unchanged)
+                    .filter(|x| x.action != crate::steps::publish::ItemAction::Unchanged)
                     .map(|x| format!("{}:{}", x.branch, word(x.action)))
                     .collect();
                 vec![

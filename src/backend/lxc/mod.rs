@@ -65,7 +65,7 @@ use crate::model::{ActionRecord, ContainerPlan, RecreatePolicy};
 pub use base::{BaseStatus, bootstrap_env, transient_download_error};
 pub use desired::{Desired, MANAGED_KEYS, desired, hwaddr};
 pub use host::{Cgroup, CurrentAddress, DeviceNode, HostFacts, HostPath, host_path_kind};
-pub use planner::{Live, config_changes, plan_container};
+pub use planner::{LxcObserved, config_changes, plan_container};
 
 use crate::lxc::META_FILE;
 /// Marker file in the base's directory, written as the last step of a bootstrap: a base without
@@ -234,7 +234,7 @@ impl LxcBackend {
         }
     }
 
-    async fn live(&self, name: &str) -> Result<Option<Live>> {
+    async fn live(&self, name: &str) -> Result<Option<LxcObserved>> {
         let Some(config) = self.client.read_config(name)? else { return Ok(None) };
         let meta = self.read_meta(name)?;
         let state = self.client.state(name).await?;
@@ -242,7 +242,7 @@ impl LxcBackend {
             None => interrupted::marked_vmid(&self.create_marker_path(name)),
             Some(_) => None,
         };
-        Ok(Some(Live { config, meta, state, interrupted }))
+        Ok(Some(LxcObserved { config, meta, state, interrupted }))
     }
 
     /// The marker of an unfinished create of container `name` (see [`interrupted`]).

@@ -18,7 +18,7 @@ use crate::model::{Action, Change, ContainerPlan, RecreatePolicy, SettingChange}
 
 /// The live container as [`plan_container`] sees it.
 #[derive(Debug, Clone)]
-pub struct Live {
+pub struct LxcObserved {
     /// Its config file.
     pub config: LxcConfig,
     /// Its `proxmox-gitops.json`, `None` when missing (not made by this tool).
@@ -54,7 +54,7 @@ pub fn config_changes(desired: &Desired, config: &LxcConfig) -> Vec<Change> {
 pub fn plan_container(
     spec: &ContainerSpec,
     desired: &Desired,
-    live: Option<&Live>,
+    live: Option<&LxcObserved>,
     policy: RecreatePolicy,
 ) -> ContainerPlan {
     let plan = |action: Action, start: bool| ContainerPlan {

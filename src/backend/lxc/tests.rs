@@ -199,7 +199,7 @@ fn host_path_kinds() {
 }
 
 /// The live state after a create with `d`: the template's lines plus the managed keys.
-fn live_from(d: &Desired, state: State) -> Live {
+fn live_from(d: &Desired, state: State) -> LxcObserved {
     let mut config = LxcConfig::parse(
         "lxc.net.0.type = veth\nlxc.rootfs.path = overlay:/var/lib/lxc/pgo-base-bookworm/rootfs:/var/lib/lxc/broker/overlay/delta\n\
          lxc.include = /usr/share/lxc/config/debian.common.conf\n",
@@ -207,7 +207,7 @@ fn live_from(d: &Desired, state: State) -> Live {
     for (k, v) in &d.keys {
         config.set_all(k, v);
     }
-    Live { config, meta: Some(d.meta.clone()), state, interrupted: None }
+    LxcObserved { config, meta: Some(d.meta.clone()), state, interrupted: None }
 }
 
 fn plan_of(action: Action, start: bool) -> ContainerPlan {

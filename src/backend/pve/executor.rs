@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::desired::{with_lease, with_user_notes, without_lease};
 use super::lease::{Acquired, Held, new_lease, with_lock_hint};
 use super::lifecycle::Created;
-use super::planner::Live;
+use super::planner::PveObserved;
 use super::{PveBackend, Rec, upid_of};
 use crate::inventory::{ContainerSpec, IpConfig};
 use crate::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision};
@@ -420,7 +420,9 @@ impl PveBackend {
                     // The answer was lost: see what PVE has now and write only what is missing.
                     tracing::info!("{e}; reading the config again");
                     let (live, new_digest) = self.read_live(node, vmid).await?;
-                    let Live::Present(ct) = live else { bail!("CT {vmid} disappeared while its config was written") };
+                    let PveObserved::Present(ct) = live else {
+                        bail!("CT {vmid} disappeared while its config was written")
+                    };
                     let cfg = lease_free(&ct.config);
                     todo.retain(|c| !written(c, &cfg));
                     if todo.is_empty() {
@@ -433,7 +435,9 @@ impl PveBackend {
                     // or someone edited it). Go on only if the keys to change still hold the
                     // values the plan saw; otherwise the plan is stale.
                     let (live, new_digest) = self.read_live(node, vmid).await?;
-                    let Live::Present(ct) = live else { bail!("CT {vmid} disappeared while its config was written") };
+                    let PveObserved::Present(ct) = live else {
+                        bail!("CT {vmid} disappeared while its config was written")
+                    };
                     let cfg = lease_free(&ct.config);
                     todo.retain(|c| !written(c, &cfg));
                     if let Some(c) = todo.iter().find(|c| {

@@ -62,7 +62,7 @@ use tokio::sync::OnceCell;
 
 use self::desired::{Desired, PveDefaults, desired};
 use self::placement::{NodeDecision, NodePlan, Wish};
-use self::planner::{Live, LiveCt};
+use self::planner::{LiveCt, PveObserved};
 use crate::inventory::ContainerSpec;
 use crate::model::{Action, ActionRecord, ContainerPlan, RecreatePolicy};
 use crate::pve::{PveClient, PveError, TaskOutcome};
@@ -402,11 +402,11 @@ impl PveBackend {
 
     /// Reads the live container: config (pending values applied) with its digest, the pending
     /// keys and whether it runs.
-    async fn read_live(&self, node: &str, vmid: u32) -> Result<(Live, Option<String>), PveError> {
+    async fn read_live(&self, node: &str, vmid: u32) -> Result<(PveObserved, Option<String>), PveError> {
         let base = format!("/nodes/{node}/lxc/{vmid}");
         let config = match self.client.get(&format!("{base}/config"), &[]).await {
             Ok(c) => c,
-            Err(e) if e.is_absent() => return Ok((Live::Absent, None)),
+            Err(e) if e.is_absent() => return Ok((PveObserved::Absent, None)),
             Err(e) => return Err(e),
         };
         let (pending_path, status_path) = (format!("{base}/pending"), format!("{base}/status/current"));
@@ -429,7 +429,7 @@ impl PveBackend {
             }
         }
         ct.running = status.get("status").and_then(Value::as_str) == Some("running");
-        Ok((Live::Present(ct), digest))
+        Ok((PveObserved::Present(ct), digest))
     }
 
     /// [`PveBackend::read_live`], after PVE's own `lock` on the container has cleared: its
@@ -440,7 +440,7 @@ impl PveBackend {
         &self,
         spec: &ContainerSpec,
         node: &str,
-    ) -> anyhow::Result<(Live, Option<String>, Vec<String>)> {
+    ) -> anyhow::Result<(PveObserved, Option<String>, Vec<String>)> {
         let mut notes = Vec::new();
         for _ in 0..5 {
             let (live, digest) = self
@@ -448,8 +448,8 @@ impl PveBackend {
                 .await
                 .with_context(|| format!("{}: cannot read CT {} on node {node}", spec.name, spec.vmid))?;
             let lock = match &live {
-                Live::Present(ct) => ct.config.get("lock").cloned(),
-                Live::Absent => None,
+                PveObserved::Present(ct) => ct.config.get("lock").cloned(),
+                PveObserved::Absent => None,
             };
             let Some(lock) = lock else { return Ok((live, digest, notes)) };
             if !self.opts.wait_for_locks {

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gitea::{Client, VariableScope, valid_variable_name};
 use crate::inventory::{ContainerSpec, Inventory};
-use crate::steps::publish::{Action, ensure_variable};
+use crate::steps::publish::{ItemAction, ensure_variable};
 
 /// Where configure outputs go: the Gitea client (with credentials) and the organization of libs
 /// whose repository URL names none.
@@ -85,7 +85,7 @@ pub struct VariableRecord {
     /// The variable's name.
     pub name: String,
     /// What was done.
-    pub action: Action,
+    pub action: ItemAction,
 }
 
 /// The outputs that can be variables, `(name, value)`, and the problems of those that cannot.
@@ -158,11 +158,11 @@ pub async fn set_outputs(
     Some(rec)
 }
 
-fn word(a: Action) -> &'static str {
+fn word(a: ItemAction) -> &'static str {
     match a {
-        Action::Created => "created",
-        Action::Updated => "updated",
-        Action::Unchanged => "unchanged",
+        ItemAction::Created => "created",
+        ItemAction::Updated => "updated",
+        ItemAction::Unchanged => "unchanged",
     }
 }
 

@@ -51,7 +51,7 @@ mod secrets;
 mod variables;
 
 pub use report::{
-    Action, ForkReport, OrgReport, PublishReport, PullReport, RefReport, RepoReport, SecretReport, Summary,
+    ForkReport, ItemAction, OrgReport, PublishReport, PullReport, RefReport, RepoReport, SecretReport, Summary,
     VariableReport,
 };
 pub use variables::{ensure_variable, wanted_variables};
@@ -177,8 +177,8 @@ pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) 
     // 1. organizations
     for org in &orgs_of(remotes) {
         let ensure = async {
-            Ok::<Action, crate::gitea::GiteaError>(match client.get_org(org).await? {
-                Some(_) => Action::Unchanged,
+            Ok::<ItemAction, crate::gitea::GiteaError>(match client.get_org(org).await? {
+                Some(_) => ItemAction::Unchanged,
                 None => match client
                     .create_org(&CreateOrgOption {
                         username: org.clone(),
@@ -187,8 +187,8 @@ pub async fn publish(client: &Client, remotes: &Remotes, opts: &PublishOptions) 
                     })
                     .await?
                 {
-                    Created::New(_) => Action::Created,
-                    Created::Exists => Action::Unchanged,
+                    Created::New(_) => ItemAction::Created,
+                    Created::Exists => ItemAction::Unchanged,
                 },
             })
         };
@@ -241,10 +241,10 @@ fn orgs_of(remotes: &Remotes) -> Vec<String> {
     orgs
 }
 
-fn label(a: Action) -> &'static str {
+fn label(a: ItemAction) -> &'static str {
     match a {
-        Action::Created => "created",
-        Action::Updated => "updated",
-        Action::Unchanged => "unchanged",
+        ItemAction::Created => "created",
+        ItemAction::Updated => "updated",
+        ItemAction::Unchanged => "unchanged",
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::report::{Action, ForkReport, PullReport, RefReport, RepoReport};
+use super::report::{ForkReport, ItemAction, PullReport, RefReport, RepoReport};
 use super::{RELEASE_PR_TITLE, STAGE_ORG, label};
 use crate::git::Git;
 use crate::gitea::{
@@ -42,7 +42,7 @@ pub(super) async fn publish_repo(
     let full_name = format!("{org}/{repo}");
     let url = client.clone_url(org, repo);
     let (existing, action) = match client.get_repo(org, repo).await? {
-        Some(r) => (r, Action::Unchanged),
+        Some(r) => (r, ItemAction::Unchanged),
         None => {
             let opt = CreateRepoOption {
                 name: repo.to_string(),
@@ -52,23 +52,23 @@ pub(super) async fn publish_repo(
                 description: None,
             };
             match client.create_org_repo(org, &opt).await? {
-                Created::New(r) => (r, Action::Created),
+                Created::New(r) => (r, ItemAction::Created),
                 Created::Exists => (
                     client
                         .get_repo(org, repo)
                         .await?
                         .with_context(|| format!("{full_name} exists but cannot be read"))?,
-                    Action::Unchanged,
+                    ItemAction::Unchanged,
                 ),
             }
         }
     };
     let units = wanted_units(&existing);
     let settings = if units.is_empty() {
-        Action::Unchanged
+        ItemAction::Unchanged
     } else {
         client.edit_repo(org, repo, &units).await?;
-        Action::Updated
+        ItemAction::Updated
     };
 
     // Branches: read, then one atomic push of what differs.
@@ -98,18 +98,18 @@ pub(super) async fn publish_repo(
             branch: "rollback".into(),
             old: head("rollback"),
             new: old.to_string(),
-            action: if head("rollback").is_some() { Action::Updated } else { Action::Created },
+            action: if head("rollback").is_some() { ItemAction::Updated } else { ItemAction::Created },
         });
     }
     for (branch, force) in [("main", true), ("release", false), ("snapshot", true)] {
         let old = head(branch);
         let action = match (&old, branch) {
-            (Some(o), _) if o == commit => Action::Unchanged,
-            (Some(_), "release") => Action::Unchanged, // moved by the release pull request
-            (Some(_), _) => Action::Updated,
-            (None, _) => Action::Created,
+            (Some(o), _) if o == commit => ItemAction::Unchanged,
+            (Some(_), "release") => ItemAction::Unchanged, // moved by the release pull request
+            (Some(_), _) => ItemAction::Updated,
+            (None, _) => ItemAction::Created,
         };
-        let new = if branch == "release" && action == Action::Unchanged {
+        let new = if branch == "release" && action == ItemAction::Unchanged {
             old.clone().unwrap_or_default()
         } else if branch == "release" && release_from_root {
             // The first commit along first parents: `rev-list` lists oldest last.
@@ -118,7 +118,7 @@ pub(super) async fn publish_repo(
         } else {
             commit.to_string()
         };
-        if action != Action::Unchanged {
+        if action != ItemAction::Unchanged {
             refspecs.push(format!("{}{new}:refs/heads/{branch}", if force { "+" } else { "" }));
         }
         refs.push(RefReport { branch: branch.into(), old, new, action });
@@ -129,7 +129,7 @@ pub(super) async fn publish_repo(
         git.run(dir, &args)?;
     }
     for r in &refs {
-        if r.action != Action::Unchanged {
+        if r.action != ItemAction::Unchanged {
             tracing::info!(
                 "{full_name} {}: {} → {}",
                 r.branch,
@@ -144,17 +144,17 @@ pub(super) async fn publish_repo(
     if staged {
         let fork_name = format!("{STAGE_ORG}/{repo}");
         let action = match client.get_repo(STAGE_ORG, repo).await? {
-            Some(_) => Action::Unchanged,
+            Some(_) => ItemAction::Unchanged,
             None => match client
                 .create_fork(org, repo, &CreateForkOption { name: None, organization: Some(STAGE_ORG.into()) })
                 .await?
             {
-                Created::New(_) => Action::Created,
-                Created::Exists => Action::Unchanged,
+                Created::New(_) => ItemAction::Created,
+                Created::Exists => ItemAction::Unchanged,
             },
         };
         // An existing fork follows `main` unless it has commits of its own (then a note).
-        let (action, note) = if action == Action::Unchanged {
+        let (action, note) = if action == ItemAction::Unchanged {
             let upstream_heads: Vec<String> = [old_main.clone(), head("rollback")].into_iter().flatten().collect();
             sync_fork(client, git, dir, repo, commit, &upstream_heads)?
         } else {
@@ -172,11 +172,11 @@ pub(super) async fn publish_repo(
         let released =
             release == commit || client.compare_pushed(org, repo, "release", "main").await?.total_commits == 0;
         pull = Some(if released {
-            PullReport { number: None, action: Action::Unchanged }
+            PullReport { number: None, action: ItemAction::Unchanged }
         } else {
             let open = client.list_pulls(org, repo, "open", Some("release")).await?;
             match open.iter().find(|p| p.head.ref_ == "main" && p.base.ref_ == "release") {
-                Some(p) => PullReport { number: Some(p.number), action: Action::Unchanged },
+                Some(p) => PullReport { number: Some(p.number), action: ItemAction::Unchanged },
                 None => {
                     let p = client
                         .create_pull(
@@ -191,7 +191,7 @@ pub(super) async fn publish_repo(
                         )
                         .await?;
                     tracing::info!("{full_name}: opened pull request #{} ({RELEASE_PR_TITLE})", p.number);
-                    PullReport { number: Some(p.number), action: Action::Created }
+                    PullReport { number: Some(p.number), action: ItemAction::Created }
                 }
             }
         });
@@ -261,11 +261,11 @@ fn sync_fork(
     repo: &str,
     commit: &str,
     upstream_heads: &[String],
-) -> anyhow::Result<(Action, Option<String>)> {
+) -> anyhow::Result<(ItemAction, Option<String>)> {
     let fork_url = client.clone_url(STAGE_ORG, repo);
     let fork_main = git.ls_remote(dir, &fork_url, &["refs/heads/main"])?.into_iter().next().map(|(_, id)| id);
     let lease = match fork_main.as_deref() {
-        Some(f) if f == commit => return Ok((Action::Unchanged, None)),
+        Some(f) if f == commit => return Ok((ItemAction::Unchanged, None)),
         Some(f) => {
             git.run(dir, ["fetch", "-q", "--no-tags", "--", &fork_url, "refs/heads/main"])?;
             let mut candidates = vec![commit];
@@ -286,7 +286,7 @@ fn sync_fork(
                     short(f),
                     short(commit)
                 );
-                return Ok((Action::Unchanged, Some(note)));
+                return Ok((ItemAction::Unchanged, Some(note)));
             }
             format!("--force-with-lease=refs/heads/main:{f}")
         }
@@ -299,7 +299,7 @@ fn sync_fork(
         fork_main.as_deref().map(short).unwrap_or("(none)"),
         short(commit)
     );
-    Ok((Action::Updated, None))
+    Ok((ItemAction::Updated, None))
 }
 
 fn short(id: &str) -> &str {

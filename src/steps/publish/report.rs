@@ -12,7 +12,7 @@ use crate::gitea::VariableScope;
 /// What happened to one item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Action {
+pub enum ItemAction {
     /// It did not exist and was created.
     Created,
     /// It existed and was changed.
@@ -27,7 +27,7 @@ pub struct OrgReport {
     /// The organization.
     pub name: String,
     /// Created or unchanged.
-    pub action: Action,
+    pub action: ItemAction,
 }
 
 /// One branch of a repository in [`RepoReport`].
@@ -40,7 +40,7 @@ pub struct RefReport {
     /// Its commit after publishing.
     pub new: String,
     /// Created, updated or unchanged.
-    pub action: Action,
+    pub action: ItemAction,
 }
 
 /// A fork in [`RepoReport`].
@@ -49,7 +49,7 @@ pub struct ForkReport {
     /// `stage/<repo>`.
     pub full_name: String,
     /// Created, updated (an existing fork's `main` moved to the published commit) or unchanged.
-    pub action: Action,
+    pub action: ItemAction,
     /// Why an existing fork was not synced (it has commits of its own), when it was not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -61,7 +61,7 @@ pub struct PullReport {
     /// The pull request's number, `None` when none is needed (`main` equals `release`).
     pub number: Option<i64>,
     /// Created, or unchanged (already open / not needed).
-    pub action: Action,
+    pub action: ItemAction,
 }
 
 /// One published repository.
@@ -76,9 +76,9 @@ pub struct RepoReport {
     /// The published commit.
     pub commit: String,
     /// Created or unchanged (the repository itself).
-    pub action: Action,
+    pub action: ItemAction,
     /// Whether the repository settings (units) were changed.
-    pub settings: Action,
+    pub settings: ItemAction,
     /// Branches touched or checked.
     pub refs: Vec<RefReport>,
     /// The fork in `stage`, for lib repositories and the monorepo.
@@ -100,7 +100,7 @@ pub struct VariableReport {
     /// Its name.
     pub name: String,
     /// Created, updated or unchanged.
-    pub action: Action,
+    pub action: ItemAction,
 }
 
 /// One Actions secret (its name and what was done, never its value).
@@ -113,7 +113,7 @@ pub struct SecretReport {
     pub name: String,
     /// Created (Gitea had none), updated (written: another value than recorded, or no record of
     /// it) or unchanged (Gitea lists it and the record says it holds this value).
-    pub action: Action,
+    pub action: ItemAction,
 }
 
 /// Counts per action over everything in the report.
@@ -156,10 +156,10 @@ impl Artifact for PublishReport {
 impl PublishReport {
     pub(super) fn count(&mut self) {
         let mut s = Summary::default();
-        let mut add = |a: Action| match a {
-            Action::Created => s.created += 1,
-            Action::Updated => s.updated += 1,
-            Action::Unchanged => s.unchanged += 1,
+        let mut add = |a: ItemAction| match a {
+            ItemAction::Created => s.created += 1,
+            ItemAction::Updated => s.updated += 1,
+            ItemAction::Unchanged => s.unchanged += 1,
         };
         self.orgs.iter().for_each(|o| add(o.action));
         for r in &self.repos {

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use super::from_settings::WantedSecret;
 use super::record::SecretRecord;
-use super::report::{Action, SecretReport};
+use super::report::{ItemAction, SecretReport};
 use crate::gitea::{Client, SecretWritten, VariableScope};
 
 /// Whether a secret must be written: when Gitea does not list it, when there is no record of
@@ -52,11 +52,11 @@ pub async fn ensure_secrets(
             record.set(gitea, &w.scope, w.name, digest);
             record.save()?;
             match written {
-                SecretWritten::Created => Action::Created,
-                SecretWritten::Updated => Action::Updated,
+                SecretWritten::Created => ItemAction::Created,
+                SecretWritten::Updated => ItemAction::Updated,
             }
         } else {
-            Action::Unchanged
+            ItemAction::Unchanged
         };
         tracing::info!("secret {} ({}): {}", w.name, w.scope, super::label(action));
         out.push(SecretReport { scope: w.scope.clone(), name: w.name.to_string(), action });

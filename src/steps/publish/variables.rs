@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::report::Action;
+use super::report::ItemAction;
 use super::{PublishOptions, STAGE_ORG, TASKS_ORG};
 use crate::artifact::remotes::Remotes;
 use crate::error::{Location, Problems, Result};
@@ -114,25 +114,25 @@ pub async fn ensure_variable(
     scope: &VariableScope,
     name: &str,
     value: &str,
-) -> anyhow::Result<Action> {
+) -> anyhow::Result<ItemAction> {
     match client.get_variable(scope, name).await? {
-        Some(v) if v.data == value => Ok(Action::Unchanged),
+        Some(v) if v.data == value => Ok(ItemAction::Unchanged),
         Some(_) => {
             client
                 .update_variable(scope, name, &UpdateVariableOption { value: value.into(), ..Default::default() })
                 .await?;
-            Ok(Action::Updated)
+            Ok(ItemAction::Updated)
         }
         None => match client
             .create_variable(scope, name, &CreateVariableOption { value: value.into(), description: None })
             .await?
         {
-            Created::New(()) => Ok(Action::Created),
+            Created::New(()) => Ok(ItemAction::Created),
             Created::Exists => {
                 client
                     .update_variable(scope, name, &UpdateVariableOption { value: value.into(), ..Default::default() })
                     .await?;
-                Ok(Action::Updated)
+                Ok(ItemAction::Updated)
             }
         },
     }

@@ -60,7 +60,7 @@ pub struct LiveCt {
 
 /// The live side of a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Live {
+pub enum PveObserved {
     /// `GET …/config` answered "does not exist".
     Absent,
     /// The container exists.
@@ -69,7 +69,7 @@ pub enum Live {
 
 /// The planner's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Planned {
+pub struct PvePlanned {
     /// What to do.
     pub action: Action,
     /// Whether to start the container afterwards.
@@ -277,7 +277,7 @@ fn describe_mount(m: &DesiredMount) -> String {
 /// Plans `d` against `live` under `policy`; `is_root` says whether the API identity is a
 /// `root@pam` ticket (see [`crate::pve::Auth::is_root`]). A container without our mark is
 /// [`Action::Foreign`] (see [`plan_with`]).
-pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> Planned {
+pub fn plan(d: &Desired, live: &PveObserved, policy: RecreatePolicy, is_root: bool) -> PvePlanned {
     plan_with(d, live, policy, is_root, false)
 }
 
@@ -292,16 +292,16 @@ pub fn plan(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool) -> 
 ///   did not create is never destroyed (the reasons say to save its data and remove it by hand).
 ///
 /// Lease lines in the description (`proxmox-gitops lease: …`) are ignored throughout.
-pub fn plan_with(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool, adopt: bool) -> Planned {
+pub fn plan_with(d: &Desired, live: &PveObserved, policy: RecreatePolicy, is_root: bool, adopt: bool) -> PvePlanned {
     let ct = match live {
-        Live::Absent => return Planned { action: Action::Create, start: true, warnings: vec![] },
-        Live::Present(ct) => ct,
+        PveObserved::Absent => return PvePlanned { action: Action::Create, start: true, warnings: vec![] },
+        PveObserved::Present(ct) => ct,
     };
     let cfg = &ct.config;
     let live_desc = without_lease(cfg.get("description").map(String::as_str).unwrap_or(""));
     let ours = marked_for(&live_desc, &d.name);
     if !ours && !adopt {
-        return Planned { action: sections::foreign(d, cfg, &live_desc), start: false, warnings: vec![] };
+        return PvePlanned { action: sections::foreign(d, cfg, &live_desc), start: false, warnings: vec![] };
     }
     let mut f = sections::Findings::default();
     sections::identity(d, cfg, &mut f);
@@ -320,7 +320,7 @@ pub fn plan_with(d: &Desired, live: &Live, policy: RecreatePolicy, is_root: bool
         Action::Refused { .. } | Action::Foreign { .. } => false,
         Action::Nothing | Action::Update { .. } | Action::Adopt { .. } => !ct.running,
     };
-    Planned { action, start, warnings }
+    PvePlanned { action, start, warnings }
 }
 
 /// `yes`/`no` for a PVE boolean (`1`, `true` …; unset is `no`).

@@ -37,21 +37,21 @@ fn live_of(d: &Desired) -> LiveCt {
     LiveCt { config: c, pending: BTreeSet::new(), running: true }
 }
 
-fn run(d: &Desired, ct: LiveCt, policy: RecreatePolicy, root: bool) -> Planned {
-    plan(d, &Live::Present(ct), policy, root)
+fn run(d: &Desired, ct: LiveCt, policy: RecreatePolicy, root: bool) -> PvePlanned {
+    plan(d, &PveObserved::Present(ct), policy, root)
 }
 
 #[test]
 fn absent_creates() {
-    let p = plan(&want(), &Live::Absent, RecreatePolicy::Never, false);
-    assert_eq!(p, Planned { action: Action::Create, start: true, warnings: vec![] });
+    let p = plan(&want(), &PveObserved::Absent, RecreatePolicy::Never, false);
+    assert_eq!(p, PvePlanned { action: Action::Create, start: true, warnings: vec![] });
 }
 
 #[test]
 fn equal_is_nothing() {
     let d = want();
     let p = run(&d, live_of(&d), RecreatePolicy::Never, false);
-    assert_eq!(p, Planned { action: Action::Nothing, start: false, warnings: vec![] });
+    assert_eq!(p, PvePlanned { action: Action::Nothing, start: false, warnings: vec![] });
     let mut stopped = live_of(&d);
     stopped.running = false;
     // Memory comes back as a string or number; `lock` is ignored (with a warning).
@@ -215,7 +215,7 @@ fn a_new_mount_point_or_device_is_added_in_place_never_recreated() {
             // PVE hotplugs a new mount point and device into a running container.
             reboot_needed: false,
         };
-        assert_eq!(p, Planned { action: action.clone(), start: false, warnings: vec![] });
+        assert_eq!(p, PvePlanned { action: action.clone(), start: false, warnings: vec![] });
         assert_eq!(lines(&s, &action, policy), vec!["MOUNT +local-lvm:4:/data", "MOUNT +/dev/ttyUSB0"]);
     }
 }
@@ -608,7 +608,7 @@ fn foreign_containers_are_never_touched_without_adopt() {
         // Adopting: a shrink is refused as for our own containers (or, with another recorded
         // ostemplate, as a recreate), and what needs a recreate (the rootfs on another storage)
         // is refused too: adopting never destroys.
-        let p = plan_with(&d, &Live::Present(ct.clone()), RecreatePolicy::WhenNeeded, true, true);
+        let p = plan_with(&d, &PveObserved::Present(ct.clone()), RecreatePolicy::WhenNeeded, true, true);
         let Action::Refused { reasons, needs_recreate: false } = &p.action else { panic!("{:?}", p.action) };
         assert!(
             reasons.iter().any(|r| r.contains("cannot shrink") || r.contains("adopting never destroys")),
@@ -616,7 +616,7 @@ fn foreign_containers_are_never_touched_without_adopt() {
         );
         let mut moved = ct.clone();
         moved.config.insert("rootfs".into(), "other:vm-101-disk-0,size=8G".into());
-        let p = plan_with(&d, &Live::Present(moved), RecreatePolicy::WhenNeeded, true, true);
+        let p = plan_with(&d, &PveObserved::Present(moved), RecreatePolicy::WhenNeeded, true, true);
         let Action::Refused { reasons, needs_recreate: false } = &p.action else { panic!("{:?}", p.action) };
         assert!(reasons.iter().any(|r| r.contains("adopting never destroys")), "{reasons:?}");
     }
@@ -629,7 +629,7 @@ fn adopt_writes_the_mark_in_place() {
     ct.config.insert("description".into(), "hand-made\n".into());
     ct.config.insert("tags".into(), "prod".into());
     ct.config.insert("memory".into(), "512".into());
-    let p = plan_with(&d, &Live::Present(ct), RecreatePolicy::Never, false, true);
+    let p = plan_with(&d, &PveObserved::Present(ct), RecreatePolicy::Never, false, true);
     assert_eq!(
         p.action,
         Action::Adopt {
@@ -648,11 +648,17 @@ fn adopt_writes_the_mark_in_place() {
     );
     assert!(!p.start);
     // Adopting our own container changes nothing.
-    assert_eq!(plan_with(&d, &Live::Present(live_of(&d)), RecreatePolicy::Never, false, true).action, Action::Nothing);
+    assert_eq!(
+        plan_with(&d, &PveObserved::Present(live_of(&d)), RecreatePolicy::Never, false, true).action,
+        Action::Nothing
+    );
     // Once adopted, the kept text is the user's: the next plan changes nothing.
     let mut adopted = live_of(&d);
     adopted.config.insert("description".into(), format!("{}\nhand-made\n", d.description));
-    assert_eq!(plan_with(&d, &Live::Present(adopted), RecreatePolicy::Never, false, false).action, Action::Nothing);
+    assert_eq!(
+        plan_with(&d, &PveObserved::Present(adopted), RecreatePolicy::Never, false, false).action,
+        Action::Nothing
+    );
 }
 
 #[test]
@@ -662,7 +668,10 @@ fn the_users_notes_in_the_description_are_kept_and_not_a_change() {
     // Notes typed in PVE's UI below (or above) our lines, and a lease line: nothing to change.
     let noted = format!("Backups: weekly, ask Bob\n\n{}proxmox-gitops lease: h:1 until 9\n", d.description);
     ct.config.insert("description".into(), noted.clone());
-    assert_eq!(plan_with(&d, &Live::Present(ct.clone()), RecreatePolicy::Never, false, false).action, Action::Nothing);
+    assert_eq!(
+        plan_with(&d, &PveObserved::Present(ct.clone()), RecreatePolicy::Never, false, false).action,
+        Action::Nothing
+    );
     // The user's lines and ours, told apart; ours rewritten with the notes after them.
     assert_eq!(own_lines(&noted), d.description);
     assert_eq!(user_notes(&noted), "Backups: weekly, ask Bob\n");
@@ -676,7 +685,10 @@ fn the_users_notes_in_the_description_are_kept_and_not_a_change() {
         d.description
     );
     ct.config.insert("description".into(), lookalike.clone());
-    assert_eq!(plan_with(&d, &Live::Present(ct), RecreatePolicy::WhenNeeded, false, false).action, Action::Nothing);
+    assert_eq!(
+        plan_with(&d, &PveObserved::Present(ct), RecreatePolicy::WhenNeeded, false, false).action,
+        Action::Nothing
+    );
     assert_eq!(own_lines(&lookalike), d.description);
     assert_eq!(
         user_notes(&lookalike),
