@@ -190,6 +190,37 @@ impl Drop for HostRunner {
     }
 }
 
+/// The control plane's Gitea URL that configure recorded for `config` in the monorepo `root`'s
+/// artifacts (`CONFIG_GITEA_URL`).
+fn gitea_url(root: &Path) -> String {
+    let text = std::fs::read_to_string(root.join(".proxmox-gitops/configure/config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    config["outputs"]["CONFIG_GITEA_URL"].as_str().unwrap().to_string()
+}
+
+/// Merges the release pull request `number` of `main/mono` through Gitea's API (as the printed
+/// `curl` does) and waits, at most 15 minutes, until the run on `release` has completed: that run.
+fn merge_release(url: &str, number: i64, password: &str) -> serde_json::Value {
+    let merge = format!("{url}api/v1/repos/main/mono/pulls/{number}/merge");
+    let (status, body) = call(reqwest::Method::POST, &merge, LOGIN, password, Some(serde_json::json!({"Do": "merge"})));
+    assert_eq!(status, 200, "{body}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(900);
+    loop {
+        let (_, runs) = api(&format!("{url}api/v1/repos/main/mono/actions/runs?limit=10"), LOGIN, password);
+        let release = runs["workflow_runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["head_branch"] == "release" && r["status"] == "completed")
+            .cloned();
+        if let Some(r) = release {
+            return r;
+        }
+        assert!(std::time::Instant::now() < deadline, "the release run did not complete within 15 min: {runs}");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
 /// A git monorepo of the shipped control plane, `local/`, the workflows and the broker lib (test
 /// ids), in two commits. `pve`: the addresses `config` and the broker get on Proxmox VE (the root
 /// then mounts the share, as the shipped one does); `None`: DHCP.
@@ -274,13 +305,7 @@ fn local_run_config_bootstraps_and_the_accepted_pull_request_deploys_the_libs() 
     // 1. The bootstrap.
     let (code, out, err) = run();
     assert_eq!(code, Some(0), "local/run.sh config failed:\n{out}\n{err}");
-    let url = serde_json::from_str::<serde_json::Value>(
-        &std::fs::read_to_string(root.join(".proxmox-gitops/configure/config.json")).unwrap(),
-    )
-    .unwrap()["outputs"]["CONFIG_GITEA_URL"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let url = gitea_url(&root);
     assert!(out.contains(&format!("control plane: Gitea at {url} (login {LOGIN}")), "{out}");
     let pull_line = out.lines().find(|l| l.contains("release pull request")).unwrap_or_else(|| panic!("{out}"));
     let pull_url = pull_line.split_whitespace().last().unwrap();
@@ -295,25 +320,7 @@ fn local_run_config_bootstraps_and_the_accepted_pull_request_deploys_the_libs() 
 
     // 2. The pull request accepted through Gitea's API: the pipeline on release deploys the
     // broker through the host's runner.
-    let merge = format!("{url}api/v1/repos/main/mono/pulls/{number}/merge");
-    let (status, body) =
-        call(reqwest::Method::POST, &merge, LOGIN, &password, Some(serde_json::json!({"Do": "merge"})));
-    assert_eq!(status, 200, "{body}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(900);
-    let run_done = loop {
-        let (_, runs) = api(&format!("{url}api/v1/repos/main/mono/actions/runs?limit=10"), LOGIN, &password);
-        let release = runs["workflow_runs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|r| r["head_branch"] == "release" && r["status"] == "completed")
-            .cloned();
-        if let Some(r) = release {
-            break r;
-        }
-        assert!(std::time::Instant::now() < deadline, "the release run did not complete within 15 min: {runs}");
-        std::thread::sleep(Duration::from_secs(2));
-    };
+    let run_done = merge_release(&url, number, &password);
     let log = std::fs::read_to_string(format!("/var/lib/proxmox-gitops/runner/{ct}/runner.log")).unwrap_or_default();
     assert_eq!(run_done["conclusion"], "success", "{run_done}\nthe host runner's log:\n{log}");
     let broker: serde_json::Value = serde_json::from_str(
@@ -575,13 +582,7 @@ fn local_control_plane_with_pve_settings_deploys_the_libs_and_itself_onto_pve() 
         "{out}"
     );
     assert!(!err.contains("starting the host's runner"), "{err}");
-    let url = serde_json::from_str::<serde_json::Value>(
-        &std::fs::read_to_string(root.join(".proxmox-gitops/configure/config.json")).unwrap(),
-    )
-    .unwrap()["outputs"]["CONFIG_GITEA_URL"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let url = gitea_url(&root);
     let pull_line = out.lines().find(|l| l.contains("release pull request")).unwrap_or_else(|| panic!("{out}"));
     let number: i64 = pull_line.rsplit('/').next().unwrap().trim().parse().unwrap();
     let cshare = share.join("share");
@@ -615,25 +616,7 @@ fn local_control_plane_with_pve_settings_deploys_the_libs_and_itself_onto_pve() 
     assert!(st.success());
 
     // 3. The pull request accepted: config's runner deploys both onto PVE.
-    let merge = format!("{url}api/v1/repos/main/mono/pulls/{number}/merge");
-    let (status, body) =
-        call(reqwest::Method::POST, &merge, LOGIN, &password, Some(serde_json::json!({"Do": "merge"})));
-    assert_eq!(status, 200, "{body}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(900);
-    let run_done = loop {
-        let (_, runs) = api(&format!("{url}api/v1/repos/main/mono/actions/runs?limit=10"), LOGIN, &password);
-        let release = runs["workflow_runs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|r| r["head_branch"] == "release" && r["status"] == "completed")
-            .cloned();
-        if let Some(r) = release {
-            break r;
-        }
-        assert!(std::time::Instant::now() < deadline, "the release run did not complete within 15 min: {runs}");
-        std::thread::sleep(Duration::from_secs(2));
-    };
+    let run_done = merge_release(&url, number, &password);
     assert_eq!(run_done["conclusion"], "success", "{run_done}\n{}", job_logs(&url, &run_done, &password));
     assert_eq!(pve.ct_config(9171).unwrap()["hostname"], format!("{stage}-broker"));
     assert_eq!(pve.ct_config(9170).unwrap()["hostname"], format!("{stage}-config"));
