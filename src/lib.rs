@@ -21,10 +21,10 @@
 //!    [`control_plane`] — what the control plane's container `config` runs (Gitea and its runner):
 //!    its programs (given or downloaded and verified) and its rendered configuration.
 //! 4. Clients, one per external system, unaware of the pipeline and of each other:
-//!    [`pve`] (Proxmox VE API), [`gitea`] (Gitea API), [`actions`] (Gitea/GitHub Actions:
-//!    workflow commands, step outputs, the job summary), [`ssh`] (OpenSSH, the containers' key
-//!    pairs, waiting for sshd), [`git`] (gix reads and the `git`
-//!    CLI), [`lxc`] (every `lxc-*` process), and [`exec`] ("run this command in that container",
+//!    [`pve`] (Proxmox VE API; the only place that builds an API path: typed handles for one
+//!    node, [`pve::Node`], and one container, [`pve::Ct`]), [`gitea`] (Gitea API), [`actions`]
+//!    (Gitea/GitHub Actions: workflow commands, step outputs, the job summary), [`ssh`] (OpenSSH,
+//!    the containers' key pairs, waiting for sshd), [`git`] (gix reads and the `git` CLI), [`lxc`] (every `lxc-*` process), and [`exec`] ("run this command in that container",
 //!    over SSH, `lxc-attach` or locally, behind one trait).
 //! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`model`]
 //!    (the backend-neutral provision model: plans, the recreate policy, the provision artifact,

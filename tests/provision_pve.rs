@@ -1203,12 +1203,12 @@ fn fast_retrying_client(pve: &FakePve, retries: usize) -> proxmox_gitops::pve::P
 async fn gateway_errors_on_a_read_are_retried_a_bounded_number_of_times() {
     let pve = FakePve::start();
     let client = fast_retrying_client(&pve, 3);
-    client.get("/version", &[]).await.unwrap();
+    client.nodes().await.unwrap();
     for status in [502, 503, 504] {
         // Always failing: 1 attempt + 3 repetitions, then the error.
         pve.exec(&format!("pve.fail('GET', '/nodes/pve1/status', {status}, 'down')"));
         pve.requests(true);
-        let err = client.get("/nodes/pve1/status", &[]).await.unwrap_err();
+        let err = client.node("pve1").machine().await.unwrap_err();
         assert_eq!(err.status(), Some(status), "{err}");
         let got = paths(&pve.requests(false));
         assert_eq!(got, vec!["GET /nodes/pve1/status"; 4], "{status}");
@@ -1216,35 +1216,36 @@ async fn gateway_errors_on_a_read_are_retried_a_bounded_number_of_times() {
     // A 500 is PVE's own answer: reported at once.
     pve.exec("pve.fail('GET', '/nodes/pve1/status', 500, 'boom')");
     pve.requests(true);
-    let err = client.get("/nodes/pve1/status", &[]).await.unwrap_err();
+    let err = client.node("pve1").machine().await.unwrap_err();
     assert_eq!(err.status(), Some(500), "{err}");
     assert_eq!(paths(&pve.requests(false)), vec!["GET /nodes/pve1/status"]);
     // Once the gateway recovers within the bound, the read succeeds.
     pve.exec("pve.failures.clear()\npve.fail('GET', '/nodes/pve1/status', 503, 'down', times=3)");
     pve.requests(true);
-    let status = client.get("/nodes/pve1/status", &[]).await.unwrap();
-    assert!(status.get("current-kernel").is_some(), "{status}");
+    let machine = client.node("pve1").machine().await.unwrap();
+    assert!(!machine.is_empty(), "the node names its machine");
     assert_eq!(paths(&pve.requests(false)).len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gateway_errors_on_writes_are_never_retried() {
-    use proxmox_gitops::pve::Replay;
     let pve = FakePve::start();
     let client = fast_retrying_client(&pve, 3);
-    client.get("/version", &[]).await.unwrap();
+    client.nodes().await.unwrap();
+    let ct = client.ct("pve1", 999);
+    // Start, resize and destroy are writes PVE may get twice after a lost answer (`Replay::Safe`);
+    // a gateway error is an answer, so none of them is sent again.
     for (method, path) in [
         ("POST", "/nodes/pve1/lxc/999/status/start"),
-        ("PUT", "/nodes/pve1/lxc/999/config"),
+        ("PUT", "/nodes/pve1/lxc/999/resize"),
         ("DELETE", "/nodes/pve1/lxc/999"),
     ] {
         pve.exec(&format!("pve.fail('{method}', '{path}', 503, 'down')"));
         pve.requests(true);
-        // Even when the caller says a replay would be safe after a lost answer.
         let err = match method {
-            "POST" => client.post(path, &[], Replay::Safe).await,
-            "PUT" => client.put(path, &[("memory", "512".into())], Replay::Safe).await,
-            _ => client.delete(path, &[], Replay::Safe).await,
+            "POST" => ct.start().await.map(drop),
+            "PUT" => ct.resize("rootfs", 8).await.map(drop),
+            _ => ct.destroy().await.map(drop),
         }
         .unwrap_err();
         assert_eq!(err.status(), Some(503), "{err}");

@@ -281,11 +281,14 @@ impl PveClient {
         self.logins.load(Ordering::Relaxed)
     }
 
-    /// `GET path` with `params` in the query string; returns `data`.
+    /// `GET path` with `params` in the query string; returns `data`. Like the other raw calls
+    /// it is visible only inside this module: the rest of the crate goes through the typed
+    /// calls ([`PveClient::ct`], [`PveClient::node`], [`PveClient::cluster_resources`]), so a
+    /// path is built in one place.
     ///
     /// # Errors
     /// See [`PveClient::call`].
-    pub async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
+    pub(in crate::pve) async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
         self.call(Method::GET, path, params, Replay::Safe).await
     }
 
@@ -293,7 +296,12 @@ impl PveClient {
     ///
     /// # Errors
     /// See [`PveClient::call`].
-    pub async fn post(&self, path: &str, params: &[(&str, String)], replay: Replay) -> Result<Value, PveError> {
+    pub(in crate::pve) async fn post(
+        &self,
+        path: &str,
+        params: &[(&str, String)],
+        replay: Replay,
+    ) -> Result<Value, PveError> {
         self.call(Method::POST, path, params, replay).await
     }
 
@@ -301,7 +309,12 @@ impl PveClient {
     ///
     /// # Errors
     /// See [`PveClient::call`].
-    pub async fn put(&self, path: &str, params: &[(&str, String)], replay: Replay) -> Result<Value, PveError> {
+    pub(in crate::pve) async fn put(
+        &self,
+        path: &str,
+        params: &[(&str, String)],
+        replay: Replay,
+    ) -> Result<Value, PveError> {
         self.call(Method::PUT, path, params, replay).await
     }
 
@@ -309,7 +322,12 @@ impl PveClient {
     ///
     /// # Errors
     /// See [`PveClient::call`].
-    pub async fn delete(&self, path: &str, params: &[(&str, String)], replay: Replay) -> Result<Value, PveError> {
+    pub(in crate::pve) async fn delete(
+        &self,
+        path: &str,
+        params: &[(&str, String)],
+        replay: Replay,
+    ) -> Result<Value, PveError> {
         self.call(Method::DELETE, path, params, replay).await
     }
 
@@ -321,7 +339,7 @@ impl PveClient {
     /// [`PveError::Api`] for an HTTP error (with PVE's message and per-field `errors`),
     /// [`PveError::Transport`] when no answer came (after the retries [`Replay::Safe`] allows),
     /// [`PveError::Decode`] for an answer that is not PVE's JSON.
-    pub async fn call(
+    pub(in crate::pve) async fn call(
         &self,
         method: Method,
         path: &str,

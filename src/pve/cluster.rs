@@ -1,5 +1,4 @@
-//! The cluster's view: `GET /cluster/resources` (containers, nodes and storages on every node)
-//! and moving a container to another node (`POST /nodes/{node}/lxc/{vmid}/migrate`).
+//! The cluster's view: `GET /cluster/resources` (containers, nodes and storages on every node).
 //!
 //! PVE lists in `/cluster/resources` only what the API identity may audit (`VM.Audit` on the
 //! guest, `Sys.Audit` on the node, `Datastore.Audit` on the storage); an entry missing from the
@@ -7,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::{PveClient, PveError, Replay};
+use super::{PveClient, PveError};
 
 /// A container as `/cluster/resources` lists it (`type == "lxc"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,37 +169,6 @@ impl PveClient {
     pub async fn cluster_resources(&self, kind: Option<&str>) -> Result<ClusterResources, PveError> {
         let params: Vec<(&str, String)> = kind.map(|k| ("type", k.to_string())).into_iter().collect();
         Ok(ClusterResources::parse(&self.get("/cluster/resources", &params).await?))
-    }
-
-    /// `POST /nodes/{node}/lxc/{vmid}/migrate` with `target`: moves the container to `target`
-    /// in a `vzmigrate` task (`hamigrate` for an HA-managed one) and returns its UPID. With
-    /// `restart` (a running container) PVE shuts it down, moves it and starts it again on
-    /// `target`, waiting at most `shutdown_secs` for the clean shutdown (`timeout`); without, the
-    /// container must be stopped (an offline migration). Not repeated after a lost answer.
-    ///
-    /// # Errors
-    /// API and transport errors (`target is local node`, `no such cluster node`, a lock, a
-    /// running container without `restart`), a malformed answer.
-    pub async fn ct_migrate(
-        &self,
-        node: &str,
-        vmid: u32,
-        target: &str,
-        restart: bool,
-        shutdown_secs: u64,
-    ) -> Result<String, PveError> {
-        let path = format!("/nodes/{node}/lxc/{vmid}/migrate");
-        let mut params = vec![("target", target.to_string())];
-        if restart {
-            params.push(("restart", "1".into()));
-            params.push(("timeout", shutdown_secs.max(1).to_string()));
-        }
-        match self.post(&path, &params, Replay::Unsafe).await? {
-            Value::String(s) if s.starts_with("UPID:") => Ok(s),
-            other => {
-                Err(PveError::Decode { method: "POST".into(), path, detail: format!("expected a UPID, got {other}") })
-            }
-        }
     }
 }
 

@@ -1,11 +1,7 @@
 //! [`CtSnapshots`] over the Proxmox VE API (one container on one node).
 //!
-//! Calls (PVE API, `pve-docs/api-viewer`, `PVE/API2/LXC/Snapshot.pm`):
-//! * list     — `GET /nodes/{node}/lxc/{vmid}/snapshot`; PVE's `current` pseudo-entry ("You are
-//!   here!") is dropped;
-//! * create   — `POST /nodes/{node}/lxc/{vmid}/snapshot` (`snapname`, `description`) → UPID;
-//! * rollback — `POST /nodes/{node}/lxc/{vmid}/snapshot/{snapname}/rollback` → UPID;
-//! * delete   — `DELETE /nodes/{node}/lxc/{vmid}/snapshot/{snapname}` → UPID.
+//! The calls go through the container's handle ([`crate::pve::Ct`]: `snapshots`, `snapshot`,
+//! `rollback`, `delete_snapshot`; PVE's `current` pseudo-entry is dropped there).
 //!
 //! Every UPID is waited on with the client's task polling ([`PveClient::wait_task`], backoff,
 //! bounded by [`PveSnapshots::with_timeout`], 600 s by default). Failures — an HTTP error or a
@@ -15,17 +11,15 @@
 //! HTTP status, task log tail). A locked container is **not** waited for: snapshots are taken
 //! on purpose, and a backup holding the lock for an hour should be reported, not outwaited.
 //!
-//! Writes are not repeated after a lost answer ([`Replay::Unsafe`]): a repeated create would
+//! Writes are not repeated after a lost answer ([`crate::pve::Replay::Unsafe`]): a repeated create would
 //! fail with "already used" and hide that the first one went through.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::ct::{CtCreated, CtSnapshotError, CtSnapshotInfo, CtSnapshots, classify};
 use crate::exec::BoxFuture;
-use crate::pve::{PveClient, PveError, Replay};
+use crate::pve::{PveClient, PveError};
 
 /// Default bound of one snapshot task (create, rollback, delete): 600 s.
 pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -76,10 +70,6 @@ impl PveSnapshots {
         }
     }
 
-    fn base(&self) -> String {
-        format!("/nodes/{}/lxc/{}/snapshot", self.node, self.vmid)
-    }
-
     /// Maps a client error for snapshot `name` (see the module docs).
     fn map(&self, name: &str, e: PveError) -> CtSnapshotError {
         let target = self.target();
@@ -96,16 +86,12 @@ impl PveSnapshots {
         &self,
         what: &str,
         name: &str,
-        call: impl std::future::Future<Output = Result<Value, PveError>>,
+        call: impl std::future::Future<Output = Result<String, PveError>>,
     ) -> Result<Option<String>, CtSnapshotError> {
-        let v = call.await.map_err(|e| self.map(name, e))?;
-        let upid = v.as_str().filter(|s| s.starts_with("UPID:")).ok_or_else(|| CtSnapshotError::Failed {
-            target: self.target(),
-            message: format!("{what} `{name}`: expected a UPID, got {v}"),
-        })?;
+        let upid = call.await.map_err(|e| self.map(name, e))?;
         let out = self
             .client
-            .wait_task(upid, self.timeout, &format!("{what} CT {} snapshot {name}", self.vmid))
+            .wait_task(&upid, self.timeout, &format!("{what} CT {} snapshot {name}", self.vmid))
             .await
             .map_err(|e| self.map(name, e))?;
         for w in &out.warnings {
@@ -123,30 +109,18 @@ impl CtSnapshots for PveSnapshots {
     fn create<'a>(&'a self, name: &'a str, description: &'a str) -> BoxFuture<'a, Result<CtCreated, CtSnapshotError>> {
         Box::pin(async move {
             self.check_name(name)?;
-            let path = self.base();
-            let params = [("snapname", name.to_string()), ("description", description.to_string())];
-            let upid = self.task("snapshot", name, self.client.post(&path, &params, Replay::Unsafe)).await?;
+            let ct = self.client.ct(&self.node, self.vmid);
+            let upid = self.task("snapshot", name, ct.snapshot(name, description)).await?;
             Ok(CtCreated { upid, downtime_ms: None })
         })
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<CtSnapshotInfo>, CtSnapshotError>> {
         Box::pin(async move {
-            let v = self.client.get(&self.base(), &[]).await.map_err(|e| self.map("", e))?;
-            let items = v.as_array().ok_or_else(|| CtSnapshotError::Failed {
-                target: self.target(),
-                message: format!("GET {}: expected a list, got {v}", self.base()),
-            })?;
-            Ok(items
-                .iter()
-                .filter_map(|s| {
-                    let name = s.get("name").and_then(Value::as_str)?;
-                    (name != "current").then(|| CtSnapshotInfo {
-                        name: name.to_string(),
-                        description: s.get("description").and_then(Value::as_str).unwrap_or("").trim_end().to_string(),
-                        snaptime: s.get("snaptime").and_then(Value::as_i64).filter(|t| *t > 0),
-                    })
-                })
+            let entries = self.client.ct(&self.node, self.vmid).snapshots().await.map_err(|e| self.map("", e))?;
+            Ok(entries
+                .into_iter()
+                .map(|s| CtSnapshotInfo { name: s.name, description: s.description, snaptime: s.snaptime })
                 .collect())
         })
     }
@@ -154,16 +128,16 @@ impl CtSnapshots for PveSnapshots {
     fn rollback<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             self.check_name(name)?;
-            let path = format!("{}/{name}/rollback", self.base());
-            self.task("rollback", name, self.client.post(&path, &[], Replay::Unsafe)).await
+            let ct = self.client.ct(&self.node, self.vmid);
+            self.task("rollback", name, ct.rollback(name, false)).await
         })
     }
 
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, CtSnapshotError>> {
         Box::pin(async move {
             self.check_name(name)?;
-            let path = format!("{}/{name}", self.base());
-            self.task("delsnapshot", name, self.client.delete(&path, &[], Replay::Unsafe)).await
+            let ct = self.client.ct(&self.node, self.vmid);
+            self.task("delsnapshot", name, ct.delete_snapshot(name)).await
         })
     }
 }

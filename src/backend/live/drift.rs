@@ -25,11 +25,8 @@
 //! `IP`, `MOUNT`; orphans are containers whose `proxmox-gitops.json` names a lib whose stage
 //! hostname is the container's name and that no spec of the stage has.
 
-use std::collections::BTreeMap;
-
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::{CtState, Live};
 use crate::backend::lxc::{HostFacts, Meta, config_changes};
@@ -55,13 +52,6 @@ pub struct Orphan {
     pub node: Option<String>,
     /// `running`, `stopped` ….
     pub state: String,
-}
-
-fn value_string(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }
 
 impl Live {
@@ -105,11 +95,12 @@ impl Live {
                     // The description names the lib: one config read per candidate.
                     let config = p
                         .client()
-                        .get(&format!("/nodes/{}/lxc/{}/config", r.node, r.vmid), &[])
+                        .ct(&r.node, r.vmid)
+                        .config()
                         .await
                         .with_context(|| format!("cannot read the config of CT {} on node {}", r.vmid, r.node))?;
-                    let desc = config.get("description").map(value_string).unwrap_or_default();
-                    let lib = recorded_lib(&desc).map(str::to_string);
+                    let Some(config) = config else { continue };
+                    let lib = recorded_lib(config.description()).map(str::to_string);
                     let Some(lib) = lib else {
                         if tagged {
                             tracing::info!(
@@ -185,19 +176,14 @@ async fn pve_drift(
     }
     let client = p.client();
     let node = &r.node;
-    let (config_path, status_path) = (format!("/nodes/{node}/lxc/{vmid}/config"), format!("/nodes/{node}/status"));
-    let (config, status) = tokio::try_join!(client.get(&config_path, &[]), client.get(&status_path, &[]))
+    let (ct, pve_node) = (client.ct(node, vmid), client.node(node));
+    let (config, machine) = tokio::try_join!(ct.config(), pve_node.machine())
         .with_context(|| format!("cannot read CT {vmid} on node {node}"))?;
-    let machine = status.pointer("/current-kernel/machine").and_then(Value::as_str).unwrap_or("");
-    let d = pve_desired(spec, defaults, arch_of_machine(machine))?;
-    let cfg: BTreeMap<String, String> = config
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(k, v)| *k != "digest" && !v.is_null())
-        .map(|(k, v)| (k.clone(), value_string(v)))
-        .collect();
-    out.extend(config_drift(&d, &cfg));
+    let Some(config) = config else {
+        return Ok(vec![KeyDrift::new("container", format!("CT {vmid}"), "absent")]);
+    };
+    let d = pve_desired(spec, defaults, arch_of_machine(&machine))?;
+    out.extend(config_drift(&d, &config.values));
     if r.status != "running" {
         out.push(KeyDrift::new("STATE", "running", r.status.clone()));
     }

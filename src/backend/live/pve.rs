@@ -86,7 +86,8 @@ impl PveLive {
         let vmid = spec.vmid;
         let Some(st) = self
             .client
-            .ct_status(&node, vmid)
+            .ct(&node, vmid)
+            .status()
             .await
             .with_context(|| format!("cannot read the status of CT {vmid} on node {node}"))?
         else {
@@ -98,10 +99,11 @@ impl PveLive {
             None => {
                 let c = self
                     .client
-                    .get(&format!("/nodes/{node}/lxc/{vmid}/config"), &[])
+                    .ct(&node, vmid)
+                    .config()
                     .await
                     .with_context(|| format!("cannot read the config of CT {vmid} on node {node}"))?;
-                c.get("hostname").and_then(serde_json::Value::as_str).unwrap_or("").to_string()
+                c.map(|c| c.hostname().to_string()).unwrap_or_default()
             }
         };
         if hostname != spec.hostname {
@@ -124,7 +126,8 @@ impl PveLive {
         let node = self.node(spec).await?;
         let ifs = self
             .client
-            .ct_interfaces(&node, spec.vmid)
+            .ct(&node, spec.vmid)
+            .interfaces()
             .await
             .with_context(|| format!("cannot read the interfaces of CT {} on node {node}", spec.vmid))?;
         ifs.iter()
@@ -191,7 +194,8 @@ impl PveLive {
         }
         let upid = self
             .client
-            .ct_rollback(&node, vmid, name, true)
+            .ct(&node, vmid)
+            .rollback(name, true)
             .await
             .with_context(|| format!("cannot roll CT {vmid} on node {node} back to {name}"))?;
         // The rollback task stops, restores and starts: bound it by the snapshot and the start
@@ -211,7 +215,8 @@ impl PveLive {
         let shutdown = self.opts.pve.timeouts.shutdown;
         let upid = self
             .client
-            .ct_reboot(&node, vmid, shutdown.as_secs())
+            .ct(&node, vmid)
+            .reboot(shutdown.as_secs())
             .await
             .with_context(|| format!("cannot reboot CT {vmid} on node {node}"))?;
         let bound = shutdown + self.opts.pve.timeouts.start + Duration::from_secs(30);

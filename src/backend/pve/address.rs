@@ -5,7 +5,6 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use serde_json::Value;
 
 use super::PveBackend;
 
@@ -18,23 +17,17 @@ impl PveBackend {
         vmid: u32,
         timeout: Duration,
     ) -> anyhow::Result<Option<IpAddr>> {
-        let path = format!("/nodes/{node}/lxc/{vmid}/interfaces");
+        let ct = self.client.ct(node, vmid);
         let iface = self.opts.defaults.interface.clone();
         let start = Instant::now();
         let mut delay = Duration::from_millis(200);
         loop {
-            let ifs = self.client.get(&path, &[]).await?;
-            let found = ifs
-                .as_array()
+            let found = ct
+                .interfaces()
+                .await?
                 .into_iter()
-                .flatten()
-                .filter(|i| i.get("name").and_then(Value::as_str) == Some(iface.as_str()))
-                .find_map(|i| {
-                    i.get("inet")
-                        .and_then(Value::as_str)
-                        .and_then(|c| c.split('/').next())
-                        .and_then(|a| a.parse::<IpAddr>().ok())
-                });
+                .filter(|i| i.name == iface)
+                .find_map(|i| i.inet?.split('/').next()?.parse::<IpAddr>().ok());
             if found.is_some() {
                 return Ok(found);
             }

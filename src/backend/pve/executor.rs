@@ -8,16 +8,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use serde_json::Value;
 
 use super::desired::{with_lease, with_user_notes, without_lease};
 use super::lease::{Acquired, Held, new_lease, with_lock_hint};
 use super::lifecycle::Created;
 use super::planner::PveObserved;
-use super::{PveBackend, Rec, upid_of};
+use super::{PveBackend, Rec};
 use crate::inventory::{ContainerSpec, IpConfig};
 use crate::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision};
-use crate::pve::{PveError, Replay};
+use crate::pve::PveError;
 
 impl PveBackend {
     /// Executes `plan` for `spec`. Never panics: a failure ends in [`Outcome::Failed`] with the
@@ -144,7 +143,8 @@ impl PveBackend {
     async fn is_running(&self, node: &str, vmid: u32) -> anyhow::Result<bool> {
         let status = self
             .client
-            .ct_status(node, vmid)
+            .ct(node, vmid)
+            .status()
             .await
             .with_context(|| format!("cannot read the status of CT {vmid} on node {node}"))?;
         Ok(status.is_some_and(|s| s.status == "running"))
@@ -213,8 +213,8 @@ impl PveBackend {
                 // Destroyed where it is, created where NODE wants it (no migration first).
                 let from = plan.migrate.as_ref().map_or(node, |m| m.from.as_str());
                 // The user's notes in the old description go to the new container.
-                let old = self.client.get(&format!("/nodes/{from}/lxc/{vmid}/config"), &[]).await?;
-                d.description = with_user_notes(&d.description, old["description"].as_str().unwrap_or(""));
+                let old = self.client.ct(from, vmid).config().await?.unwrap_or_default();
+                d.description = with_user_notes(&d.description, old.description());
                 // Our lease goes with the container (its renewal then ends by itself); the create
                 // writes a new one.
                 self.shutdown_and_destroy(from, vmid, rec).await?;
@@ -353,13 +353,12 @@ impl PveBackend {
     }
 
     pub(super) async fn start(&self, node: &str, vmid: u32, rec: &mut Rec) -> anyhow::Result<()> {
-        let path = format!("/nodes/{node}/lxc/{vmid}/status/start");
+        let ct = self.client.ct(node, vmid);
         let started = Instant::now();
         let out = self
             .locked("start", || async {
-                match self.client.post(&path, &[], Replay::Safe).await {
-                    Ok(v) => {
-                        let upid = upid_of(&v, &path)?;
+                match ct.start().await {
+                    Ok(upid) => {
                         match self.client.wait_task(&upid, self.opts.timeouts.start, &format!("start CT {vmid}")).await
                         {
                             Ok(o) => Ok(Some(o)),
@@ -386,7 +385,7 @@ impl PveBackend {
         rec: &mut Rec,
     ) -> anyhow::Result<()> {
         let vmid = spec.vmid;
-        let path = format!("/nodes/{node}/lxc/{vmid}/config");
+        let ct = self.client.ct(node, vmid);
         let started = Instant::now();
         let mut digest = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&vmid).and_then(|c| c.digest.clone());
         let mut todo: Vec<crate::model::Change> = changes.to_vec();
@@ -411,10 +410,7 @@ impl PveBackend {
             if !deletes.is_empty() {
                 params.push(("delete", deletes.join(",")));
             }
-            if let Some(d) = &digest {
-                params.push(("digest", d.clone()));
-            }
-            match self.locked("config", || self.client.put(&path, &params, Replay::Unsafe)).await {
+            match self.locked("config", || ct.set_config(&params, digest.as_deref())).await {
                 Ok(_) => break,
                 Err(e @ PveError::Transport { retryable: true, .. }) if attempts < 4 => {
                     // The answer was lost: see what PVE has now and write only what is missing.
@@ -483,19 +479,12 @@ impl PveBackend {
     /// ([`crate::model::RecreatePolicy::allows_restart`]); otherwise a warning says it
     /// stays pending until the next restart and how to restart now.
     async fn apply_pending(&self, node: &str, vmid: u32, opts: &ApplyOptions, rec: &mut Rec) -> anyhow::Result<()> {
-        let pending = self.client.get(&format!("/nodes/{node}/lxc/{vmid}/pending"), &[]).await?;
-        let keys: Vec<String> = pending
-            .as_array()
+        let ct = self.client.ct(node, vmid);
+        let keys: Vec<String> = ct
+            .pending()
+            .await?
             .into_iter()
-            .flatten()
-            .filter_map(|i| {
-                let key = i.get("key").and_then(Value::as_str)?;
-                if i.get("delete").is_some_and(|v| !v.is_null()) {
-                    Some(format!("{key} (delete)"))
-                } else {
-                    i.get("pending").is_some_and(|v| !v.is_null()).then(|| key.to_string())
-                }
-            })
+            .map(|p| if p.delete { format!("{} (delete)", p.key) } else { p.key })
             .collect();
         if keys.is_empty() {
             return Ok(());
@@ -512,7 +501,7 @@ impl PveBackend {
         let secs = self.opts.timeouts.shutdown.as_secs().max(1);
         let out = self
             .locked("reboot", || async {
-                let upid = self.client.ct_reboot(node, vmid, secs).await?;
+                let upid = ct.reboot(secs).await?;
                 let wait = self.opts.timeouts.shutdown + self.opts.timeouts.start;
                 self.client.wait_task(&upid, wait, &format!("reboot CT {vmid}")).await
             })
@@ -523,13 +512,12 @@ impl PveBackend {
     }
 
     async fn resize(&self, node: &str, vmid: u32, disk: &str, gib: u64, rec: &mut Rec) -> anyhow::Result<()> {
-        let path = format!("/nodes/{node}/lxc/{vmid}/resize");
+        let ct = self.client.ct(node, vmid);
         let started = Instant::now();
-        let params = [("disk", disk.to_string()), ("size", format!("{gib}G"))];
         let out = self
             .locked("resize", || async {
-                match self.client.put(&path, &params, Replay::Safe).await {
-                    Ok(Value::String(upid)) if upid.starts_with("UPID:") => self
+                match ct.resize(disk, gib).await {
+                    Ok(Some(upid)) => self
                         .client
                         .wait_task(&upid, self.opts.timeouts.resize, &format!("resize CT {vmid} {disk}"))
                         .await

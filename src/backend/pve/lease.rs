@@ -35,11 +35,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use serde_json::Value;
 
 use super::PveBackend;
 use super::desired::{self, Lease};
-use crate::pve::{PveClient, PveError, Replay};
+use crate::pve::{PveClient, PveError, TaskFilter};
 
 /// How long a lease is valid after it is written or renewed: 300 s.
 pub const LEASE_TTL: Duration = Duration::from_secs(300);
@@ -139,14 +138,6 @@ pub(super) enum Acquired {
     Absent,
 }
 
-fn str_field(v: &Value, k: &str) -> Option<String> {
-    v.get(k).and_then(|x| match x {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    })
-}
-
 impl PveBackend {
     /// Starts renewing `lease` on CT `vmid` (every [`RENEW_EVERY`]) and returns the handle that
     /// [`PveBackend::release`] ends.
@@ -197,7 +188,7 @@ impl PveBackend {
     /// (the message names the holder and its expiry); a PVE lock that does not clear (the config
     /// `lock` property, or the config file lock); a config that keeps changing; API errors.
     pub(super) async fn acquire(&self, node: &str, vmid: u32) -> anyhow::Result<Acquired> {
-        let path = format!("/nodes/{node}/lxc/{vmid}/config");
+        let ct = self.client.ct(node, vmid);
         let started = Instant::now();
         let limit = self.opts.timeouts.lease;
         let lock_wait = self.opts.timeouts.lock;
@@ -216,17 +207,17 @@ impl PveBackend {
                     started.elapsed().as_secs()
                 );
             }
-            let cfg = match self.client.get(&path, &[]).await {
-                Ok(c) => c,
-                Err(e) if e.is_absent() => return Ok(Acquired::Absent),
+            let cfg = match ct.config().await {
+                Ok(Some(c)) => c,
+                Ok(None) => return Ok(Acquired::Absent),
                 Err(e) => return Err(e).with_context(|| format!("cannot read CT {vmid} for its lease")),
             };
-            if let Some(lock) = str_field(&cfg, "lock") {
-                self.settle_lock(node, vmid, &lock).await?;
+            if let Some(lock) = cfg.lock() {
+                self.settle_lock(node, vmid, lock).await?;
                 continue;
             }
-            let digest = str_field(&cfg, "digest");
-            let desc = str_field(&cfg, "description").unwrap_or_default();
+            let digest = cfg.digest.clone();
+            let desc = cfg.description().to_string();
             if let Some(other) = desired::parse_lease(&desc).filter(|l| l.holder != holder()) {
                 if holder_is_dead(&other.holder) {
                     tracing::info!(
@@ -270,12 +261,9 @@ impl PveBackend {
                 }
             }
             let lease = new_lease(self.client.server_now());
-            let mut params = vec![("description", desired::with_lease(&desc, &lease))];
-            if let Some(d) = &digest {
-                params.push(("digest", d.clone()));
-            }
+            let params = [("description", desired::with_lease(&desc, &lease))];
             let writing = Instant::now();
-            match self.client.put(&path, &params, Replay::Unsafe).await {
+            match ct.set_config(&params, digest.as_deref()).await {
                 Ok(_) => {}
                 Err(e) if e.is_config_changed() => {
                     conflicts += 1;
@@ -321,23 +309,18 @@ impl PveBackend {
                 Err(e) => return Err(e).with_context(|| format!("cannot write the lease of CT {vmid}")),
             }
             // Read back: the digest with our lease, and proof that it is ours.
-            let after = match self.client.get(&path, &[]).await {
-                Ok(c) => c,
-                Err(e) if e.is_absent() => return Ok(Acquired::Absent),
+            let after = match ct.config().await {
+                Ok(Some(c)) => c,
+                Ok(None) => return Ok(Acquired::Absent),
                 Err(e) => return Err(e).with_context(|| format!("cannot read CT {vmid} after taking its lease")),
             };
-            let now_desc = str_field(&after, "description").unwrap_or_default();
-            if desired::parse_lease(&now_desc).is_none_or(|l| l.holder != holder()) {
+            if desired::parse_lease(after.description()).is_none_or(|l| l.holder != holder()) {
                 continue;
             }
             if let Some(w) = waiting_for {
                 tracing::info!("CT {vmid}: `{w}` is done; lease taken after {} s", started.elapsed().as_secs());
             }
-            return Ok(Acquired::Held {
-                held: self.hold(node, vmid),
-                before: digest,
-                after: str_field(&after, "digest"),
-            });
+            return Ok(Acquired::Held { held: self.hold(node, vmid), before: digest, after: after.digest });
         }
     }
 
@@ -374,24 +357,17 @@ impl PveBackend {
     pub(super) async fn release(&self, held: Held) -> anyhow::Result<()> {
         held.renewal.abort();
         let (node, vmid) = (held.node.as_str(), held.vmid);
-        let path = format!("/nodes/{node}/lxc/{vmid}/config");
+        let ct = self.client.ct(node, vmid);
         for _ in 0..6 {
-            let cfg = match self.client.get(&path, &[]).await {
-                Ok(c) => c,
-                Err(e) if e.is_absent() => return Ok(()),
-                Err(e) => return Err(e.into()),
-            };
-            let desc = str_field(&cfg, "description").unwrap_or_default();
-            if desired::parse_lease(&desc).is_none_or(|l| l.holder != holder()) {
+            let Some(cfg) = ct.config().await? else { return Ok(()) };
+            let desc = cfg.description();
+            if desired::parse_lease(desc).is_none_or(|l| l.holder != holder()) {
                 return Ok(());
             }
-            let rest = desired::without_lease(&desc);
-            let mut params: Vec<(&str, String)> =
+            let rest = desired::without_lease(desc);
+            let params: Vec<(&str, String)> =
                 if rest.is_empty() { vec![("delete", "description".into())] } else { vec![("description", rest)] };
-            if let Some(d) = str_field(&cfg, "digest") {
-                params.push(("digest", d));
-            }
-            match self.locked("release lease", || self.client.put(&path, &params, Replay::Unsafe)).await {
+            match self.locked("release lease", || ct.set_config(&params, cfg.digest.as_deref())).await {
                 Ok(_) => return Ok(()),
                 Err(e) if e.is_config_changed() => continue,
                 Err(PveError::Transport { retryable: true, .. }) => continue,
@@ -447,14 +423,10 @@ impl PveBackend {
                 ));
             }
             // No task: a lock that clears soon (a writer between tasks), or one left over.
-            let cfg = match self.client.get(&format!("/nodes/{node}/lxc/{vmid}/config"), &[]).await {
-                Ok(c) => c,
-                Err(e) if e.is_absent() => {
-                    return Ok(format!("CT {vmid} was locked ({lock}) and is gone now"));
-                }
-                Err(e) => return Err(e.into()),
+            let Some(cfg) = self.client.ct(node, vmid).config().await? else {
+                return Ok(format!("CT {vmid} was locked ({lock}) and is gone now"));
             };
-            let Some(now) = str_field(&cfg, "lock") else {
+            let Some(now) = cfg.lock() else {
                 return Ok(format!(
                     "CT {vmid} was locked ({lock}); waited {} s for the lock to clear",
                     started.elapsed().as_secs()
@@ -486,26 +458,18 @@ impl PveBackend {
     /// `source=active`): its UPID and type; a listed task that has ended (an `endtime` or a
     /// `status`) does not count.
     pub(super) async fn active_task(&self, node: &str, vmid: u32) -> anyhow::Result<Option<(String, String)>> {
+        let filter = TaskFilter { vmid: Some(vmid), kind: None, active: true, limit: 50 };
         let tasks = self
             .client
-            .get(
-                &format!("/nodes/{node}/tasks"),
-                &[("vmid", vmid.to_string()), ("source", "active".into()), ("limit", "50".into())],
-            )
+            .node(node)
+            .tasks(&filter)
             .await
             .with_context(|| format!("cannot list the tasks of CT {vmid} on node {node}"))?;
         Ok(tasks
-            .as_array()
             .into_iter()
-            .flatten()
-            .filter(|t| t.get("endtime").is_none_or(Value::is_null))
-            .filter(|t| str_field(t, "status").is_none_or(|s| s == "running"))
-            .filter(|t| str_field(t, "id").is_none_or(|id| id == vmid.to_string()))
-            .find_map(|t| {
-                let upid = str_field(t, "upid")?;
-                let kind = str_field(t, "type").unwrap_or_else(|| "task".into());
-                Some((upid, kind))
-            }))
+            .filter(|t| t.running && t.id.as_deref().is_none_or(|id| id == vmid.to_string()))
+            .map(|t| (t.upid, t.kind))
+            .next())
     }
 }
 
@@ -514,30 +478,23 @@ impl PveBackend {
 /// property, or the config file lock) is waited out a second at a time; both for at most
 /// `lock_wait`.
 async fn renew(client: &PveClient, node: &str, vmid: u32, lock_wait: Duration) -> anyhow::Result<bool> {
-    let path = format!("/nodes/{node}/lxc/{vmid}/config");
+    let ct = client.ct(node, vmid);
     let started = Instant::now();
     let mut last: Option<String> = None;
     let mut conflicts = 0u32;
     for _ in 0..MAX_POLLS {
-        let cfg = match client.get(&path, &[]).await {
-            Ok(c) => c,
-            Err(e) if e.is_absent() => return Ok(false),
-            Err(e) => return Err(e.into()),
-        };
-        let desc = str_field(&cfg, "description").unwrap_or_default();
+        let Some(cfg) = ct.config().await? else { return Ok(false) };
+        let desc = cfg.description();
         let mut pause = true;
-        if let Some(lock) = str_field(&cfg, "lock") {
+        if let Some(lock) = cfg.lock() {
             last = Some(format!("it stayed locked ({lock})"));
         } else {
             // A create in progress has no description yet: the lease is in the create's.
-            if desired::parse_lease(&desc).is_none_or(|l| l.holder != holder()) {
+            if desired::parse_lease(desc).is_none_or(|l| l.holder != holder()) {
                 return Ok(false);
             }
-            let mut params = vec![("description", desired::with_lease(&desc, &new_lease(client.server_now())))];
-            if let Some(d) = str_field(&cfg, "digest") {
-                params.push(("digest", d));
-            }
-            match client.put(&path, &params, Replay::Unsafe).await {
+            let params = [("description", desired::with_lease(desc, &new_lease(client.server_now())))];
+            match ct.set_config(&params, cfg.digest.as_deref()).await {
                 Ok(_) => return Ok(true),
                 Err(e) if e.is_config_changed() => {
                     last = Some("its config kept changing".into());

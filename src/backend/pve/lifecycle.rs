@@ -7,15 +7,14 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
-use serde_json::Value;
 
 use super::desired::template::template_source;
 use super::desired::{Desired, Lease, create_params, template_file, template_volid, with_lease};
 use super::lease::Acquired;
-use super::{PveBackend, Rec, upid_of};
+use super::{PveBackend, Rec};
 use crate::inventory::ContainerSpec;
 use crate::model::{ActionRecord, ApplyOptions};
-use crate::pve::{PveError, Replay, TaskOutcome};
+use crate::pve::{PveError, TaskFilter, TaskOutcome};
 
 /// What a create did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,23 +68,17 @@ impl PveBackend {
         arch: &str,
         record: &mut Option<(TaskOutcome, Instant)>,
     ) -> anyhow::Result<()> {
-        let content =
-            self.client.get(&format!("/nodes/{node}/storage/{sid}/content"), &[("content", "vztmpl".into())]).await?;
-        let present =
-            content.as_array().into_iter().flatten().any(|v| v.get("volid").and_then(Value::as_str) == Some(volid));
-        if present {
+        let pve_node = self.client.node(node);
+        if pve_node.templates(sid).await?.iter().any(|v| v == volid) {
             return Ok(());
         }
-        let index = self.client.get(&format!("/nodes/{node}/aplinfo"), &[]).await?;
+        let index = pve_node.aplinfo().await?;
         let source = template_source(&index, file, arch, node)?;
         let started = Instant::now();
         tracing::info!("template {volid} missing on {node}: downloading {} ({} checked)", source.url, source.algorithm);
-        // A repeated download of the same URL to the same file name is harmless (PVE writes a
-        // temporary file and renames it), so it is safe to replay.
-        let upid = self
-            .client
-            .post(
-                &format!("/nodes/{node}/storage/{sid}/download-url"),
+        let upid = pve_node
+            .download_url(
+                sid,
                 &[
                     ("url", source.url.clone()),
                     ("content", "vztmpl".into()),
@@ -93,10 +86,8 @@ impl PveBackend {
                     ("checksum", source.checksum.clone()),
                     ("checksum-algorithm", source.algorithm.to_string()),
                 ],
-                Replay::Safe,
             )
             .await?;
-        let upid = upid_of(&upid, "download-url")?;
         let out = self.client.wait_task(&upid, self.opts.timeouts.download, &format!("download {file}")).await?;
         *record = Some((out, started));
         Ok(())
@@ -119,12 +110,12 @@ impl PveBackend {
             .iter()
             .map(|(k, v)| (k.as_str(), if k == "description" { with_lease(v, lease) } else { v.clone() }))
             .collect();
-        let path = format!("/nodes/{node}/lxc");
+        let pve_node = self.client.node(node);
         let started = Instant::now();
         let mut lost_answers = 0;
         let upid = loop {
-            match self.locked("create", || self.client.post(&path, &params, Replay::Unsafe)).await {
-                Ok(v) => break upid_of(&v, &path)?,
+            match self.locked("create", || pve_node.create_ct(&params)).await {
+                Ok(upid) => break upid,
                 Err(PveError::Transport { detail, retryable: true, .. }) if lost_answers < 5 => {
                     lost_answers += 1;
                     tracing::info!("create CT {}: no answer ({detail}); repeating", d.vmid);
@@ -153,23 +144,15 @@ impl PveBackend {
     /// The latest `vzcreate` task of `vmid` started by this identity (after a create whose
     /// answer was lost).
     async fn find_create_task(&self, node: &str, vmid: u32) -> anyhow::Result<String> {
-        let tasks = self
-            .client
-            .get(
-                &format!("/nodes/{node}/tasks"),
-                &[("vmid", vmid.to_string()), ("typefilter", "vzcreate".into()), ("limit", "10".into())],
-            )
-            .await?;
+        let filter = TaskFilter { vmid: Some(vmid), kind: Some("vzcreate".into()), active: false, limit: 10 };
+        let tasks = self.client.node(node).tasks(&filter).await?;
         let me = self.client.auth().identity();
         tasks
-            .as_array()
             .into_iter()
-            .flatten()
-            .filter(|t| t.get("type").and_then(Value::as_str) == Some("vzcreate"))
-            .filter(|t| {
-                t.get("user").and_then(Value::as_str).is_none_or(|u| u == me || me.starts_with(&format!("{u}!")))
-            })
-            .find_map(|t| t.get("upid").and_then(Value::as_str).map(str::to_string))
+            .filter(|t| t.kind == "vzcreate")
+            .filter(|t| t.user.as_deref().is_none_or(|u| u == me || me.starts_with(&format!("{u}!"))))
+            .map(|t| t.upid)
+            .next()
             .ok_or_else(|| {
                 anyhow!("CT {vmid} exists after a create whose answer was lost, but no vzcreate task of {me} was found")
             })
@@ -178,24 +161,15 @@ impl PveBackend {
     /// Shuts the container down (stop after the shutdown timeout) and destroys it with
     /// `purge=1` and `destroy-unreferenced-disks=1`. An absent container is fine.
     pub(super) async fn shutdown_and_destroy(&self, node: &str, vmid: u32, rec: &mut Rec) -> anyhow::Result<()> {
-        let base = format!("/nodes/{node}/lxc/{vmid}");
-        let status = match self.client.get(&format!("{base}/status/current"), &[]).await {
-            Ok(s) => s,
-            Err(e) if e.is_absent() => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
-        if status.get("status").and_then(Value::as_str) == Some("running") {
+        let ct = self.client.ct(node, vmid);
+        let Some(status) = ct.status().await? else { return Ok(()) };
+        if status.running() {
             let started = Instant::now();
             let secs = self.opts.timeouts.shutdown.as_secs().max(1);
             let shutdown = self
                 .locked("shutdown", || async {
-                    match self
-                        .client
-                        .post(&format!("{base}/status/shutdown"), &[("timeout", secs.to_string())], Replay::Safe)
-                        .await
-                    {
-                        Ok(v) => {
-                            let upid = upid_of(&v, "shutdown")?;
+                    match ct.shutdown(secs).await {
+                        Ok(upid) => {
                             let wait = self.opts.timeouts.shutdown + Duration::from_secs(30);
                             self.client.wait_task(&upid, wait, &format!("shutdown CT {vmid}")).await.map(Some)
                         }
@@ -212,14 +186,12 @@ impl PveBackend {
                     let started = Instant::now();
                     let out = self
                         .locked("stop", || async {
-                            match self.client.post(&format!("{base}/status/stop"), &[], Replay::Safe).await {
-                                Ok(v) => {
-                                    let upid = upid_of(&v, "stop")?;
-                                    self.client
-                                        .wait_task(&upid, self.opts.timeouts.stop, &format!("stop CT {vmid}"))
-                                        .await
-                                        .map(Some)
-                                }
+                            match ct.stop().await {
+                                Ok(upid) => self
+                                    .client
+                                    .wait_task(&upid, self.opts.timeouts.stop, &format!("stop CT {vmid}"))
+                                    .await
+                                    .map(Some),
                                 Err(e) if e.is_not_running() => Ok(None),
                                 Err(e) => Err(e),
                             }
@@ -233,18 +205,12 @@ impl PveBackend {
         let started = Instant::now();
         let out = self
             .locked("destroy", || async {
-                match self
-                    .client
-                    .delete(&base, &[("purge", "1".into()), ("destroy-unreferenced-disks", "1".into())], Replay::Safe)
-                    .await
-                {
-                    Ok(v) => {
-                        let upid = upid_of(&v, "destroy")?;
-                        self.client
-                            .wait_task(&upid, self.opts.timeouts.destroy, &format!("destroy CT {vmid}"))
-                            .await
-                            .map(Some)
-                    }
+                match ct.destroy().await {
+                    Ok(upid) => self
+                        .client
+                        .wait_task(&upid, self.opts.timeouts.destroy, &format!("destroy CT {vmid}"))
+                        .await
+                        .map(Some),
                     Err(e) if e.is_absent() => Ok(None),
                     Err(e) => Err(e),
                 }

@@ -75,11 +75,11 @@ impl PveBackend {
         let out = self
             .locked("migrate", || async {
                 let mode = restart.load(std::sync::atomic::Ordering::Relaxed);
-                let upid = match self.client.ct_migrate(&m.from, vmid, &m.to, mode, shutdown).await {
+                let upid = match self.client.ct(&m.from, vmid).migrate(&m.to, mode, shutdown).await {
                     Err(e) if !mode && e.message().is_some_and(|t| t.contains("migrate running container")) => {
                         tracing::info!("CT {vmid} was started since the plan: migrating in restart mode");
                         restart.store(true, std::sync::atomic::Ordering::Relaxed);
-                        self.client.ct_migrate(&m.from, vmid, &m.to, true, shutdown).await?
+                        self.client.ct(&m.from, vmid).migrate(&m.to, true, shutdown).await?
                     }
                     other => other?,
                 };

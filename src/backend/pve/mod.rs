@@ -57,7 +57,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use self::desired::{Desired, PveDefaults, desired};
@@ -184,28 +183,13 @@ impl Rec {
     }
 }
 
-fn upid_of(v: &Value, what: &str) -> Result<String, PveError> {
-    v.as_str().filter(|s| s.starts_with("UPID:")).map(str::to_string).ok_or_else(|| PveError::Decode {
-        method: "POST".into(),
-        path: what.into(),
-        detail: format!("expected a UPID, got {v}"),
-    })
-}
-
 /// The only online node of the cluster (`GET /nodes`), for runs where neither a spec's `NODE`
 /// nor `PROXMOX_NODE` names one.
 ///
 /// # Errors
 /// API errors; no online node, or several (the message says to set `PROXMOX_NODE`).
 pub async fn discover_node(client: &PveClient) -> anyhow::Result<String> {
-    let nodes = client.get("/nodes", &[]).await?;
-    let online: Vec<String> = nodes
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|n| n.get("status").and_then(Value::as_str) == Some("online"))
-        .filter_map(|n| n.get("node").and_then(Value::as_str).map(str::to_string))
-        .collect();
+    let online: Vec<String> = client.nodes().await?.into_iter().filter(|n| n.online).map(|n| n.node).collect();
     match online.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(anyhow!("GET /nodes lists no online node; set PROXMOX_NODE")),
@@ -213,13 +197,6 @@ pub async fn discover_node(client: &PveClient) -> anyhow::Result<String> {
             "the cluster has several online nodes ({}); set PROXMOX_NODE, or NODE in a lib's container.env",
             many.join(", ")
         )),
-    }
-}
-
-fn value_string(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
     }
 }
 
@@ -388,9 +365,8 @@ impl PveBackend {
         if let Some(a) = map.get(node) {
             return Ok(a.clone());
         }
-        let st = self.client.get(&format!("/nodes/{node}/status"), &[]).await?;
-        let machine = st.pointer("/current-kernel/machine").and_then(Value::as_str).unwrap_or("");
-        let arch = desired::arch_of_machine(machine).to_string();
+        let machine = self.client.node(node).machine().await?;
+        let arch = desired::arch_of_machine(&machine).to_string();
         map.insert(node.to_string(), arch.clone());
         Ok(arch)
     }
@@ -403,33 +379,15 @@ impl PveBackend {
     /// Reads the live container: config (pending values applied) with its digest, the pending
     /// keys and whether it runs.
     async fn read_live(&self, node: &str, vmid: u32) -> Result<(PveObserved, Option<String>), PveError> {
-        let base = format!("/nodes/{node}/lxc/{vmid}");
-        let config = match self.client.get(&format!("{base}/config"), &[]).await {
-            Ok(c) => c,
-            Err(e) if e.is_absent() => return Ok((PveObserved::Absent, None)),
-            Err(e) => return Err(e),
+        let handle = self.client.ct(node, vmid);
+        let Some(config) = handle.config().await? else { return Ok((PveObserved::Absent, None)) };
+        let (pending, status) = tokio::try_join!(handle.pending(), handle.status())?;
+        let ct = LiveCt {
+            config: config.values,
+            pending: pending.into_iter().map(|p| p.key).collect(),
+            running: status.is_some_and(|s| s.running()),
         };
-        let (pending_path, status_path) = (format!("{base}/pending"), format!("{base}/status/current"));
-        let (pending, status) =
-            tokio::try_join!(self.client.get(&pending_path, &[]), self.client.get(&status_path, &[]))?;
-        let mut ct = LiveCt::default();
-        let mut digest = None;
-        for (k, v) in config.as_object().into_iter().flatten() {
-            if k == "digest" {
-                digest = v.as_str().map(str::to_string);
-            } else if !v.is_null() {
-                ct.config.insert(k.clone(), value_string(v));
-            }
-        }
-        for item in pending.as_array().into_iter().flatten() {
-            if let Some(k) = item.get("key").and_then(Value::as_str)
-                && (item.get("pending").is_some() || item.get("delete").is_some())
-            {
-                ct.pending.insert(k.to_string());
-            }
-        }
-        ct.running = status.get("status").and_then(Value::as_str) == Some("running");
-        Ok((PveObserved::Present(ct), digest))
+        Ok((PveObserved::Present(ct), config.digest))
     }
 
     /// [`PveBackend::read_live`], after PVE's own `lock` on the container has cleared: its
@@ -540,15 +498,16 @@ impl PveBackend {
     /// Node discovery and API errors.
     pub async fn live_mark(&self, spec: &ContainerSpec) -> anyhow::Result<Option<(String, bool)>> {
         let Some(node) = self.live_node(spec).await? else { return Ok(None) };
-        match self.client.get(&format!("/nodes/{node}/lxc/{}/config", spec.vmid), &[]).await {
-            Ok(c) => {
-                let hostname = c.get("hostname").and_then(Value::as_str).unwrap_or("").to_string();
-                let desc = c.get("description").and_then(Value::as_str).unwrap_or("");
-                Ok(Some((hostname, desired::marked_for(&desired::without_lease(desc), &spec.name))))
-            }
-            Err(e) if e.is_absent() => Ok(None),
-            Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read CT {} on node {node}", spec.vmid))),
-        }
+        let config = self
+            .client
+            .ct(&node, spec.vmid)
+            .config()
+            .await
+            .with_context(|| format!("cannot read CT {} on node {node}", spec.vmid))?;
+        Ok(config.map(|c| {
+            let marked = desired::marked_for(&desired::without_lease(c.description()), &spec.name);
+            (c.hostname().to_string(), marked)
+        }))
     }
 
     /// The hostname of the live CT `spec.vmid` on its node (`GET /nodes/{node}/lxc/{vmid}/config`),
@@ -559,10 +518,12 @@ impl PveBackend {
     /// Node discovery and API errors.
     pub async fn live_hostname(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
         let Some(node) = self.live_node(spec).await? else { return Ok(None) };
-        match self.client.get(&format!("/nodes/{node}/lxc/{}/config", spec.vmid), &[]).await {
-            Ok(c) => Ok(Some(c.get("hostname").and_then(Value::as_str).unwrap_or("").to_string())),
-            Err(e) if e.is_absent() => Ok(None),
-            Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read CT {} on node {node}", spec.vmid))),
-        }
+        let config = self
+            .client
+            .ct(&node, spec.vmid)
+            .config()
+            .await
+            .with_context(|| format!("cannot read CT {} on node {node}", spec.vmid))?;
+        Ok(config.map(|c| c.hostname().to_string()))
     }
 }
