@@ -17,7 +17,9 @@
 //!    the live side of deployed containers without artifacts — state, way in, health check,
 //!    snapshots, reboot, rollback ([`backend::live`]). [`snapshot`] — data archives (with the
 //!    pre- and post-snapshot hooks), container snapshots and the protect-before-destroy rule
-//!    ([`snapshot::guard`]).
+//!    ([`snapshot::guard`]). [`access`] — the one way into a container, from its provision
+//!    artifact or from what its backend reports live (`lxc-attach` or SSH with its own key
+//!    pair), and the guard's way in with its remedies.
 //!    [`control_plane`] — what the control plane's container `config` runs (Gitea and its runner):
 //!    its programs (given or downloaded and verified) and its rendered configuration.
 //! 4. Clients, one per external system, unaware of the pipeline and of each other:
@@ -25,7 +27,7 @@
 //!    node, [`pve::Node`], and one container, [`pve::Ct`]), [`gitea`] (Gitea API), [`actions`]
 //!    (Gitea/GitHub Actions: workflow commands, step outputs, the job summary), [`ssh`] (OpenSSH,
 //!    the containers' key pairs, waiting for sshd), [`git`] (gix reads and the `git` CLI), [`lxc`] (every `lxc-*` process), and [`exec`] ("run this command in that container",
-//!    over SSH, `lxc-attach` or locally, behind one trait).
+//!    over SSH, `lxc-attach` or locally, behind one trait: transport only, no artifact read).
 //! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`model`]
 //!    (the backend-neutral provision model: plans, the recreate policy, the provision artifact,
 //!    drifted keys; what backends, steps, snapshots and `exec` share), [`artifact`]
@@ -35,6 +37,7 @@
 //!    [`workflows`] (the workflow files proxmox-gitops renders and installs), [`share`] (the CIFS
 //!    client units of the share, rendered for the base role).
 
+pub mod access;
 pub mod actions;
 pub mod artifact;
 pub mod backend;

@@ -68,8 +68,8 @@ fn inventory(root: &Path, share: &Path) -> Inventory {
     resolve(&ResolveOptions { repo: root.to_path_buf(), stage: sup::stage_for(KIND) }, &env).unwrap()
 }
 
-fn ssh_connect() -> step::ConnectOptions {
-    step::ConnectOptions {
+fn ssh_connect() -> step::AccessOptions {
+    step::AccessOptions {
         transport: Transport::Ssh,
         ssh: proxmox_gitops::ssh::ConnectOptions {
             connect_timeout: Duration::from_secs(10),
@@ -102,7 +102,7 @@ fn snapshot_over_ssh_then_configure_restores_the_wiped_data() {
 
     // 1. A snapshot over SSH (the base role has not run: root logs in with the container key).
     let opts = SnapshotOptions { share: share.clone(), keep: None, now: time::OffsetDateTime::now_utc() };
-    let conn = rt.block_on(step::connect(&spec, &dir, &share, &ssh_connect())).unwrap_or_else(|e| panic!("{e}"));
+    let conn = rt.block_on(step::open(&spec, &dir, &share, &ssh_connect())).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(conn.exec.target(), format!("keeper at {}:22 over SSH (as root)", prov.address.as_deref().unwrap()));
     let before = rt.block_on(data::live_manifest(conn.exec.as_ref(), &paths)).unwrap();
     assert_eq!(before.len(), 12, "{before:#?}");
@@ -174,7 +174,7 @@ fn snapshot_over_ssh_then_configure_restores_the_wiped_data() {
 
     // 4. The tree is identical (manifests: types, modes, owners, mtimes, sizes, sha256, link
     // targets), read over SSH as `config` through sudo now that the base role ran.
-    let conn = rt.block_on(step::connect(&spec, &dir, &share, &ssh_connect())).unwrap_or_else(|e| panic!("{e}"));
+    let conn = rt.block_on(step::open(&spec, &dir, &share, &ssh_connect())).unwrap_or_else(|e| panic!("{e}"));
     assert!(conn.exec.target().ends_with("over SSH (as config)"), "{}", conn.exec.target());
     let after = rt.block_on(data::live_manifest(conn.exec.as_ref(), &paths)).unwrap();
     assert_eq!(after, before);

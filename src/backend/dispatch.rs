@@ -42,6 +42,26 @@ impl Backend {
         }
     }
 
+    /// The way into `spec`'s live container for the protect-before-destroy guard's data
+    /// snapshot, or why there is none with the remedy ([`crate::access::for_guard`]: the lxc
+    /// backend attaches through its own client; PVE containers over SSH from their last
+    /// provision artifact in `artifacts`, keys in `share`). Nothing happens until awaited.
+    ///
+    /// # Errors
+    /// [`guard::Unreachable`] naming the reason and the remedy.
+    pub async fn guard_access(
+        &self,
+        spec: &ContainerSpec,
+        artifacts: &ArtifactDir,
+        share: &std::path::Path,
+    ) -> Result<Box<dyn crate::exec::RemoteExec>, guard::Unreachable> {
+        let lxc = match self {
+            Backend::Lxc(b) => Some(b.client()),
+            Backend::Pve(_) => None,
+        };
+        crate::access::for_guard(self.kind(), lxc, spec, artifacts, share).await
+    }
+
     /// Plans one container (reads only). See [`PveBackend::plan`].
     ///
     /// # Errors
@@ -79,7 +99,7 @@ impl Backend {
         if !matches!(plan.action, Action::Recreate { .. }) {
             return self.apply_unguarded(spec, plan, opts).await;
         }
-        let reach = super::reach(self, spec, artifacts, &opts.share);
+        let reach = self.guard_access(spec, artifacts, &opts.share);
         match guard::protect(spec, &opts.share, opts.no_snapshot, reach).await {
             Ok(guarded) => {
                 let mut prov = self.apply_unguarded(spec, plan, opts).await;

@@ -11,7 +11,6 @@
 //! * [`choose`] — which backend a run uses and how it is opened from the settings;
 //! * [`dispatch`] — [`Backend`], the enum over both, with the safety rule before a recreate, and
 //!   [`plan_all`];
-//! * [`reach`](mod@reach) — how the safety rule reaches a live container for its data snapshot;
 //! * [`live`] — operations on existing containers from the inventory and the settings alone
 //!   (state, a way in, container snapshots, reboot, rollback) and the container health check,
 //!   for `health` and `update`.
@@ -31,9 +30,7 @@ pub mod failed;
 pub mod live;
 pub mod lxc;
 pub mod pve;
-pub mod reach;
 
 pub use choose::{PveConnect, default_backend, lxc_backend, open, pve_backend, pve_client};
 pub use dispatch::{Backend, Planned, plan_all};
 pub use failed::failed_before_plan;
-pub use reach::reach;

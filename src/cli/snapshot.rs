@@ -117,7 +117,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         }),
         None => None,
     };
-    let connect = step::ConnectOptions {
+    let connect = step::AccessOptions {
         transport: match args.transport {
             TransportArg::Auto => step::Transport::Auto,
             TransportArg::Ssh => step::Transport::Ssh,
@@ -146,7 +146,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
     let mut rows = Vec::new();
     for spec in specs {
         let started = std::time::Instant::now();
-        let result = match rt.block_on(step::connect(spec, &ctx.artifacts, &share, &connect)) {
+        let result = match rt.block_on(step::open(spec, &ctx.artifacts, &share, &connect)) {
             Ok(conn) => rt.block_on(async {
                 if args.restore {
                     step::restore(spec, conn.exec.as_ref(), &opts, args.at.as_deref()).await
@@ -213,7 +213,7 @@ fn list(
     ctx: &Ctx,
     specs: &[&crate::inventory::ContainerSpec],
     share: &std::path::Path,
-    connect: &step::ConnectOptions,
+    connect: &step::AccessOptions,
     rt: &tokio::runtime::Runtime,
 ) -> Result<()> {
     let store = crate::snapshot::store::Store::new(share);
@@ -265,7 +265,7 @@ fn rollback(
     name: &str,
     no_snapshot: bool,
     opts: &SnapshotOptions,
-    connect: &step::ConnectOptions,
+    connect: &step::AccessOptions,
     rt: &tokio::runtime::Runtime,
 ) -> Result<()> {
     let prov = step::read_provision(spec, &ctx.artifacts).map_err(|e| Error::Failed(anyhow::anyhow!("{e}")))?;
@@ -278,7 +278,7 @@ fn rollback(
     };
     if !spec.snapshot_paths.is_empty() && !no_snapshot {
         let taken = rt.block_on(async {
-            match step::connect(spec, &ctx.artifacts, &opts.share, connect).await {
+            match step::open(spec, &ctx.artifacts, &opts.share, connect).await {
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), None, opts).await,
                 Err(reason) => {
                     let mut a = step::Snapshot::new(spec, step::Operation::Snapshot);

@@ -1,5 +1,6 @@
 //! Running a command as root in a container, however it is reached: one trait
-//! ([`RemoteExec`]), one implementation per way in, and the choice between them ([`reach`]).
+//! ([`RemoteExec`]) and one implementation per transport. Which transport enters which
+//! container is chosen above, in [`crate::access`]; this module reads no artifact.
 //!
 //! Why one module: the snapshot scripts, the protect-before-destroy guard and `configure`'s
 //! restore all need "run this argv as root in that container, streaming stdin and stdout", and
@@ -12,7 +13,6 @@
 //! * [`lxc_attach::LxcAttach`] — a local LXC container through [`crate::lxc::LxcClient`];
 //! * [`ssh::SshExec`] (borrowing a [`crate::ssh::Connection`], as `configure` does) and
 //!   [`ssh::SshTransport`] (owning one, as the `snapshot` step does);
-//! * [`reach`] — which of them reaches a container, from its `provision/<name>.json` artifact.
 //!
 //! A [`RemoteExec`] runs an argv of constant words only (`bash`, `-c`, one of the fixed
 //! [`crate::snapshot::scripts`], a name and a mode); user values (paths) travel on stdin, never
@@ -20,18 +20,15 @@
 
 pub mod local;
 pub mod lxc_attach;
-pub mod reach;
 pub mod ssh;
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use local::LocalExec;
 pub use lxc_attach::LxcAttach;
-pub use reach::{ReachOptions, Transport, reach, read_provision};
 pub use ssh::{SSH_EXEC_TIMEOUT, SshExec, SshTransport};
 
 /// A boxed, sendable future (keeps [`RemoteExec`] usable as `dyn`).
@@ -93,92 +90,4 @@ pub async fn run_collect(exec: &dyn RemoteExec, argv: &[&str], stdin: &[u8]) -> 
     let mut out = Vec::new();
     let status = exec.run(argv, &mut input, &mut out).await?;
     Ok((out, status))
-}
-
-/// Why a container cannot be reached (see [`reach`]). Each message names the container and says
-/// what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum ReachError {
-    /// No `provision/<name>.json`.
-    #[error(
-        "{name} (vmid {vmid}): no provision artifact {}; run `provision` first (the snapshot step reaches the \
-         container at the address and through the backend it recorded)",
-        path.display()
-    )]
-    NoProvision {
-        /// Container (lib) name.
-        name: String,
-        /// Its vmid.
-        vmid: u32,
-        /// The artifact looked for.
-        path: PathBuf,
-    },
-    /// The provision artifact exists but cannot be read.
-    #[error("{name} (vmid {vmid}): {source}")]
-    Provision {
-        /// Container (lib) name.
-        name: String,
-        /// Its vmid.
-        vmid: u32,
-        /// Why it cannot be read.
-        #[source]
-        source: crate::artifact::ArtifactError,
-    },
-    /// The last provision run failed: no container to reach.
-    #[error(
-        "{name} (vmid {vmid}): provisioning failed ({error}); {} records no reachable container",
-        path.display()
-    )]
-    ProvisionFailed {
-        /// Container (lib) name.
-        name: String,
-        /// Its vmid.
-        vmid: u32,
-        /// The failure the artifact records.
-        error: String,
-        /// The artifact.
-        path: PathBuf,
-    },
-    /// SSH is needed but the artifact records no address.
-    #[error("{name} (vmid {vmid}): {} records no address to reach over SSH", path.display())]
-    NoAddress {
-        /// Container (lib) name.
-        name: String,
-        /// Its vmid.
-        vmid: u32,
-        /// The artifact.
-        path: PathBuf,
-    },
-    /// The container's private key is not in the share.
-    #[error(
-        "{name} (vmid {vmid}): no SSH key {} (the provision step creates it; is --share / PROXMOX_SHARE the \
-         same as for provision?)",
-        key.display()
-    )]
-    NoKey {
-        /// Container (lib) name.
-        name: String,
-        /// Its vmid.
-        vmid: u32,
-        /// The key file looked for (`<share>/.keys/<vmid>`).
-        key: PathBuf,
-    },
-    /// SSH failed (unreachable, key refused, host key changed, local I/O); boxed, it is large.
-    #[error(transparent)]
-    Ssh(Box<crate::ssh::SshError>),
-    /// LXC cannot be used on this host (not root, tools missing, LXC path unusable).
-    #[error("{name}: {source}")]
-    Lxc {
-        /// Container (lib) name.
-        name: String,
-        /// The LXC client's error.
-        #[source]
-        source: crate::lxc::LxcError,
-    },
-}
-
-impl From<crate::ssh::SshError> for ReachError {
-    fn from(e: crate::ssh::SshError) -> Self {
-        ReachError::Ssh(Box::new(e))
-    }
 }

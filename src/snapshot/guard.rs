@@ -4,7 +4,7 @@
 //! ([`crate::backend::Backend`]) and the `destroy` step before a destroy: it decides through
 //! [`before_destroy`] and returns what protected the container together with the `snapshot`
 //! action to record. It does not know backends: the caller passes how to reach the container (for
-//! a backend, [`crate::backend::reach()`]) as a future, which is only awaited when the lib declares
+//! a backend, [`crate::backend::Backend::guard_access`]) as a future, which is only awaited when the lib declares
 //! data and `--no-snapshot` was not given.
 //!
 //! [`before_destroy`] is the decision itself. For

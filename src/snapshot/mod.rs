@@ -4,8 +4,6 @@
 //!
 //! * [`scripts`] — the fixed shell scripts run as root in the container (through a
 //!   [`crate::exec::RemoteExec`]: SSH, `lxc-attach` or this host);
-//! * [`access`] — the way into a container: its [`crate::exec`] transport and container
-//!   snapshots, from its provision artifact;
 //! * [`record`] — the `snapshot/<name>.json` artifact, [`record::restore`] and
 //!   [`record::restore_if_empty`] (shared by the `snapshot` and `configure` steps);
 //! * [`manifest`] — per-entry manifests, digest, comparison;
@@ -18,7 +16,6 @@
 //! * [`pve`] — [`ct::CtSnapshots`] over the PVE API (`…/lxc/{vmid}/snapshot`);
 //! * [`guard`] — the safety rule before a destroy or recreate.
 
-pub mod access;
 pub mod ct;
 pub mod data;
 pub mod guard;

@@ -132,7 +132,7 @@ pub async fn destroy_one(
         }
         Err(e) => return fail(a, format!("{e:#}")),
     }
-    let reach = crate::backend::reach(backend, spec, artifacts, &opts.share);
+    let reach = backend.guard_access(spec, artifacts, &opts.share);
     let guarded = match guard::protect(spec, &opts.share, opts.no_snapshot, reach).await {
         Ok(g) => g,
         Err(refused) => return fail(a, refused.to_string()),

@@ -2,14 +2,15 @@
 //! backend offers one, a container snapshot) and retention; restore is
 //! [`crate::snapshot::record::restore`].
 //!
-//! The way into the container is chosen by [`crate::snapshot::access::connect`]: containers made
-//! by the `lxc` backend are reached with `lxc-attach` through the LXC client (no network needed)
-//! unless SSH is asked for; everything else over SSH (`crate::ssh`), logged in like `configure`.
+//! The way into the container is chosen by [`crate::access::open`]: containers made by the `lxc`
+//! backend are entered with `lxc-attach` through the LXC client (no network needed) unless SSH
+//! is asked for; everything else over SSH (`crate::ssh`), logged in like `configure`.
 //! Those items, and the record types, are re-exported here for the callers of the step (the CLI,
 //! `deploy`).
 
-pub use crate::exec::{Transport, read_provision};
-pub use crate::snapshot::access::{ConnectOptions, Connection, PveCtAccess, connect, connect_to, ct_snapshots};
+pub use crate::access::{
+    Access, AccessOptions, PveCtAccess, Transport, ct_snapshots, open, open_recorded, read_provision,
+};
 pub use crate::snapshot::record::{Operation, Snapshot, SnapshotOptions, Verification, restore, restore_if_empty};
 
 use crate::exec::RemoteExec;

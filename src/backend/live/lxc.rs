@@ -19,7 +19,7 @@ use anyhow::Context;
 
 use super::{CtState, SnapshotTaken};
 use crate::backend::lxc::LxcBackend;
-use crate::exec::{LxcAttach, RemoteExec};
+use crate::exec::RemoteExec;
 use crate::inventory::ContainerSpec;
 use crate::lxc::META_FILE;
 use crate::lxc::State;
@@ -72,13 +72,8 @@ impl LxcLive {
     }
 
     pub(super) async fn exec(&self, spec: &ContainerSpec, timeout: Duration) -> anyhow::Result<Box<dyn RemoteExec>> {
-        let client = self.backend.client();
-        let name = spec.hostname.as_str();
-        let state = client.state(name).await.with_context(|| format!("cannot read the state of `{name}`"))?;
-        if state != State::Running {
-            anyhow::bail!("LXC container `{name}` is {}, not running: lxc-attach needs it running", state.as_str());
-        }
-        Ok(Box::new(LxcAttach::new(client.clone(), name).with_timeout(timeout)))
+        let attach = crate::access::attach_running(self.backend.client(), &spec.hostname, Some(timeout)).await?;
+        Ok(Box::new(attach))
     }
 
     async fn start(&self, name: &str) -> anyhow::Result<()> {

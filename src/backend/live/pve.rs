@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 
 use super::{CtState, LiveOptions, SnapshotTaken};
 use crate::backend::pve::placement::Wish;
-use crate::exec::{ReachError, RemoteExec, SshTransport};
+use crate::exec::RemoteExec;
 use crate::inventory::ContainerSpec;
 use crate::pve::PveClient;
 use crate::snapshot::ct::{CtSnapshotInfo, CtSnapshots};
@@ -147,20 +147,17 @@ impl PveLive {
 
     pub(super) async fn exec(&self, spec: &ContainerSpec, timeout: Duration) -> anyhow::Result<Box<dyn RemoteExec>> {
         let address = self.address(spec).await?;
-        let key = crate::ssh::keys::key_dir(&self.opts.share).join(spec.vmid.to_string());
-        if !key.is_file() {
-            return Err(ReachError::NoKey { name: spec.name.clone(), vmid: spec.vmid, key }.into());
-        }
-        let target = crate::ssh::Target {
-            name: spec.name.clone(),
-            address,
-            port: self.opts.ssh_port,
-            key,
-            known_hosts: self.opts.artifacts.known_hosts(&spec.name),
-            replace_host_key: false,
-            users: vec!["config".into(), "root".into()],
-        };
-        let exec = SshTransport::connect(&target, &self.opts.ssh, timeout).await?;
+        let known_hosts = self.opts.artifacts.known_hosts(&spec.name);
+        let target = crate::access::ssh_target(
+            &spec.name,
+            spec.vmid,
+            &address,
+            self.opts.ssh_port,
+            &self.opts.share,
+            known_hosts,
+            false,
+        )?;
+        let exec = crate::access::ssh_exec(&target, &self.opts.ssh, timeout).await?;
         tracing::debug!("{}: connected over SSH as {}", spec.name, exec.connection().user());
         Ok(Box::new(exec))
     }

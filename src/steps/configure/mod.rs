@@ -49,7 +49,7 @@ use crate::error::{Error, Location, Result};
 use crate::inventory::{ContainerSpec, Engine, Inventory};
 use crate::model::{BackendKind, Outcome, Provision};
 use crate::snapshot::record::Snapshot;
-use crate::ssh::{ConnectOptions, Connection, Target};
+use crate::ssh::{ConnectOptions, Connection};
 
 use engines::run_engines;
 
@@ -478,19 +478,19 @@ async fn run_container(
         .prefix("pgo-ssh-")
         .tempdir_in("/tmp")
         .context("cannot create an SSH control directory")?;
-    let target = Target {
-        name: spec.name.clone(),
-        address: address.clone(),
-        port: prov.ssh_port,
-        key: keys.private.clone(),
-        known_hosts: opts.artifacts.known_hosts(&spec.name),
-        replace_host_key: crate::ssh::recreated_since_recorded(
-            prov.created,
-            &prov_path,
-            &opts.artifacts.known_hosts(&spec.name),
-        ),
-        users: vec!["config".into(), "root".into()],
-    };
+    // The same door as every other way into a container (crate::access): configure keeps the
+    // connection itself, for Ansible's ControlPath.
+    let known_hosts = opts.artifacts.known_hosts(&spec.name);
+    let replace = crate::ssh::recreated_since_recorded(prov.created, &prov_path, &known_hosts);
+    let target = crate::access::ssh_target(
+        &spec.name,
+        spec.vmid,
+        &address,
+        prov.ssh_port,
+        &inv.settings.share,
+        known_hosts,
+        replace,
+    )?;
     let conn = Connection::connect(&target, &opts.connect, control.path()).await?;
     part.user = Some(conn.user().to_string());
     part.fingerprint = conn.fingerprint().map(str::to_string);

@@ -130,7 +130,7 @@ impl Default for RunnerOptions {
 /// * `configure`: [`crate::steps::configure::configure`] for the container (it reads
 ///   `provision/<name>.json` and writes `configure/<name>.json`);
 /// * `snapshot`: [`crate::steps::snapshot::snapshot`] through the container's transport
-///   ([`crate::steps::snapshot::connect`]); a container without `SNAPSHOT` paths gets an `ok`
+///   ([`crate::access::open`]); a container without `SNAPSHOT` paths gets an `ok`
 ///   artifact with a warning and is not contacted.
 ///
 /// Every artifact records `inputs_digest` = `ctx.digest` (failures too); a step whose outcome is
@@ -327,8 +327,8 @@ impl BuiltinRunner {
                 _ => None,
             };
             let connect =
-                step::ConnectOptions { transport: step::Transport::Auto, ssh: self.options.connect.clone(), pve };
-            match step::connect(spec, &ctx.artifacts, &opts.share, &connect).await {
+                step::AccessOptions { transport: step::Transport::Auto, ssh: self.options.connect.clone(), pve };
+            match step::open(spec, &ctx.artifacts, &opts.share, &connect).await {
                 Ok(conn) => step::snapshot(spec, conn.exec.as_ref(), conn.ct.as_deref(), &opts).await,
                 Err(reason) => {
                     let mut a = step::Snapshot::new(spec, Operation::Snapshot);

@@ -1,58 +1,59 @@
-//! How the safety rule reaches a live container for its data snapshot, per backend, and what
-//! the user can do when it cannot (the remedy in [`Unreachable`]).
+//! How the protect-before-destroy guard enters a live container for its data snapshot, per
+//! backend, and what the user can do when it cannot (the remedy in [`Unreachable`]).
 //!
 //! The rule itself ([`crate::snapshot::guard::protect`]) knows nothing of backends: it receives
-//! the result of [`reach`] as a future, awaited only when a snapshot is needed.
+//! the result of [`for_guard`] as a future, awaited only when a snapshot is needed.
 
 use std::path::Path;
 
-use super::Backend;
+use super::{AccessOptions, ReachError};
 use crate::artifact::ArtifactDir;
-use crate::exec::{LxcAttach, RemoteExec};
+use crate::exec::RemoteExec;
 use crate::inventory::ContainerSpec;
+use crate::lxc::{LxcClient, State};
+use crate::model::BackendKind;
 use crate::snapshot::guard::Unreachable;
 
-/// The transport to `spec`'s live container for the guard's data snapshot, or why there is
-/// none and what to do about it: the lxc backend attaches to the running container on this host
-/// (`lxc-attach`), so the remedy is `lxc-start`; PVE containers are reached the way the
-/// `snapshot` step reaches them ([`crate::exec::reach`], over SSH from the
-/// container's last `provision` artifact), so the remedy is starting the CT and making SSH work.
+/// The way into `spec`'s live container for the guard's data snapshot, or why there is none
+/// and what to do about it. The `lxc` backend (`lxc`: its client) attaches to the running
+/// container on this host, so the remedy is `lxc-start`. PVE containers are entered the way the
+/// `snapshot` step enters them ([`super::exec_recorded`], over SSH from the container's last
+/// `provision` artifact, whatever its outcome: the container still exists at the address it
+/// recorded), so the remedy is starting the CT and making SSH work.
 ///
 /// # Errors
 /// [`Unreachable`] with the reason and the remedy for the container's backend.
-pub async fn reach(
-    backend: &Backend,
+pub async fn for_guard(
+    backend: BackendKind,
+    lxc: Option<&LxcClient>,
     spec: &ContainerSpec,
     artifacts: &ArtifactDir,
     share: &Path,
-) -> std::result::Result<Box<dyn RemoteExec>, Unreachable> {
-    match backend {
-        Backend::Lxc(b) => {
+) -> Result<Box<dyn RemoteExec>, Unreachable> {
+    match (backend, lxc) {
+        (BackendKind::Lxc, Some(client)) => {
             let name = spec.hostname.as_str();
-            match b.client().state(name).await {
-                Ok(crate::lxc::State::Running) => Ok(Box::new(LxcAttach::new(b.client().clone(), name))),
-                Ok(state) => Err(Unreachable::new(
+            match super::attach_running(client, name, None).await {
+                Ok(attach) => Ok(Box::new(attach)),
+                Err(ReachError::NotRunning { state, .. }) => Err(Unreachable::new(
                     format!("LXC container `{name}` is {}, not running", state.as_str()),
-                    lxc_remedy(b.client().path(), name, state),
+                    lxc_remedy(client.path(), name, state),
                 )),
                 Err(e) => Err(Unreachable::new(
-                    format!("cannot read the state of LXC container `{name}`: {e:#}"),
-                    format!("check it with `{}`", lxc_command(b.client().path(), "lxc-info", name)),
+                    format!("cannot read the state of LXC container `{name}`: {e}"),
+                    format!("check it with `{}`", lxc_command(client.path(), "lxc-info", name)),
                 )),
             }
         }
-        Backend::Pve(_) => {
+        _ => {
             let remedy = format!(
                 "start it (`pct start {}` on {}, or the PVE API) and make SSH work",
                 spec.vmid,
                 spec.node.as_deref().map(|n| format!("node {n}")).unwrap_or_else(|| "its node".into())
             );
-            // The last provision run may have failed (e.g. this recreate was refused before):
-            // the container still exists at the address it recorded.
-            let prov = crate::exec::read_provision(spec, artifacts)
+            let prov = super::read_provision(spec, artifacts)
                 .map_err(|reason| Unreachable::new(reason.to_string(), remedy.clone()))?;
-            let opts = crate::exec::ReachOptions::default();
-            crate::exec::reach(spec, &prov, artifacts, share, &opts, None)
+            super::exec_recorded(spec, &prov, artifacts, share, &AccessOptions::default(), lxc)
                 .await
                 .map_err(|reason| Unreachable::new(reason.to_string(), remedy))
         }
@@ -70,10 +71,10 @@ fn lxc_command(lxc_path: &Path, tool: &str, name: &str) -> String {
 }
 
 /// What makes a non-running LXC container reachable through `lxc-attach` (no SSH involved).
-fn lxc_remedy(lxc_path: &Path, name: &str, state: crate::lxc::State) -> String {
+fn lxc_remedy(lxc_path: &Path, name: &str, state: State) -> String {
     match state {
-        crate::lxc::State::Stopped => format!("start it (`{}`)", lxc_command(lxc_path, "lxc-start", name)),
-        crate::lxc::State::Starting => "wait until it is running".into(),
+        State::Stopped => format!("start it (`{}`)", lxc_command(lxc_path, "lxc-start", name)),
+        State::Starting => "wait until it is running".into(),
         _ => format!(
             "bring it to RUNNING (`{}` shows its state; `lxc-unfreeze` a frozen one)",
             lxc_command(lxc_path, "lxc-info", name)
@@ -84,7 +85,6 @@ fn lxc_remedy(lxc_path: &Path, name: &str, state: crate::lxc::State) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lxc::State;
 
     #[test]
     fn lxc_remedy_names_lxc_start_not_ssh() {
