@@ -46,11 +46,49 @@ pub enum RecreatePolicy {
 }
 
 impl RecreatePolicy {
+    /// The policy as `--recreate` takes it and artifacts write it: `never`, `when-needed`,
+    /// `always`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecreatePolicy::Never => "never",
+            RecreatePolicy::WhenNeeded => "when-needed",
+            RecreatePolicy::Always => "always",
+        }
+    }
+
     /// Whether the policy allows restarting a running container to apply what PVE keeps
     /// pending (a removed or changed mount point, feature flags): a policy that allows
     /// destroying it (`when-needed`, `always`) allows restarting it; `never` does not.
     pub fn allows_restart(self) -> bool {
         self != RecreatePolicy::Never
+    }
+}
+
+/// Everything a plan may do beyond changes in place, as one value from the command line to the
+/// planner: the recreate policy, and whether a container at a lib's vmid that proxmox-gitops did
+/// not create is taken over in place (`--adopt`, PVE only) instead of refused as foreign. What
+/// the planner decided under it is in the plan ([`ContainerPlan::policy`], [`Action::Adopt`],
+/// [`ContainerPlan::reboot_for_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlanPolicy {
+    /// When an existing container may be destroyed and created again.
+    pub recreate: RecreatePolicy,
+    /// `--adopt`.
+    pub adopt: bool,
+}
+
+impl From<RecreatePolicy> for PlanPolicy {
+    /// The policy `recreate`, adopting nothing.
+    fn from(recreate: RecreatePolicy) -> Self {
+        PlanPolicy { recreate, adopt: false }
+    }
+}
+
+impl PlanPolicy {
+    /// The policy to plan `plan`'s container again with (the container changed since): the
+    /// recreate policy the plan recorded, adopting only what the plan adopted.
+    pub fn of(plan: &ContainerPlan) -> Self {
+        PlanPolicy { recreate: plan.policy, adopt: matches!(plan.action, Action::Adopt { .. }) }
     }
 }
 
@@ -251,6 +289,18 @@ pub struct ContainerPlan {
     /// there); never a reason to recreate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migrate: Option<Migration>,
+    /// The recreate policy the plan was made under. The executor never takes another one: when
+    /// the container changed since the plan, it plans again under this policy (plans saved by
+    /// earlier versions lack it and are read as `never`).
+    #[serde(default)]
+    pub policy: RecreatePolicy,
+    /// The plan's decision for what PVE keeps pending after an in-place change of a running
+    /// container (a changed mount point, feature flags): true, it is applied by a reboot right
+    /// after the change (`POST …/status/reboot`, the policy allows a restart); false, it stays
+    /// pending until the next restart, and the provision artifact says so with the command to
+    /// restart now. Absent in JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reboot_for_pending: bool,
 }
 
 impl ContainerPlan {
@@ -266,6 +316,8 @@ impl ContainerPlan {
             node: None,
             placement: None,
             migrate: None,
+            policy: RecreatePolicy::Never,
+            reboot_for_pending: false,
         }
     }
 
@@ -383,8 +435,6 @@ pub struct ApplyOptions {
     pub ssh_port: u16,
     /// How long to wait for SSH, e.g. 120 s.
     pub ssh_timeout: std::time::Duration,
-    /// The recreate policy the plan was made with.
-    pub recreate: RecreatePolicy,
     /// `--no-snapshot`: destroy/recreate a container that declares data without taking a data
     /// snapshot first (logged loudly; see [`crate::snapshot::guard`]). Applied by the provision
     /// step, not by the backends.
@@ -398,7 +448,6 @@ impl Default for ApplyOptions {
             wait_ssh: true,
             ssh_port: 22,
             ssh_timeout: std::time::Duration::from_secs(120),
-            recreate: RecreatePolicy::Never,
             no_snapshot: false,
         }
     }

@@ -109,12 +109,7 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
     proxmox_gitops::lxc::ensure_bridge("lxcbr0").await.expect("lxcbr0");
     let b = Backend::Lxc(backend);
     let s = spec(&name);
-    let apply = ApplyOptions {
-        share: share.clone(),
-        wait_ssh: false,
-        recreate: RecreatePolicy::Always,
-        ..ApplyOptions::default()
-    };
+    let apply = ApplyOptions { share: share.clone(), wait_ssh: false, ..ApplyOptions::default() };
 
     // 1. Create, and put data into it.
     let p = provision(&b, &s, RecreatePolicy::Never, &apply, &dir).await;

@@ -25,7 +25,7 @@ use proxmox_gitops::artifact::{self, ArtifactDir};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::backend::{self, Backend};
 use proxmox_gitops::inventory::ContainerSpec;
-use proxmox_gitops::model::{Action, ApplyOptions, Outcome, Provision, RecreatePolicy};
+use proxmox_gitops::model::{Action, ApplyOptions, Outcome, PlanPolicy, Provision, RecreatePolicy};
 use proxmox_gitops::steps::destroy::{self, DestroyOptions};
 use proxmox_gitops::steps::provision as step;
 use serde_json::Value;
@@ -202,28 +202,22 @@ impl Env {
         Env { pve, share: tempfile::tempdir().unwrap(), artifacts: tempfile::tempdir().unwrap() }
     }
 
-    fn backend(&self, lock: u64, lease: u64, adopt: bool) -> Backend {
+    fn backend(&self, lock: u64, lease: u64) -> Backend {
         let mut settings = self.pve.settings(self.share.path());
         settings.pve.gateway = Some("127.0.0.254".into());
         let timeouts =
             Timeouts { lock: Duration::from_secs(lock), lease: Duration::from_secs(lease), ..Timeouts::default() };
-        let connect = backend::PveConnect { adopt, ..self.pve.connect(timeouts) };
-        backend::open(proxmox_gitops::model::BackendKind::Pve, &settings, &connect).unwrap()
+        backend::open(proxmox_gitops::model::BackendKind::Pve, &settings, &self.pve.connect(timeouts)).unwrap()
     }
 
-    async fn provision(&self, b: &Backend, s: ContainerSpec, policy: RecreatePolicy) -> Provision {
+    async fn provision(&self, b: &Backend, s: ContainerSpec, policy: impl Into<PlanPolicy>) -> Provision {
         let planned = backend::plan_all(b, vec![s], policy, 1).await;
-        self.apply(b, planned, policy).await
+        self.apply(b, planned).await
     }
 
     /// Applies plans made before (by [`backend::plan_all`]); the first container's artifact.
-    async fn apply(&self, b: &Backend, planned: Vec<backend::Planned>, policy: RecreatePolicy) -> Provision {
-        let opts = ApplyOptions {
-            share: self.share.path().to_path_buf(),
-            wait_ssh: false,
-            recreate: policy,
-            ..ApplyOptions::default()
-        };
+    async fn apply(&self, b: &Backend, planned: Vec<backend::Planned>) -> Provision {
+        let opts = ApplyOptions { share: self.share.path().to_path_buf(), wait_ssh: false, ..ApplyOptions::default() };
         let dir = ArtifactDir::new(self.artifacts.path());
         step::apply_all(b, planned, &opts, 1, &dir).await.unwrap().remove(0)
     }
@@ -244,7 +238,7 @@ fn now() -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn another_runs_lease_is_waited_for_a_dead_one_taken_over_and_the_wait_is_bounded() {
     let env = Env::new(0.01);
-    let b = env.backend(10, 60, false);
+    let b = env.backend(10, 60);
     let first = env.provision(&b, spec(512), RecreatePolicy::Never).await;
     assert_eq!(first.outcome, Outcome::Ok, "{first:#?}");
     assert!(first.created);
@@ -272,7 +266,7 @@ async fn another_runs_lease_is_waited_for_a_dead_one_taken_over_and_the_wait_is_
     assert_eq!(env.pve.ct_config(101).unwrap()["memory"], 2048);
 
     // A live lease that outlasts --timeout-lease: a clear failure naming the holder; nothing changed.
-    let b = env.backend(10, 1, false);
+    let b = env.backend(10, 1);
     env.set_description(
         101,
         &format!("{}proxmox-gitops lease: runner9:77:beef until {}\n", description("broker"), now() + 600),
@@ -291,7 +285,7 @@ async fn another_runs_lease_is_waited_for_a_dead_one_taken_over_and_the_wait_is_
     assert!(error.contains("holds its lease until"), "{error}");
     assert_eq!(env.pve.ct_config(101).unwrap()["status"], "running");
     // The planner and the plan ignore lease lines: the container is ours and converged.
-    let b = env.backend(10, 60, false);
+    let b = env.backend(10, 60);
     assert_eq!(b.plan(&spec(2048), RecreatePolicy::Never).await.unwrap().action, Action::Nothing);
 }
 
@@ -302,7 +296,7 @@ async fn another_runs_lease_is_waited_for_a_dead_one_taken_over_and_the_wait_is_
 #[tokio::test(flavor = "multi_thread")]
 async fn leases_go_by_pves_clock_not_the_runners() {
     let env = Env::new(0.01);
-    let b = env.backend(10, 60, false);
+    let b = env.backend(10, 60);
     let first = env.provision(&b, spec(512), RecreatePolicy::Never).await;
     assert_eq!(first.outcome, Outcome::Ok, "{first:#?}");
     // fakepve's HTTP server (aiohttp) stamps each answer's Date from this function.
@@ -377,7 +371,7 @@ fn kill_9_during_a_create_then_the_first_rerun_waits_for_the_task_and_converges(
 #[tokio::test(flavor = "multi_thread")]
 async fn pve_locks_a_running_task_is_waited_for_a_leftover_lock_names_pct_unlock() {
     let env = Env::new(0.02);
-    let b = env.backend(60, 60, false);
+    let b = env.backend(60, 60);
     assert_eq!(env.provision(&b, spec(512), RecreatePolicy::Never).await.outcome, Outcome::Ok);
 
     // A backup runs for 60 PVE seconds (1.2 s): the plan waits for its task, then converges.
@@ -392,7 +386,7 @@ async fn pve_locks_a_running_task_is_waited_for_a_leftover_lock_names_pct_unlock
 
     // A lock left over by an interrupted snapshot (no task): bounded wait, then the command to run.
     env.pve.exec("pve.snapshot_lock(101, 'snapshot')");
-    let b = env.backend(1, 60, false);
+    let b = env.backend(1, 60);
     env.pve.requests(true);
     let planned = backend::plan_all(&b, vec![spec(2048)], RecreatePolicy::WhenNeeded, 1).await;
     let e = format!("{:#}", planned[0].plan.as_ref().unwrap_err());
@@ -432,7 +426,7 @@ async fn a_foreign_container_is_never_touched_and_adopt_takes_it_over_in_place()
         "pve.add_ct(101, name='broker', config={'description': 'hand-made: keep me', 'tags': 'prod', \
          'rootfs': 'local-lvm:vm-101-disk-0,size=64G', 'cores': 1})",
     );
-    let b = env.backend(5, 60, false);
+    let b = env.backend(5, 60);
     for policy in [RecreatePolicy::Never, RecreatePolicy::WhenNeeded, RecreatePolicy::Always] {
         env.pve.requests(true);
         let out = env.provision(&b, spec(512), policy).await;
@@ -462,21 +456,21 @@ async fn a_foreign_container_is_never_touched_and_adopt_takes_it_over_in_place()
     // --adopt with a change that needs a recreate (the rootfs on another storage): still never
     // destroyed.
     env.pve.exec("pve.ct(101).config['rootfs'] = 'other:vm-101-disk-0,size=8G'");
-    let adopting = env.backend(5, 60, true);
-    let out = env.provision(&adopting, spec(512), RecreatePolicy::WhenNeeded).await;
+    let adopt = |recreate| PlanPolicy { recreate, adopt: true };
+    let out = env.provision(&b, spec(512), adopt(RecreatePolicy::WhenNeeded)).await;
     let Action::Refused { reasons, .. } = &out.plan.action else { panic!("{out:#?}") };
     assert!(reasons.iter().any(|r| r.contains("adopting never destroys")), "{reasons:?}");
     assert_eq!(env.pve.ct_config(101).unwrap()["rootfs"], "other:vm-101-disk-0,size=8G");
 
     // --adopt where everything applies in place: the plan says `adopt`, then our mark is written.
     env.pve.exec("pve.ct(101).config['rootfs'] = 'local-lvm:vm-101-disk-0,size=8G'");
-    let plan = adopting.plan(&spec(1024), RecreatePolicy::Never).await.unwrap();
+    let plan = b.plan(&spec(1024), adopt(RecreatePolicy::Never)).await.unwrap();
     let Action::Adopt { changes, .. } = &plan.action else { panic!("{plan:#?}") };
     let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
     for k in ["memory", "description", "tags"] {
         assert!(keys.contains(&k), "{keys:?}");
     }
-    let out = env.provision(&adopting, spec(1024), RecreatePolicy::Never).await;
+    let out = env.provision(&b, spec(1024), adopt(RecreatePolicy::Never)).await;
     assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
     assert!(matches!(out.plan.action, Action::Adopt { .. }), "{out:#?}");
     let cfg = env.pve.ct_config(101).unwrap();
@@ -525,12 +519,12 @@ fn cli_plan_shows_foreign_and_adopt() {
 async fn a_held_config_file_lock_is_waited_for_within_the_lock_timeout_then_named() {
     // Each write waits PVE's 10 s for the lock: 0.1 s here.
     let env = Env::new(0.01);
-    let b = env.backend(60, 60, false);
+    let b = env.backend(60, 60);
     assert_eq!(env.provision(&b, spec(512), RecreatePolicy::Never).await.outcome, Outcome::Ok);
 
     // Another task takes the config lock and never lets go.
     env.pve.exec("await pve.hold_config_lock(101, None)");
-    let b = env.backend(2, 60, false);
+    let b = env.backend(2, 60);
     env.pve.requests(true);
     let out = tokio::time::timeout(Duration::from_secs(60), env.provision(&b, spec(1024), RecreatePolicy::Never))
         .await
@@ -548,7 +542,7 @@ async fn a_held_config_file_lock_is_waited_for_within_the_lock_timeout_then_name
 
     // The lock is let go after 100 PVE seconds (1 s): waited for, then the change is applied.
     env.pve.exec("pve.release_config_lock(101)\nawait pve.hold_config_lock(101, 100)");
-    let b = env.backend(60, 60, false);
+    let b = env.backend(60, 60);
     let out = env.provision(&b, spec(1024), RecreatePolicy::Never).await;
     assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
     let cfg = env.pve.ct_config(101).unwrap();
@@ -564,7 +558,7 @@ async fn a_held_config_file_lock_is_waited_for_within_the_lock_timeout_then_name
 #[tokio::test(flavor = "multi_thread")]
 async fn a_start_done_by_another_run_since_the_plan_is_not_sent_again() {
     let env = Env::new(0.0);
-    let b = env.backend(10, 60, false);
+    let b = env.backend(10, 60);
     assert_eq!(env.provision(&b, spec(512), RecreatePolicy::Never).await.outcome, Outcome::Ok);
     let other = format!("{}proxmox-gitops lease: runner9:77:run-5:beef until {}\n", description("broker"), now() + 600);
     for lease_seen_by_the_plan in [true, false] {
@@ -581,7 +575,7 @@ async fn a_start_done_by_another_run_since_the_plan_is_not_sent_again() {
         env.pve.exec("pve.ct(101).status = 'running'");
         env.set_description(101, &description("broker"));
         env.pve.requests(true);
-        let out = env.apply(&b, planned, RecreatePolicy::Never).await;
+        let out = env.apply(&b, planned).await;
         assert_eq!(out.outcome, Outcome::Ok, "{out:#?}");
         let starts: Vec<_> =
             env.pve.writes(false).into_iter().filter(|(_, p, _)| p.ends_with("/status/start")).collect();

@@ -101,7 +101,8 @@ fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
                 "hostname": spec.hostname,
                 "address": "<address>",
                 "ssh_port": 22,
-                "plan": {"name": spec.name, "vmid": 90001, "hostname": spec.hostname, "action": "create", "start": true},
+                "plan": {"name": spec.name, "vmid": 90001, "hostname": spec.hostname, "action": "create", "start": true,
+                         "policy": "never"},
                 "actions": [
                     {"action": "bootstrap-base", "upid": null, "exit_status": "OK", "duration_ms": 0,
                      "detail": format!("{base} (debian bookworm) in {}", f.lxc_path.display())},
@@ -204,7 +205,7 @@ fn test_rerun_changes_nothing() -> Result<(), Failed> {
         let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
         assert_eq!(plan.action, Action::Nothing);
         assert!(!plan.start);
-        let p2 = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        let p2 = f.backend.apply(&spec, &plan, &f.apply_options()).await;
         assert_ok(&p2);
         assert_eq!(actions(&p2), Vec::<&str>::new());
         assert!(!p2.created);
@@ -214,7 +215,7 @@ fn test_rerun_changes_nothing() -> Result<(), Failed> {
         f.backend.client().stop(&spec.hostname, std::time::Duration::from_secs(30)).await.unwrap();
         let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
         assert_eq!((plan.action.clone(), plan.start), (Action::Nothing, true));
-        let p3 = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        let p3 = f.backend.apply(&spec, &plan, &f.apply_options()).await;
         assert_ok(&p3);
         assert_eq!(actions(&p3), vec!["start", "address", "wait-ssh"]);
         assert_eq!(p3.address, p1.address);
@@ -254,7 +255,7 @@ fn test_resource_change_is_applied() -> Result<(), Failed> {
         let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
         assert!(keys.iter().any(|k| k.contains("memory")), "{keys:?}");
         assert!(keys.iter().any(|k| k.contains("cpu")), "{keys:?}");
-        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        let p = f.backend.apply(&spec, &plan, &f.apply_options()).await;
         assert_ok(&p);
         assert_eq!(actions(&p), vec!["config", "cgroup"]);
         assert_eq!(memory_limit(f, &spec.hostname), (384u64 << 20).to_string());
@@ -277,7 +278,7 @@ fn test_resource_change_is_applied() -> Result<(), Failed> {
                 reboot_needed: true,
             }
         );
-        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        let p = f.backend.apply(&spec, &plan, &f.apply_options()).await;
         assert_ok(&p);
         assert_eq!(actions(&p), vec!["config"]);
         assert!(
@@ -300,7 +301,7 @@ fn test_recreate_refused_without_the_flag() -> Result<(), Failed> {
         spec.vmid = 90006;
         let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
         assert_eq!(plan.action, Action::refused_recreate(vec!["vmid changed from 90005 to 90006".into()]));
-        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        let p = f.backend.apply(&spec, &plan, &f.apply_options()).await;
         assert_eq!(
             p.outcome,
             Outcome::Failed {
@@ -317,7 +318,7 @@ fn test_recreate_refused_without_the_flag() -> Result<(), Failed> {
 
         let plan = f.backend.plan(&spec, RecreatePolicy::WhenNeeded).await.unwrap();
         assert!(matches!(plan.action, Action::Recreate { .. }), "{plan:?}");
-        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::WhenNeeded)).await;
+        let p = f.backend.apply(&spec, &plan, &f.apply_options()).await;
         assert_ok(&p);
         assert_eq!(actions(&p), vec!["stop", "destroy", "clone", "config", "install-key", "start", "address", "wait-ssh"]);
         // The recreated container gets the address it had: derived from its hostname, and free.
@@ -478,7 +479,7 @@ fn test_two_runs_creating_one_container_at_once_take_turns() -> Result<(), Faile
         assert_ok(&first(f).await.1);
         let spec = f.spec("twice", 90030);
         let _guard = f.guard(&spec);
-        let opts = f.apply_options(RecreatePolicy::Never);
+        let opts = f.apply_options();
         // Both plans are made before either run acts, as two pipelines do.
         let plans = [
             f.backend.plan(&spec, RecreatePolicy::Never).await.expect("plan"),
@@ -545,7 +546,7 @@ fn test_a_create_killed_half_way_is_removed_and_made_again() -> Result<(), Faile
         interrupted::mark(&marker, spec.vmid).unwrap();
         let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
         assert_eq!((plan.action.clone(), plan.start), (Action::Create, true));
-        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        let p = f.backend.apply(&spec, &plan, &f.apply_options()).await;
         assert_ok(&p);
         assert_eq!(
             actions(&p),
@@ -566,7 +567,7 @@ fn test_a_create_killed_half_way_is_removed_and_made_again() -> Result<(), Faile
         interrupted::mark(&marker, spec.vmid).unwrap();
         let plan = f.backend.plan(&spec, RecreatePolicy::Never).await.unwrap();
         assert_eq!(plan.action, Action::Create);
-        let p = f.backend.apply(&spec, &plan, &f.apply_options(RecreatePolicy::Never)).await;
+        let p = f.backend.apply(&spec, &plan, &f.apply_options()).await;
         assert_ok(&p);
         assert_eq!(actions(&p)[..2], ["remove-interrupted", "clone"], "{p:#?}");
         assert!(!marker.exists());

@@ -87,7 +87,6 @@ impl Env {
             wait_ssh: true,
             ssh_port: self.ssh_port,
             ssh_timeout: Duration::from_secs(10),
-            recreate: RecreatePolicy::Never,
             no_snapshot: false,
         }
     }
@@ -523,16 +522,7 @@ async fn root_only_option_under_a_token_fails_before_any_api_call() {
     s.mounts = vec![Mount::Bind { host_path: "/srv/media".into(), container_path: "/media".into() }];
     let out = env.provision_one(&b, s.clone()).await;
     // apply() refuses too, before any request, even when handed a plan.
-    let plan = proxmox_gitops::model::ContainerPlan {
-        name: "nas".into(),
-        vmid: 120,
-        hostname: "nas".into(),
-        action: Action::Create,
-        start: true,
-        node: None,
-        placement: None,
-        migrate: None,
-    };
+    let plan = proxmox_gitops::model::ContainerPlan::new("nas", 120, "nas", Action::Create, true);
     let direct = b.apply(&s, &plan, &env.apply_opts(), &ArtifactDir::new(env.artifacts.path())).await;
     assert_eq!(direct.outcome, out[0].outcome);
     assert_eq!(direct.node, None);

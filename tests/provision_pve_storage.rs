@@ -62,12 +62,7 @@ impl Env {
     async fn provision_all(&self, specs: Vec<ContainerSpec>, policy: RecreatePolicy) -> Vec<Provision> {
         let jobs = specs.len();
         let planned = backend::plan_all(&self.backend, specs, policy, jobs).await;
-        let opts = ApplyOptions {
-            share: self.share.path().to_path_buf(),
-            wait_ssh: false,
-            recreate: policy,
-            ..ApplyOptions::default()
-        };
+        let opts = ApplyOptions { share: self.share.path().to_path_buf(), wait_ssh: false, ..ApplyOptions::default() };
         let dir = ArtifactDir::new(self.artifacts.path());
         step::apply_all(&self.backend, planned, &opts, jobs, &dir).await.unwrap()
     }

@@ -29,9 +29,6 @@ pub struct PveConnect {
     /// Timeout of one read request (GET, and the login), after which it is abandoned and sent
     /// again ([`crate::pve::ClientOptions::read_timeout`]).
     pub read_timeout: Duration,
-    /// `--adopt`: plan a container at a lib's vmid that proxmox-gitops did not create as
-    /// `adopt` (our mark written in place) instead of refusing it as foreign.
-    pub adopt: bool,
     /// Whether a plan waits for a container PVE has locked (its running task) before it reads
     /// it ([`crate::backend::pve::PveBackendOptions::wait_for_locks`]); `false` (the `plan`
     /// subcommand without `--wait-for-locks`) reports the container busy.
@@ -49,7 +46,6 @@ impl Default for PveConnect {
             timeouts: Timeouts::default(),
             request_timeout: crate::pve::DEFAULT_WRITE_TIMEOUT,
             read_timeout: crate::pve::DEFAULT_READ_TIMEOUT,
-            adopt: false,
             wait_for_locks: true,
             task_times: crate::pve::task_wait::default_task_times_file(),
         }
@@ -125,7 +121,6 @@ pub fn pve_backend(settings: &Settings, connect: &PveConnect) -> Result<PveBacke
             },
             node: s.node.clone(),
             timeouts: connect.timeouts.clone(),
-            adopt: connect.adopt,
             wait_for_locks: connect.wait_for_locks,
         },
     ))

@@ -17,9 +17,8 @@ use super::lxc::LxcBackend;
 use super::pve::PveBackend;
 use crate::artifact::ArtifactDir;
 use crate::inventory::ContainerSpec;
-use crate::model::{
-    Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision, RecreatePolicy,
-};
+use crate::model::PlanPolicy;
+use crate::model::{Action, ActionRecord, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision};
 use crate::snapshot::guard;
 
 /// A provisioning backend, opened once per run ([`super::open`]). The steps dispatch over the
@@ -66,7 +65,8 @@ impl Backend {
     ///
     /// # Errors
     /// The backend's planning errors.
-    pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> anyhow::Result<ContainerPlan> {
+    pub async fn plan(&self, spec: &ContainerSpec, policy: impl Into<PlanPolicy>) -> anyhow::Result<ContainerPlan> {
+        let policy = policy.into();
         match self {
             Backend::Pve(b) => b.plan(spec, policy).await,
             Backend::Lxc(b) => b.plan(spec, policy).await,
@@ -157,9 +157,10 @@ pub struct Planned {
 pub async fn plan_all(
     backend: &Backend,
     specs: Vec<ContainerSpec>,
-    policy: RecreatePolicy,
+    policy: impl Into<PlanPolicy>,
     jobs: usize,
 ) -> Vec<Planned> {
+    let policy = policy.into();
     let round = match backend {
         Backend::Pve(b) if specs.len() > 1 => b.begin_plan_round().await.is_ok(),
         _ => false,

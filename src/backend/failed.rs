@@ -14,16 +14,8 @@ pub fn failed_before_plan(
     e: &anyhow::Error,
 ) -> Provision {
     let error = crate::actions::redact(&format!("{e:#}"));
-    let plan = ContainerPlan {
-        name: spec.name.clone(),
-        vmid: spec.vmid,
-        hostname: spec.hostname.clone(),
-        action: Action::refused_blocked(vec![format!("planning failed: {error}")]),
-        start: false,
-        node: None,
-        placement: None,
-        migrate: None,
-    };
+    let action = Action::refused_blocked(vec![format!("planning failed: {error}")]);
+    let plan = ContainerPlan::new(&spec.name, spec.vmid, &spec.hostname, action, false);
     Provision {
         node: spec.node.clone(),
         address: spec.ip.address().map(|a| a.to_string()),

@@ -76,7 +76,6 @@ impl PveTlsArgs {
             timeouts: Timeouts::default(),
             request_timeout: Duration::from_secs(self.timeout_write),
             read_timeout: Duration::from_secs(self.timeout_read),
-            adopt: false,
             wait_for_locks: true,
             task_times: crate::pve::task_wait::default_task_times_file(),
         })
@@ -225,6 +224,11 @@ impl PolicyArgs {
             (None, true) => RecreatePolicy::WhenNeeded,
             (None, false) => RecreatePolicy::Never,
         }
+    }
+
+    /// The recreate policy with `--adopt`: what the planner gets.
+    pub fn plan_policy(&self) -> crate::model::PlanPolicy {
+        crate::model::PlanPolicy { recreate: self.policy(), adopt: self.adopt }
     }
 
     /// The policy when `--recreate` or `--allow-recreate` was given; `None` when neither was.

@@ -22,9 +22,7 @@ use crate::artifact;
 use crate::error::{Error, Location, Result};
 use crate::gitea::{CREATE_PULL_PATIENCE, Client, Patience};
 use crate::model::{BackendKind, RecreatePolicy};
-use crate::steps::auto_merge::{
-    AutoMerge, AutoMergeOptions, MergeResult, RepoRef, Verdict, auto_deploy, auto_merge, policy_word,
-};
+use crate::steps::auto_merge::{AutoMerge, AutoMergeOptions, MergeResult, RepoRef, Verdict, auto_deploy, auto_merge};
 
 /// Arguments of `auto-merge`. The three settings that fall back to an environment variable read
 /// it here ([`from_env`]) rather than through clap: a workflow passes an unset Actions variable as
@@ -241,7 +239,7 @@ fn human(r: &AutoMerge, path: &std::path::Path) -> String {
             if r.dry_run { "would be merged" } else { "merged" },
             r.pulls_with(Verdict::Blocked).len(),
             r.pulls_with(Verdict::Failed).len(),
-            policy_word(r.recreate),
+            r.recreate.as_str(),
             if r.forced { ", --force: AUTO_DEPLOY is not true" } else { "" },
             path.display()
         ));

@@ -108,8 +108,8 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     };
     let secs = std::time::Duration::from_secs;
     let runner_opts = RunnerOptions {
-        pve: crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? },
-        recreate,
+        pve: args.pve.connect()?,
+        policy: crate::model::PlanPolicy { recreate, adopt: args.policy.adopt },
         wait_ssh: args.ssh.wait(),
         ssh_port: args.ssh.ssh_port,
         ssh_timeout: args.ssh.timeout(),

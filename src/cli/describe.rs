@@ -269,6 +269,8 @@ mod tests {
             node: None,
             placement: None,
             migrate: None,
+            policy: crate::model::RecreatePolicy::Never,
+            reboot_for_pending: false,
         }
     }
 

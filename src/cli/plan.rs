@@ -97,11 +97,7 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     };
     let backend = match (offline.is_none() && provisions, kind) {
         (true, Some(BackendKind::Pve)) => {
-            let connect = crate::backend::PveConnect {
-                adopt: args.policy.adopt,
-                wait_for_locks: args.wait_for_locks,
-                ..args.pve.connect()?
-            };
+            let connect = crate::backend::PveConnect { wait_for_locks: args.wait_for_locks, ..args.pve.connect()? };
             Some(crate::backend::open(BackendKind::Pve, &settings, &connect)?)
         }
         (true, Some(BackendKind::Lxc)) => match crate::backend::lxc_backend(&settings) {
@@ -116,7 +112,8 @@ pub fn run(ctx: &Ctx, args: PlanArgs) -> Result<Plan> {
     ctx.inputs_checked()?;
     if let Some(backend) = backend {
         // Live state: what provision would do to each container (reads only).
-        let live = crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.policy(), args.jobs.get());
+        let live =
+            crate::steps::plan::with_live_state(&mut p, &inv, &backend, args.policy.plan_policy(), args.jobs.get());
         super::run::block_on(super::run::Threads::Default, live)?;
     }
     mark_done_steps(ctx, &inv, &mut p, args.run_id.as_deref().filter(|r| !r.is_empty()));

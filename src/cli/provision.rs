@@ -138,27 +138,27 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
         }
         None => inv.select(&args.containers, args.all, NotFound::InStage)?.into_iter().cloned().collect(),
     };
-    let backend = backend::open(
-        kind,
-        &settings,
-        &crate::backend::PveConnect { adopt: args.policy.adopt, ..args.pve.connect()? },
-    )?;
+    let backend = backend::open(kind, &settings, &args.pve.connect()?)?;
     ctx.inputs_checked()?;
     let jobs = args.jobs.get();
-    let policy = saved.as_ref().map_or_else(|| args.policy.policy(), |(_, _, p)| *p);
+    let recreate = saved.as_ref().map_or_else(|| args.policy.policy(), |(_, _, p)| *p);
+    let policy = crate::model::PlanPolicy { recreate, adopt: args.policy.adopt };
     let opts = ApplyOptions {
         share: settings.share.clone(),
         wait_ssh: args.ssh.wait(),
         ssh_port: args.ssh.ssh_port,
         ssh_timeout: args.ssh.timeout(),
-        recreate: policy,
         no_snapshot: args.no_snapshot,
     };
     block_on(Threads::Default, async {
         let planned = backend::plan_all(&backend, specs, policy, jobs).await;
         if !ctx.json {
             let mut s = table(&["NAME", "HOSTNAME", "VMID", "PLAN", "START"], &plan_rows(&planned));
-            s.push_str(&format!("\nplan for {} container(s) on {kind} (recreate policy {policy:?})\n", planned.len()));
+            s.push_str(&format!(
+                "\nplan for {} container(s) on {kind} (recreate policy {})\n",
+                planned.len(),
+                recreate.as_str()
+            ));
             print!("{s}");
         }
         if let Some((path, plan, _)) = &saved {

@@ -21,7 +21,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::gitea::Client;
 use crate::model::{BackendKind, RecreatePolicy};
-use crate::steps::auto_merge::{RepoRef, policy_word};
+use crate::steps::auto_merge::RepoRef;
 use crate::steps::plan::{plan, with_live_state};
 use crate::steps::release_pr::{PlanText, ReleasePr, ReleasePrOptions, release_pr};
 
@@ -120,7 +120,7 @@ pub fn run(ctx: &Ctx, args: ReleasePrArgs) -> Result<()> {
         super::plan::mark_done_steps(ctx, inv, &mut p, None);
         let node_of = |name: &str| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default();
         let against = match &offline {
-            None => format!("the live {kind} backend (recreate policy `{}`)", policy_word(policy)),
+            None => format!("the live {kind} backend (recreate policy `{}`)", policy.as_str()),
             Some(o) => format!("no live state ({})", crate::actions::markdown_cell(&o.why)),
         };
         Ok(PlanText {

@@ -347,7 +347,14 @@ pub fn plan(inv: &Inventory, git_ref: &str, names: &[String]) -> Result<Plan> {
 /// provision), the settings it changes in the user's terms and the PVE config digest it was
 /// planned against, planning at most `jobs` containers at a time; records the backend and
 /// `policy` in [`Plan::backend`] and [`Plan::recreate`]. Reads only; nothing changes.
-pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend, policy: RecreatePolicy, jobs: usize) {
+pub async fn with_live_state(
+    plan: &mut Plan,
+    inv: &Inventory,
+    backend: &Backend,
+    policy: impl Into<crate::model::PlanPolicy>,
+    jobs: usize,
+) {
+    let policy = policy.into();
     let specs: Vec<crate::inventory::ContainerSpec> = plan
         .containers
         .iter()
@@ -356,13 +363,15 @@ pub async fn with_live_state(plan: &mut Plan, inv: &Inventory, backend: &Backend
         .collect();
     let planned = plan_all(backend, specs, policy, jobs).await;
     plan.backend = Some(backend.kind());
-    plan.recreate = Some(policy);
+    plan.recreate = Some(policy.recreate);
     for p in planned {
         if let Some(c) = plan.containers.iter_mut().find(|c| c.name == p.spec.name) {
             match p.plan {
                 Ok(cp) => {
                     c.settings = match backend.kind() {
-                        BackendKind::Pve => crate::backend::pve::planner::setting_changes(&p.spec, &cp.action, policy),
+                        BackendKind::Pve => {
+                            crate::backend::pve::planner::setting_changes(&p.spec, &cp.action, policy.recreate)
+                        }
                         BackendKind::Lxc => crate::backend::lxc::planner::setting_changes(&p.spec, &cp),
                     };
                     c.config_digest = backend.config_digest(cp.vmid);

@@ -178,7 +178,6 @@ impl FakePve {
             timeouts,
             request_timeout: Duration::from_secs(20),
             read_timeout: Duration::from_secs(20),
-            adopt: false,
             wait_for_locks: true,
             task_times: Some(self.dir.path().join("pve-task-times.json")),
         }

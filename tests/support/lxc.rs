@@ -99,8 +99,8 @@ impl Fixture {
     }
 
     /// Apply options of this run (keys in the run's share, SSH wait 120 s).
-    pub fn apply_options(&self, recreate: RecreatePolicy) -> ApplyOptions {
-        ApplyOptions { share: self.share.path().to_path_buf(), recreate, ..ApplyOptions::default() }
+    pub fn apply_options(&self) -> ApplyOptions {
+        ApplyOptions { share: self.share.path().to_path_buf(), ..ApplyOptions::default() }
     }
 
     /// A spec for a container called `<prefix><short>` with vmid `vmid` (DHCP, 1 core, 256 MiB).
@@ -117,7 +117,7 @@ impl Fixture {
     /// Plans and applies `spec`; panics with the artifact when the outcome is not ok.
     pub async fn provision(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> Provision {
         let plan = self.backend.plan(spec, policy).await.expect("plan");
-        self.backend.apply(spec, &plan, &self.apply_options(policy)).await
+        self.backend.apply(spec, &plan, &self.apply_options()).await
     }
 
     /// Removes everything of this run, base last.

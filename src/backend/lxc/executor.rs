@@ -22,6 +22,7 @@ use super::{
 };
 use crate::inventory::ContainerSpec;
 use crate::lxc::{self, State};
+use crate::model::PlanPolicy;
 use crate::model::{
     Action, ActionRecord, ApplyOptions, BackendKind, Change, ContainerPlan, Outcome, Provision, RecreatePolicy,
 };
@@ -62,7 +63,7 @@ impl LxcBackend {
             p.actions.push(record("lock-wait", t, Some(format!("{} held by {who}", lock.path().display()))));
             tracing::info!("{name}: waited {} s for {who}; planning again", waited.as_secs());
         }
-        let again = self.plan(spec, opts.recreate).await?;
+        let again = self.plan(spec, PlanPolicy::of(plan)).await?;
         if again.action == plan.action {
             return self.apply_inner(spec, plan, opts, p).await;
         }
@@ -111,7 +112,7 @@ impl LxcBackend {
                  containers it did not make"
             ),
             Action::Recreate { reasons } => {
-                if opts.recreate == RecreatePolicy::Never {
+                if plan.policy == RecreatePolicy::Never {
                     bail!("the plan recreates `{name}` ({}), but the recreate policy is `never`", reasons.join("; "));
                 }
                 p.actions.extend(self.destroy_container(name).await?);

@@ -60,7 +60,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::inventory::ContainerSpec;
 use crate::lxc::LxcClient;
-use crate::model::{ActionRecord, ContainerPlan, RecreatePolicy};
+use crate::model::PlanPolicy;
+use crate::model::{ActionRecord, ContainerPlan};
 
 pub use base::{BaseStatus, bootstrap_env, transient_download_error};
 pub use desired::{Desired, MANAGED_KEYS, desired, hwaddr};
@@ -261,7 +262,10 @@ impl LxcBackend {
     /// # Errors
     /// A mount the host cannot provide, unreadable config or
     /// metadata, a failing `lxc-info`.
-    pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> Result<ContainerPlan> {
+    pub async fn plan(&self, spec: &ContainerSpec, policy: impl Into<PlanPolicy>) -> Result<ContainerPlan> {
+        // The lxc backend adopts nothing: a container it did not make is refused whatever
+        // `--adopt` says.
+        let policy = policy.into().recreate;
         let desired = self.desired(spec, false).await?;
         let live = self.live(&spec.hostname).await?;
         Ok(plan_container(spec, &desired, live.as_ref(), policy))

@@ -57,15 +57,11 @@ pub fn plan_container(
     live: Option<&LxcObserved>,
     policy: RecreatePolicy,
 ) -> ContainerPlan {
+    // No reboot for pending keys: LXC applies what it cannot change live at the next start,
+    // and the plan says `reboot_needed` for those.
     let plan = |action: Action, start: bool| ContainerPlan {
-        name: spec.name.clone(),
-        vmid: spec.vmid,
-        hostname: spec.hostname.clone(),
-        action,
-        start,
-        node: None,
-        placement: None,
-        migrate: None,
+        policy,
+        ..ContainerPlan::new(&spec.name, spec.vmid, &spec.hostname, action, start)
     };
     let Some(live) = live else {
         return plan(Action::Create, true);
@@ -237,6 +233,8 @@ mod terms_tests {
             node: None,
             placement: None,
             migrate: None,
+            policy: crate::model::RecreatePolicy::Never,
+            reboot_for_pending: false,
         };
         let got: Vec<String> = setting_changes(&spec, &plan)
             .iter()
@@ -270,6 +268,8 @@ mod terms_tests {
             node: None,
             placement: None,
             migrate: None,
+            policy: crate::model::RecreatePolicy::Never,
+            reboot_for_pending: false,
         };
         let got = setting_changes(&spec, &plan);
         assert_eq!(got, vec![SettingChange::new("SWAP", Some("512".into()), Some("256".into()))]);

@@ -8,7 +8,7 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::inventory::{IpConfig, Mount};
 use crate::lxc::{LxcConfig, State};
-use crate::model::{Action, Change};
+use crate::model::{Action, Change, RecreatePolicy};
 
 fn spec() -> ContainerSpec {
     ContainerSpec { cores: 2, swap_mib: 256, ..ContainerSpec::new("broker", 101, IpConfig::Dhcp) }
@@ -220,7 +220,14 @@ fn plan_of(action: Action, start: bool) -> ContainerPlan {
         node: None,
         placement: None,
         migrate: None,
+        policy: RecreatePolicy::Never,
+        reboot_for_pending: false,
     }
+}
+
+/// `plan` as recorded under `policy`.
+fn under(policy: RecreatePolicy, plan: ContainerPlan) -> ContainerPlan {
+    ContainerPlan { policy, ..plan }
 }
 
 #[test]
@@ -231,7 +238,10 @@ fn plan_absent_creates_equal_is_nothing() {
     assert_eq!(plan_container(&s, &d, None, RecreatePolicy::Never), plan_of(Action::Create, true));
     let live = live_from(&d, State::Running);
     assert_eq!(plan_container(&s, &d, Some(&live), RecreatePolicy::Never), plan_of(Action::Nothing, false));
-    assert_eq!(plan_container(&s, &d, Some(&live), RecreatePolicy::WhenNeeded), plan_of(Action::Nothing, false));
+    assert_eq!(
+        plan_container(&s, &d, Some(&live), RecreatePolicy::WhenNeeded),
+        under(RecreatePolicy::WhenNeeded, plan_of(Action::Nothing, false))
+    );
     let stopped = live_from(&d, State::Stopped);
     assert_eq!(plan_container(&s, &d, Some(&stopped), RecreatePolicy::Never), plan_of(Action::Nothing, true));
 }
@@ -311,7 +321,7 @@ fn plan_base_or_vmid_change_needs_the_policy() {
     );
     assert_eq!(
         plan_container(&s, &d, Some(&live), RecreatePolicy::WhenNeeded),
-        plan_of(Action::Recreate { reasons }, true)
+        under(RecreatePolicy::WhenNeeded, plan_of(Action::Recreate { reasons }, true))
     );
     live.meta = Some(Meta { vmid: 205, ..d.meta.clone() });
     assert_eq!(
@@ -321,13 +331,16 @@ fn plan_base_or_vmid_change_needs_the_policy() {
     live.meta = None;
     assert_eq!(
         plan_container(&s, &d, Some(&live), RecreatePolicy::WhenNeeded),
-        plan_of(
-            Action::Recreate {
-                reasons: vec![
-                    "container `broker` exists but was not made by proxmox-gitops (no proxmox-gitops.json)".into()
-                ]
-            },
-            true
+        under(
+            RecreatePolicy::WhenNeeded,
+            plan_of(
+                Action::Recreate {
+                    reasons: vec![
+                        "container `broker` exists but was not made by proxmox-gitops (no proxmox-gitops.json)".into()
+                    ]
+                },
+                true
+            )
         )
     );
 }
@@ -339,9 +352,15 @@ fn plan_always_recreates_an_existing_container() {
     let live = live_from(&d, State::Running);
     assert_eq!(
         plan_container(&s, &d, Some(&live), RecreatePolicy::Always),
-        plan_of(Action::Recreate { reasons: vec!["the recreate policy is `always`".into()] }, true)
+        under(
+            RecreatePolicy::Always,
+            plan_of(Action::Recreate { reasons: vec!["the recreate policy is `always`".into()] }, true)
+        )
     );
-    assert_eq!(plan_container(&s, &d, None, RecreatePolicy::Always), plan_of(Action::Create, true));
+    assert_eq!(
+        plan_container(&s, &d, None, RecreatePolicy::Always),
+        under(RecreatePolicy::Always, plan_of(Action::Create, true))
+    );
 }
 
 #[test]

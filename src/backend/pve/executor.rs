@@ -15,6 +15,7 @@ use super::lifecycle::Created;
 use super::planner::PveObserved;
 use super::{PveBackend, Rec};
 use crate::inventory::{ContainerSpec, IpConfig};
+use crate::model::PlanPolicy;
 use crate::model::{Action, ApplyOptions, BackendKind, ContainerPlan, Outcome, Provision};
 use crate::pve::PveError;
 
@@ -94,7 +95,6 @@ impl PveBackend {
         &self,
         spec: &ContainerSpec,
         plan: &ContainerPlan,
-        opts: &ApplyOptions,
         node: &str,
         held: &mut Option<Held>,
         fin: &mut Final,
@@ -121,7 +121,7 @@ impl PveBackend {
                 tracing::info!("{}: CT {vmid} {what} since the plan; planning again under the lease", spec.name);
             }
         }
-        let again = self.plan(spec, opts.recreate).await?;
+        let again = self.plan(spec, PlanPolicy::of(plan)).await?;
         if again.action == plan.action && again.start == plan.start && again.migrate == plan.migrate {
             return Ok(None);
         }
@@ -189,7 +189,7 @@ impl PveBackend {
             Action::Nothing if !plan.start && plan.migrate.is_none() => {}
             Action::Create => {}
             Action::Nothing | Action::Update { .. } | Action::Adopt { .. } | Action::Recreate { .. } => {
-                if let Some(again) = self.lease_and_check(spec, &plan, opts, node, held, fin).await? {
+                if let Some(again) = self.lease_and_check(spec, &plan, node, held, fin).await? {
                     plan = again;
                 }
             }
@@ -224,7 +224,7 @@ impl PveBackend {
             }
             Action::Update { changes, resizes, .. } | Action::Adopt { changes, resizes, .. } => {
                 self.migrate_leased(vmid, &plan, node, held, rec).await?;
-                self.update_in_place(node, spec, &plan, changes, resizes, opts, rec).await?;
+                self.update_in_place(node, spec, &plan, changes, resizes, rec).await?;
             }
         }
         if plan.start || fin.created {
@@ -271,7 +271,7 @@ impl PveBackend {
                 fin.created = true;
                 Ok(None)
             }
-            Created::Taken => self.after_lost_race(spec, node, opts, held, rec, fin).await.map(Some),
+            Created::Taken => self.after_lost_race(spec, node, held, rec, fin).await.map(Some),
         }
     }
 
@@ -283,7 +283,6 @@ impl PveBackend {
         &self,
         spec: &ContainerSpec,
         node: &str,
-        opts: &ApplyOptions,
         held: &mut Option<Held>,
         rec: &mut Rec,
         fin: &mut Final,
@@ -309,7 +308,7 @@ impl PveBackend {
         match &again.action {
             Action::Nothing => {}
             Action::Update { changes, resizes, .. } | Action::Adopt { changes, resizes, .. } => {
-                self.update_in_place(node, spec, &again, changes, resizes, opts, rec).await?;
+                self.update_in_place(node, spec, &again, changes, resizes, rec).await?;
             }
             Action::Foreign { reason } => bail!("{}: {reason}", spec.name),
             Action::Create | Action::Recreate { .. } | Action::Refused { .. } => bail!(
@@ -333,7 +332,6 @@ impl PveBackend {
         plan: &ContainerPlan,
         changes: &[crate::model::Change],
         resizes: &[crate::model::Resize],
-        opts: &ApplyOptions,
         rec: &mut Rec,
     ) -> anyhow::Result<()> {
         let vmid = spec.vmid;
@@ -347,7 +345,7 @@ impl PveBackend {
             self.resize(node, vmid, &r.disk, r.to_gib, rec).await?;
         }
         if !plan.start {
-            self.apply_pending(node, vmid, opts, rec).await?;
+            self.apply_pending(node, vmid, plan, rec).await?;
         }
         Ok(())
     }
@@ -475,10 +473,9 @@ impl PveBackend {
 
     /// What PVE keeps pending for the running CT `vmid` (`GET …/pending`: entries with
     /// `pending` or `delete`) is applied by a reboot (`POST …/status/reboot`, recorded as
-    /// `reboot`) when the recreate policy allows a restart
-    /// ([`crate::model::RecreatePolicy::allows_restart`]); otherwise a warning says it
-    /// stays pending until the next restart and how to restart now.
-    async fn apply_pending(&self, node: &str, vmid: u32, opts: &ApplyOptions, rec: &mut Rec) -> anyhow::Result<()> {
+    /// `reboot`) when the plan says so ([`ContainerPlan::reboot_for_pending`]); otherwise a
+    /// warning says it stays pending until the next restart and how to restart now.
+    async fn apply_pending(&self, node: &str, vmid: u32, plan: &ContainerPlan, rec: &mut Rec) -> anyhow::Result<()> {
         let ct = self.client.ct(node, vmid);
         let keys: Vec<String> = ct
             .pending()
@@ -489,7 +486,7 @@ impl PveBackend {
         if keys.is_empty() {
             return Ok(());
         }
-        if !opts.recreate.allows_restart() {
+        if !plan.reboot_for_pending {
             rec.warnings.push(format!(
                 "pending until the next restart: CT {vmid} applies {} when it starts again; the recreate policy \
                  `never` allows no restart — re-run with --allow-recreate, or run `pct reboot {vmid}` on node {node}",

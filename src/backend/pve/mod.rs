@@ -12,7 +12,7 @@
 //!   digest; the create itself for a new container) and waiting out PVE's own locks.
 //!
 //! Ownership: a container at a lib's vmid without our mark ([`desired::marked_for`]) is planned
-//! as `foreign` and never touched; `--adopt` ([`PveBackendOptions::adopt`]) plans it as `adopt`
+//! as `foreign` and never touched; `--adopt` ([`crate::model::PlanPolicy::adopt`]) plans it as `adopt`
 //! (our mark written in place), never as a recreate.
 //!
 //! Execution rules (PVE behaviour handled here, each covered by `tests/provision_pve.rs`):
@@ -63,7 +63,8 @@ use self::desired::{Desired, PveDefaults, desired};
 use self::placement::{NodeDecision, NodePlan, Wish};
 use self::planner::{LiveCt, PveObserved};
 use crate::inventory::ContainerSpec;
-use crate::model::{Action, ActionRecord, ContainerPlan, RecreatePolicy};
+use crate::model::PlanPolicy;
+use crate::model::{Action, ActionRecord, ContainerPlan};
 use crate::pve::{PveClient, PveError, TaskOutcome};
 
 /// Per-operation timeouts (how long a task may run before the step gives up on it).
@@ -119,9 +120,6 @@ pub struct PveBackendOptions {
     pub node: Option<String>,
     /// Timeouts.
     pub timeouts: Timeouts,
-    /// `--adopt`: take over containers at a lib's vmid that lack our mark, in place
-    /// ([`planner::plan_with`]).
-    pub adopt: bool,
     /// Whether [`PveBackend::plan`] waits for a container PVE has locked (its running task,
     /// bounded: see [`lease`]) before it reads it — what `provision` and `deploy` need to carry
     /// out the plan. `false` (the `plan` subcommand) fails the container's plan at once as busy,
@@ -451,14 +449,15 @@ impl PveBackend {
     /// # Errors
     /// Root-only options under a non-root identity (before any API call), spec problems
     /// ([`crate::error::Problems`] inside the `anyhow::Error`), API errors.
-    pub async fn plan(&self, spec: &ContainerSpec, policy: RecreatePolicy) -> anyhow::Result<ContainerPlan> {
+    pub async fn plan(&self, spec: &ContainerSpec, policy: impl Into<PlanPolicy>) -> anyhow::Result<ContainerPlan> {
+        let PlanPolicy { recreate: policy, adopt } = policy.into();
         self.check_permissions(spec)?;
         let np = self.node_plan(spec).await?;
         let node = np.node.clone();
         let d = self.desired_for(spec, &node).await?;
         let at = np.live_node.clone().unwrap_or_else(|| node.clone());
         let (live, digest, notes) = self.read_settled(spec, &at).await?;
-        let mut planned = planner::plan_with(&d, &live, policy, self.client.auth().is_root(), self.opts.adopt);
+        let mut planned = planner::plan_with(&d, &live, policy, self.client.auth().is_root(), adopt);
         planned.warnings.splice(0..0, notes);
         // A node change alone is a migration; a recreate (for other reasons) destroys on the
         // node the container is on and creates on the new one, so the migration stays in the
@@ -480,6 +479,8 @@ impl PveBackend {
             node: Some(node),
             placement: np.placement,
             migrate,
+            policy,
+            reboot_for_pending: planned.reboot_for_pending,
         })
     }
 

@@ -133,7 +133,7 @@ fn problem(v: &ContainerVerdict, policy: RecreatePolicy) -> Option<String> {
                  snapshot, or run with --recreate when-needed",
                 v.name,
                 reasons.join("; "),
-                policy_word(policy)
+                policy.as_str()
             )),
             Action::Refused { reasons, needs_recreate: false } => {
                 Some(format!("{} cannot be provisioned as specified: {}", v.name, reasons.join("; ")))
@@ -168,7 +168,7 @@ fn wording_action(plan: &crate::model::ContainerPlan, policy: RecreatePolicy) ->
             format!("update in place ({}){}", parts.join(", "), if *reboot_needed { ", reboot needed" } else { "" })
         }
         Action::Recreate { reasons } => {
-            format!("recreate, allowed by the recreate policy `{}` ({})", policy_word(policy), reasons.join("; "))
+            format!("recreate, allowed by the recreate policy `{}` ({})", policy.as_str(), reasons.join("; "))
         }
         Action::Refused { reasons, .. } => format!("refused ({})", reasons.join("; ")),
         Action::Adopt { changes, .. } => {
@@ -192,15 +192,6 @@ fn kind_word(v: &ContainerVerdict) -> &'static str {
         Some(Action::Adopt { .. }) => "to adopt",
         Some(Action::Foreign { .. }) => "foreign",
         None => "not planned",
-    }
-}
-
-/// The policy as `--recreate` spells it.
-pub fn policy_word(p: RecreatePolicy) -> &'static str {
-    match p {
-        RecreatePolicy::Never => "never",
-        RecreatePolicy::WhenNeeded => "when-needed",
-        RecreatePolicy::Always => "always",
     }
 }
 

@@ -35,7 +35,7 @@
 
 mod decide;
 
-pub use decide::{Candidate, decide, policy_word};
+pub use decide::{Candidate, decide};
 
 use serde::{Deserialize, Serialize};
 
@@ -466,7 +466,7 @@ async fn merge(
             "Merged by `proxmox-gitops auto-merge` (AUTO_DEPLOY) at {}: the release plan of {what} needs no recreate \
              that the recreate policy `{}` refuses.\n\n{}",
             decide::short(&pull.head),
-            decide::policy_word(opts.policy),
+            opts.policy.as_str(),
             pull.reason
         )),
         head_commit_id: Some(pull.head.clone()),

@@ -11,7 +11,7 @@ use super::render_error;
 use crate::artifact::{self, ArtifactDir};
 use crate::error::{Error, Result};
 use crate::inventory::{ContainerSpec, Inventory};
-use crate::model::{BackendKind, RecreatePolicy};
+use crate::model::BackendKind;
 use crate::settings::Settings;
 use crate::steps::plan::Step;
 
@@ -73,8 +73,9 @@ pub trait StepRunner: Send + Sync + 'static {
 pub struct RunnerOptions {
     /// PVE TLS and timeouts (backend `pve`).
     pub pve: crate::backend::PveConnect,
-    /// When an existing container may be destroyed and created again (provision).
-    pub recreate: RecreatePolicy,
+    /// When an existing container may be destroyed and created again, and whether one we did
+    /// not create is adopted (provision).
+    pub policy: crate::model::PlanPolicy,
     /// Wait until SSH answers after a start (provision).
     pub wait_ssh: bool,
     /// SSH port to wait for and connect to (22).
@@ -95,7 +96,7 @@ pub struct RunnerOptions {
     pub plan_wording: fn(&crate::model::ContainerPlan) -> String,
     /// A saved plan being applied (`deploy --plan`): provision refuses a container whose fresh
     /// plan or PVE config digest differs from the saved one ([`crate::steps::plan::live_moved`])
-    /// instead of applying it; [`RunnerOptions::recreate`] should be the plan's policy.
+    /// instead of applying it; [`RunnerOptions::policy`] should be the plan's policy.
     pub saved_plan: Option<Arc<crate::steps::plan::Plan>>,
 }
 
@@ -108,7 +109,7 @@ impl Default for RunnerOptions {
     fn default() -> Self {
         Self {
             pve: crate::backend::PveConnect::default(),
-            recreate: RecreatePolicy::Never,
+            policy: crate::model::PlanPolicy::default(),
             wait_ssh: true,
             ssh_port: 22,
             ssh_timeout: Duration::from_secs(120),
@@ -202,7 +203,6 @@ impl BuiltinRunner {
             wait_ssh: self.options.wait_ssh,
             ssh_port: self.options.ssh_port,
             ssh_timeout: self.options.ssh_timeout,
-            recreate: self.options.recreate,
             no_snapshot: self.options.no_snapshot,
         };
         let _group = crate::actions::Group::start(&format!("provision {}", spec.name));
@@ -215,7 +215,7 @@ impl BuiltinRunner {
             crate::backend::failed_before_plan(ctx.backend, spec, &opts, &e)
         } else {
             match self.backend(ctx.backend).await {
-                Ok(backend) => match backend.plan(spec, self.options.recreate).await {
+                Ok(backend) => match backend.plan(spec, self.options.policy).await {
                     Ok(plan) => {
                         tracing::info!("{}: plan: {}", spec.name, (self.options.plan_wording)(&plan));
                         match self.moved_since_saved_plan(spec, &plan, backend) {

@@ -76,6 +76,10 @@ pub struct PvePlanned {
     pub start: bool,
     /// Notes for the artifact (unknown ostemplate, pending changes, a lock …).
     pub warnings: Vec<String>,
+    /// Whether what PVE keeps pending after the in-place change of the running container is
+    /// applied by a reboot ([`crate::model::ContainerPlan::reboot_for_pending`]): the policy
+    /// allows a restart ([`RecreatePolicy::allows_restart`]).
+    pub reboot_for_pending: bool,
 }
 
 /// Splits a PVE property string `first,k=v,…` into the bare first value and the pairs.
@@ -294,14 +298,17 @@ pub fn plan(d: &Desired, live: &PveObserved, policy: RecreatePolicy, is_root: bo
 /// Lease lines in the description (`proxmox-gitops lease: …`) are ignored throughout.
 pub fn plan_with(d: &Desired, live: &PveObserved, policy: RecreatePolicy, is_root: bool, adopt: bool) -> PvePlanned {
     let ct = match live {
-        PveObserved::Absent => return PvePlanned { action: Action::Create, start: true, warnings: vec![] },
+        PveObserved::Absent => {
+            return PvePlanned { action: Action::Create, start: true, warnings: vec![], reboot_for_pending: false };
+        }
         PveObserved::Present(ct) => ct,
     };
     let cfg = &ct.config;
     let live_desc = without_lease(cfg.get("description").map(String::as_str).unwrap_or(""));
     let ours = marked_for(&live_desc, &d.name);
     if !ours && !adopt {
-        return PvePlanned { action: sections::foreign(d, cfg, &live_desc), start: false, warnings: vec![] };
+        let action = sections::foreign(d, cfg, &live_desc);
+        return PvePlanned { action, start: false, warnings: vec![], reboot_for_pending: false };
     }
     let mut f = sections::Findings::default();
     sections::identity(d, cfg, &mut f);
@@ -320,7 +327,9 @@ pub fn plan_with(d: &Desired, live: &PveObserved, policy: RecreatePolicy, is_roo
         Action::Refused { .. } | Action::Foreign { .. } => false,
         Action::Nothing | Action::Update { .. } | Action::Adopt { .. } => !ct.running,
     };
-    PvePlanned { action, start, warnings }
+    let in_place = matches!(action, Action::Update { .. } | Action::Adopt { .. });
+    let reboot_for_pending = in_place && ct.running && policy.allows_restart();
+    PvePlanned { action, start, warnings, reboot_for_pending }
 }
 
 /// `yes`/`no` for a PVE boolean (`1`, `true` …; unset is `no`).

@@ -44,14 +44,14 @@ fn run(d: &Desired, ct: LiveCt, policy: RecreatePolicy, root: bool) -> PvePlanne
 #[test]
 fn absent_creates() {
     let p = plan(&want(), &PveObserved::Absent, RecreatePolicy::Never, false);
-    assert_eq!(p, PvePlanned { action: Action::Create, start: true, warnings: vec![] });
+    assert_eq!(p, PvePlanned { action: Action::Create, start: true, warnings: vec![], reboot_for_pending: false });
 }
 
 #[test]
 fn equal_is_nothing() {
     let d = want();
     let p = run(&d, live_of(&d), RecreatePolicy::Never, false);
-    assert_eq!(p, PvePlanned { action: Action::Nothing, start: false, warnings: vec![] });
+    assert_eq!(p, PvePlanned { action: Action::Nothing, start: false, warnings: vec![], reboot_for_pending: false });
     let mut stopped = live_of(&d);
     stopped.running = false;
     // Memory comes back as a string or number; `lock` is ignored (with a warning).
@@ -215,7 +215,9 @@ fn a_new_mount_point_or_device_is_added_in_place_never_recreated() {
             // PVE hotplugs a new mount point and device into a running container.
             reboot_needed: false,
         };
-        assert_eq!(p, PvePlanned { action: action.clone(), start: false, warnings: vec![] });
+        // Anything PVE still leaves pending is applied by a reboot only where the policy allows one.
+        let reboot_for_pending = policy.allows_restart();
+        assert_eq!(p, PvePlanned { action: action.clone(), start: false, warnings: vec![], reboot_for_pending });
         assert_eq!(lines(&s, &action, policy), vec!["MOUNT +local-lvm:4:/data", "MOUNT +/dev/ttyUSB0"]);
     }
 }
@@ -694,4 +696,24 @@ fn the_users_notes_in_the_description_are_kept_and_not_a_change() {
         user_notes(&lookalike),
         "ostemplate: local:vztmpl/alpine.tar.xz is what Bob wants\nmanaged by proxmox-gitops: lib `other`\n"
     );
+}
+
+#[test]
+fn the_plan_decides_whether_a_reboot_applies_what_pve_keeps_pending() {
+    let (_, d) = with_mounts(vec![volume(4, "/data")]);
+    let running = live_of(&d);
+    let mut stopped = running.clone();
+    stopped.running = false;
+    let decided = |ct: &LiveCt, policy| run(&d, ct.clone(), policy, true).reboot_for_pending;
+    // An in-place change of a running container: a reboot only where the policy allows one.
+    assert!(!decided(&running, RecreatePolicy::Never));
+    assert!(decided(&running, RecreatePolicy::WhenNeeded));
+    // A stopped container applies everything when this run starts it: no reboot.
+    assert!(!decided(&stopped, RecreatePolicy::WhenNeeded));
+    // Nothing to change, nothing to reboot for.
+    let mut same = running.clone();
+    same.config.insert("mp0".into(), "local-lvm:vm-101-disk-1,mp=/data,size=4G".into());
+    let p = run(&d, same, RecreatePolicy::WhenNeeded, true);
+    assert_eq!(p.action, Action::Nothing, "{p:?}");
+    assert!(!p.reboot_for_pending);
 }
