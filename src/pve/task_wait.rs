@@ -22,24 +22,23 @@
 //!   * while the interval is wider than max(5 ms, 0.5 % of `secs`) — *learning* — one probe in
 //!     its middle (a probe finding the task stopped ends the wait early and halves the interval
 //!     from above, one finding it running halves it from below: a bit per poll, which costs the
-//!     fewest polls; three probes per wait learned in fewer waits but cost 13 % more polls
-//!     per task-second in the benchmark),
+//!     fewest polls; three probes per wait learn in fewer waits but cost more polls per
+//!     task-second),
 //!   * once narrow, after eight waits without a probe — a *check* — one probe twice that width
-//!     below `secs`, so
-//!     that a task that got faster is followed: a check finding it running becomes the new `lo`
-//!     (the old one may be stale), so the next wait bisects once more; one finding it stopped
-//!     moves `secs` down and widens `lo` geometrically below it until a poll sees the task
-//!     running, and the waits after learn again,
+//!     below `secs`, so that a task that got faster is followed: a check finding it running
+//!     becomes the new `lo` (the old one may be stale), so the next wait bisects once more; one
+//!     finding it stopped moves `secs` down and widens `lo` geometrically below it until a poll
+//!     sees the task running, and the waits after learn again,
 //!   * then the *target* just after `secs` (+ max(4 ms, 0.3 %)); if still running, every
 //!     max(5 ms, 1 %) until `1.25 secs + 50 ms`, then as for an unknown duration;
 //! * **unknown duration**: at once, after 50 ms, then doubling, at most every 500 ms.
 //!
 //! A steady task therefore costs one poll per wait besides the once-a-second polls of a long
-//! task (plus two about every tenth wait: the check and the bisection after it), noticed within about 1 % of its duration, after a few learning
-//! waits. Never more than `4 + 2 × elapsed seconds`
-//! status polls in all (two per task-second, plus the first four, so that a task of well under a
-//! second can still be bracketed), whatever the learned interval says. Every wait ends at its
-//! timeout.
+//! task (plus two about every tenth wait: the check and the bisection after it), and its end is
+//! noticed within about 1 % of its duration, after a few learning waits. Never more than
+//! `4 + 2 × elapsed seconds` status polls in all (two per task-second, plus the first four, so
+//! that a task of well under a second can still be bracketed), whatever the learned interval
+//! says. Every wait ends at its timeout. Measurements: `docs/benchmarks/latency.md`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
