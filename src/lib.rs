@@ -13,13 +13,15 @@
 //!    artifact in → plan → effects → typed artifact out. A step never imports another step;
 //!    only [`steps::deploy`] composes them.
 //! 3. [`backend`] — provisioning backends (PVE, local LXC) behind one enum ([`backend::Backend`],
-//!    chosen by [`backend::open`]), each a pure planner over desired state plus a thin executor;
-//!    the live side of deployed containers without artifacts — state, way in, health check,
-//!    snapshots, reboot, rollback ([`backend::live`]). [`snapshot`] — data archives (with the
-//!    pre- and post-snapshot hooks), container snapshots and the protect-before-destroy rule
-//!    ([`snapshot::guard`]). [`access`] — the one way into a container, from its provision
-//!    artifact or from what its backend reports live (`lxc-attach` or SSH with its own key
-//!    pair), and the guard's way in with its remedies.
+//!    chosen by [`backend::open`]), each in its own folder: a pure planner over desired state,
+//!    a thin executor, and its live view of deployed containers without artifacts (state, way
+//!    in, snapshots, reboot, rollback), dispatched by [`backend::live::Live`]. Below them, on
+//!    the same floor and unaware of any backend: [`live`] — the [`live::Containers`] trait the
+//!    `health` and `update` steps use, and the container health check over it; [`access`] — the
+//!    one way into a container, from its provision artifact or from what its backend reports
+//!    live (`lxc-attach` or SSH with its own key pair), and the guard's way in with its
+//!    remedies; [`snapshot`] — data archives (with the pre- and post-snapshot hooks), container
+//!    snapshots and the protect-before-destroy rule ([`snapshot::guard`]).
 //!    [`control_plane`] — what the control plane's container `config` runs (Gitea and its runner):
 //!    its programs (given or downloaded and verified) and its rendered configuration.
 //! 4. Clients, one per external system, unaware of the pipeline and of each other:
@@ -48,6 +50,7 @@ pub mod exec;
 pub mod git;
 pub mod gitea;
 pub mod inventory;
+pub mod live;
 pub mod lxc;
 pub mod model;
 pub mod pipe;

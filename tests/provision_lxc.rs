@@ -90,7 +90,8 @@ fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
         let (spec, p) = first(f).await;
         assert_ok(p);
         let base = &f.backend.options().base;
-        let warning = "DISK size 4 GiB not enforced: the lxc backend keeps the rootfs as a directory (storage `local` ignored)";
+        let warning =
+            "DISK size 4 GiB not enforced: the lxc backend keeps the rootfs as a directory (storage `local` ignored)";
         assert_eq!(
             normalised(p),
             json!({

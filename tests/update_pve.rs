@@ -21,10 +21,11 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use proxmox_gitops::artifact::ArtifactDir;
-use proxmox_gitops::backend::live::{Containers, CtState, Live, LiveOptions, SnapshotTaken};
+use proxmox_gitops::backend::live::{Live, LiveOptions};
 use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::exec::{BoxFuture, ExecStatus, RemoteExec};
 use proxmox_gitops::inventory::ContainerSpec;
+use proxmox_gitops::live::{Containers, CtState, SnapshotTaken};
 use proxmox_gitops::model::BackendKind;
 use proxmox_gitops::snapshot::ct::CtSnapshotInfo;
 use proxmox_gitops::steps::update::{self as step, UpdateOptions, UpdateResult};

@@ -12,10 +12,11 @@ use time::OffsetDateTime;
 use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table_of};
 use crate::artifact;
-use crate::backend::live::{self, CheckOptions, HealthState, LiveOptions};
+use crate::backend::live::{self, LiveOptions};
 use crate::error::{Error, Location, Result};
 use crate::gitea::Client;
 use crate::inventory::{ContainerSpec, NotFound};
+use crate::live::{CheckOptions, HealthState};
 use crate::model::Outcome;
 use crate::settings::{GiteaAuthKind, ProcessEnv, Settings};
 use crate::steps::health::{self as step, Health, HealthOptions};
@@ -258,7 +259,7 @@ fn result(report: &Health) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::live::{ContainerHealth, HealthState, ServiceCheck};
+    use crate::live::{ContainerHealth, HealthState, ServiceCheck};
     use crate::steps::health::Description;
 
     fn report() -> Health {

@@ -12,9 +12,10 @@ use super::health::ReachArgs;
 use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table_of};
 use crate::artifact;
-use crate::backend::live::{self, CheckOptions, LiveOptions};
+use crate::backend::live::{self, LiveOptions};
 use crate::error::{Error, Result};
 use crate::inventory::{ContainerSpec, NotFound};
+use crate::live::CheckOptions;
 use crate::settings::{ProcessEnv, Settings};
 use crate::steps::update::{self as step, Update, UpdateOptions, UpdateResult};
 

@@ -21,9 +21,10 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::artifact::Artifact;
-use crate::backend::live::{Containers, KeyDrift, Live, Orphan};
+use crate::backend::live::{KeyDrift, Live, Orphan};
 use crate::backend::pve::desired::PveDefaults;
 use crate::inventory::ContainerSpec;
+use crate::live::Containers;
 use crate::model::BackendKind;
 
 /// The `drift.json` artifact.

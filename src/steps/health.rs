@@ -3,7 +3,7 @@
 //! bounded parallelism; then, optionally, each lib repository's description on Gitea set to a
 //! one-line status.
 //!
-//! The check of one container is [`crate::backend::live::check`] (shared with `update`); this
+//! The check of one container is [`crate::live::check`] (shared with `update`); this
 //! step runs it for the selection ([`check_all`]), builds the `health.json` artifact
 //! ([`Health`]) and the description lines ([`description_line`], pure), and writes them
 //! ([`describe`]: `PATCH /repos/{owner}/{repo}`, Gitea `repoEdit`).
@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::artifact::Artifact;
-use crate::backend::live::{CheckOptions, ContainerHealth, Containers, HealthState, check};
 use crate::gitea::{Client, EditRepoOption};
 use crate::inventory::{ContainerSpec, Inventory};
+use crate::live::{CheckOptions, ContainerHealth, Containers, HealthState, check};
 use crate::model::{BackendKind, Outcome};
 
 /// The `health.json` artifact.
@@ -204,7 +204,7 @@ pub async fn describe(client: &Client, inv: &Inventory, report: &mut Health, org
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::live::ServiceCheck;
+    use crate::live::ServiceCheck;
     use time::macros::datetime;
 
     fn health(state: HealthState) -> ContainerHealth {

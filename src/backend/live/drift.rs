@@ -28,7 +28,7 @@
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::{CtState, Live};
+use super::Live;
 use crate::backend::lxc::{HostFacts, Meta, config_changes};
 use crate::backend::pve::desired::drift::config_drift;
 use crate::backend::pve::desired::{
@@ -36,6 +36,7 @@ use crate::backend::pve::desired::{
 };
 use crate::inventory::ContainerSpec;
 use crate::inventory::spec::hostname;
+use crate::live::CtState;
 use crate::lxc::META_FILE;
 pub use crate::model::KeyDrift;
 
@@ -150,7 +151,7 @@ impl Live {
 }
 
 async fn pve_drift(
-    p: &super::pve::PveLive,
+    p: &crate::backend::pve::live::PveLive,
     resources: &crate::pve::ClusterResources,
     spec: &ContainerSpec,
     defaults: &PveDefaults,
@@ -230,7 +231,7 @@ fn lxc_terms(key: &str, value: Option<&str>) -> (String, String) {
     }
 }
 
-async fn lxc_drift(l: &super::lxc::LxcLive, spec: &ContainerSpec) -> anyhow::Result<Vec<KeyDrift>> {
+async fn lxc_drift(l: &crate::backend::lxc::live::LxcLive, spec: &ContainerSpec) -> anyhow::Result<Vec<KeyDrift>> {
     let name = spec.hostname.as_str();
     let state = l.status(spec).await?;
     match &state {

@@ -1,6 +1,6 @@
-//! Operations on containers that already exist, per backend: their state, a way in, container
-//! snapshots, reboot and rollback — what `health` and `update` need, from the inventory and the
-//! settings alone.
+//! [`Live`]: the real [`crate::live::Containers`] of a run, dispatched to the backend's own
+//! implementation (`backend/pve/live.rs`, `backend/lxc/live.rs`) — state, a way in, container
+//! snapshots, reboot and rollback, from the inventory and the settings alone — and [`drift`].
 //!
 //! # Why not the provision artifact
 //!
@@ -18,146 +18,34 @@
 //!   `<share>/.keys/<vmid>`, as `config` (commands through `sudo -n`) or `root`, trusting the
 //!   host key on first use into `<artifacts>/known_hosts/<name>` like `configure`.
 //!
-//! A container that is not ours is never touched: [`CtState::Foreign`] says why.
+//! Both enter a container through [`crate::access`]. A container that is not ours is never
+//! touched: [`CtState::Foreign`] says why.
 //!
 //! # Files
 //!
-//! * this file — [`CtState`], the [`Containers`] trait (the one seam the steps use, so tests can
-//!   replace the way in), [`Live`] (the real one) and [`open`];
-//! * `pve` / `lxc` — the two implementations;
+//! * this file — [`Live`] and [`open`];
 //! * [`drift`] — how a deployed container differs from its spec, key by key, and the
-//!   containers carrying our mark whose lib is gone (`proxmox-gitops drift`);
-//! * [`health`] — the container health check (state, answer, services) and waiting until a
-//!   container answers after a start; `health` and `update` share it.
+//!   containers carrying our mark whose lib is gone (`proxmox-gitops drift`).
+//!
+//! The [`crate::live::Containers`] trait (the one seam the steps use, so tests can replace the
+//! way in) and the health check over it are in [`crate::live`], below the backends.
 
 pub mod drift;
-#[cfg(test)]
-pub(crate) mod fake;
-pub mod health;
-mod lxc;
-mod pve;
 
 use std::time::Duration;
 
+use super::lxc::live::LxcLive;
+use super::pve::live::{PveLive, PveLiveOptions};
 use crate::artifact::ArtifactDir;
 use crate::error::Result;
 use crate::exec::{BoxFuture, RemoteExec};
 use crate::inventory::ContainerSpec;
+use crate::live::{Containers, CtState, SnapshotTaken};
 use crate::model::BackendKind;
 use crate::settings::Settings;
 use crate::snapshot::ct::CtSnapshotInfo;
 
 pub use drift::{KeyDrift, Orphan};
-pub use health::{CheckOptions, ContainerHealth, HealthState, ServiceCheck, check, wait_ready};
-
-/// What the backend says about the container a spec describes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CtState {
-    /// There is no container at the spec's vmid (PVE) or hostname (LXC): not deployed.
-    Absent,
-    /// A container is there but was not made for this spec (another hostname on PVE, no or
-    /// other metadata on LXC): it is never touched. `detail` says what was found.
-    Foreign {
-        /// What was found, one sentence.
-        detail: String,
-    },
-    /// Running.
-    Running,
-    /// Exists and does not run: `stopped`, or the backend's other state (`frozen`, `starting`).
-    NotRunning {
-        /// The backend's state, lowercase.
-        state: String,
-    },
-}
-
-/// A container snapshot taken through [`Containers::snapshot`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotTaken {
-    /// The PVE task's UPID (`None` for LXC).
-    pub upid: Option<String>,
-    /// True when the container was stopped for the snapshot and started again: the caller
-    /// waits until it answers. (No backend does so today: LXC freezes a running container.)
-    pub restarted: bool,
-    /// How long the container was paused for it, in milliseconds (LXC: frozen while its rootfs
-    /// was copied); `None` when it was not interrupted.
-    pub downtime_ms: Option<u64>,
-}
-
-/// Operations on existing containers, one implementation per backend ([`Live`]); the steps
-/// `health` and `update` only use this trait, so a test can replace a part (the way in) and
-/// keep the rest. Every method is bounded in time; none of them creates or destroys a
-/// container.
-pub trait Containers: Send + Sync {
-    /// The backend.
-    fn kind(&self) -> BackendKind;
-
-    /// Where this backend looks for containers, for a message about one it did not find
-    /// (`LXC path /var/lib/lxc`, `the PVE cluster at https://pve:8006`).
-    fn searched(&self) -> String {
-        format!("the {} backend", self.kind())
-    }
-
-    /// The container's state, after the ownership check ([`CtState::Foreign`]).
-    ///
-    /// # Errors
-    /// The backend cannot answer (API error, `lxc-info` failing).
-    fn status<'a>(&'a self, spec: &'a ContainerSpec) -> BoxFuture<'a, anyhow::Result<CtState>>;
-
-    /// A way to run commands as root in the running container, each command bounded by
-    /// `timeout` (see the module docs for how it is reached).
-    ///
-    /// # Errors
-    /// Why it cannot be reached (no address, no key, SSH unreachable or refused, LXC unusable).
-    fn exec<'a>(
-        &'a self,
-        spec: &'a ContainerSpec,
-        timeout: Duration,
-    ) -> BoxFuture<'a, anyhow::Result<Box<dyn RemoteExec>>>;
-
-    /// Takes container snapshot `name` with `description` (PVE `POST …/snapshot`, waited for;
-    /// LXC: stopped, `lxc-snapshot`, started again when it ran).
-    ///
-    /// # Errors
-    /// The backend's error (storage without snapshots, a lock, the name in use); an LXC
-    /// container is started again before the error is returned.
-    fn snapshot<'a>(
-        &'a self,
-        spec: &'a ContainerSpec,
-        name: &'a str,
-        description: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<SnapshotTaken>>;
-
-    /// The container's snapshots (PVE's `current` left out; LXC by the names this tool gave).
-    ///
-    /// # Errors
-    /// The backend's error.
-    fn snapshots<'a>(&'a self, spec: &'a ContainerSpec) -> BoxFuture<'a, anyhow::Result<Vec<CtSnapshotInfo>>>;
-
-    /// Deletes snapshot `name`; the UPID for PVE.
-    ///
-    /// # Errors
-    /// The backend's error.
-    fn delete_snapshot<'a>(
-        &'a self,
-        spec: &'a ContainerSpec,
-        name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<Option<String>>>;
-
-    /// Rolls the container back to snapshot `name` and starts it (PVE: `POST
-    /// …/snapshot/{name}/rollback` with `start=1`, waited for; LXC: stop, `lxc-snapshot -r`,
-    /// start). Returns the UPID for PVE. The caller waits until it answers.
-    ///
-    /// # Errors
-    /// The backend's error (no such snapshot, a lock, a failing task).
-    fn rollback<'a>(&'a self, spec: &'a ContainerSpec, name: &'a str) -> BoxFuture<'a, anyhow::Result<Option<String>>>;
-
-    /// Reboots the running container (PVE: `POST …/status/reboot`, waited for; LXC: stop,
-    /// start). Returns the UPID for PVE. The caller waits until it answers.
-    ///
-    /// # Errors
-    /// The backend's error.
-    fn reboot<'a>(&'a self, spec: &'a ContainerSpec) -> BoxFuture<'a, anyhow::Result<Option<String>>>;
-}
 
 /// How [`open`] reaches containers and bounds the backend's operations.
 #[derive(Debug, Clone)]
@@ -177,14 +65,28 @@ pub struct LiveOptions {
     pub ssh_port: u16,
 }
 
+impl LiveOptions {
+    /// What the PVE implementation takes of these options.
+    fn for_pve(self) -> PveLiveOptions {
+        PveLiveOptions {
+            timeouts: self.pve.timeouts,
+            snapshot_timeout: self.snapshot_timeout,
+            share: self.share,
+            artifacts: self.artifacts,
+            ssh: self.ssh,
+            ssh_port: self.ssh_port,
+        }
+    }
+}
+
 /// The real [`Containers`] of a backend, opened once per run.
 // One value per run (or per container): the size difference costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
 pub enum Live {
     /// Proxmox VE over its API (SSH into the containers).
-    Pve(Box<pve::PveLive>),
+    Pve(Box<PveLive>),
     /// LXC on this host (`lxc-attach` into the containers).
-    Lxc(lxc::LxcLive),
+    Lxc(LxcLive),
 }
 
 /// Opens the backend `kind` for operations on existing containers: the PVE client from the
@@ -198,14 +100,14 @@ pub fn open(kind: BackendKind, settings: &Settings, opts: LiveOptions) -> Result
     match kind {
         BackendKind::Pve => {
             let client = super::pve_client(settings, &opts.pve)?;
-            Ok(Live::Pve(Box::new(pve::PveLive::new(
+            Ok(Live::Pve(Box::new(PveLive::new(
                 std::sync::Arc::new(client),
                 settings.pve.node.clone(),
                 settings.pve.interface.clone(),
-                opts,
+                opts.for_pve(),
             ))))
         }
-        BackendKind::Lxc => Ok(Live::Lxc(lxc::LxcLive::new(super::lxc_backend(settings)?))),
+        BackendKind::Lxc => Ok(Live::Lxc(LxcLive::new(super::lxc_backend(settings)?))),
     }
 }
 
@@ -217,12 +119,12 @@ impl Live {
         interface: String,
         opts: LiveOptions,
     ) -> Live {
-        Live::Pve(Box::new(pve::PveLive::new(client, node, interface, opts)))
+        Live::Pve(Box::new(PveLive::new(client, node, interface, opts.for_pve())))
     }
 
     /// Operations over an opened LXC backend.
     pub fn lxc(backend: super::lxc::LxcBackend) -> Live {
-        Live::Lxc(lxc::LxcLive::new(backend))
+        Live::Lxc(LxcLive::new(backend))
     }
 }
 

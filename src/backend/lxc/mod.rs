@@ -49,6 +49,7 @@ mod executor;
 pub mod guest;
 pub mod host;
 pub mod interrupted;
+pub mod live;
 pub mod lock;
 pub mod planner;
 

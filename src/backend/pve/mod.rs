@@ -48,6 +48,7 @@ pub mod desired;
 mod executor;
 pub mod lease;
 mod lifecycle;
+pub mod live;
 mod migration;
 pub mod placement;
 pub mod planner;

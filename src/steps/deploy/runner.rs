@@ -126,7 +126,7 @@ impl Default for RunnerOptions {
 /// The runner the binary ships: each arm calls the step's library function for one container.
 ///
 /// * `provision`: [`crate::steps::provision`] on the backend of `ctx.backend`, built once per
-///   deploy (one PVE session for every container): plan with [`RunnerOptions::recreate`], apply,
+///   deploy (one PVE session for every container): plan with [`RunnerOptions::policy`], apply,
 ///   write `provision/<name>.json`;
 /// * `configure`: [`crate::steps::configure::configure`] for the container (it reads
 ///   `provision/<name>.json` and writes `configure/<name>.json`);

@@ -5,7 +5,7 @@
 //!
 //! 0. a container whose hostname is this machine's is the one the run is in: skipped
 //!    ([`plan::runs_inside`]);
-//! 1. **health before** ([`crate::backend::live::check`]): only a healthy container is
+//! 1. **health before** ([`crate::live::check`]): only a healthy container is
 //!    updated ([`plan::start`]); not deployed is reported, a stopped one is skipped (neither
 //!    is a failure), anything else fails with nothing changed;
 //! 2. **distribution** — `/etc/os-release` picks the package manager ([`plan::package_manager`]:
@@ -41,10 +41,10 @@ use time::OffsetDateTime;
 use tokio::io::AsyncWrite;
 
 use self::plan::{PackageManager, Start};
-use crate::backend::live::health::secs;
-use crate::backend::live::{CheckOptions, ContainerHealth, Containers, HealthState, check, wait_ready};
 use crate::exec::{RemoteExec, run_collect};
 use crate::inventory::ContainerSpec;
+use crate::live::health::secs;
+use crate::live::{CheckOptions, ContainerHealth, Containers, HealthState, check, wait_ready};
 use crate::model::{BackendKind, Outcome};
 
 /// Options of the step.

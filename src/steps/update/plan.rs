@@ -5,7 +5,7 @@
 
 use time::OffsetDateTime;
 
-use crate::backend::live::{ContainerHealth, HealthState};
+use crate::live::{ContainerHealth, HealthState};
 use crate::snapshot::ct::CtSnapshotInfo;
 use crate::snapshot::store::Stamp;
 

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::plan::PackageManager;
 use crate::artifact::Artifact;
-use crate::backend::live::ContainerHealth;
 use crate::inventory::ContainerSpec;
+use crate::live::ContainerHealth;
 use crate::model::{ActionRecord, BackendKind, Outcome};
 
 /// Bytes of a command's standard output kept in the artifact (the tail), 8 KiB.

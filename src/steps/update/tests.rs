@@ -1,4 +1,4 @@
-//! The update flow against the in-memory container of `backend::live::fake`: its snapshots keep
+//! The update flow against the in-memory container of `live::fake`: its snapshots keep
 //! and restore the "disk" (packages, service states), so a rollback is seen in the state, not
 //! only in the calls.
 
@@ -9,10 +9,10 @@ use pretty_assertions::assert_eq;
 use time::macros::datetime;
 
 use super::*;
-use crate::backend::live::fake::{Fake, State, debian};
-use crate::backend::live::{CtState, SnapshotTaken};
 use crate::exec::BoxFuture;
 use crate::inventory::IpConfig;
+use crate::live::fake::{Fake, State, debian};
+use crate::live::{CtState, SnapshotTaken};
 use crate::snapshot::ct::CtSnapshotInfo;
 
 fn spec(name: &str) -> ContainerSpec {

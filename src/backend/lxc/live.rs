@@ -1,4 +1,5 @@
-//! [`super::Containers`] for the local LXC backend, over its [`LxcClient`] (the only door to
+//! [`crate::live::Containers`] for the local LXC backend (dispatched by
+//! [`crate::backend::live::Live`]), over its [`crate::lxc::LxcClient`] (the only door to
 //! the `lxc-*` tools): state with `lxc-info`, identity from the backend's `proxmox-gitops.json`,
 //! commands with `lxc-attach`, snapshots with `lxc-snapshot` through [`LxcSnapshots`] (our
 //! `pgo-…` names kept in the snapshot's comment).
@@ -17,10 +18,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::{CtState, SnapshotTaken};
 use crate::backend::lxc::LxcBackend;
 use crate::exec::RemoteExec;
 use crate::inventory::ContainerSpec;
+use crate::live::{CtState, SnapshotTaken};
 use crate::lxc::META_FILE;
 use crate::lxc::State;
 use crate::snapshot::ct::{CtSnapshotInfo, CtSnapshots};
@@ -32,12 +33,12 @@ pub struct LxcLive {
 }
 
 impl LxcLive {
-    pub(super) fn new(backend: LxcBackend) -> Self {
+    pub(crate) fn new(backend: LxcBackend) -> Self {
         Self { backend }
     }
 
     /// The LXC backend (client, options).
-    pub(super) fn backend(&self) -> &LxcBackend {
+    pub(crate) fn backend(&self) -> &LxcBackend {
         &self.backend
     }
 
@@ -49,7 +50,7 @@ impl LxcLive {
         self.backend.options().stop_timeout
     }
 
-    pub(super) async fn status(&self, spec: &ContainerSpec) -> anyhow::Result<CtState> {
+    pub(crate) async fn status(&self, spec: &ContainerSpec) -> anyhow::Result<CtState> {
         let client = self.backend.client();
         let name = spec.hostname.as_str();
         if !client.exists(name) {
@@ -71,7 +72,7 @@ impl LxcLive {
         })
     }
 
-    pub(super) async fn exec(&self, spec: &ContainerSpec, timeout: Duration) -> anyhow::Result<Box<dyn RemoteExec>> {
+    pub(crate) async fn exec(&self, spec: &ContainerSpec, timeout: Duration) -> anyhow::Result<Box<dyn RemoteExec>> {
         let attach = crate::access::attach_running(self.backend.client(), &spec.hostname, Some(timeout)).await?;
         Ok(Box::new(attach))
     }
@@ -84,7 +85,7 @@ impl LxcLive {
         self.backend.client().stop(name, self.stop_timeout()).await.with_context(|| format!("cannot stop `{name}`"))
     }
 
-    pub(super) async fn snapshot(
+    pub(crate) async fn snapshot(
         &self,
         spec: &ContainerSpec,
         name: &str,
@@ -95,16 +96,16 @@ impl LxcLive {
         Ok(SnapshotTaken { upid: None, restarted: false, downtime_ms: created.downtime_ms })
     }
 
-    pub(super) async fn snapshots(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<CtSnapshotInfo>> {
+    pub(crate) async fn snapshots(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<CtSnapshotInfo>> {
         Ok(self.snaps(spec).list().await?)
     }
 
-    pub(super) async fn delete_snapshot(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
+    pub(crate) async fn delete_snapshot(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
         let _lock = self.backend.lock_container(&spec.hostname).await?;
         Ok(self.snaps(spec).delete(name).await?)
     }
 
-    pub(super) async fn rollback(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
+    pub(crate) async fn rollback(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
         let host = spec.hostname.as_str();
         let _lock = self.backend.lock_container(host).await?;
         let meta_path = self.backend.client().container_dir(host).join(META_FILE);
@@ -121,7 +122,7 @@ impl LxcLive {
         Ok(None)
     }
 
-    pub(super) async fn reboot(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
+    pub(crate) async fn reboot(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
         let _lock = self.backend.lock_container(&spec.hostname).await?;
         let host = spec.hostname.as_str();
         self.stop(host).await?;

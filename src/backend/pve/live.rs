@@ -1,7 +1,8 @@
-//! [`super::Containers`] on Proxmox VE: state and identity from `GET …/status/current`,
+//! [`crate::live::Containers`] on Proxmox VE (dispatched by [`crate::backend::live::Live`]):
+//! state and identity from `GET …/status/current`,
 //! snapshots through [`PveSnapshots`] (`…/lxc/{vmid}/snapshot`), reboot (`POST
 //! …/status/reboot`) and rollback with start (`POST …/snapshot/{snapname}/rollback`, `start=1`)
-//! through [`crate::pve::ct`], each task waited for; commands over SSH (see the parent's docs).
+//! through [`crate::pve::ct`], each task waited for; commands over SSH (see [`crate::backend::live`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,13 +10,30 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use tokio::sync::OnceCell;
 
-use super::{CtState, LiveOptions, SnapshotTaken};
 use crate::backend::pve::placement::Wish;
 use crate::exec::RemoteExec;
 use crate::inventory::ContainerSpec;
+use crate::live::{CtState, SnapshotTaken};
 use crate::pve::PveClient;
 use crate::snapshot::ct::{CtSnapshotInfo, CtSnapshots};
 use crate::snapshot::pve::PveSnapshots;
+
+/// How [`PveLive`] reaches containers and bounds its tasks.
+#[derive(Debug, Clone)]
+pub struct PveLiveOptions {
+    /// Task bounds: `start` for starts, `shutdown` for the clean part of a reboot.
+    pub timeouts: super::Timeouts,
+    /// Bound of one snapshot task (create, rollback, delete), e.g. 600 s.
+    pub snapshot_timeout: Duration,
+    /// The share holding `.keys/<vmid>` (SSH into the containers).
+    pub share: std::path::PathBuf,
+    /// The artifacts directory: `known_hosts/<name>` of SSH connections.
+    pub artifacts: crate::artifact::ArtifactDir,
+    /// SSH connect tuning.
+    pub ssh: crate::ssh::ConnectOptions,
+    /// SSH port (22).
+    pub ssh_port: u16,
+}
 
 /// Operations on PVE containers through one client (one session for the run).
 pub struct PveLive {
@@ -25,21 +43,21 @@ pub struct PveLive {
     /// The containers of the cluster (`GET /cluster/resources?type=vm`), read once per run.
     listed: OnceCell<crate::pve::ClusterResources>,
     interface: String,
-    opts: LiveOptions,
+    opts: PveLiveOptions,
 }
 
 impl PveLive {
-    pub(super) fn new(client: Arc<PveClient>, node: Option<String>, interface: String, opts: LiveOptions) -> Self {
+    pub(crate) fn new(client: Arc<PveClient>, node: Option<String>, interface: String, opts: PveLiveOptions) -> Self {
         Self { client, node, discovered: OnceCell::new(), listed: OnceCell::new(), interface, opts }
     }
 
     /// The client (one session for the run).
-    pub(super) fn client(&self) -> &PveClient {
+    pub(crate) fn client(&self) -> &PveClient {
         &self.client
     }
 
     /// The configured node (`PROXMOX_NODE`), if any.
-    pub(super) fn configured_node(&self) -> Option<&str> {
+    pub(crate) fn configured_node(&self) -> Option<&str> {
         self.node.as_deref()
     }
 
@@ -65,7 +83,7 @@ impl PveLive {
     ///
     /// # Errors
     /// API errors, naming the request.
-    pub(super) async fn listed(&self) -> anyhow::Result<&crate::pve::ClusterResources> {
+    pub(crate) async fn listed(&self) -> anyhow::Result<&crate::pve::ClusterResources> {
         self.listed
             .get_or_try_init(|| self.client.cluster_resources(Some("vm")))
             .await
@@ -73,7 +91,7 @@ impl PveLive {
     }
 
     /// [`Self::find`], and an error naming the container when it is on no node (`NODE=auto`).
-    pub(super) async fn node(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
+    pub(crate) async fn node(&self, spec: &ContainerSpec) -> anyhow::Result<String> {
         self.find(spec).await?.ok_or_else(|| anyhow!("CT {} ({}) is on no node of the cluster", spec.vmid, spec.name))
     }
 
@@ -81,7 +99,7 @@ impl PveLive {
         PveSnapshots::new(self.client.clone(), node, spec.vmid).with_timeout(self.opts.snapshot_timeout)
     }
 
-    pub(super) async fn status(&self, spec: &ContainerSpec) -> anyhow::Result<CtState> {
+    pub(crate) async fn status(&self, spec: &ContainerSpec) -> anyhow::Result<CtState> {
         let Some(node) = self.find(spec).await? else { return Ok(CtState::Absent) };
         let vmid = spec.vmid;
         let Some(st) = self
@@ -145,7 +163,7 @@ impl PveLive {
             })
     }
 
-    pub(super) async fn exec(&self, spec: &ContainerSpec, timeout: Duration) -> anyhow::Result<Box<dyn RemoteExec>> {
+    pub(crate) async fn exec(&self, spec: &ContainerSpec, timeout: Duration) -> anyhow::Result<Box<dyn RemoteExec>> {
         let address = self.address(spec).await?;
         let known_hosts = self.opts.artifacts.known_hosts(&spec.name);
         let target = crate::access::ssh_target(
@@ -162,7 +180,7 @@ impl PveLive {
         Ok(Box::new(exec))
     }
 
-    pub(super) async fn snapshot(
+    pub(crate) async fn snapshot(
         &self,
         spec: &ContainerSpec,
         name: &str,
@@ -173,17 +191,17 @@ impl PveLive {
         Ok(SnapshotTaken { upid: created.upid, restarted: false, downtime_ms: created.downtime_ms })
     }
 
-    pub(super) async fn snapshots(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<CtSnapshotInfo>> {
+    pub(crate) async fn snapshots(&self, spec: &ContainerSpec) -> anyhow::Result<Vec<CtSnapshotInfo>> {
         let node = self.node(spec).await?;
         Ok(self.snaps(&node, spec).list().await?)
     }
 
-    pub(super) async fn delete_snapshot(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
+    pub(crate) async fn delete_snapshot(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
         let node = self.node(spec).await?;
         Ok(self.snaps(&node, spec).delete(name).await?)
     }
 
-    pub(super) async fn rollback(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
+    pub(crate) async fn rollback(&self, spec: &ContainerSpec, name: &str) -> anyhow::Result<Option<String>> {
         let node = self.node(spec).await?;
         let vmid = spec.vmid;
         if !valid_snapname(name) {
@@ -197,7 +215,7 @@ impl PveLive {
             .with_context(|| format!("cannot roll CT {vmid} on node {node} back to {name}"))?;
         // The rollback task stops, restores and starts: bound it by the snapshot and the start
         // timeouts together.
-        let bound = self.opts.snapshot_timeout + self.opts.pve.timeouts.start;
+        let bound = self.opts.snapshot_timeout + self.opts.timeouts.start;
         let out = self
             .client
             .wait_task(&upid, bound, &format!("rollback CT {vmid} to {name}"))
@@ -206,17 +224,17 @@ impl PveLive {
         Ok(Some(out.upid))
     }
 
-    pub(super) async fn reboot(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
+    pub(crate) async fn reboot(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
         let node = self.node(spec).await?;
         let vmid = spec.vmid;
-        let shutdown = self.opts.pve.timeouts.shutdown;
+        let shutdown = self.opts.timeouts.shutdown;
         let upid = self
             .client
             .ct(&node, vmid)
             .reboot(shutdown.as_secs())
             .await
             .with_context(|| format!("cannot reboot CT {vmid} on node {node}"))?;
-        let bound = shutdown + self.opts.pve.timeouts.start + Duration::from_secs(30);
+        let bound = shutdown + self.opts.timeouts.start + Duration::from_secs(30);
         let out = self
             .client
             .wait_task(&upid, bound, &format!("reboot CT {vmid}"))
