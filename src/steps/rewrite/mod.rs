@@ -39,7 +39,7 @@ pub use crate::gitea::names::{MAX_REPO_NAME, RepoNameError, new_url, repo_name_f
 
 pub use workflows::WorkflowOptions;
 
-use submodules::{Ctx, check_collisions, process};
+use submodules::{Walk, check_collisions, process};
 
 use std::path::{Path, PathBuf};
 
@@ -141,10 +141,10 @@ pub fn rewrite(opts: &RewriteOptions) -> Result<Remotes> {
     git.run(&wc, ["checkout", "-q", "-B", "main", "FETCH_HEAD"]).map_err(failed)?;
     let source_commit = git.run(&wc, ["rev-parse", "HEAD"]).map_err(failed)?;
 
-    let mut ctx = Ctx { git, gitea: gitea.clone(), org: &opts.org, modules: Vec::new(), problems: Problems::new() };
-    let mut commit = process(&mut ctx, &wc, &source, Path::new(""), 0, &repo_name)?;
-    check_collisions(&ctx.modules, &repo_name, &mut ctx.problems);
-    let Ctx { git, mut modules, problems, .. } = ctx;
+    let mut walk = Walk { git, gitea: gitea.clone(), org: &opts.org, modules: Vec::new(), problems: Problems::new() };
+    let mut commit = process(&mut walk, &wc, &source, Path::new(""), 0, &repo_name)?;
+    check_collisions(&walk.modules, &repo_name, &mut walk.problems);
+    let Walk { git, mut modules, problems, .. } = walk;
     problems.into_result()?;
     let mut monorepo_workflows = Vec::new();
     if let Some(w) = &opts.workflows {

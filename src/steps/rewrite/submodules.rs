@@ -11,7 +11,9 @@ use crate::error::{Error, Location, Problems, Result};
 use crate::git::Git;
 use crate::remote_url::RemoteUrl;
 
-pub(super) struct Ctx<'a> {
+/// The state of one walk over the working copy's submodules: the git runner, the control
+/// plane's URL and org, the remotes recorded so far and the problems found.
+pub(super) struct Walk<'a> {
     pub(super) git: Git,
     pub(super) gitea: url::Url,
     pub(super) org: &'a str,
@@ -75,21 +77,21 @@ pub(super) fn head_date(git: &Git, dir: &Path) -> Result<String> {
 /// Rewrites the repository at `dir` (working copy path) whose user-side checkout is `src`;
 /// `prefix` is its path from the monorepo root. Returns its new `HEAD`.
 pub(super) fn process(
-    ctx: &mut Ctx<'_>,
+    walk: &mut Walk<'_>,
     dir: &Path,
     src: &Path,
     prefix: &Path,
     depth: usize,
     top_name: &str,
 ) -> Result<String> {
-    let date = head_date(&ctx.git, dir)?;
+    let date = head_date(&walk.git, dir)?;
     let gm_display = prefix.join(".gitmodules");
     let mut changed = false;
 
     // 1. Plain directories of the monorepo that are repositories of their own on the control
     //    plane become submodules: each lib, the base role, the shared libraries, each task.
     if depth == 0 {
-        let listing = ctx
+        let listing = walk
             .git
             .run(dir, ["ls-tree", "HEAD", "--", "libs/", "tasks/", "base", "config/libraries"])
             .map_err(failed)?;
@@ -107,14 +109,14 @@ pub(super) fn process(
             let repo = match sanitize_repo_name(&lib) {
                 Ok(r) => r,
                 Err(m) => {
-                    ctx.problems.add(Location::file(path), m.to_string());
+                    walk.problems.add(Location::file(path), m.to_string());
                     continue;
                 }
             };
             let owner = owner_of(Path::new(path));
-            let url = new_url(&ctx.gitea, owner.as_deref().unwrap_or(ctx.org), &repo);
-            let commit = convert_dir(ctx, dir, path, tree, top_name, &url, &date)?;
-            ctx.modules.push(ModuleRemote {
+            let url = new_url(&walk.gitea, owner.as_deref().unwrap_or(walk.org), &repo);
+            let commit = convert_dir(walk, dir, path, tree, top_name, &url, &date)?;
+            walk.modules.push(ModuleRemote {
                 path: PathBuf::from(path),
                 name: path.to_string(),
                 repo,
@@ -132,33 +134,33 @@ pub(super) fn process(
     }
 
     // 2. Existing submodules, recursively.
-    let entries = read_gitmodules(&ctx.git, dir)?;
+    let entries = read_gitmodules(&walk.git, dir)?;
     for e in entries {
         let key = format!("submodule.{}.url", e.name);
         let Some(path) = e.path.clone() else {
-            ctx.problems.add(
+            walk.problems.add(
                 Location::file(&gm_display).with_key(format!("submodule.{}.path", e.name)),
                 "submodule without a path",
             );
             continue;
         };
         let rel = prefix.join(&path);
-        if ctx.modules.iter().any(|m| m.path == rel && m.converted) {
+        if walk.modules.iter().any(|m| m.path == rel && m.converted) {
             continue; // added in step 1 above
         }
         let Some(old) = e.url.clone().map(RemoteUrl::new) else {
-            ctx.problems.add(Location::file(&gm_display).with_key(&key), "submodule without a url");
+            walk.problems.add(Location::file(&gm_display).with_key(&key), "submodule without a url");
             continue;
         };
         let repo = match repo_name_from_url(old.expose()) {
             Ok(r) => r,
             Err(m) => {
-                ctx.problems.add(Location::file(&gm_display).with_key(&key), m.to_string());
+                walk.problems.add(Location::file(&gm_display).with_key(&key), m.to_string());
                 continue;
             }
         };
-        let Some(recorded) = gitlink(&ctx.git, dir, &path)? else {
-            ctx.problems.add(
+        let Some(recorded) = gitlink(&walk.git, dir, &path)? else {
+            walk.problems.add(
                 Location::file(&gm_display).with_key(format!("submodule.{}.path", e.name)),
                 format!("`{path}` is listed in .gitmodules but the commit has no submodule there"),
             );
@@ -166,7 +168,7 @@ pub(super) fn process(
         };
         let sub_src = src.join(&path);
         if !sub_src.join(".git").exists() {
-            ctx.problems.add(
+            walk.problems.add(
                 Location::file(&rel),
                 "submodule is not checked out in the repository; run `git submodule update --init --recursive` first \
                  (its content is taken from the checkout, never from the old URL)",
@@ -174,15 +176,15 @@ pub(super) fn process(
             continue;
         }
         if depth + 1 >= MAX_DEPTH {
-            ctx.problems
+            walk.problems
                 .add(Location::file(&rel), format!("submodules nested deeper than {MAX_DEPTH} levels (a cycle?)"));
             continue;
         }
         let sub = dir.join(&path);
         std::fs::create_dir_all(&sub)
             .map_err(|err| Error::Failed(anyhow::anyhow!("cannot create {}: {err}", sub.display())))?;
-        ctx.git.run(&sub, ["init", "-q", "-b", "main"]).map_err(failed)?;
-        ctx.git
+        walk.git.run(&sub, ["init", "-q", "-b", "main"]).map_err(failed)?;
+        walk.git
             .run(
                 &sub,
                 [
@@ -195,22 +197,23 @@ pub(super) fn process(
                 ],
             )
             .map_err(failed)?;
-        if !ctx.git.check(&sub, ["cat-file", "-e", &format!("{recorded}^{{commit}}")]).map_err(failed)? {
-            ctx.problems.add(
+        if !walk.git.check(&sub, ["cat-file", "-e", &format!("{recorded}^{{commit}}")]).map_err(failed)? {
+            walk.problems.add(
                 Location::file(&rel),
                 format!("the recorded commit {recorded} is not in the checked-out submodule; run `git submodule update --init --recursive`"),
             );
             continue;
         }
-        ctx.git.run(&sub, ["checkout", "-q", "-B", "main", &recorded]).map_err(failed)?;
-        for r in ctx.git.run(&sub, ["for-each-ref", "--format=%(refname)", "refs/pgo-source/"]).map_err(failed)?.lines()
+        walk.git.run(&sub, ["checkout", "-q", "-B", "main", &recorded]).map_err(failed)?;
+        for r in
+            walk.git.run(&sub, ["for-each-ref", "--format=%(refname)", "refs/pgo-source/"]).map_err(failed)?.lines()
         {
-            ctx.git.run(&sub, ["update-ref", "-d", r]).map_err(failed)?;
+            walk.git.run(&sub, ["update-ref", "-d", r]).map_err(failed)?;
         }
-        let index = ctx.modules.len();
+        let index = walk.modules.len();
         let owner = if depth == 0 { owner_of(&rel) } else { None };
-        let url = new_url(&ctx.gitea, owner.as_deref().unwrap_or(ctx.org), &repo);
-        ctx.modules.push(ModuleRemote {
+        let url = new_url(&walk.gitea, owner.as_deref().unwrap_or(walk.org), &repo);
+        walk.modules.push(ModuleRemote {
             path: rel.clone(),
             name: e.name.clone(),
             repo,
@@ -223,27 +226,27 @@ pub(super) fn process(
             parent: (!prefix.as_os_str().is_empty()).then(|| prefix.to_path_buf()),
             workflows: Vec::new(),
         });
-        let commit = process(ctx, &sub, &sub_src, &rel, depth + 1, top_name)?;
-        ctx.modules[index].commit = commit.clone();
+        let commit = process(walk, &sub, &sub_src, &rel, depth + 1, top_name)?;
+        walk.modules[index].commit = commit.clone();
         if old.expose() != url {
-            ctx.git.run(dir, ["config", "-f", ".gitmodules", &key, &url]).map_err(failed)?;
+            walk.git.run(dir, ["config", "-f", ".gitmodules", &key, &url]).map_err(failed)?;
             changed = true;
         }
         if commit != recorded {
-            ctx.git.run(dir, ["add", "--", &path]).map_err(failed)?;
+            walk.git.run(dir, ["add", "--", &path]).map_err(failed)?;
             changed = true;
         }
     }
 
     if changed {
-        ctx.git.run(dir, ["add", "--", ".gitmodules"]).map_err(failed)?;
-        if !ctx.git.check(dir, ["diff", "--cached", "--quiet"]).map_err(failed)? {
-            let gitea = ctx.gitea.as_str().trim_end_matches('/').to_string();
-            let msg = format!("Point submodules at {gitea}/{} [skip ci]", ctx.org);
-            ctx.git.commit(dir, &msg, &date).map_err(failed)?;
+        walk.git.run(dir, ["add", "--", ".gitmodules"]).map_err(failed)?;
+        if !walk.git.check(dir, ["diff", "--cached", "--quiet"]).map_err(failed)? {
+            let gitea = walk.gitea.as_str().trim_end_matches('/').to_string();
+            let msg = format!("Point submodules at {gitea}/{} [skip ci]", walk.org);
+            walk.git.commit(dir, &msg, &date).map_err(failed)?;
         }
     }
-    ctx.git.run(dir, ["rev-parse", "HEAD"]).map_err(failed)
+    walk.git.run(dir, ["rev-parse", "HEAD"]).map_err(failed)
 }
 
 /// The organization of the monorepo's top-level repository at `path` when it is not the
@@ -256,8 +259,16 @@ fn owner_of(path: &Path) -> Option<String> {
 
 /// Turns the directory `path` (tree `tree`) of the monorepo working copy `dir` into a submodule
 /// repository with one deterministic commit; returns that commit.
-fn convert_dir(ctx: &Ctx<'_>, dir: &Path, path: &str, tree: &str, top: &str, url: &str, date: &str) -> Result<String> {
-    let g = &ctx.git;
+fn convert_dir(
+    walk: &Walk<'_>,
+    dir: &Path,
+    path: &str,
+    tree: &str,
+    top: &str,
+    url: &str,
+    date: &str,
+) -> Result<String> {
+    let g = &walk.git;
     let msg = format!("Import {path} from {top} [skip ci]");
     let commit = g.commit_tree(dir, tree, &[], &msg, date).map_err(failed)?;
     let tmp_ref = format!("refs/pgo-import/{}", path.replace('/', "_"));
