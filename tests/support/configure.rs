@@ -45,12 +45,12 @@ pub fn prefix() -> String {
     prefix_for("cfg")
 }
 
-/// Name prefix of the containers of a test binary of `kind` (`cfg`, `ssh`): `pgotest-<kind>-<pid>-`.
+/// Name prefix of the containers of a test area of `kind` (`cfg`, `ssh`): `pgotest-<kind>-<pid>-`.
 pub fn prefix_for(kind: &str) -> String {
     format!("pgotest-{kind}-{}-", std::process::id())
 }
 
-/// The stage of a test binary of `kind`: hostnames `<stage>-<lib>` start with [`prefix_for`].
+/// The stage of a test area of `kind`: hostnames `<stage>-<lib>` start with [`prefix_for`].
 pub fn stage_for(kind: &str) -> String {
     prefix_for(kind).trim_end_matches('-').to_string()
 }
@@ -78,7 +78,7 @@ impl Lab {
         Lab::open(share, "cfg", &format!("{}base", prefix())).await
     }
 
-    /// Like [`Lab::new`] for test binary `kind` (containers `pgotest-<kind>-<pid>-…`), cloning
+    /// Like [`Lab::new`] for test area `kind` (containers `pgotest-<kind>-<pid>-…`), cloning
     /// from the base container `base`. A base named without the run's pid (e.g.
     /// `pgotest-ssh-base`) is bootstrapped once and kept for later runs (the backend locks its
     /// bootstrap); only the run's own containers are removed on drop.

@@ -1,5 +1,5 @@
-//! The one support tree of the integration tests: every `tests/*.rs` binary declares
-//! `mod support;` and uses what it needs from here.
+//! The one support tree of the integration tests: the `suite` binary (tests/suite/main.rs) and
+//! `tests/provision_lxc.rs` declare `mod support;` and use what they need from here.
 //!
 //! Shared by all: [`git`] (the one `git` runner, isolated from the host's global and system
 //! configuration), [`fs`] (copying and writing fixture trees) and [`spec`] (the one

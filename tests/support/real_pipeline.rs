@@ -1,5 +1,5 @@
 //! The broker monorepo published to a real Gitea with real runners (`real_gitea`), for the
-//! real-host pipeline tests (`tests/real_host_pipeline.rs`, `tests/real_host_concurrency.rs`):
+//! real-host pipeline tests (`tests/suite/real_host_pipeline.rs`, `tests/suite/real_host_concurrency.rs`):
 //! [`publish`] starts Gitea and the runners and publishes with the settings of a local deploy
 //! (backend `lxc`, the share, the artifacts directory, the stage `pgotest-act-<pid>`), then checks
 //! that `publish` set every one of them on Gitea; the rest reads what the runs did (job spans
