@@ -145,6 +145,7 @@ fn normalized(mut c: Configure) -> Configure {
 
 #[test]
 fn broker_and_proxy_end_to_end() {
+    let _heavy = support::heavy::area("configure");
     let tmp = tempfile::tempdir().unwrap();
     let share = tmp.path().join("share");
     let artifacts = tmp.path().join("artifacts");

@@ -89,6 +89,7 @@ fn call(
 
 #[test]
 fn config_runs_gitea_and_its_runner_and_a_second_configure_changes_nothing() {
+    let _heavy = support::heavy::area("control_plane");
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let (root, share, artifacts) = (tmp.path().join("repo"), tmp.path().join("share"), tmp.path().join("artifacts"));
@@ -271,6 +272,7 @@ fn local_monorepo(root: &Path, pve: Option<(&str, &str)>) {
 /// login. A second run changes nothing and says so.
 #[test]
 fn local_run_config_bootstraps_and_the_accepted_pull_request_deploys_the_libs() {
+    let _heavy = support::heavy::area("control_plane");
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let _ = programs();
     let tmp = tempfile::tempdir().unwrap();
@@ -359,6 +361,7 @@ fn local_run_config_bootstraps_and_the_accepted_pull_request_deploys_the_libs() 
 /// admin, `HOST` names it, and its runner registered itself with it.
 #[test]
 fn config_moved_to_pve_comes_up_with_its_data_and_points_host_at_itself() {
+    let _heavy = support::heavy::area("control_plane");
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let programs = programs();
     let tmp = tempfile::tempdir().unwrap();
@@ -529,6 +532,7 @@ fn job_logs(url: &str, run: &serde_json::Value, password: &str) -> String {
 /// new control plane holds the key pairs of the containers it takes over.
 #[test]
 fn local_control_plane_with_pve_settings_deploys_the_libs_and_itself_onto_pve() {
+    let _heavy = support::heavy::area("control_plane");
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let _ = programs();
     let tmp = tempfile::tempdir().unwrap();

@@ -98,6 +98,7 @@ fn archives(share: &Path, name: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn recreate_and_destroy_take_a_verified_snapshot_first() {
+    let _heavy = support::heavy::area("guard_lxc");
     let lxc_path = lxc_path();
     let name = format!("pgotest-grd-{}-app", std::process::id());
     let _cleanup = Cleanup(lxc_path.clone(), name.clone());
@@ -195,6 +196,7 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
 /// defined (a config and `proxmox-gitops.json` in a private LXC path), never started.
 #[test]
 fn destroy_cli_refuses_a_stopped_lxc_container_once_with_lxc_start_advice() {
+    let _heavy = support::heavy::area("guard_lxc");
     let t = tempfile::tempdir().unwrap();
     let repo = t.path().join("repo");
     let lxc = t.path().join("lxc");

@@ -115,6 +115,7 @@ fn descriptions_sent(double: &Double) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn services_up_down_and_a_stopped_container() {
+    let _heavy = support::heavy::area("health");
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("mono");
     let share = tmp.path().join("share");

@@ -943,6 +943,7 @@ fn step5_update_rolls_back(l: &mut Loop) {
 /// container; each step's doc comment says what it does and proves.
 #[test]
 fn the_loop_publish_push_deploy() {
+    let _heavy = support::heavy::area("loop_e2e");
     let _cleanup = LxcCleanup::new();
     let double = double();
     let tmp = tempfile::tempdir().unwrap();

@@ -7,8 +7,10 @@
 //! substrings, so `plan::` also matches `saved_plan::`; add `--skip saved_plan::` for plan alone.
 //!
 //! Areas now share one process: tests of different areas run in parallel, where the binaries ran
-//! one after the other. Nothing here may change process-wide state (`std::env::set_var`, the
-//! current directory, the umask): pass it to child processes instead.
+//! one after the other. The areas that use real LXC containers, the real Gitea or its runner take
+//! [`support::heavy::area`] first, so no two of them overlap (see there). Nothing here may change
+//! process-wide state (`std::env::set_var`, the current directory, the umask): pass it to child
+//! processes instead.
 //!
 //! `tests/provision_lxc.rs` stays a binary of its own (its own harness, see Cargo.toml).
 

@@ -73,6 +73,7 @@ fn status_and_message(e: &GiteaError) -> (Option<u16>, String) {
 
 #[test]
 fn the_client_creates_orgs_repos_and_variables_on_real_gitea() {
+    let _heavy = support::heavy::area("real_host");
     let g = RealGitea::start();
     let c = g.client();
     let rt = runtime();
@@ -139,6 +140,7 @@ fn the_client_creates_orgs_repos_and_variables_on_real_gitea() {
 
 #[test]
 fn the_client_merges_pull_requests_on_real_gitea() {
+    let _heavy = support::heavy::area("real_host");
     let g = RealGitea::start();
     let c = g.client();
     let rt = runtime();
@@ -309,6 +311,7 @@ fn the_client_merges_pull_requests_on_real_gitea() {
 /// background; the client waits both out (bounded), the test never waits itself.
 #[test]
 fn publish_like_push_open_and_merge_at_once_on_real_gitea() {
+    let _heavy = support::heavy::area("real_host");
     let g = RealGitea::start();
     let c = g.client();
     let rt = runtime();
@@ -375,6 +378,7 @@ fn assert_probe_run(run: &Run, event: &str) {
 
 #[test]
 fn a_probe_workflow_runs_on_the_real_runner_on_push_and_dispatch() {
+    let _heavy = support::heavy::area("real_host");
     let started = Instant::now();
     let g = RealGitea::start();
     let up = started.elapsed();

@@ -82,6 +82,7 @@ fn assert_green(run: &Run) {
 
 #[test]
 fn a_burst_of_pushes_to_release_runs_one_after_the_other_and_deploys_the_newest() {
+    let _heavy = support::heavy::area("real_host_concurrency");
     let _serial = CONTAINERS.lock().unwrap_or_else(|e| e.into_inner());
     let _cleanup = LxcCleanup::new();
     let started = Instant::now();
@@ -173,6 +174,7 @@ fn a_burst_of_pushes_to_release_runs_one_after_the_other_and_deploys_the_newest(
 
 #[test]
 fn the_monorepo_and_the_lib_pipeline_deploying_one_container_at_once_take_turns() {
+    let _heavy = support::heavy::area("real_host_concurrency");
     let _serial = CONTAINERS.lock().unwrap_or_else(|e| e.into_inner());
     let _cleanup = LxcCleanup::new();
     let started = Instant::now();
@@ -227,6 +229,7 @@ fn the_monorepo_and_the_lib_pipeline_deploying_one_container_at_once_take_turns(
 /// answering.
 #[test]
 fn a_runner_killed_during_provision_leaves_a_state_the_next_run_converges_from() {
+    let _heavy = support::heavy::area("real_host_concurrency");
     let _serial = CONTAINERS.lock().unwrap_or_else(|e| e.into_inner());
     let _cleanup = LxcCleanup::new();
     let started = Instant::now();
@@ -355,6 +358,7 @@ jobs:
 
 #[test]
 fn pushes_and_merges_start_workflows_with_a_personal_token_not_with_the_job_token() {
+    let _heavy = support::heavy::area("real_host_concurrency");
     let started = Instant::now();
     let g = RealGitea::start();
     let _runner = RealRunner::start(&g, &RunnerOptions::default());

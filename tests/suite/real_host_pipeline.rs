@@ -68,6 +68,7 @@ fn assert_broker_answers(addr: &str) {
 
 #[test]
 fn publish_dispatch_push_and_a_merged_release_deploy_on_the_real_runner() {
+    let _heavy = support::heavy::area("real_host_pipeline");
     let _cleanup = LxcCleanup::new();
     // 1. publish (checked to set every setting on Gitea), then the first deploy: a dispatch on
     // release.

@@ -178,6 +178,7 @@ fn no_secret(what: &str, text: &str, password: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn share_server_clients_and_the_cifs_units() {
+    let _heavy = support::heavy::area("share");
     let tmp = tempfile::tempdir().unwrap();
     let share = tmp.path().join("share");
     let artifacts = tmp.path().join("artifacts");

@@ -118,6 +118,7 @@ printf 'x=1\n' > /var/lib/appdata/state
 
 #[test]
 fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
+    let _heavy = support::heavy::area("snapshot_lxc");
     ensure_base();
     let ct = Clone::new();
     ct.start();
@@ -372,6 +373,7 @@ impl Drop for ElsewhereClone {
 /// default path (where no such container exists).
 #[test]
 fn snapshot_and_restore_under_a_non_default_lxc_path() {
+    let _heavy = support::heavy::area("snapshot_lxc");
     ensure_base();
     let ct = ElsewhereClone::new();
     assert!(!Path::new("/var/lib/lxc").join(&ct.name).exists(), "the container lives only in {}", ct.path().display());

@@ -82,6 +82,7 @@ fn ssh_connect() -> step::AccessOptions {
 
 #[test]
 fn snapshot_over_ssh_then_configure_restores_the_wiped_data() {
+    let _heavy = support::heavy::area("snapshot_ssh");
     let tmp = tempfile::tempdir().unwrap();
     let share = tmp.path().join("share");
     let artifacts = tmp.path().join("artifacts");

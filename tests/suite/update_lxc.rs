@@ -91,6 +91,7 @@ fn actions(c: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_upgrade_rolls_back_and_a_good_one_reboots_and_prunes() {
+    let _heavy = support::heavy::area("update_lxc");
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("mono");
     let share = tmp.path().join("share");

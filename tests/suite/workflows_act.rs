@@ -677,6 +677,7 @@ use workflows::attach;
 ///    the spec's address is the real container's, so the SSH wait and configure reach it.
 #[test]
 fn end_to_end_lxc_then_a_failing_lib_then_pve() {
+    let _heavy = support::heavy::area("workflows_act");
     let _cleanup = workflows::LxcCleanup::new();
     let stage = workflows::lxc_stage();
     let ct = format!("{stage}-broker");

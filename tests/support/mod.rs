@@ -9,7 +9,8 @@
 //! LXC containers, data snapshots, act runs), [`runner`] (Gitea's runner dispatch played on the
 //! Gitea double: pushes run the published workflows with act), [`real_gitea`] (the real Gitea and
 //! its real runner on loopback, built by `tests/real_host/build.sh`), [`real_pipeline`] (the broker
-//! monorepo published there, and what its runs did).
+//! monorepo published there, and what its runs did), [`heavy`] (one area of real containers or
+//! the real Gitea at a time within the suite).
 //!
 //! Each binary uses a part of the tree, so unused items are allowed here.
 #![allow(dead_code)]
@@ -21,6 +22,7 @@ pub mod fixture;
 pub mod fs;
 pub mod git;
 pub mod gitea;
+pub mod heavy;
 pub mod lxc;
 pub mod provision;
 pub mod real_gitea;

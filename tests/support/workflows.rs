@@ -211,7 +211,9 @@ pub fn act_with(
 
 /// Name prefix of every LXC container an end-to-end run of this test process creates (the
 /// fixtures' stage is this prefix without its trailing `-`, so hostnames `<stage>-<lib>` carry
-/// it; the lxc backend's base is `<prefix>base`, through `PGO_LXC_BASE`).
+/// it; the lxc backend's base is `<prefix>base`, through `PGO_LXC_BASE`). The areas
+/// `workflows_act`, `loop_e2e`, `real_host_pipeline` and `real_host_concurrency` of the suite share
+/// it, and each removes all of it when a test ends: [`super::heavy`] keeps them from overlapping.
 pub fn lxc_prefix() -> String {
     format!("pgotest-act-{}-", std::process::id())
 }
