@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Benchmark of the pipeline on the real host (not a test): a real Gitea and its real runner
 # (versions.env) deploy the broker monorepo into LXC containers, through the scenario of
-# tests/real_host_pipeline.rs: publish + dispatch on release (the first deploy: container created
+# tests/suite/real_host_pipeline.rs: publish + dispatch on release (the first deploy: container created
 # and configured), a push to main (configure only), and a merged release pull request raising
 # MEMORY (an update in place). Reports the wall time of each, from the trigger to the run's end,
 # each run's job (its start and the runner's pick-up gap, from the log timestamps) and its steps
 # (Gitea's step times, whole seconds); then the same workflows under act beside it
-# (tests/workflows_act.rs end_to_end: no runner, no pick-up). Writes docs/benchmarks/real-host.md.
+# (tests/suite/workflows_act.rs end_to_end: no runner, no pick-up). Writes docs/benchmarks/real-host.md.
 #
 #   sudo benches/real_host.sh          # two rounds: the first warms the base container
 #   sudo ROUNDS=3 benches/real_host.sh
@@ -30,7 +30,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for i in $(seq 1 "$rounds"); do
   echo "==> round $i of $rounds" >&2
-  cargo test --locked --quiet --test real_host_pipeline -- --nocapture >"$out.$i" 2>&1 \
+  cargo test --locked --quiet --test suite real_host_pipeline:: -- --nocapture >"$out.$i" 2>&1 \
     || { cat "$out.$i" >&2; exit 1; }
   cat "$out.$i" >>"$out"
   rm -f "$out.$i"
@@ -38,7 +38,7 @@ done
 
 # The act run beside it, with the same warm base.
 echo "==> the same workflows under act" >&2
-cargo test --locked --quiet --test workflows_act end_to_end -- --nocapture >"$out.act" 2>&1 \
+cargo test --locked --quiet --test suite workflows_act::end_to_end -- --nocapture >"$out.act" 2>&1 \
   || { cat "$out.act" >&2; exit 1; }
 act_times=$(grep -E '^act workflows/' "$out.act" | sed -E 's/^/    /')
 rm -f "$out.act"
@@ -67,7 +67,7 @@ timelines=$(printf '%s' "$last_round" | grep -E '^(main/.*: [0-9] run\(s\) done|
   echo "job's own time) and its steps that ran (Gitea's step times, in whole seconds):"
   echo "$timelines"
   echo
-  echo "The same workflows under act beside it (tests/workflows_act.rs, end_to_end, same base; no"
+  echo "The same workflows under act beside it (tests/suite/workflows_act.rs, end_to_end, same base; no"
   echo "runner, no pick-up gap). In order: release creates and configures the broker, main"
   echo "reconfigures it (nothing changed), snapshot, main with a broken configure.sh (fails on"
   echo "purpose), release against fakepve configuring the same container:"

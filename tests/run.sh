@@ -3,7 +3,8 @@
 # it. Idempotent: a second run installs nothing new. This is the README's test command and what
 # .ci/run calls. Without arguments it checks formatting and lints first (cargo fmt --check,
 # cargo clippy -D warnings); extra arguments go to `cargo test` alone (e.g. `./tests/run.sh
-# --test resolve`).
+# --test suite resolve::`: the integration tests are the binary `suite`, one module per area,
+# and `provision_lxc`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,7 +65,7 @@ if [ -f /etc/default/lxc-net ] && ! grep -q '^LXC_DHCP_RANGE=' /etc/default/lxc-
 fi
 ensure_lxc_net
 
-# The real-host tests (tests/real_host.rs) run the real Gitea and its runner, built once from the
+# The real-host tests (tests/suite/real_host.rs) run the real Gitea and its runner, built once from the
 # Go module proxy at the versions in versions.env and cached by version (tests/real_host/build.sh).
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
   export PATH="$PATH:/usr/local/go/bin"

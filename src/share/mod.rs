@@ -19,7 +19,7 @@
 //! The texts are rendered from the handlebars templates in `src/share/templates/`, compiled into
 //! the binary (strict mode: a missing value is an error). Every value is checked before it is
 //! rendered (host name syntax, share name syntax, no line breaks in the credentials), so what is
-//! written is correct by construction; `tests/share.rs` runs `systemd-analyze verify` on the
+//! written is correct by construction; `tests/suite/share.rs` runs `systemd-analyze verify` on the
 //! result inside a real container.
 //!
 //! PVE side (not here, see `backend::pve::desired`): such a container is privileged and gets the

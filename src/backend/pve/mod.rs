@@ -15,7 +15,7 @@
 //! as `foreign` and never touched; `--adopt` ([`crate::model::PlanPolicy::adopt`]) plans it as `adopt`
 //! (our mark written in place), never as a recreate.
 //!
-//! Execution rules (PVE behaviour handled here, each covered by `tests/provision_pve.rs`):
+//! Execution rules (PVE behaviour handled here, each covered by `tests/suite/provision_pve.rs`):
 //!
 //! * a container PVE locks when it is planned (`lock` in its config) is planned after its running
 //!   task ended ([`lease`] module docs); a leftover lock fails naming `pct unlock VMID`;
