@@ -32,7 +32,7 @@
 //!    over SSH, `lxc-attach` or locally, behind one trait: transport only, no artifact read).
 //! 5. Data and leaf helpers: [`inventory`] (the monorepo model and its env files), [`model`]
 //!    (the backend-neutral provision model: plans, the recreate policy, the provision artifact,
-//!    drifted keys; what backends, steps, snapshots and `exec` share), [`artifact`]
+//!    drifted keys; what backends, steps, snapshots and `access` share), [`artifact`]
 //!    (the artifacts directory, every artifact path, and [`artifact::pack`] for job outputs),
 //!    [`settings`] (from the environment and `local/config*.json`), [`remote_url`]
 //!    (URLs with their credentials redacted), [`error`], [`pipe`], [`progress`],

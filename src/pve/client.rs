@@ -41,6 +41,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 use super::PveError;
+use super::error::parse_answer;
 use super::tls::{self, TlsMode};
 
 /// How the client authenticates.
@@ -552,53 +553,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     crate::actions::redact(&s)
 }
 
-/// Interprets an HTTP answer: `data` for 2xx; otherwise [`PveError::Api`] with PVE's message
-/// (JSON `message`, else the plain-text body, else the HTTP reason) and per-field `errors`.
-pub fn parse_answer(method: &str, path: &str, status: u16, reason: &str, body: &[u8]) -> Result<Value, PveError> {
-    let json: Option<Value> = serde_json::from_slice(body).ok();
-    if (200..300).contains(&status) {
-        return match json {
-            Some(v) => Ok(v.get("data").cloned().unwrap_or(Value::Null)),
-            None => Err(PveError::Decode {
-                method: method.into(),
-                path: path.into(),
-                detail: format!("HTTP {status} with a body that is not JSON: {}", snippet(body)),
-            }),
-        };
-    }
-    let mut errors = std::collections::BTreeMap::new();
-    let mut message = None;
-    if let Some(v) = &json {
-        message = v.get("message").and_then(Value::as_str).map(|m| m.trim().to_string()).filter(|m| !m.is_empty());
-        if let Some(map) = v.get("errors").and_then(Value::as_object) {
-            for (k, e) in map {
-                let text = e.as_str().map(str::to_string).unwrap_or_else(|| e.to_string());
-                errors.insert(k.clone(), text.trim().to_string());
-            }
-        }
-    }
-    let message = message
-        .or_else(|| if json.is_none() { Some(snippet(body)).filter(|s| !s.is_empty()) } else { None })
-        .unwrap_or_else(|| reason.to_string());
-    Err(PveError::Api {
-        method: method.into(),
-        path: path.into(),
-        status,
-        message: crate::actions::redact(&message),
-        errors,
-    })
-}
-
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    let mut s: String = text.chars().take(300).collect();
-    if text.chars().count() > 300 {
-        s.push('…');
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -609,30 +563,6 @@ mod tests {
         assert_eq!(http_date("Wed, 02 Dec 2026 00:30:45 GMT"), Some(1_796_171_445));
         assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
         assert_eq!(http_date("garbage"), None);
-    }
-
-    #[test]
-    fn answers() {
-        assert_eq!(
-            parse_answer("GET", "/version", 200, "OK", br#"{"data":{"v":1}}"#).unwrap(),
-            serde_json::json!({"v":1})
-        );
-        let e = parse_answer("POST", "/nodes/pve1/lxc", 400, "Parameter verification failed.",
-            br#"{"data":null,"message":"Parameter verification failed.\n","errors":{"memory":"type check ('integer') failed - got 'abc'\n"}}"#).unwrap_err();
-        match &e {
-            PveError::Api { status, message, errors, .. } => {
-                assert_eq!(*status, 400);
-                assert_eq!(message, "Parameter verification failed.");
-                assert_eq!(errors["memory"], "type check ('integer') failed - got 'abc'");
-            }
-            other => panic!("{other:?}"),
-        }
-        // Plain-text bodies (a proxy, or PVE's own non-JSON errors).
-        let e = parse_answer("GET", "/x", 502, "Bad Gateway", b"<html>upstream down</html>").unwrap_err();
-        assert_eq!(e.to_string(), "GET /x: HTTP 502: <html>upstream down</html>");
-        let e = parse_answer("GET", "/x", 596, "", b"").unwrap_err();
-        assert_eq!(e.to_string(), "GET /x: HTTP 596: ");
-        assert!(matches!(parse_answer("GET", "/x", 200, "OK", b"nope"), Err(PveError::Decode { .. })));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! One module per concern:
 //!
-//! * [`client`] — [`PveClient`]: authentication (ticket or API token), requests, error mapping,
+//! * [`client`] — [`PveClient`]: authentication (ticket or API token), requests,
 //!   bounded retries of transport failures for calls that are safe to replay and of gateway
 //!   errors (502/503/504) on reads, a request counter;
 //! * [`tls`] — certificate verification: system roots, a CA file, or a pinned SHA-256
@@ -15,7 +15,7 @@
 //! * [`ct`] — [`Ct`], one container: config with digest, guarded config writes, pending keys,
 //!   status, interfaces, power tasks, resize, migrate, destroy, snapshots;
 //! * [`error`] — [`PveError`], which names method, path, HTTP status, PVE's message and its
-//!   per-field `errors`.
+//!   per-field `errors`; and the reading of an HTTP answer into `data` or such an error.
 //!
 //! This module is the only door to the PVE API: no path under `/nodes` or `/cluster` is built
 //! outside it. The client knows nothing about container specs or policy: the `backend::pve`
