@@ -182,7 +182,8 @@ fn expected_created(name: &str, vmid: u32, ssh_port: u16, actions: Value) -> Val
         "hostname": name,
         "address": "127.0.0.1",
         "ssh_port": ssh_port,
-        "plan": {"name": name, "vmid": vmid, "hostname": name, "action": "create", "start": true, "node": "pve1"},
+        "plan": {"name": name, "vmid": vmid, "hostname": name, "action": "create", "start": true, "node": "pve1",
+                 "policy": "never"},
         "actions": actions,
         "warnings": [],
         "status": "running",
@@ -709,10 +710,11 @@ async fn plan_shows_the_live_action_without_changing_anything() {
             {"name": "broker", "hostname": "broker", "vmid": 101, "steps": ["provision", "configure"],
              "provision": {"name": "broker", "vmid": 101, "hostname": "broker", "action": "update",
                            "changes": [{"key": "memory", "from": "1024", "to": "4096"}], "resizes": [], "reboot_needed": false, "start": false,
-                           "node": "pve1"},
+                           "node": "pve1", "policy": "never"},
              "settings": [{"setting": "MEMORY", "from": "1024", "to": "4096"}]},
             {"name": "new", "hostname": "new", "vmid": 102, "steps": ["provision", "configure"],
-             "provision": {"name": "new", "vmid": 102, "hostname": "new", "action": "create", "start": true, "node": "pve1"}}
+             "provision": {"name": "new", "vmid": 102, "hostname": "new", "action": "create", "start": true, "node": "pve1",
+                           "policy": "never"}}
         ])
     );
     assert_eq!(env.pve.writes(false), vec![]);
@@ -974,7 +976,7 @@ async fn recreate_is_refused_when_the_data_snapshot_cannot_be_taken() {
             "kind": "provision", "schema_version": "1.0", "backend": "pve", "name": "broker", "node": null,
             "vmid": 101, "hostname": "broker", "address": "127.0.0.1", "ssh_port": opts.ssh_port,
             "plan": {"name": "broker", "vmid": 101, "hostname": "broker", "action": "recreate", "reasons": [reason], "start": true,
-                     "node": "pve1"},
+                     "node": "pve1", "policy": "when-needed"},
             "actions": [], "warnings": [], "status": null, "created": false,
             "protected_by": null, "inputs_digest": null, "result": "failed", "error": error
         })
