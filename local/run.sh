@@ -42,8 +42,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
-# How the user runs this script, for the advice it prints.
+# How the user runs this script, for the advice it prints. PGO_ENTRY tells the binary the same:
+# its hints then name this script's options (`sudo ./local/run.sh --allow-recreate broker`), not
+# its own (README.md, "Hints").
 self="./local/run.sh"
+export PGO_ENTRY=local-run
 args=("$@")
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -248,7 +251,8 @@ host_runner() {
   # process that becomes the runner (setsid may fork).
   # Every descriptor of this run is replaced, so that nothing waiting on this run's output
   # waits on the runner.
-  (cd "$runner_dir" && exec setsid sh -c 'echo "$$" > "$1" && exec "$2" --config "$3" daemon' sh \
+  # Not PGO_ENTRY: the runner's jobs are Actions runs, whose hints name the workflow's inputs.
+  (cd "$runner_dir" && exec env -u PGO_ENTRY setsid sh -c 'echo "$$" > "$1" && exec "$2" --config "$3" daemon' sh \
     "$runner_dir/runner.pid" "$runner_dir/gitea-runner" "$cfg") >> "$runner_dir/runner.log" 2>&1 < /dev/null &
   for _ in $(seq 300); do
     tail -n "+$((from + 1))" "$runner_dir/runner.log" | grep -q "declare successfully" && return 0

@@ -192,7 +192,7 @@ fn annotation_command(kind: &str, problem: &Problem) -> String {
     if let Some(key) = &loc.key {
         msg.push_str(&format!("{key}: "));
     }
-    msg.push_str(&problem.message);
+    msg.push_str(&problem.text());
     command(kind, &props, &terminal_safe(&redact(&msg)))
 }
 

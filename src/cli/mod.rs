@@ -327,6 +327,7 @@ pub fn main() -> i32 {
         }
     };
     let _group = crate::actions::Group::start(&name);
+    crate::error::set_entry_point(crate::settings::entry_point(&crate::settings::ProcessEnv));
     init_logging(&cli.global);
     let artifacts = cli.global.artifacts.clone().unwrap_or_else(|| cli.global.repo.join(".proxmox-gitops"));
     let ctx = Ctx {

@@ -46,7 +46,7 @@ use std::path::Path;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Location, Problems};
+use crate::error::{EntryPoint, Location, Problems};
 
 use file::{parse_mask, read_config};
 
@@ -240,6 +240,25 @@ pub const WORKFLOW_VARIABLES: &[(&str, &str)] = &[
 /// trimmed; `None` when unset or empty. The one place the variable is read.
 pub fn monorepo(env: &dyn EnvSource) -> Option<String> {
     env.get("PROXMOX_GITOPS_MONOREPO").map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+/// The variable `./local/run.sh` exports (`PGO_ENTRY=local-run`) so that hints name its options.
+pub const ENTRY_VAR: &str = "PGO_ENTRY";
+
+/// How the user runs proxmox-gitops, for the phrasing of hints ([`crate::error::Hint::render`]):
+/// [`EntryPoint::Actions`] under Gitea or GitHub Actions (`GITEA_ACTIONS` or `GITHUB_ACTIONS`
+/// set, not `false`; first, since a runner started from `./local/run.sh` may inherit its
+/// environment), else [`EntryPoint::LocalRun`] when `PGO_ENTRY` is `local-run`, else
+/// [`EntryPoint::Binary`]. The one place these variables are read for it.
+pub fn entry_point(env: &dyn EnvSource) -> EntryPoint {
+    let set = |k: &str| env.get(k).is_some_and(|v| !v.is_empty() && v != "false");
+    if set("GITEA_ACTIONS") || set("GITHUB_ACTIONS") {
+        EntryPoint::Actions
+    } else if env.get(ENTRY_VAR).is_some_and(|v| v.trim() == "local-run") {
+        EntryPoint::LocalRun
+    } else {
+        EntryPoint::Binary
+    }
 }
 
 /// The user's cache directory of proxmox-gitops: `$XDG_CACHE_HOME/proxmox-gitops`, else

@@ -203,3 +203,18 @@ fn environment_only_settings_are_read_here_trimmed_and_empty_means_unset() {
     let none = Settings::load(dir.path(), &BTreeMap::new()).unwrap();
     assert_eq!((none.gitea.monorepo, none.lxc), (None, LxcSettings::default()));
 }
+
+#[test]
+fn entry_point_from_the_environment() {
+    use crate::error::EntryPoint;
+    let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    assert_eq!(entry_point(&env(&[])), EntryPoint::Binary);
+    assert_eq!(entry_point(&env(&[("PGO_ENTRY", "local-run")])), EntryPoint::LocalRun);
+    assert_eq!(entry_point(&env(&[("PGO_ENTRY", "other")])), EntryPoint::Binary);
+    assert_eq!(entry_point(&env(&[("GITHUB_ACTIONS", "true")])), EntryPoint::Actions);
+    assert_eq!(entry_point(&env(&[("GITHUB_ACTIONS", "false")])), EntryPoint::Binary);
+    // A runner started from ./local/run.sh may inherit PGO_ENTRY: Actions wins.
+    assert_eq!(entry_point(&env(&[("GITEA_ACTIONS", "true"), ("PGO_ENTRY", "local-run")])), EntryPoint::Actions);
+}
