@@ -79,9 +79,10 @@ pub struct AccessOptions {
 pub enum ReachError {
     /// No `provision/<name>.json`.
     #[error(
-        "{name} (vmid {vmid}): no provision artifact {}; run `provision` first (the snapshot step reaches the \
+        "{name} (vmid {vmid}): no provision artifact {}; {} (the snapshot step reaches the \
          container at the address and through the backend it recorded)",
-        path.display()
+        path.display(),
+        crate::error::Hint::RunStep { step: crate::error::Step::Provision, container: name.clone() }
     )]
     NoProvision {
         /// Container (lib) name.

@@ -27,7 +27,7 @@ use crate::snapshot::pve::PveSnapshots;
 /// Reads `spec`'s `provision/<name>.json` (whatever its outcome).
 ///
 /// # Errors
-/// [`ReachError::NoProvision`] (run `provision` first), [`ReachError::Provision`] for an
+/// [`ReachError::NoProvision`] (run `provision` first, [`crate::error::Hint::RunStep`]), [`ReachError::Provision`] for an
 /// unreadable one.
 pub fn read_provision(spec: &ContainerSpec, artifacts: &ArtifactDir) -> Result<Provision, ReachError> {
     let path = artifacts.provision(&spec.name);

@@ -110,6 +110,7 @@ impl Backend {
                 prov
             }
             Err(refused) => {
+                let refused = refused.during(crate::error::WithoutSnapshot::Recreate);
                 let error = crate::actions::redact(&refused.to_string());
                 tracing::error!("{error}");
                 let mut prov = failed_before_plan(self.kind(), spec, opts, &anyhow::anyhow!("{error}"));

@@ -111,10 +111,13 @@ pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
     let monorepo = match monorepo_text.as_deref().filter(|m| !m.trim().is_empty()) {
         Some(m) => gather(RepoRef::parse(m, "--monorepo / PROXMOX_GITOPS_MONOREPO"), "--monorepo", &mut problems)?,
         None => {
-            problems.add(
+            problems.add_hinted(
                 Location::setting("--monorepo or PROXMOX_GITOPS_MONOREPO"),
-                "not set: which monorepo? Set PROXMOX_GITOPS_MONOREPO=OWNER/REPO (the task workflow does) or pass \
-                 --monorepo OWNER/REPO",
+                "not set: which monorepo? (the task workflow sets PROXMOX_GITOPS_MONOREPO)",
+                crate::error::Hint::PassOption {
+                    option: "--monorepo OWNER/REPO".into(),
+                    variable: Some("PROXMOX_GITOPS_MONOREPO".into()),
+                },
             );
             None
         }

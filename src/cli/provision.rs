@@ -120,10 +120,10 @@ pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
             plan.containers.retain(|c| c.steps.contains(&crate::steps::plan::Step::Provision));
             if plan.containers.is_empty() {
                 return Err(crate::error::Error::Usage(format!(
-                    "{} provisions no container (its ref {} runs no provision step); plan the release: \
-                     proxmox-gitops plan --ref refs/heads/release",
+                    "{} provisions no container (its ref {} runs no provision step); plan the release: {}",
                     path.display(),
-                    plan.git_ref
+                    plan.git_ref,
+                    crate::steps::plan::plan_command(None, "refs/heads/release", &[])
                 )));
             }
             let policy = crate::steps::plan::applicable(&plan, path, &ctx.stage, kind, args.policy.given())?;

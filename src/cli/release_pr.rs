@@ -71,11 +71,13 @@ fn monorepo(given: Option<String>) -> Result<RepoRef> {
     .find_map(|(v, what)| v.filter(|v| !v.trim().is_empty()).map(|v| (v, what)));
     match found {
         Some((v, what)) => RepoRef::parse(&v, what),
-        None => Err(Error::Usage(
-            "which monorepo? Pass --monorepo OWNER/REPO or set PROXMOX_GITOPS_MONOREPO (inside a workflow, \
-             GITHUB_REPOSITORY is used)"
-                .into(),
-        )),
+        None => Err(Error::Usage(format!(
+            "which monorepo? {} (inside a workflow, GITHUB_REPOSITORY is used)",
+            crate::error::Hint::PassOption {
+                option: "--monorepo OWNER/REPO".into(),
+                variable: Some("PROXMOX_GITOPS_MONOREPO".into()),
+            }
+        ))),
     }
 }
 

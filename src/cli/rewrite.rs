@@ -50,11 +50,12 @@ pub(crate) fn settings(ctx: &Ctx) -> Result<Settings> {
 
 /// Runs the rewrite step and writes `remotes.json`.
 pub(crate) fn do_rewrite(ctx: &Ctx, target: &TargetArgs, settings: &Settings) -> Result<Remotes> {
-    let gitea = target
-        .gitea
-        .clone()
-        .or_else(|| settings.gitea.host.clone())
-        .ok_or_else(|| Error::Usage("no Gitea address: pass --gitea URL or set HOST".into()))?;
+    let gitea = target.gitea.clone().or_else(|| settings.gitea.host.clone()).ok_or_else(|| {
+        Error::Usage(format!(
+            "no Gitea address; {}",
+            crate::error::Hint::PassOption { option: "--gitea URL".into(), variable: Some("HOST".into()) }
+        ))
+    })?;
     let workflows = if target.no_workflows {
         None
     } else {

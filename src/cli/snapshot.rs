@@ -289,11 +289,14 @@ fn rollback(
         });
         artifact::write(&ctx.artifacts.snapshot(&spec.name), &taken).map_err(|e| Error::Failed(e.into()))?;
         if let Outcome::Failed { error } = &taken.outcome {
-            return Err(Error::Failed(anyhow::anyhow!(
-                "{}: no rollback: the data snapshot taken first failed ({error}); pass --no-snapshot to roll back \
-                 without it",
-                spec.name
-            )));
+            return Err(crate::error::Hinted::new(
+                format!("{}: no rollback: the data snapshot taken first failed ({error})", spec.name),
+                crate::error::Hint::NoSnapshot {
+                    container: spec.name.clone(),
+                    then: crate::error::WithoutSnapshot::RollBack,
+                },
+            )
+            .into());
         }
         eprintln!("{}: data snapshot {} taken first", spec.name, taken.snapshot_id.as_deref().unwrap_or("-"));
     }

@@ -72,10 +72,12 @@ impl Client {
     /// # Errors
     /// [`GiteaError::Config`] when no host is known or the URL is bad.
     pub fn from_settings(settings: &GiteaSettings, base: Option<&str>) -> Result<Client, GiteaError> {
-        let host = base
-            .map(str::to_string)
-            .or_else(|| settings.host.clone())
-            .ok_or_else(|| GiteaError::Config("no Gitea address: set HOST (or pass --gitea URL)".into()))?;
+        let host = base.map(str::to_string).or_else(|| settings.host.clone()).ok_or_else(|| {
+            GiteaError::Config(format!(
+                "no Gitea address; {}",
+                crate::error::Hint::PassOption { option: "--gitea URL".into(), variable: Some("HOST".into()) }
+            ))
+        })?;
         Client::new(&host, Auth::from_settings(settings))
     }
 

@@ -356,7 +356,10 @@ impl LxcClient {
             LxcError::Command { command, status, stderr } => LxcError::Command {
                 command,
                 status,
-                stderr: format!("{stderr}\n(for the full log run `lxc-start -n {name} -F -l DEBUG`)"),
+                stderr: format!(
+                    "{stderr}\n(for the full log {})",
+                    crate::error::Hint::command(["lxc-start", "-n", name, "-F", "-l", "DEBUG"])
+                ),
             },
             e => e,
         })?;

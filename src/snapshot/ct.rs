@@ -44,7 +44,8 @@ pub enum CtSnapshotError {
     },
     /// The container is locked by another operation (PVE: "CT is locked (backup)").
     #[error(
-        "{target}: the container is locked ({lock}); wait for the running {lock} task to finish or run `pct unlock` if it is stale"
+        "{target}: the container is locked ({lock}); wait for the running {lock} task to finish or {} if it is stale",
+        crate::error::Hint::command(["pct", "unlock"])
     )]
     Locked {
         /// Container.

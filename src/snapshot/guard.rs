@@ -20,6 +20,7 @@ use time::OffsetDateTime;
 
 use super::data::{self, DataError, TakeRequest};
 use super::store::Store;
+use crate::error::{Hint, WithoutSnapshot};
 use crate::exec::RemoteExec;
 use crate::inventory::ContainerSpec;
 use crate::model::ActionRecord;
@@ -52,13 +53,14 @@ impl Protection {
     }
 }
 
-/// Why a destroy is refused.
+/// Why a destroy is refused. The message ends with the hint to go on without a snapshot
+/// ([`Refused::hint`], a [`Hint::NoSnapshot`] rendered for the entry point).
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
     /// The container declares data but cannot be reached to snapshot it.
     #[error(
         "refusing to destroy {name} (vmid {vmid}): it declares data ({paths}) but cannot be reached to \
-         snapshot it: {reason}; {remedy}, or pass --no-snapshot to destroy without a snapshot"
+         snapshot it: {reason}; {remedy}, or {}", no_snapshot(name, *then)
     )]
     Unreachable {
         /// Container.
@@ -71,21 +73,49 @@ pub enum Refused {
         reason: String,
         /// What makes it reachable, for its backend (see [`Unreachable::remedy`]).
         remedy: String,
+        /// What the destroy is part of ([`Refused::during`]).
+        then: WithoutSnapshot,
     },
     /// The snapshot failed or could not be verified.
     #[error(
-        "refusing to destroy {name} (vmid {vmid}): the data snapshot failed: {source}; fix the cause, or pass \
-         --no-snapshot to destroy without a snapshot"
+        "refusing to destroy {name} (vmid {vmid}): the data snapshot failed: {source}; fix the cause, or {}",
+        no_snapshot(name, *then)
     )]
     SnapshotFailed {
         /// Container.
         name: String,
         /// vmid.
         vmid: u32,
+        /// What the destroy is part of ([`Refused::during`]).
+        then: WithoutSnapshot,
         /// The failure.
         #[source]
         source: DataError,
     },
+}
+
+fn no_snapshot(name: &str, then: WithoutSnapshot) -> Hint {
+    Hint::NoSnapshot { container: name.to_string(), then }
+}
+
+impl Refused {
+    /// The refusal of a destroy that is part of `then` (a recreate by `provision`, or the
+    /// `destroy` step, the default), for the hint's command line.
+    pub fn during(mut self, then: WithoutSnapshot) -> Self {
+        match &mut self {
+            Refused::Unreachable { then: t, .. } | Refused::SnapshotFailed { then: t, .. } => *t = then,
+        }
+        self
+    }
+
+    /// The remedy the message ends with: go on without a snapshot (`--no-snapshot`).
+    pub fn hint(&self) -> Hint {
+        match self {
+            Refused::Unreachable { name, then, .. } | Refused::SnapshotFailed { name, then, .. } => {
+                no_snapshot(name, *then)
+            }
+        }
+    }
 }
 
 /// Why a container cannot be reached for its data snapshot, and what would make it reachable.
@@ -96,7 +126,7 @@ pub struct Unreachable {
     /// What the user can do about it, for the container's backend and transport, e.g.
     /// ``start it (`lxc-start -n broker`)`` for the lxc backend (reached through `lxc-attach`),
     /// ``start it (`pct start 101` on its node, or the PVE API) and make SSH work`` for PVE (reached
-    /// over SSH). Completed by ", or pass --no-snapshot …" in the refusal.
+    /// over SSH). Completed by ", or re-run with --no-snapshot …" ([`Refused::hint`]) in the refusal.
     pub remedy: String,
 }
 
@@ -142,6 +172,7 @@ pub async fn before_destroy(
         paths: spec.snapshot_paths.join(", "),
         reason: u.reason,
         remedy: u.remedy,
+        then: WithoutSnapshot::Destroy,
     })?;
     let req = TakeRequest { lib: spec.name.clone(), vmid: Some(spec.vmid), paths: spec.snapshot_paths.clone(), now };
     match data::take(exec, store, &req).await {
@@ -149,7 +180,12 @@ pub async fn before_destroy(
             tracing::info!("{}: protected by verified snapshot {}", spec.name, t.manifest.id);
             Ok(Protection::Snapshot { id: t.manifest.id, archive: t.archive })
         }
-        Err(source) => Err(Refused::SnapshotFailed { name: spec.name.clone(), vmid: spec.vmid, source }),
+        Err(source) => Err(Refused::SnapshotFailed {
+            name: spec.name.clone(),
+            vmid: spec.vmid,
+            then: WithoutSnapshot::Destroy,
+            source,
+        }),
     }
 }
 

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use ssh_key::{Algorithm, LineEnding, PrivateKey, rand_core::OsRng};
 
 /// Paths of one container's key pair.
@@ -46,12 +46,11 @@ pub fn ensure(share: &Path, vmid: u32, comment: &str) -> Result<KeyPair> {
     let key = if private.exists() {
         let mode = std::fs::metadata(&private)?.permissions().mode();
         if mode & 0o077 != 0 {
-            bail!(
-                "{}: private key is accessible by others (mode {:o}); run `chmod 600 {}`",
-                private.display(),
-                mode & 0o777,
-                private.display()
-            );
+            return Err(crate::error::Hinted::new(
+                format!("{}: private key is accessible by others (mode {:o})", private.display(), mode & 0o777),
+                crate::error::Hint::command(["chmod".to_string(), "600".into(), private.display().to_string()]),
+            )
+            .into());
         }
         PrivateKey::read_openssh_file(&private)
             .with_context(|| format!("{}: not an OpenSSH private key", private.display()))?

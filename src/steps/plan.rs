@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::artifact::Artifact;
 use crate::backend::{Backend, plan_all};
-use crate::error::{Error, Location, Result};
+use crate::error::{Error, Hint, Location, Result};
 use crate::inventory::{Inventory, NotFound};
 use crate::model::{Action, BackendKind, ContainerPlan, RecreatePolicy, SettingChange};
 
@@ -458,8 +458,9 @@ pub fn applicable(
     let file = path.display();
     if plan.stage != stage {
         return Err(Error::Usage(format!(
-            "{file} was made for stage `{}`; this run is for stage `{stage}` (pass --stage {})",
-            plan.stage, plan.stage
+            "{file} was made for stage `{}`; this run is for stage `{stage}` ({})",
+            plan.stage,
+            Hint::PassOption { option: format!("--stage {}", plan.stage), variable: None }
         )));
     }
     let provisions = plan.containers.iter().any(|c| c.steps.contains(&Step::Provision));
@@ -468,13 +469,14 @@ pub fn applicable(
             None => {
                 return Err(Error::Usage(format!(
                     "{file} provisions but was made without live state (an offline plan): re-plan with PVE \
-                     configured (PROXMOX_HOST) or --backend lxc: proxmox-gitops plan --ref {}",
-                    plan.git_ref
+                     configured (PROXMOX_HOST) or --backend lxc: {}",
+                    plan_command(None, &plan.git_ref, &[])
                 )));
             }
             Some(b) if b != backend => {
                 return Err(Error::Usage(format!(
-                    "{file} was planned against the {b} backend; this run uses {backend} (pass --backend {b})"
+                    "{file} was planned against the {b} backend; this run uses {backend} ({})",
+                    Hint::PassOption { option: format!("--backend {b}"), variable: None }
                 )));
             }
             Some(_) => {}
@@ -502,15 +504,28 @@ fn policy_name(p: RecreatePolicy) -> String {
 pub fn stale_error(plan: &Plan, path: &std::path::Path, stale: &[(String, u32, String)]) -> Error {
     let lines: Vec<String> = stale.iter().map(|(name, vmid, why)| format!("  {name} (vmid {vmid}): {why}")).collect();
     let names: Vec<&str> = stale.iter().map(|(n, _, _)| n.as_str()).collect();
-    let stage = if plan.stage == "main" { String::new() } else { format!(" --stage {}", plan.stage) };
+    let stage = (plan.stage != "main").then_some(plan.stage.as_str());
     Error::Failed(anyhow::anyhow!(
         "refusing to apply {}: the live state or the inputs moved since it was planned; nothing was changed:\n{}\n\
-         re-plan, review and apply the new plan: proxmox-gitops{stage} plan --ref {} -c {} (it writes plan.json)",
+         re-plan, review and apply the new plan: {} (it writes plan.json)",
         path.display(),
         lines.join("\n"),
-        plan.git_ref,
-        names.join(",")
+        plan_command(stage, &plan.git_ref, &names)
     ))
+}
+
+/// The hint to write a plan: run `proxmox-gitops [--stage STAGE] plan --ref GIT_REF [-c A,B]`
+/// (`-c` when `containers` is not empty).
+pub fn plan_command(stage: Option<&str>, git_ref: &str, containers: &[&str]) -> Hint {
+    let mut argv = vec!["proxmox-gitops".to_string()];
+    if let Some(stage) = stage {
+        argv.extend(["--stage".to_string(), stage.to_string()]);
+    }
+    argv.extend(["plan".to_string(), "--ref".to_string(), git_ref.to_string()]);
+    if !containers.is_empty() {
+        argv.extend(["-c".to_string(), containers.join(",")]);
+    }
+    Hint::command(argv)
 }
 
 #[cfg(test)]

@@ -212,7 +212,8 @@ fn rename_original_env(name: &str, rel: &Path, submodule: bool) -> String {
 /// The problem of a `what` (`lib`, `task`) directory that is a submodule not checked out.
 fn unchecked_submodule(what: &str, name: &str) -> String {
     format!(
-        "{what} `{name}` is a submodule that is not checked out; run `git submodule update --init --recursive` first"
+        "{what} `{name}` is a submodule that is not checked out; {} first",
+        crate::error::Hint::command(["git", "submodule", "update", "--init", "--recursive"])
     )
 }
 

@@ -270,10 +270,10 @@ fn auto_merge_reports_every_missing_setting_at_once() {
     assert_eq!(
         &stderr[stderr.find("error: ").unwrap()..],
         "error: 4 problems in the input:\n  \
-         settings (--monorepo or PROXMOX_GITOPS_MONOREPO): not set: which monorepo? Set \
-         PROXMOX_GITOPS_MONOREPO=OWNER/REPO (the task workflow does) or pass --monorepo OWNER/REPO\n  \
-         settings (HOST or host in local/config.json): Gitea configuration: no Gitea address: set HOST (or pass \
-         --gitea URL)\n  \
+         settings (--monorepo or PROXMOX_GITOPS_MONOREPO): not set: which monorepo? (the task \
+         workflow sets PROXMOX_GITOPS_MONOREPO); pass --monorepo OWNER/REPO or set PROXMOX_GITOPS_MONOREPO\n  \
+         settings (HOST or host in local/config.json): Gitea configuration: no Gitea address; pass --gitea URL or \
+         set HOST\n  \
          settings (GITEA_TOKEN or LOGIN and PASSWORD): no Gitea credentials: set GITEA_TOKEN (or token in \
          local/config.json), or LOGIN and PASSWORD (login and password)\n  \
          settings (PROXMOX_HOST or proxmox.host in local/config.json): not set: the PVE API host (name or address)\n"

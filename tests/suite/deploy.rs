@@ -308,13 +308,13 @@ async fn configure_is_blocked_after_a_failed_provision_of_the_same_inputs() {
     assert_eq!(
         alpha.error.as_deref(),
         Some(
-            "configure: provision failed for the same inputs (see provision/alpha.json); fix it and re-run, or pass --force"
+            "configure: provision failed for the same inputs (see provision/alpha.json); fix it first, or re-run with --force"
         )
     );
     assert_eq!(
         s.containers[2].error.as_deref(),
         Some(
-            "configure: provision failed for the same inputs (see deploy.json of the provision run); fix it and re-run, or pass --force"
+            "configure: provision failed for the same inputs (see deploy.json of the provision run); fix it first, or re-run with --force"
         )
     );
     // --force configures them anyway.
@@ -439,7 +439,10 @@ async fn the_builtin_runner_runs_the_real_configure_step() {
     let s = run_deploy(runner, inventory(root), &o).await.unwrap();
     assert_eq!(s.failed(), vec!["alpha"]);
     let err = s.containers[0].error.as_deref().unwrap();
-    assert!(err.starts_with("configure: alpha: run `provision` first"), "{err}");
+    assert!(
+        err.starts_with("configure: alpha: no provision artifact; run `proxmox-gitops provision -c alpha` first"),
+        "{err}"
+    );
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root.join(".proxmox-gitops/configure/alpha.json")).unwrap())
             .unwrap();
@@ -459,7 +462,8 @@ async fn the_builtin_runner_runs_the_real_snapshot_step() {
     assert_eq!(s.failed(), vec!["alpha"]);
     let err = s.containers[1].error.as_deref().unwrap();
     assert!(
-        err.starts_with("snapshot: alpha (vmid 101): no provision artifact") && err.contains("run `provision` first"),
+        err.starts_with("snapshot: alpha (vmid 101): no provision artifact")
+            && err.contains("run `proxmox-gitops provision -c alpha` first"),
         "{err}"
     );
     let ok: serde_json::Value =

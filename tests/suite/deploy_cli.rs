@@ -21,6 +21,7 @@ fn pgo(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         "GITHUB_RUN_ID",
         "PGO_BUNDLE",
         "PGO_ARTIFACTS",
+        "PGO_ENTRY",
     ] {
         cmd.env_remove(v);
     }
@@ -47,7 +48,7 @@ fn deploy_reports_each_failed_container_and_writes_outputs() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("error: 1 of 1 container(s) failed: alpha\n  alpha: configure: alpha: run `provision` first"),
+        stderr.contains("error: 1 of 1 container(s) failed: alpha\n  alpha: configure: alpha: no provision artifact; run `proxmox-gitops provision -c alpha` first"),
         "{stderr}"
     );
     let artifact = root.join(".proxmox-gitops/deploy.json");
@@ -285,11 +286,45 @@ fn configure_alone_writes_its_outputs() {
         &[("GITHUB_OUTPUT", outputs.to_str().unwrap())],
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("run `provision` first"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("run `proxmox-gitops provision -c alpha` first"), "{}", text(&out.stderr));
     assert_eq!(
         std::fs::read_to_string(&outputs).unwrap(),
         format!("succeeded=\nfailed=alpha\nconfigure_dir={}\n", art.join("configure").display())
     );
+}
+
+/// The hint of a failure is phrased for how the user runs proxmox-gitops
+/// (`proxmox-gitops::error::Hint::render`): `./local/run.sh` exports `PGO_ENTRY=local-run` and
+/// gets its own command line; under Gitea Actions the hint names the pipeline workflow's input,
+/// in the terminal, the annotation and the configure artifact alike.
+#[test]
+fn a_missing_provision_hint_is_phrased_for_the_entry_point() {
+    let repo = monorepo(&["alpha"]);
+    let root = repo.path();
+    let art = root.join(".proxmox-gitops");
+    let configure =
+        |env: &[(&str, &str)]| pgo(root, &["--artifacts", art.to_str().unwrap(), "configure", "-c", "alpha"], env);
+    let recorded = || -> String {
+        let a: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(art.join("configure/alpha.json")).unwrap()).unwrap();
+        a["error"].as_str().unwrap_or_default().to_string()
+    };
+
+    let out = configure(&[("PGO_ENTRY", "local-run")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let hint = "alpha: no provision artifact; run `sudo ./local/run.sh alpha` first";
+    assert!(text(&out.stderr).contains(hint), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("proxmox-gitops provision"), "{}", text(&out.stderr));
+    assert!(recorded().contains(hint), "{}", recorded());
+
+    let out = configure(&[("GITEA_ACTIONS", "true"), ("PGO_ENTRY", "local-run")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let hint = "alpha: no provision artifact; run the pipeline workflow with its `step` input `provision` first";
+    assert!(text(&out.stderr).contains(hint), "{}", text(&out.stderr));
+    // The annotation (`::error::…` on stderr) carries it too.
+    let annotation = text(&out.stderr).lines().filter(|l| l.starts_with("::error")).collect::<Vec<_>>().join("\n");
+    assert!(annotation.contains(hint), "{}", text(&out.stderr));
+    assert!(recorded().contains(hint), "{}", recorded());
 }
 
 /// `configure --check -c config` finds the control plane's programs before anything is created:

@@ -786,7 +786,7 @@ fn release_pr_needs_the_monorepo_and_its_branches() {
     let checkout = l.checkout("checkout");
     let out = l.pgo(&checkout, &["release-pr"], &[("PROXMOX_GITOPS_MONOREPO", ""), ("GITHUB_REPOSITORY", "")]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("which monorepo? Pass --monorepo OWNER/REPO"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("which monorepo? pass --monorepo OWNER/REPO"), "{}", text(&out.stderr));
     let out = l.pgo(&checkout, &["release-pr", "--monorepo", "main/nope"], &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let err = text(&out.stderr);
@@ -885,7 +885,7 @@ fn auto_merge_needs_to_know_the_monorepo_and_its_settings() {
     let out = l.pgo(&checkout, &["auto-merge"], &all(&[("PROXMOX_GITOPS_MONOREPO", "")]));
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("which monorepo? Set PROXMOX_GITOPS_MONOREPO=OWNER/REPO"),
+        text(&out.stderr).contains("which monorepo? (the task workflow sets PROXMOX_GITOPS_MONOREPO); "),
         "{}",
         text(&out.stderr)
     );

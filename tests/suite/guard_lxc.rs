@@ -160,8 +160,8 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
     let p = provision(&b, &s, RecreatePolicy::Always, &apply, &dir).await;
     let expected = format!(
         "refusing to destroy {name} (vmid 9701): it declares data (/srv/data) but cannot be reached to snapshot it: \
-         LXC container `{name}` is stopped, not running; start it (`lxc-start {}-n {name}`), or pass --no-snapshot to \
-         destroy without a snapshot",
+         LXC container `{name}` is stopped, not running; start it (`lxc-start {}-n {name}`), or re-run with --no-snapshot \
+         to recreate without a snapshot",
         if lxc_path == Path::new("/var/lib/lxc") { String::new() } else { format!("-P {} ", lxc_path.display()) }
     );
     assert_eq!(p.outcome, Outcome::Failed { error: expected.clone() });
@@ -172,6 +172,8 @@ async fn recreate_and_destroy_take_a_verified_snapshot_first() {
     // 4. The destroy step: refused likewise while stopped ...
     let dopts = DestroyOptions { share: share.clone(), no_snapshot: false };
     let d = destroy::destroy_all(&b, std::slice::from_ref(&s), &dopts, &dir).await.unwrap().remove(0);
+    // The hint names the step the destroy is part of: here `destroy`, not a recreate.
+    let expected = expected.replace("to recreate without a snapshot", "to destroy without a snapshot");
     assert_eq!(d.outcome, Outcome::Failed { error: expected });
     assert!(d.existed && !d.destroyed);
     assert!(lxc_path.join(&name).join("config").is_file());
@@ -233,8 +235,8 @@ fn destroy_cli_refuses_a_stopped_lxc_container_once_with_lxc_start_advice() {
     );
     let refusal = format!(
         "refusing to destroy broker (vmid 9711): it declares data (/srv/data) but cannot be reached to snapshot it: \
-         LXC container `broker` is stopped, not running; start it (`lxc-start -P {} -n broker`), or pass \
-         --no-snapshot to destroy without a snapshot",
+         LXC container `broker` is stopped, not running; start it (`lxc-start -P {} -n broker`), or re-run \
+         with --no-snapshot to destroy without a snapshot",
         lxc.display()
     );
     assert!(stderr.ends_with(&format!("error: 1 of 1 container(s) failed:\nbroker: {refusal}\n")), "{stderr}");

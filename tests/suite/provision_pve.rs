@@ -948,12 +948,16 @@ async fn unreachable_with_data(env: &Env) -> (ContainerSpec, Backend, ApplyOptio
     (s, b2, opts)
 }
 
-fn assert_refusal(error: &str) {
+/// `error` is the refusal of a destroy that is part of `then` (`recreate` or `destroy`): its hint
+/// names that.
+fn assert_refusal(error: &str, then: &str) {
     let head =
         "refusing to destroy broker (vmid 101): it declares data (/srv/data) but cannot be reached to snapshot it: ";
-    let tail = "start it (`pct start 101` on its node, or the PVE API) and make SSH work, or pass --no-snapshot to \
-                destroy without a snapshot";
-    assert!(error.starts_with(head) && error.ends_with(tail), "{error}");
+    let tail = format!(
+        "start it (`pct start 101` on its node, or the PVE API) and make SSH work, or re-run with --no-snapshot \
+         to {then} without a snapshot"
+    );
+    assert!(error.starts_with(head) && error.ends_with(&tail), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -966,7 +970,7 @@ async fn recreate_is_refused_when_the_data_snapshot_cannot_be_taken() {
     let out = step::apply_all(&b2, planned, &opts, 1, &dir).await.unwrap();
     let p = &out[0];
     let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
-    assert_refusal(error);
+    assert_refusal(error, "recreate");
     let reason = format!(
         "ostemplate changes from local:vztmpl/{TEMPLATE_FILE} to local:vztmpl/debian-13-standard_13.2-1_amd64.tar.zst"
     );
@@ -1025,7 +1029,7 @@ async fn destroy_step_refuses_without_snapshot_and_destroys_with_no_snapshot() {
     env.pve.requests(true);
     let out = destroy::destroy_all(&b, std::slice::from_ref(&s), &opts, &dir).await.unwrap();
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
-    assert_refusal(error);
+    assert_refusal(error, "destroy");
     assert_eq!(
         artifact::to_value(&out[0]),
         json!({
@@ -1088,6 +1092,57 @@ async fn destroy_step_refuses_without_snapshot_and_destroys_with_no_snapshot() {
     assert!(env.pve.ct_config(102).is_none());
 }
 
+/// A refused recreate's hint is phrased for how the user runs proxmox-gitops
+/// (crate::error::Hint::render): the binary's option, the command line of `./local/run.sh`
+/// (which exports PGO_ENTRY=local-run), or the repository variable under Actions.
+#[test]
+fn cli_recreate_hint_is_phrased_for_the_entry_point() {
+    let pve = FakePve::start();
+    pve.add_template();
+    pve.exec("pve.store_file('local', 'debian-13-standard_13.2-1_amd64.tar.zst', 1024 * 1024, content='vztmpl')");
+    let (repo, share) = broker_repo("ID=101\nIP=127.0.0.1/8\nCORES=1\nMEMORY=512\n");
+    let ca = pve.ca.to_str().unwrap().to_string();
+    let closed = closed_port().to_string();
+    let run = |template: &str, env: &[(&str, &std::ffi::OsStr)]| {
+        let args = ["provision", "-c", "broker", "--no-wait-ssh", "--ssh-port", &closed, "--pve-ca", &ca];
+        run_cli(&pve, repo.path(), share.path(), template, env, &args)
+    };
+    let (code, _, stderr) = run(TEMPLATE, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let next = "debian-13-standard_13.2-1";
+    let refusal = format!(
+        "broker: broker (vmid 101) needs to be recreated (ostemplate changes from local:vztmpl/{TEMPLATE_FILE} to \
+         local:vztmpl/debian-13-standard_13.2-1_amd64.tar.zst), which the recreate policy `never` forbids; nothing \
+         was changed (a recreate destroys it: its data is lost unless snapshotted); "
+    );
+    let (code, _, binary) = run(next, &[]);
+    assert_eq!(code, Some(1), "{binary}");
+    assert!(binary.contains(&format!("{refusal}re-run with --allow-recreate\n")), "{binary}");
+    assert!(!binary.contains("local/run.sh"), "{binary}");
+
+    let (code, _, local) = run(next, &[("PGO_ENTRY", "local-run".as_ref())]);
+    assert_eq!(code, Some(1), "{local}");
+    let hint = "re-run with --allow-recreate: `sudo ./local/run.sh --allow-recreate broker`";
+    assert!(local.contains(&format!("{refusal}{hint}\n")), "{local}");
+    // The artifact holds the same text ./local/run.sh's own advice reads.
+    let p: Provision = artifact::read(&repo.path().join(".proxmox-gitops/provision/broker.json")).unwrap();
+    let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
+    assert!(error.ends_with(hint), "{error}");
+
+    let (code, _, actions) = run(next, &[("GITEA_ACTIONS", "true".as_ref())]);
+    assert_eq!(code, Some(1), "{actions}");
+    let hint = "set the repository variable PROXMOX_GITOPS_RECREATE to `when-needed` and re-run the workflow";
+    assert!(actions.contains(&format!("{refusal}{hint}\n")), "{actions}");
+    // The Actions annotation (`::error::…` on stderr) carries the same hint.
+    let annotation = actions.lines().filter(|l| l.starts_with("::error")).collect::<Vec<_>>().join("\n");
+    assert!(annotation.contains(hint), "{actions}");
+    let p: Provision = artifact::read(&repo.path().join(".proxmox-gitops/provision/broker.json")).unwrap();
+    let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
+    assert!(error.ends_with(hint), "{error}");
+    assert!(pve.ct_config(101).unwrap()["description"].as_str().unwrap().contains(TEMPLATE_FILE), "nothing changed");
+}
+
 #[test]
 fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
     let pve = FakePve::start();
@@ -1110,6 +1165,7 @@ fn cli_recreate_and_destroy_follow_the_snapshot_rule() {
         run(next, &["provision", "-c", "broker", "--allow-recreate", "--no-wait-ssh", "--ssh-port", &closed]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("refusing to destroy broker (vmid 101): it declares data (/srv/data)"), "{stderr}");
+    assert!(stderr.contains("or re-run with --no-snapshot to recreate without a snapshot\n"), "{stderr}");
     let p: Provision = artifact::read(&art("provision")).unwrap();
     assert!(matches!(p.outcome, Outcome::Failed { .. }) && p.protected_by.is_none(), "{p:#?}");
     assert!(pve.ct_config(101).unwrap()["description"].as_str().unwrap().contains(TEMPLATE_FILE));

@@ -272,7 +272,7 @@ async fn recreate_is_refused_when_the_snapshot_fails() {
         ),
         "{msg}"
     );
-    assert!(msg.ends_with("fix the cause, or pass --no-snapshot to destroy without a snapshot"), "{msg}");
+    assert!(msg.ends_with("fix the cause, or re-run with --no-snapshot to destroy without a snapshot"), "{msg}");
     assert_eq!(files(&store.lib_dir("app")), Vec::<String>::new());
 
     // Unreachable: refused.
@@ -283,7 +283,7 @@ async fn recreate_is_refused_when_the_snapshot_fails() {
         e.to_string(),
         format!(
             "refusing to destroy app (vmid 4242): it declares data ({}) but cannot be reached to snapshot it: SSH at \
-             10.0.3.9:22 did not answer; start it and make SSH work, or pass --no-snapshot to destroy without a snapshot",
+             10.0.3.9:22 did not answer; start it and make SSH work, or re-run with --no-snapshot to destroy without a snapshot",
             paths.join(", ")
         )
     );
@@ -352,7 +352,7 @@ fn cli_without_a_provision_artifact_fails_clearly_and_records_it() {
     let (code, _, stderr) = run(&["--container", "app"]);
     assert_eq!(code, 1, "{stderr}");
     let reason = format!(
-        "app (vmid 4242): no provision artifact {}; run `provision` first (the snapshot step reaches the container \
+        "app (vmid 4242): no provision artifact {}; run `proxmox-gitops provision -c app` first (the snapshot step reaches the container \
          at the address and through the backend it recorded)",
         artifacts.join("provision/app.json").display()
     );

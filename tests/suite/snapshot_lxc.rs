@@ -320,7 +320,7 @@ fn real_container_snapshot_restore_cli_and_lxc_snapshots() {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("app: no rollback: the data snapshot taken first failed"), "{stderr}");
-    assert!(stderr.contains("pass --no-snapshot"), "{stderr}");
+    assert!(stderr.contains("re-run with --no-snapshot to roll back without a snapshot"), "{stderr}");
     let out = cli(&["--rollback", "pgo-nope", "--no-snapshot"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no snapshot named `pgo-nope`"));

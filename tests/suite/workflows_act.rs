@@ -41,7 +41,8 @@ const PVE_CLOSED: [&str; 10] = [
     "-s",
     "PROXMOX_PASSWORD=pve-secret-9f2c",
 ];
-const NO_PROVISION: &str = "run `provision` first";
+/// Under Actions the hint names the pipeline workflow's `step` input (crate::error::Hint::render).
+const NO_PROVISION: &str = "no provision artifact; run the pipeline workflow with its `step` input `provision` first";
 
 /// The pipeline's steps (workflows/pipeline.yml: one job, `deploy`), by the start of their names.
 const RESOLVE: &str = "Resolve the inventory";

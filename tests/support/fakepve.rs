@@ -282,6 +282,7 @@ pub fn run_cli(root: &Path, args: &[&str], env: &[(String, String)]) -> std::pro
         "GITHUB_RUN_ID",
         "PGO_ARTIFACTS",
         "PGO_BACKEND",
+        "PGO_ENTRY",
     ] {
         cmd.env_remove(v);
     }

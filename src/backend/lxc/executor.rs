@@ -102,10 +102,16 @@ impl LxcBackend {
         p.warnings.extend(desired.warnings.iter().cloned());
         let mut key_installed = false;
         match &plan.action {
-            Action::Refused { reasons, .. } => bail!(
-                "container `{name}` must be recreated ({}), but the recreate policy forbids it: rerun with --allow-recreate",
-                reasons.join("; ")
-            ),
+            Action::Refused { reasons, .. } => {
+                return Err(crate::error::Hinted::new(
+                    format!(
+                        "container `{name}` must be recreated ({}), but the recreate policy forbids it",
+                        reasons.join("; ")
+                    ),
+                    crate::error::Hint::AllowRecreate { container: spec.name.clone() },
+                )
+                .into());
+            }
             Action::Foreign { reason } => bail!("{reason}"),
             Action::Adopt { .. } => bail!(
                 "container `{name}`: --adopt is supported by the pve backend only; the lxc backend does not take over \

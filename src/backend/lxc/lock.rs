@@ -24,7 +24,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
+
+use crate::error::{Hint, Hinted, TimeoutOption};
 
 /// First pause between two tries while the lock is held by another run; doubled up to
 /// [`MAX_POLL`].
@@ -115,15 +117,18 @@ pub async fn acquire(path: &Path, name: &str, timeout: Duration) -> Result<Conta
         if elapsed >= timeout {
             let holder = read_holder(path);
             let who = if holder.is_empty() { String::new() } else { format!(", held by {holder}") };
-            bail!(
-                "container `{name}` is still locked by another proxmox-gitops run after {} s (lock file {}{who}); \
-                 see which process holds it with `fuser -v {}` (or `lsof {}`), wait for it or stop it, or raise \
-                 --timeout-lease",
-                elapsed.as_secs(),
-                path.display(),
-                path.display(),
-                path.display()
-            );
+            return Err(Hinted::new(
+                format!(
+                    "container `{name}` is still locked by another proxmox-gitops run after {} s (lock file {}{who}); \
+                     see which process holds it with `fuser -v {}` (or `lsof {}`), and wait for it or stop it",
+                    elapsed.as_secs(),
+                    path.display(),
+                    path.display(),
+                    path.display()
+                ),
+                Hint::RaiseTimeout { option: TimeoutOption::Lease, now_secs: Some(timeout.as_secs()) },
+            )
+            .into());
         }
         tokio::time::sleep(pause.min(timeout - elapsed)).await;
         pause = (pause * 2).min(MAX_POLL);
@@ -166,8 +171,8 @@ mod tests {
             e,
             format!(
                 "container `ct` is still locked by another proxmox-gitops run after 0 s (lock file {file}, held by \
-                 {holder}); see which process holds it with `fuser -v {file}` (or `lsof {file}`), wait for it or \
-                 stop it, or raise --timeout-lease"
+                 {holder}); see which process holds it with `fuser -v {file}` (or `lsof {file}`), and wait for it \
+                 or stop it; raise --timeout-lease (now 0 s)"
             )
         );
         drop(held);

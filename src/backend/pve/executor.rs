@@ -174,12 +174,16 @@ impl PveBackend {
             }
             Action::Refused { reasons, needs_recreate: true } => {
                 fin.status = None;
-                bail!(
-                    "{} (vmid {vmid}) needs to be recreated ({}), which the recreate policy `never` forbids; nothing was changed. \
-                     Re-run with --allow-recreate (or --recreate when-needed) to destroy and recreate it — its data is lost unless snapshotted",
-                    spec.name,
-                    reasons.join("; ")
-                );
+                return Err(crate::error::Hinted::new(
+                    format!(
+                        "{} (vmid {vmid}) needs to be recreated ({}), which the recreate policy `never` forbids; nothing \
+                         was changed (a recreate destroys it: its data is lost unless snapshotted)",
+                        spec.name,
+                        reasons.join("; ")
+                    ),
+                    crate::error::Hint::AllowRecreate { container: spec.name.clone() },
+                )
+                .into());
             }
             Action::Foreign { reason } => {
                 fin.status = None;
@@ -487,11 +491,18 @@ impl PveBackend {
             return Ok(());
         }
         if !plan.reboot_for_pending {
-            rec.warnings.push(format!(
-                "pending until the next restart: CT {vmid} applies {} when it starts again; the recreate policy \
-                 `never` allows no restart — re-run with --allow-recreate, or run `pct reboot {vmid}` on node {node}",
-                keys.join(", ")
-            ));
+            rec.warnings.push(
+                crate::error::Hinted::new(
+                    format!(
+                        "pending until the next restart: CT {vmid} applies {} when it starts again; the recreate policy \
+                         `never` allows no restart",
+                        keys.join(", ")
+                    ),
+                    crate::error::Hint::AllowRecreate { container: plan.name.clone() },
+                )
+                .or(crate::error::Hint::on_node(["pct".to_string(), "reboot".into(), vmid.to_string()], node))
+                .to_string(),
+            );
             return Ok(());
         }
         let started = Instant::now();

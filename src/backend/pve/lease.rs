@@ -38,6 +38,7 @@ use anyhow::{Context, anyhow, bail};
 
 use super::PveBackend;
 use super::desired::{self, Lease};
+use crate::error::{Hint, Hinted, TimeoutOption};
 use crate::pve::{PveClient, PveError, TaskFilter};
 
 /// How long a lease is valid after it is written or renewed: 300 s.
@@ -202,10 +203,14 @@ impl PveBackend {
         loop {
             polls += 1;
             if polls > MAX_POLLS {
-                bail!(
-                    "CT {vmid}: its lease could not be taken in {MAX_POLLS} reads of its config ({} s); re-run later",
-                    started.elapsed().as_secs()
-                );
+                return Err(Hinted::new(
+                    format!(
+                        "CT {vmid}: its lease could not be taken in {MAX_POLLS} reads of its config ({} s)",
+                        started.elapsed().as_secs()
+                    ),
+                    Hint::RerunLater,
+                )
+                .into());
             }
             let cfg = match ct.config().await {
                 Ok(Some(c)) => c,
@@ -229,15 +234,20 @@ impl PveBackend {
                 if other.live_at(now) && !holder_is_dead(&other.holder) {
                     let waited = started.elapsed();
                     if waited >= limit || polls >= MAX_POLLS {
-                        bail!(
-                            "CT {vmid} is busy: proxmox-gitops run `{}` holds its lease until {} ({} s from now); \
-                             waited {} s ({polls} reads) for it. Let that run finish and re-run; a run that died leaves \
-                             a lease that expires by itself at that time (or raise --timeout-lease)",
-                            other.holder,
-                            when(other.until),
-                            other.until - now,
-                            waited.as_secs()
-                        );
+                        return Err(Hinted::new(
+                            format!(
+                                "CT {vmid} is busy: proxmox-gitops run `{}` holds its lease until {} ({} s from now); \
+                                 waited {} s ({polls} reads) for it (a run that died leaves a lease that expires by \
+                                 itself at that time)",
+                                other.holder,
+                                when(other.until),
+                                other.until - now,
+                                waited.as_secs()
+                            ),
+                            Hint::RerunLater,
+                        )
+                        .or(Hint::RaiseTimeout { option: TimeoutOption::Lease, now_secs: Some(limit.as_secs()) })
+                        .into());
                     }
                     if waiting_for.as_deref() != Some(other.holder.as_str()) {
                         tracing::warn!(
@@ -268,12 +278,15 @@ impl PveBackend {
                 Err(e) if e.is_config_changed() => {
                     conflicts += 1;
                     if conflicts > MAX_CONFLICTS {
-                        return Err(e).with_context(|| {
+                        return Err(Hinted::new(
                             format!(
                                 "CT {vmid}: its config changed under each of {MAX_CONFLICTS} attempts to take the lease \
-                                 (something writes it all the time); re-run later"
-                            )
-                        });
+                                 (something writes it all the time)"
+                            ),
+                            Hint::RerunLater,
+                        )
+                        .because(e)
+                        .into());
                     }
                     tracing::info!("CT {vmid}: its config changed while taking the lease ({e}); reading it again");
                     continue;
@@ -341,14 +354,18 @@ impl PveBackend {
             Ok(None) => format!(" No task of CT {vmid} is listed as running on node {node}."),
             Err(_) => String::new(),
         };
-        anyhow!(
-            "CT {vmid}: PVE's config lock {file} stayed held by another task or API call for {} s ({tries} writes \
-             answered `{}`); nothing was changed.{task} {} Re-run when it is free, or raise --timeout-lock (now {} s).",
-            waited.as_secs(),
-            e.message().unwrap_or_default(),
-            lock_hint(node, vmid, &file),
-            self.opts.timeouts.lock.as_secs()
+        Hinted::new(
+            format!(
+                "CT {vmid}: PVE's config lock {file} stayed held by another task or API call for {} s ({tries} writes \
+                 answered `{}`); nothing was changed.{task} {}",
+                waited.as_secs(),
+                e.message().unwrap_or_default(),
+                lock_hint(node, vmid, &file).trim_end_matches('.'),
+            ),
+            Hint::RerunLater,
         )
+        .or(Hint::RaiseTimeout { option: TimeoutOption::Lock, now_secs: Some(self.opts.timeouts.lock.as_secs()) })
+        .into()
     }
 
     /// Ends the renewal of `held` and removes our lease line from the description (with the
@@ -409,11 +426,17 @@ impl PveBackend {
                         tracing::info!("CT {vmid}: the task {upid} that held the lock failed: {exit_status}")
                     }
                     Err(e @ PveError::Timeout { .. }) => {
-                        return Err(e).context(format!(
-                            "CT {vmid} is locked ({lock}) by the task {upid}, which still runs; re-run when it has ended \
-                             (see it in the PVE UI's task list of node {node}), or raise {}",
-                            if bound == lock_wait { "--timeout-lock" } else { "--timeout-create" }
-                        ));
+                        let option = if bound == lock_wait { TimeoutOption::Lock } else { TimeoutOption::Create };
+                        return Err(Hinted::new(
+                            format!(
+                                "CT {vmid} is locked ({lock}) by the task {upid}, which still runs (see it in the PVE \
+                                 UI's task list of node {node})"
+                            ),
+                            Hint::RerunLater,
+                        )
+                        .or(Hint::RaiseTimeout { option, now_secs: Some(bound.as_secs()) })
+                        .because(e)
+                        .into());
                     }
                     Err(e) => return Err(e.into()),
                 }
@@ -435,18 +458,22 @@ impl PveBackend {
             if started.elapsed() >= lock_wait || polls >= MAX_POLLS {
                 let create = if now == "create" {
                     format!(
-                        " An interrupted create leaves an unfinished container: after the unlock, check it with \
-                         `pct config {vmid}` and remove it with `pct destroy {vmid}` if it is that."
+                        " (an interrupted create leaves an unfinished container: after the unlock, check it with \
+                         `pct config {vmid}` and remove it with `pct destroy {vmid}` if it is that)"
                     )
                 } else {
                     String::new()
                 };
-                bail!(
-                    "CT {vmid}: PVE says `CT is locked ({now})`, and no task of CT {vmid} runs on node {node} (waited {} s): \
-                     the lock is left over from an interrupted operation. Make sure nothing works on it, then run \
-                     `pct unlock {vmid}` on node {node} and re-run.{create}",
-                    started.elapsed().as_secs()
-                );
+                return Err(Hinted::new(
+                    format!(
+                        "CT {vmid}: PVE says `CT is locked ({now})`, and no task of CT {vmid} runs on node {node} (waited \
+                         {} s): the lock is left over from an interrupted operation{create}; make sure nothing works on \
+                         it",
+                        started.elapsed().as_secs()
+                    ),
+                    Hint::on_node(["pct".to_string(), "unlock".into(), vmid.to_string()], node),
+                )
+                .into());
             }
             tokio::time::sleep(delay.min(lock_wait.saturating_sub(started.elapsed())).max(Duration::from_millis(50)))
                 .await;

@@ -63,6 +63,7 @@ use tokio::sync::OnceCell;
 use self::desired::{Desired, PveDefaults, desired};
 use self::placement::{NodeDecision, NodePlan, Wish};
 use self::planner::{LiveCt, PveObserved};
+use crate::error::{Hint, Hinted};
 use crate::inventory::ContainerSpec;
 use crate::model::PlanPolicy;
 use crate::model::{Action, ActionRecord, ContainerPlan};
@@ -416,11 +417,11 @@ impl PveBackend {
             tracing::info!("{}: {note}", spec.name);
             notes.push(note);
         }
-        bail!(
-            "{}: CT {} on node {node} was locked again and again while it was planned; re-run later",
-            spec.name,
-            spec.vmid
+        Err(Hinted::new(
+            format!("{}: CT {} on node {node} was locked again and again while it was planned", spec.name, spec.vmid),
+            Hint::RerunLater,
         )
+        .into())
     }
 
     /// The failure of a plan that does not wait ([`PveBackendOptions::wait_for_locks`]) for CT
@@ -429,16 +430,24 @@ impl PveBackend {
     async fn busy(&self, spec: &ContainerSpec, node: &str, lock: &str) -> anyhow::Error {
         let vmid = spec.vmid;
         match self.active_task(node, vmid).await {
-            Ok(Some((upid, kind))) => anyhow!(
-                "{}: CT {vmid} is busy: PVE has it locked ({lock}) by the running task {upid} ({kind}) on node {node}; \
-                 plan again when it has ended, or pass --wait-for-locks to wait for it",
-                spec.name
-            ),
-            Ok(None) => anyhow!(
-                "{}: CT {vmid} is locked ({lock}) on node {node}, and no task of it runs: the lock is left over from an \
-                 interrupted operation. Make sure nothing works on it, then run `pct unlock {vmid}` on node {node}",
-                spec.name
-            ),
+            Ok(Some((upid, kind))) => Hinted::new(
+                format!(
+                    "{}: CT {vmid} is busy: PVE has it locked ({lock}) by the running task {upid} ({kind}) on node {node}",
+                    spec.name
+                ),
+                Hint::RerunLater,
+            )
+            .or(Hint::WaitForLocks)
+            .into(),
+            Ok(None) => Hinted::new(
+                format!(
+                    "{}: CT {vmid} is locked ({lock}) on node {node}, and no task of it runs: the lock is left over from \
+                     an interrupted operation; make sure nothing works on it",
+                    spec.name
+                ),
+                Hint::on_node(["pct".to_string(), "unlock".into(), vmid.to_string()], node),
+            )
+            .into(),
             Err(e) => e.context(format!("{}: CT {vmid} is busy: PVE has it locked ({lock}) on node {node}", spec.name)),
         }
     }

@@ -130,10 +130,11 @@ fn problem(v: &ContainerVerdict, policy: RecreatePolicy) -> Option<String> {
         (Some(p), _) => match &p.action {
             Action::Refused { reasons, needs_recreate: true } => Some(format!(
                 "{} needs a recreate ({}), which the recreate policy `{}` refuses: merge it by hand after a \
-                 snapshot, or run with --recreate when-needed",
+                 snapshot, or {}",
                 v.name,
                 reasons.join("; "),
-                policy.as_str()
+                policy.as_str(),
+                crate::error::Hint::RecreateWhenNeeded
             )),
             Action::Refused { reasons, needs_recreate: false } => {
                 Some(format!("{} cannot be provisioned as specified: {}", v.name, reasons.join("; ")))

@@ -423,8 +423,13 @@ async fn run_container(
         anyhow::bail!("{}", requirements_error(spec, &missing));
     }
     let prov_path = opts.artifacts.provision(&spec.name);
-    let prov: Provision =
-        artifact::read(&prov_path).with_context(|| format!("{}: run `provision` first", spec.name))?;
+    let prov: Provision = artifact::read(&prov_path).map_err(|e| {
+        crate::error::Hinted::new(
+            format!("{}: no provision artifact", spec.name),
+            crate::error::Hint::RunStep { step: crate::error::Step::Provision, container: spec.name.clone() },
+        )
+        .because(e)
+    })?;
     if let Outcome::Failed { error } = &prov.outcome {
         anyhow::bail!("{}: provisioning failed ({error}); nothing to configure", prov_path.display());
     }

@@ -210,12 +210,13 @@ impl<R: StepRunner> ContainerJob<R> {
         // A provision that failed before writing its artifact is only known from deploy.json.
         let by_summary = !artifact.as_ref().is_some_and(|s| s.ok == Some(true) && s.digest.as_deref() == Some(digest))
             && self.previous.get(name).is_some_and(|d| d == digest);
+        let force = crate::error::Hint::Force;
         if by_artifact {
-            Some(format!(
-                "provision failed for the same inputs (see provision/{name}.json); fix it and re-run, or pass --force"
-            ))
+            Some(format!("provision failed for the same inputs (see provision/{name}.json); fix it first, or {force}"))
         } else if by_summary {
-            Some("provision failed for the same inputs (see deploy.json of the provision run); fix it and re-run, or pass --force".into())
+            Some(format!(
+                "provision failed for the same inputs (see deploy.json of the provision run); fix it first, or {force}"
+            ))
         } else {
             None
         }

@@ -258,12 +258,10 @@ impl BuiltinRunner {
             None => "not in the saved plan".to_string(),
         };
         Some(anyhow::anyhow!(
-            "{} (vmid {}): refusing to apply the saved plan: {why}; nothing was changed; re-plan: proxmox-gitops plan \
-             --ref {} -c {}",
+            "{} (vmid {}): refusing to apply the saved plan: {why}; nothing was changed; re-plan: {}",
             spec.name,
             spec.vmid,
-            saved.git_ref,
-            spec.name
+            crate::steps::plan::plan_command(None, &saved.git_ref, &[spec.name.as_str()])
         ))
     }
 

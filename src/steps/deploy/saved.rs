@@ -99,17 +99,17 @@ pub fn live_moved_of(plan: &Plan, fresh: &[Planned], backend: &Backend) -> Vec<M
 pub fn read(path: &Path, git_ref: Option<&str>, selection: &[String], inv: &Inventory) -> Result<Plan> {
     let mut plan: Plan = crate::artifact::read(path).map_err(|e| {
         Error::Usage(format!(
-            "--plan {e}; write a plan first: proxmox-gitops plan --ref {} (it writes {})",
-            git_ref.unwrap_or("refs/heads/release"),
+            "--plan {e}; write a plan first: {} (it writes {})",
+            crate::steps::plan::plan_command(None, git_ref.unwrap_or("refs/heads/release"), &[]),
             path.display()
         ))
     })?;
     if let Some(r) = git_ref.filter(|r| *r != plan.git_ref) {
         return Err(Error::Usage(format!(
-            "{} plans ref {}, but this run is for {r} (--ref or GITHUB_REF); plan that ref: proxmox-gitops plan \
-             --ref {r}",
+            "{} plans ref {}, but this run is for {r} (--ref or GITHUB_REF); plan that ref: {}",
             path.display(),
-            plan.git_ref
+            plan.git_ref,
+            crate::steps::plan::plan_command(None, r, &[])
         )));
     }
     if !selection.is_empty() {
@@ -117,10 +117,10 @@ pub fn read(path: &Path, git_ref: Option<&str>, selection: &[String], inv: &Inve
             inv.select(selection, true, NotFound::InStage)?.into_iter().map(|c| c.name.clone()).collect();
         if let Some(missing) = names.iter().find(|n| !plan.containers.iter().any(|c| &c.name == *n)) {
             return Err(Error::Usage(format!(
-                "container `{missing}` is not in {} (it plans {}); plan it: proxmox-gitops plan --ref {} -c {missing}",
+                "container `{missing}` is not in {} (it plans {}); plan it: {}",
                 path.display(),
                 plan.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
-                plan.git_ref
+                crate::steps::plan::plan_command(None, &plan.git_ref, &[missing.as_str()])
             )));
         }
         plan.containers.retain(|c| names.contains(&c.name));

@@ -170,8 +170,11 @@ pub(super) fn process(
         if !sub_src.join(".git").exists() {
             walk.problems.add(
                 Location::file(&rel),
-                "submodule is not checked out in the repository; run `git submodule update --init --recursive` first \
-                 (its content is taken from the checkout, never from the old URL)",
+                format!(
+                    "submodule is not checked out in the repository; {} first (its content is taken from the \
+                     checkout, never from the old URL)",
+                    crate::error::Hint::command(["git", "submodule", "update", "--init", "--recursive"])
+                ),
             );
             continue;
         }
@@ -198,9 +201,10 @@ pub(super) fn process(
             )
             .map_err(failed)?;
         if !walk.git.check(&sub, ["cat-file", "-e", &format!("{recorded}^{{commit}}")]).map_err(failed)? {
-            walk.problems.add(
+            walk.problems.add_hinted(
                 Location::file(&rel),
-                format!("the recorded commit {recorded} is not in the checked-out submodule; run `git submodule update --init --recursive`"),
+                format!("the recorded commit {recorded} is not in the checked-out submodule"),
+                crate::error::Hint::command(["git", "submodule", "update", "--init", "--recursive"]),
             );
             continue;
         }

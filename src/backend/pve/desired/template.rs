@@ -58,8 +58,9 @@ fn no_template_message(file: &str, arch: &str, node: &str, others: &[String]) ->
     let template = file.strip_suffix(&format!("_{arch}.tar.zst")).unwrap_or(file);
     let listed = if others.is_empty() {
         format!(
-            "its template index (GET /nodes/{node}/aplinfo) does not know `{template}` at all (run `pveam update` \
-             on {node}, then `pveam available --section system` to see the templates)"
+            "its template index (GET /nodes/{node}/aplinfo) does not know `{template}` at all ({}, then \
+             `pveam available --section system` to see the templates)",
+            crate::error::Hint::on_node(["pveam", "update"], node)
         )
     } else {
         format!("its template index (GET /nodes/{node}/aplinfo) has `{template}` only for {}", others.join(", "))

@@ -50,13 +50,16 @@ pub(super) fn foreign(d: &Desired, cfg: &BTreeMap<String, String>, live_desc: &s
         Some(lib) => format!("it was made by proxmox-gitops for lib `{lib}`"),
         None => format!("its description lacks the line \"{LIB_MARKER}{}`\"", d.name),
     };
+    // Plan data, compared between a saved plan and a fresh one: the hint is spelled for the
+    // binary whatever the entry point, so that a plan reads the same wherever it was made.
     let reason = format!(
         "CT {} (hostname `{}`) was not created by proxmox-gitops for lib `{}`: {what}. \
-         It is never stopped, changed, destroyed or recreated; to take it over in place, re-run with --adopt, \
+         It is never stopped, changed, destroyed or recreated; to take it over in place, {}, \
          or give the lib another ID",
         d.vmid,
         cfg.get("hostname").map(String::as_str).unwrap_or("(none)"),
-        d.name
+        d.name,
+        crate::error::Hint::Adopt.render(crate::error::EntryPoint::Binary)
     );
     Action::Foreign { reason }
 }
@@ -171,8 +174,9 @@ pub(super) fn mount_points(d: &Desired, ct: &LiveCt, is_root: bool, f: &mut Find
                 } else if live_storage != storage {
                     f.blocked.push(format!(
                         "MOUNT in {file}: {key} ({}) is on storage `{live_storage}` on PVE, the spec wants `{storage}`; \
-                         move it keeping its data: stop CT {vmid} and run `pct move-volume {vmid} {key} {storage}` on its node",
+                         move it keeping its data: stop CT {vmid} and {} on its node",
                         live_mount_entry(l),
+                        crate::error::Hint::command(["pct", "move-volume", &d.vmid.to_string(), key, storage]),
                         vmid = d.vmid
                     ));
                     None
