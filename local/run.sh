@@ -341,37 +341,14 @@ control_plane() {
 # 5. The pipeline.
 pgo resolve >/dev/null
 artifacts="${PGO_ARTIFACTS:-$repo/.proxmox-gitops}"
-# Marks the start of each step: an artifact newer than it was written by this run.
-mark=$(mktemp)
-trap 'rm -f "$mark"' EXIT
-# A failed step's advice, read from the artifact it wrote, as options of this script, so that it
-# can be followed here: `sudo ./local/run.sh --allow-recreate broker`. $1: the artifact; $2: the
-# mode option (`--destroy`) or empty.
-advise() {
-  local file=$1 flags=("${policy[@]}" "${no_snapshot[@]}")
-  [ -f "$file" ] && [ "$file" -nt "$mark" ] || return 0
-  if [ "${#policy[@]}" -eq 0 ] && grep -q -e '--allow-recreate' -e '--recreate when-needed' "$file"; then
-    flags+=(--allow-recreate)
-  fi
-  if [ "${#no_snapshot[@]}" -eq 0 ] && grep -q -e '--no-snapshot' "$file"; then
-    flags+=(--no-snapshot)
-  fi
-  [ "${#flags[@]}" -gt "$(( ${#policy[@]} + ${#no_snapshot[@]} ))" ] || return 0
-  say "to follow that advice through this script: sudo $self ${2:+$2 }${flags[*]} ${libs[*]}"
-}
 case "$mode" in
   destroy)
     # The destroy step checks the container is ours (its proxmox-gitops.json names the lib's
     # vmid), takes a verified snapshot of the lib's SNAPSHOT paths into the share first (refusing
     # when it cannot), then stops and removes it.
     for lib in "${libs[@]}"; do
-      touch "$mark"
       [ "$lib" != config ] || stop_host_runner
-      pgo destroy --backend lxc --container "$lib" "${no_snapshot[@]}" || {
-        rc=$?
-        advise "$artifacts/destroy/$lib.json" --destroy
-        exit "$rc"
-      }
+      pgo destroy --backend lxc --container "$lib" "${no_snapshot[@]}"
       say "removed $lib (its snapshots and key pair stay in the share, $share)"
     done
     exit 0
@@ -407,20 +384,14 @@ done
 # Each lib: provision, configure; then, for every lib reached (also when one failed), how to
 # reach it and what its configuration reported (local/summary.py). The provision step's warnings
 # (the IP and DISK notes …) are printed by `provision` itself, once per run.
-touch "$mark"
 run_mark=$(mktemp)
-trap 'rm -f "$mark" "$run_mark"' EXIT
+trap 'rm -f "$run_mark"' EXIT
 done_libs=()
 rc=0
 for lib in "${libs[@]}"; do
   say "provisioning $lib (lxc)"
-  touch "$mark"
   done_libs+=("$lib")
-  pgo provision --backend lxc --container "$lib" "${policy[@]}" "${no_snapshot[@]}" || {
-    rc=$?
-    advise "$artifacts/provision/$lib.json"
-    break
-  }
+  pgo provision --backend lxc --container "$lib" "${policy[@]}" "${no_snapshot[@]}" || { rc=$?; break; }
   say "configuring $lib"
   pgo configure --container "$lib" || { rc=$?; break; }
 done
