@@ -184,7 +184,7 @@ fn deploy_provisions_on_pve_with_the_recreate_policy() {
             ("PROXMOX_HOST", "127.0.0.1".into()),
             ("PROXMOX_PORT", port.clone()),
             ("PROXMOX_USER", "root@pam".into()),
-            ("PROXMOX_PASSWORD", "secret".into()),
+            ("PROXMOX_PASSWORD", support::fakepve::PASSWORD.into()),
             ("PROXMOX_TEMPLATE", template.into()),
             ("PROXMOX_STORAGE", "local".into()),
             ("PROXMOX_GATEWAY", "127.0.20.254".into()),
@@ -243,7 +243,10 @@ fn deploy_provisions_on_pve_with_the_recreate_policy() {
     assert_eq!(p["result"], "ok", "{p:#}");
     assert!(actions(&p).contains(&"destroy".to_string()) && actions(&p).contains(&"create".to_string()), "{p:#}");
     assert!(pve.ct_config(101).unwrap()["description"].as_str().unwrap().contains("13.2-1"));
-    assert!(!text(&out.stderr).contains("secret") && !text(&out.stdout).contains("secret"));
+    assert!(
+        !text(&out.stderr).contains(support::fakepve::PASSWORD)
+            && !text(&out.stdout).contains(support::fakepve::PASSWORD)
+    );
 }
 
 /// `configure --check` is the preflight of local/run.sh: exit 2 naming the file, the key and

@@ -28,7 +28,7 @@ fn run(pve: &FakePve, repo: &Path, share: &Path, env: &[(&str, &Path)], args: &[
         .env("PROXMOX_HOST", "127.0.0.1")
         .env("PROXMOX_PORT", pve.port.to_string())
         .env("PROXMOX_USER", "root@pam")
-        .env("PROXMOX_PASSWORD", "secret")
+        .env("PROXMOX_PASSWORD", support::fakepve::PASSWORD)
         .env("PROXMOX_TEMPLATE", TEMPLATE)
         .env("PROXMOX_STORAGE", "local")
         .env("PROXMOX_GATEWAY", "127.0.0.254")

@@ -245,7 +245,10 @@ async fn create_from_nothing_with_ticket_auth() {
     );
     // The password went in the login body only (fakepve records it redacted), never a URL.
     let reqs = env.pve.requests(false);
-    assert!(reqs.iter().all(|(_, p, b)| !p.contains("secret") && !b.contains("secret")), "{reqs:?}");
+    assert!(
+        reqs.iter().all(|(_, p, b)| !p.contains(support::fakepve::PASSWORD) && !b.contains(support::fakepve::PASSWORD)),
+        "{reqs:?}"
+    );
     // What PVE holds now.
     let key = std::fs::read_to_string(env.share.path().join(".keys/101.pub")).unwrap();
     let cfg = env.pve.ct_config(101).unwrap();
@@ -764,7 +767,7 @@ fn run_cli(
         .env("PROXMOX_HOST", "127.0.0.1")
         .env("PROXMOX_PORT", pve.port.to_string())
         .env("PROXMOX_USER", "root@pam")
-        .env("PROXMOX_PASSWORD", "secret")
+        .env("PROXMOX_PASSWORD", support::fakepve::PASSWORD)
         .env("PROXMOX_TEMPLATE", template)
         .env("PROXMOX_STORAGE", "local")
         .env("PROXMOX_SHARE", share)
@@ -811,7 +814,7 @@ fn cli_plan_then_provision_then_converged() {
     let (code, stdout, stderr) =
         run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[("PROXMOX_FINGERPRINT", presented.as_ref())], &["plan"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-    assert!(!stderr.contains("secret"), "{stderr}");
+    assert!(!stderr.contains(support::fakepve::PASSWORD), "{stderr}");
 
     let (code, stdout, stderr) = run(&["provision", "--all", "--pve-ca", &ca, "--ssh-port", &ssh_port]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
@@ -1244,7 +1247,11 @@ fn fast_retrying_client(pve: &FakePve, retries: usize) -> proxmox_gitops::pve::P
     opts.request_timeout = Duration::from_secs(10);
     opts.transport_retries = retries;
     opts.retry_delay = Duration::from_millis(1);
-    PveClient::new(opts, Auth::Ticket { user: "root@pam".into(), password: SecretString::from("secret") }).unwrap()
+    PveClient::new(
+        opts,
+        Auth::Ticket { user: "root@pam".into(), password: SecretString::from(support::fakepve::PASSWORD) },
+    )
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -66,7 +66,7 @@ fn health_reads_the_state_from_pve() {
         .env("PROXMOX_HOST", "127.0.0.1")
         .env("PROXMOX_PORT", pve.port.to_string())
         .env("PROXMOX_USER", "root@pam")
-        .env("PROXMOX_PASSWORD", "secret")
+        .env("PROXMOX_PASSWORD", support::fakepve::PASSWORD)
         .env("PROXMOX_SHARE", &share)
         .arg("--repo")
         .arg(&root)

@@ -351,7 +351,7 @@ impl DriftWorld {
             .env_remove("GITHUB_ACTIONS")
             .env_remove("GITHUB_STEP_SUMMARY")
             .envs(settings.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("PROXMOX_PASSWORD", "secret")
+            .env("PROXMOX_PASSWORD", support::fakepve::PASSWORD)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -361,7 +361,7 @@ impl DriftWorld {
     /// The runner, with the settings as instance variables and the PVE password as a secret.
     fn runner(&self) -> support::runner::Runner<'_> {
         let mut config = support::runner::RunnerConfig::for_double(&self.double)
-            .secret("PROXMOX_PASSWORD", "secret")
+            .secret("PROXMOX_PASSWORD", support::fakepve::PASSWORD)
             .var("PROXMOX_GITOPS_BACKEND", "pve");
         for (k, v) in &self.settings {
             config = config.var(k, v);
@@ -408,7 +408,7 @@ fn drift_workflow_fails_visibly_and_its_summary_names_memory() {
     assert!(summary.contains("\n| alpha | MEMORY | 512 | **1024** |\n"), "{log}");
     // drift only reads.
     assert_eq!(pve.ct_config(101).unwrap()["memory"], 1024);
-    assert!(!log.contains("PROXMOX_PASSWORD=secret") && !log.contains(" secret\n"), "{log}");
+    assert!(!log.contains(fakepve::PASSWORD), "{log}");
 }
 
 /// Issue 28, item 10: a push to `main` lowers alpha's MEMORY and the release pull request is not
@@ -831,7 +831,7 @@ fn end_to_end_lxc_then_a_failing_lib_then_pve() {
             ("--var", "PROXMOX_HOST=127.0.0.1".to_string()),
             ("--var", format!("PROXMOX_PORT={}", pve.port)),
             ("--var", "PROXMOX_USER=root@pam".to_string()),
-            ("-s", "PROXMOX_PASSWORD=secret".to_string()),
+            ("-s", format!("PROXMOX_PASSWORD={}", fakepve::PASSWORD)),
             ("--var", format!("PROXMOX_TEMPLATE={}", fakepve::TEMPLATE)),
             ("--var", "PROXMOX_STORAGE=local".to_string()),
             ("--var", "PROXMOX_GATEWAY=10.0.3.1".to_string()),

@@ -20,6 +20,13 @@ use proxmox_gitops::backend::pve::Timeouts;
 use proxmox_gitops::pve::TlsMode;
 use proxmox_gitops::settings::{PveSettings, Settings};
 use secrecy::SecretString;
+
+/// The password of `root@pam` on every fakepve the tests start (fakepve's own default is
+/// `secret`). The integration tests share one process, and every password a test's settings
+/// carry is masked in what that process prints ([`proxmox_gitops::actions::redact`]), so a
+/// password that is an English word would mask that word in other tests' messages ("the
+/// PASSWORD secret" → "the PASSWORD ***"). This value is in no message.
+pub const PASSWORD: &str = "pgotest-fakepve-pw";
 use serde_json::Value;
 
 /// The template every test uses (`PROXMOX_TEMPLATE`).
@@ -84,6 +91,7 @@ impl FakePve {
             .arg(dir.path())
             .arg(time_scale.to_string())
             .arg(host)
+            .env("FAKEPVE_PASSWORD", PASSWORD)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -142,7 +150,7 @@ impl FakePve {
         self.answer("GET", "/nodes/{node}/status", Some(node), &status);
     }
 
-    /// Settings for this server: root@pam / secret (ticket login), node discovered, no gateway,
+    /// Settings for this server: root@pam / [`PASSWORD`] (ticket login), node discovered, no gateway,
     /// mask 8 on `eth0` at `vmbr0`, the [`TEMPLATE`] on `local:vztmpl`, and `share`.
     pub fn settings(&self, share: &Path) -> Settings {
         Settings {
@@ -150,7 +158,7 @@ impl FakePve {
                 host: Some(self.host.clone()),
                 port: self.port,
                 user: Some("root@pam".into()),
-                password: Some(SecretString::from("secret")),
+                password: Some(SecretString::from(PASSWORD)),
                 token: None,
                 secret: None,
                 node: None,
@@ -252,7 +260,7 @@ pub fn cli_env(pve: &FakePve, share: &Path) -> Vec<(String, String)> {
         ("PROXMOX_HOST", pve.host.clone()),
         ("PROXMOX_PORT", pve.port.to_string()),
         ("PROXMOX_USER", "root@pam".into()),
-        ("PROXMOX_PASSWORD", "secret".into()),
+        ("PROXMOX_PASSWORD", PASSWORD.into()),
         ("PROXMOX_TEMPLATE", TEMPLATE.into()),
         ("PROXMOX_STORAGE", "local".into()),
         ("PROXMOX_GATEWAY", "127.0.20.254".into()),

@@ -22,6 +22,7 @@ import copy
 import json
 import logging
 import sys
+import os
 import textwrap
 import threading
 import traceback
@@ -37,7 +38,8 @@ def main():
     time_scale = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
     host = sys.argv[3] if len(sys.argv) > 3 else '127.0.0.1'
     certfile, keyfile, _ = make_cert(directory, hosts=(host,))
-    pve = FakePve(user='root@pam', password='secret', host=host, port=0)
+    # The password comes from the Rust side (support::fakepve::PASSWORD), its one definition.
+    pve = FakePve(user='root@pam', password=os.environ['FAKEPVE_PASSWORD'], host=host, port=0)
     pve.time_scale = time_scale
     pve.test_answers = {}
     shaped = pve.synthesise
