@@ -528,13 +528,6 @@ impl PveBackend {
     /// # Errors
     /// Node discovery and API errors.
     pub async fn live_hostname(&self, spec: &ContainerSpec) -> anyhow::Result<Option<String>> {
-        let Some(node) = self.live_node(spec).await? else { return Ok(None) };
-        let config = self
-            .client
-            .ct(&node, spec.vmid)
-            .config()
-            .await
-            .with_context(|| format!("cannot read CT {} on node {node}", spec.vmid))?;
-        Ok(config.map(|c| c.hostname().to_string()))
+        Ok(self.live_mark(spec).await?.map(|(hostname, _)| hostname))
     }
 }
