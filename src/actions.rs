@@ -344,6 +344,12 @@ pub fn write_outputs(path: &Path, outputs: &[(&str, String)]) -> std::io::Result
     f.write_all(text.as_bytes())
 }
 
+/// The repository the workflow runs in, `OWNER/REPO`: `$GITHUB_REPOSITORY` (set by Gitea's and
+/// GitHub's runners); `None` outside Actions or when empty.
+pub fn repository() -> Option<String> {
+    std::env::var("GITHUB_REPOSITORY").ok().filter(|v| !v.trim().is_empty())
+}
+
 /// The workflow run this process is a step of: `$GITHUB_RUN_ID` (set by Gitea's and GitHub's
 /// runners), without whitespace; `None` outside Actions or when empty.
 pub fn run_id() -> Option<String> {

@@ -6,7 +6,9 @@
 //!
 //! 1. [`cli`] — argument parsing (shared groups in `cli/args.rs`), one file per subcommand, the
 //!    one async runner and `$GITHUB_OUTPUT` writer (`cli/run.rs`), exit codes, human wording
-//!    (tables, `cli/describe.rs`).
+//!    (tables and the plan in words, `cli/describe/`). No subcommand imports another: what two
+//!    share is an argument group (`cli/args.rs`), a wording (`cli/describe/`) or `cli::Ctx`
+//!    (the inventory and the settings, each read once per run).
 //! 2. [`steps`] — the pipeline steps (`resolve`, `rewrite`, `publish`, `plan`, `provision`,
 //!    `configure`, `snapshot`, `destroy`, `render_workflows`) and the tasks' steps (`health`,
 //!    `update`, `auto_merge`) as library functions: typed

@@ -1,6 +1,6 @@
 //! The argument groups several subcommands share: how to reach and trust the PVE API and how
 //! long its tasks may take, the recreate policy, waiting for SSH after a start, the backend, a
-//! saved inventory and how many containers at once.
+//! saved inventory, how many containers at once, and the Gitea target of `rewrite` and `publish`.
 //!
 //! Each group is a clap `#[derive(Args)]` struct that a subcommand flattens where its options
 //! belong, so an option is declared (name, env var, default, help) in exactly one place. A
@@ -10,16 +10,19 @@
 //! ([`PveArgs`]). Each group turns itself into the step's typed options (`connect()`,
 //! `policy()`, …): the steps never see clap.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 
 use crate::backend::PveConnect;
 use crate::backend::pve::Timeouts;
+use crate::error::Location;
 use crate::error::{Error, Result};
 use crate::model::RecreatePolicy;
 use crate::pve::TlsMode;
+use crate::settings::{EnvSource, ProcessEnv, Settings};
+use crate::steps::rewrite::{RewriteOptions, WorkflowOptions};
 
 /// How to trust the PVE API's certificate: what every subcommand that talks to PVE takes
 /// (`plan` only these; `snapshot`, `destroy`, `provision` and `deploy` also task timeouts).
@@ -364,4 +367,111 @@ impl JobsArg {
     pub fn get(self) -> usize {
         usize::from(self.jobs)
     }
+}
+
+/// Arguments shared by `rewrite` and `publish`.
+#[derive(Debug, Args, Clone)]
+pub struct TargetArgs {
+    /// Gitea base URL, e.g. `http://10.0.3.2:8080` [default: HOST from the settings].
+    #[arg(long, value_name = "URL")]
+    pub gitea: Option<String>,
+    /// Organization of the repositories.
+    #[arg(long, default_value = "main")]
+    pub org: String,
+    /// Where the working copy is built [default: <artifacts>/worktree]. Replaced on every run.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Repository name of the monorepo [default: the checkout's directory name].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The runner label the installed workflows' jobs run on.
+    #[arg(long, default_value = "shell")]
+    pub runs_on: String,
+    /// Do not install the workflows (the monorepo's pipeline.yml and snapshot.yml, each lib's
+    /// pipeline, each task's task.yml under .gitea/workflows/).
+    #[arg(long)]
+    pub no_workflows: bool,
+}
+
+impl TargetArgs {
+    /// The rewrite step's options for the checkout `repo`: the Gitea address (`--gitea`, else
+    /// `HOST` of `settings`), the working copy (`--workdir`, else `default_workdir`), and the
+    /// workflows to install with the checkout action of the settings (none with
+    /// `--no-workflows`).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] when no Gitea address is given or set; [`Error::Input`] for a bad
+    /// checkout action (`PROXMOX_GITOPS_CHECKOUT` or `checkout` in `local/config*.json`).
+    pub fn rewrite_options(
+        &self,
+        repo: &Path,
+        default_workdir: PathBuf,
+        settings: &Settings,
+    ) -> Result<RewriteOptions> {
+        let gitea = self.gitea.clone().or_else(|| settings.gitea.host.clone()).ok_or_else(|| {
+            Error::Usage(format!(
+                "no Gitea address; {}",
+                crate::error::Hint::PassOption { option: "--gitea URL".into(), variable: Some("HOST".into()) }
+            ))
+        })?;
+        let workflows = if self.no_workflows {
+            None
+        } else {
+            // The checkout action (PROXMOX_GITOPS_CHECKOUT) the installed workflows use.
+            let root = repo.canonicalize().unwrap_or_else(|_| repo.to_path_buf());
+            let checkout = crate::settings::load_checkout(&root, &ProcessEnv)?;
+            Some(WorkflowOptions { runs_on: self.runs_on.clone(), checkout })
+        };
+        Ok(RewriteOptions {
+            repo: repo.to_path_buf(),
+            workdir: self.workdir.clone().unwrap_or(default_workdir),
+            gitea,
+            org: self.org.clone(),
+            name: self.name.clone(),
+            workflows,
+        })
+    }
+}
+
+/// How containers of the `pve` backend are reached over SSH (`health`, `update`).
+#[derive(Debug, Args, Clone)]
+pub struct ReachArgs {
+    /// SSH port of `pve` containers.
+    #[arg(long, default_value_t = 22)]
+    pub ssh_port: u16,
+    /// Seconds for one SSH connect attempt.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub connect_timeout: u64,
+    /// Seconds all SSH connect attempts to one container may take together.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub connect_budget: u64,
+}
+
+impl ReachArgs {
+    /// The SSH connect options.
+    pub fn ssh(&self) -> crate::ssh::ConnectOptions {
+        crate::ssh::ConnectOptions {
+            connect_timeout: Duration::from_secs(self.connect_timeout.max(1)),
+            total_timeout: Duration::from_secs(self.connect_budget.max(1)),
+            attempts: 6,
+        }
+    }
+}
+
+/// The value of the environment variable `var` as a `T` (a clap value enum); unset or empty is
+/// `None`. For the variables a workflow passes as empty when unset, where clap's `env` would
+/// take the empty value.
+///
+/// # Errors
+/// [`Error::Input`] naming the variable and the accepted values.
+pub fn from_env<T: clap::ValueEnum>(var: &str) -> Result<Option<T>> {
+    let Some(v) = ProcessEnv.get(var).filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+    T::from_str(v.trim(), true).map(Some).map_err(|_| {
+        let accepted: Vec<String> = T::value_variants()
+            .iter()
+            .filter_map(|x| x.to_possible_value())
+            .map(|p| p.get_name().to_string())
+            .collect();
+        Error::input(Location::environment(var), format!("expected one of {}, found `{v}`", accepted.join(", ")))
+    })
 }

@@ -16,12 +16,13 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::args::PveTlsArgs;
+use super::args::{PveTlsArgs, from_env};
 use super::{Ctx, table_of};
 use crate::artifact;
 use crate::error::{Error, Location, Result};
 use crate::gitea::{CREATE_PULL_PATIENCE, Client, Patience};
 use crate::model::{BackendKind, RecreatePolicy};
+use crate::settings::{EnvSource, ProcessEnv};
 use crate::steps::auto_merge::{AutoMerge, AutoMergeOptions, MergeResult, RepoRef, Verdict, auto_deploy, auto_merge};
 
 /// Arguments of `auto-merge`. The three settings that fall back to an environment variable read
@@ -61,32 +62,15 @@ pub struct AutoMergeArgs {
     pve: PveTlsArgs,
 }
 
-/// The value of the environment variable `var` as a `T` (a clap value enum); unset or empty is
-/// `None`.
-///
-/// # Errors
-/// [`Error::Input`] naming the variable and the accepted values.
-pub(super) fn from_env<T: clap::ValueEnum>(var: &str) -> Result<Option<T>> {
-    let Some(v) = std::env::var(var).ok().filter(|v| !v.trim().is_empty()) else { return Ok(None) };
-    T::from_str(v.trim(), true).map(Some).map_err(|_| {
-        let accepted: Vec<String> = T::value_variants()
-            .iter()
-            .filter_map(|x| x.to_possible_value())
-            .map(|p| p.get_name().to_string())
-            .collect();
-        Error::input(Location::environment(var), format!("expected one of {}, found `{v}`", accepted.join(", ")))
-    })
-}
-
 pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
     // Checked below, once auto-merge is on (an unusable value must not fail a run that does nothing).
     let policy = match args.recreate {
         Some(p) => Ok(p),
         None => from_env("PROXMOX_GITOPS_RECREATE").map(Option::unwrap_or_default),
     };
-    let monorepo_text = args.monorepo.clone().or_else(|| crate::settings::monorepo(&crate::settings::ProcessEnv));
+    let monorepo_text = args.monorepo.clone().or_else(|| crate::settings::monorepo(&ProcessEnv));
     let path = ctx.artifacts.auto_merge();
-    let enabled = match auto_deploy(std::env::var("AUTO_DEPLOY").ok().as_deref()) {
+    let enabled = match auto_deploy(ProcessEnv.get("AUTO_DEPLOY").as_deref()) {
         Ok(on) => on,
         Err(other) => {
             tracing::warn!("AUTO_DEPLOY=`{other}` is not true, 1 or yes: auto-merge stays off");
@@ -123,12 +107,7 @@ pub fn run(ctx: &Ctx, args: AutoMergeArgs) -> Result<()> {
         }
     };
     let inv = gather(ctx.inventory(None), "the monorepo", &mut problems)?;
-    let settings = gather(
-        crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv).map_err(Error::from),
-        "",
-        &mut problems,
-    )?
-    .unwrap_or_default();
+    let settings = gather(ctx.settings(), "", &mut problems)?.unwrap_or_default();
     let client = gather(
         Client::from_settings(&settings.gitea, args.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string())),
         &crate::settings::setting_names("HOST"),

@@ -8,7 +8,6 @@ use super::run::{Threads, block_on, step_outputs};
 use super::{Ctx, result_cell, table_of};
 use crate::error::{Error, Result};
 use crate::model::Outcome;
-use crate::settings::{ProcessEnv, Settings};
 use crate::ssh::ConnectOptions;
 use crate::steps::configure::{Configure, ConfigureOptions, Contract, check_requirements, configure};
 
@@ -60,7 +59,7 @@ impl crate::artifact::Artifact for RequirementsCheck {
 
 pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let settings = Settings::load(&inv.root, &ProcessEnv)?;
+    let settings = ctx.settings()?;
     let opts = ConfigureOptions {
         containers: if args.all { Vec::new() } else { args.containers },
         jobs: args.jobs.get(),

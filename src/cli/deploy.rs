@@ -94,7 +94,7 @@ impl From<StepArg> for Step {
 
 pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let settings = ctx.settings()?;
     let backend = args.backend.or_default(&settings);
     let saved =
         args.saved_plan.as_deref().map(|path| saved_plan(path, &args, &inv, &ctx.stage, backend)).transpose()?;

@@ -7,7 +7,6 @@ use super::{Ctx, all_ok, failures, result_cell, table_of};
 use crate::error::Result;
 use crate::inventory::NotFound;
 use crate::model::Outcome;
-use crate::settings::{ProcessEnv, Settings};
 use crate::steps::destroy::{self as step, DestroyOptions};
 
 /// Arguments of `destroy`.
@@ -31,7 +30,7 @@ pub struct DestroyArgs {
 pub fn run(ctx: &Ctx, args: DestroyArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let specs: Vec<_> = inv.select(&args.containers, false, NotFound::InStage)?.into_iter().cloned().collect();
-    let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
+    let settings = ctx.settings()?;
     let kind = args.backend.or_default(&settings);
     let backend = crate::backend::open(kind, &settings, &args.pve.connect()?)?;
     ctx.inputs_checked()?;

@@ -30,7 +30,7 @@ use crate::backend::pve::desired::PveDefaults;
 use crate::error::{Error, Result};
 use crate::inventory::{ContainerSpec, NotFound};
 use crate::model::BackendKind;
-use crate::settings::{ProcessEnv, Settings};
+use crate::settings::ProcessEnv;
 use crate::steps::drift::{self as step, Drift, DriftOptions};
 use crate::steps::resolve::{ResolveOptions, resolve};
 
@@ -88,7 +88,7 @@ fn run_inner(ctx: &Ctx, args: DriftArgs) -> Result<i32> {
     let whole = args.containers.is_empty();
     let specs: Vec<ContainerSpec> =
         inv.select(&args.containers, true, NotFound::InStage)?.into_iter().cloned().collect();
-    let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
+    let settings = ctx.settings()?;
     let kind = args.backend.or_default(&settings);
     let pve = match kind {
         BackendKind::Pve => Some(PveDefaults::from_settings(&settings.pve).ok_or_else(|| {

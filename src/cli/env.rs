@@ -27,7 +27,6 @@ use std::io::Read;
 
 use clap::{Args, Subcommand};
 
-use super::rewrite::settings;
 use super::{Ctx, table_of};
 use crate::error::{Error, Location, Result};
 use crate::gitea::{Client, VariableScope, valid_variable_name};
@@ -160,7 +159,7 @@ pub fn run(ctx: &Ctx, args: EnvArgs) -> Result<()> {
     let settings = if sc.gitea_repo.is_none() && repo_flag_as_gitea_repo(ctx).is_some() {
         crate::settings::Settings::load(std::path::Path::new("."), &crate::settings::ProcessEnv)?
     } else {
-        settings(ctx)?
+        ctx.settings()?
     };
     let client =
         Client::from_settings(&settings.gitea, sc.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;

@@ -18,33 +18,8 @@ use crate::gitea::Client;
 use crate::inventory::{ContainerSpec, NotFound};
 use crate::live::{CheckOptions, HealthState};
 use crate::model::Outcome;
-use crate::settings::{GiteaAuthKind, ProcessEnv, Settings};
+use crate::settings::{GiteaAuthKind, Settings};
 use crate::steps::health::{self as step, Health, HealthOptions};
-
-/// How containers of the `pve` backend are reached over SSH (`health`, `update`).
-#[derive(Debug, Args, Clone)]
-pub(crate) struct ReachArgs {
-    /// SSH port of `pve` containers.
-    #[arg(long, default_value_t = 22)]
-    pub ssh_port: u16,
-    /// Seconds for one SSH connect attempt.
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
-    pub connect_timeout: u64,
-    /// Seconds all SSH connect attempts to one container may take together.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    pub connect_budget: u64,
-}
-
-impl ReachArgs {
-    /// The SSH connect options.
-    pub fn ssh(&self) -> crate::ssh::ConnectOptions {
-        crate::ssh::ConnectOptions {
-            connect_timeout: Duration::from_secs(self.connect_timeout.max(1)),
-            total_timeout: Duration::from_secs(self.connect_budget.max(1)),
-            attempts: 6,
-        }
-    }
-}
 
 /// Arguments of `health`.
 #[derive(Debug, Args)]
@@ -65,7 +40,7 @@ pub struct HealthArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     check_timeout: u64,
     #[command(flatten)]
-    reach: ReachArgs,
+    reach: super::args::ReachArgs,
     /// Do not write the lib repositories' descriptions on Gitea.
     #[arg(long)]
     no_describe: bool,
@@ -122,7 +97,7 @@ pub fn run(ctx: &Ctx, args: HealthArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let specs: Vec<ContainerSpec> =
         inv.select(&args.containers, true, NotFound::InStage)?.into_iter().cloned().collect();
-    let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
+    let settings = ctx.settings()?;
     let kind = args.backend.or_default(&settings);
     let org = org(args.org.as_deref(), settings.gitea.monorepo.as_deref())?;
     let gitea = if args.no_describe { None } else { gitea_client(&settings, args.gitea.as_deref())? };

@@ -45,7 +45,7 @@ use crate::artifact::{self, Artifact, ArtifactDir};
 use crate::error::{Error, Result};
 use crate::inventory::Inventory;
 use crate::model::Outcome;
-use crate::settings::ProcessEnv;
+use crate::settings::{ProcessEnv, Settings};
 use crate::steps::resolve::{ResolveOptions, resolve};
 
 /// Turn a Git monorepo into running Proxmox VE containers.
@@ -157,6 +157,8 @@ pub(crate) struct Ctx {
     pub json: bool,
     /// A freshly resolved inventory not yet written to `inventory.json` (see the module docs).
     pending_inventory: std::cell::RefCell<Option<Inventory>>,
+    /// The settings, once loaded ([`Ctx::settings`]).
+    settings: std::cell::OnceCell<Settings>,
 }
 
 impl Ctx {
@@ -173,6 +175,21 @@ impl Ctx {
         let inv = resolve(&ResolveOptions { repo: self.repo.clone(), stage: self.stage.clone() }, &ProcessEnv)?;
         *self.pending_inventory.borrow_mut() = Some(inv.clone());
         Ok(inv)
+    }
+
+    /// The settings of the checkout at `--repo` (`local/config.json`, `local/config.local.json`
+    /// and the environment, [`Settings::load`]): loaded on the first call, the same value after.
+    /// The one place a command gets its settings.
+    ///
+    /// # Errors
+    /// [`Error::Input`] with every problem of the config files or variables (file and line, or
+    /// the variable's name).
+    pub fn settings(&self) -> Result<Settings> {
+        if let Some(s) = self.settings.get() {
+            return Ok(s.clone());
+        }
+        let loaded = Settings::load(&self.repo, &ProcessEnv)?;
+        Ok(self.settings.get_or_init(|| loaded).clone())
     }
 
     /// Declares the command's inputs checked: writes the inventory [`Ctx::inventory`] resolved
@@ -336,6 +353,7 @@ pub fn main() -> i32 {
         stage: cli.global.stage.clone(),
         json: cli.global.json,
         pending_inventory: Default::default(),
+        settings: Default::default(),
     };
     // A subcommand's own exit code on success (`drift --detailed-exitcode`: 2 for drift).
     let mut code = crate::error::EXIT_OK;

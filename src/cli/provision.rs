@@ -11,7 +11,6 @@ use crate::backend;
 use crate::error::Result;
 use crate::inventory::NotFound;
 use crate::model::{ApplyOptions, BackendKind, Outcome};
-use crate::settings::{ProcessEnv, Settings};
 use crate::steps::provision as step;
 
 /// Arguments of `provision`.
@@ -112,7 +111,7 @@ pub(crate) fn plan_json(planned: &[backend::Planned]) -> serde_json::Value {
 
 pub fn run(ctx: &Ctx, args: ProvisionArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
+    let settings = ctx.settings()?;
     let kind = args.backend.or_default(&settings);
     let saved = match &args.saved_plan {
         Some(path) => {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::rewrite::{TargetArgs, do_rewrite, settings};
+use super::args::TargetArgs;
 use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table_of};
 use crate::artifact;
@@ -37,7 +37,7 @@ pub struct PublishArgs {
 }
 
 pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
-    let settings = settings(ctx)?;
+    let settings = ctx.settings()?;
     let client = |gitea: Option<&str>| {
         let client = Client::from_settings(&settings.gitea, gitea).map_err(|e| Error::Usage(e.to_string()))?;
         require_credentials(&client).map(|()| client)
@@ -51,7 +51,10 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
         None => {
             // Address and credentials are checked before the rewrite writes anything.
             let client = client(args.target.gitea.as_deref())?;
-            (do_rewrite(ctx, &args.target, &settings)?, client)
+            let opts = args.target.rewrite_options(&ctx.repo, ctx.artifacts.worktree(), &settings)?;
+            let remotes = crate::steps::rewrite::rewrite(&opts)?;
+            artifact::write(&ctx.artifacts.remotes(), &remotes).map_err(|e| Error::Failed(e.into()))?;
+            (remotes, client)
         }
     };
     let opts = PublishOptions {
@@ -85,7 +88,7 @@ pub fn run(ctx: &Ctx, args: PublishArgs) -> Result<()> {
                         .as_ref()
                         .and_then(|p| p.number.map(|n| format!("#{n} {}", word(p.action))))
                         .unwrap_or_else(|| "-".into()),
-                    super::rewrite::workflow_names(&r.workflows),
+                    super::describe::workflow_names(&r.workflows),
                 ]
             });
         let rows: Vec<[String; 4]> = report

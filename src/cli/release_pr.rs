@@ -14,13 +14,13 @@
 use clap::Args;
 
 use super::Ctx;
-use super::args::PveTlsArgs;
-use super::auto_merge::from_env;
+use super::args::{PveTlsArgs, from_env};
 use crate::artifact;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::gitea::Client;
 use crate::model::{BackendKind, RecreatePolicy};
+use crate::settings::ProcessEnv;
 use crate::steps::auto_merge::RepoRef;
 use crate::steps::plan::{plan, with_live_state};
 use crate::steps::release_pr::{PlanText, ReleasePr, ReleasePrOptions, release_pr};
@@ -61,11 +61,10 @@ pub struct ReleasePrArgs {
 /// # Errors
 /// [`Error::Usage`] when none is set; [`Error::Input`] when it is not `OWNER/REPO`.
 fn monorepo(given: Option<String>) -> Result<RepoRef> {
-    let env = |v: &str| std::env::var(v).ok();
     let found = [
         (given, "--monorepo"),
-        (env("PROXMOX_GITOPS_MONOREPO"), "PROXMOX_GITOPS_MONOREPO"),
-        (env("GITHUB_REPOSITORY"), "GITHUB_REPOSITORY"),
+        (crate::settings::monorepo(&ProcessEnv), "PROXMOX_GITOPS_MONOREPO"),
+        (crate::actions::repository(), "GITHUB_REPOSITORY"),
     ]
     .into_iter()
     .find_map(|(v, what)| v.filter(|v| !v.trim().is_empty()).map(|v| (v, what)));
@@ -88,7 +87,7 @@ pub fn run(ctx: &Ctx, args: ReleasePrArgs) -> Result<()> {
     };
     let monorepo = monorepo(args.monorepo)?;
     let inv = ctx.inventory(args.inventory.as_deref())?;
-    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let settings = ctx.settings()?;
     let client =
         Client::from_settings(&settings.gitea, args.gitea.as_deref()).map_err(|e| Error::Usage(e.to_string()))?;
     crate::steps::publish::require_credentials(&client)?;
@@ -112,21 +111,21 @@ pub fn run(ctx: &Ctx, args: ReleasePrArgs) -> Result<()> {
                 with_live_state(&mut p, inv, b, policy, jobs).await;
                 None
             }
-            Err(why) => Some(super::plan::Offline {
+            Err(why) => Some(super::describe::plan::Offline {
                 why: format!("the {kind} backend cannot be used here: {why}"),
                 no_host: false,
                 lxc: kind == BackendKind::Lxc,
                 containers: Vec::new(),
             }),
         };
-        super::plan::mark_done_steps(ctx, inv, &mut p, None);
+        crate::steps::deploy::mark_done_steps(&ctx.repo, &ctx.artifacts, inv, &mut p, None);
         let node_of = |name: &str| inv.container(name).and_then(|s| s.node.clone()).unwrap_or_default();
         let against = match &offline {
             None => format!("the live {kind} backend (recreate policy `{}`)", policy.as_str()),
             Some(o) => format!("no live state ({})", crate::actions::markdown_cell(&o.why)),
         };
         Ok(PlanText {
-            markdown: super::plan::markdown(&p, &node_of, offline.as_ref()),
+            markdown: super::describe::plan::markdown(&p, &node_of, offline.as_ref()),
             commit: inv.head.clone(),
             against,
         })

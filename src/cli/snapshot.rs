@@ -109,7 +109,7 @@ pub fn run(ctx: &Ctx, args: SnapshotArgs) -> Result<()> {
         now: time::OffsetDateTime::now_utc(),
     };
     // Container snapshots of `pve` containers go through the API when it is configured.
-    let settings = crate::settings::Settings::load(&ctx.repo, &crate::settings::ProcessEnv)?;
+    let settings = ctx.settings()?;
     let pve = match settings.pve.host {
         Some(_) => Some(step::PveCtAccess {
             client: std::sync::Arc::new(crate::backend::pve_client(&settings, &args.pve.tls.connect()?)?),

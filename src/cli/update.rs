@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use time::OffsetDateTime;
 
-use super::health::ReachArgs;
+use super::args::ReachArgs;
 use super::run::{Threads, block_on, outputs};
 use super::{Ctx, table_of};
 use crate::artifact;
@@ -16,7 +16,6 @@ use crate::backend::live::{self, LiveOptions};
 use crate::error::{Error, Result};
 use crate::inventory::{ContainerSpec, NotFound};
 use crate::live::CheckOptions;
-use crate::settings::{ProcessEnv, Settings};
 use crate::steps::update::{self as step, Update, UpdateOptions, UpdateResult};
 
 /// Arguments of `update`.
@@ -61,7 +60,7 @@ pub fn run(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
     let inv = ctx.inventory(args.inventory.as_deref())?;
     let names = if args.all { Vec::new() } else { args.containers.clone() };
     let specs: Vec<ContainerSpec> = inv.select(&names, args.all, NotFound::InStage)?.into_iter().cloned().collect();
-    let settings = Settings::load(&ctx.repo, &ProcessEnv)?;
+    let settings = ctx.settings()?;
     let kind = args.backend.or_default(&settings);
     let mut pve = args.pve.tls.connect()?;
     pve.timeouts.shutdown = Duration::from_secs(args.timeout_shutdown.max(1));

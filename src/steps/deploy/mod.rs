@@ -52,7 +52,7 @@ mod variables;
 pub use digest::{ShapingSettings, inputs_digest, run_digest};
 pub use records::{ContainerRecord, Deploy, RunResult, StepRecord, StepState};
 pub use runner::{BuiltinRunner, RunnerOptions, StepContext, StepResult, StepRunner, StepSuccess, step_artifact};
-pub use status::{StepStatus, read_step_status};
+pub use status::{StepStatus, mark_done_steps, read_step_status};
 pub use variables::{OutputVariables, VariableRecord, VariablesRecord, set_outputs};
 
 use std::collections::BTreeMap;

@@ -1,9 +1,12 @@
 //! Reading any step artifact loosely ([`read_step_status`]): the digest, result and actions of a
-//! step, whatever else its artifact holds, and stamping the digest into an artifact that lacks it.
+//! step, whatever else its artifact holds, and stamping the digest into an artifact that lacks it;
+//! and which steps of a plan `deploy` would skip as done ([`mark_done_steps`]).
 
 use std::path::Path;
 
-use crate::artifact;
+use crate::artifact::{self, ArtifactDir};
+use crate::inventory::Inventory;
+use crate::steps::plan::{Plan, Step};
 
 /// What [`read_step_status`] makes of a step artifact.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +88,48 @@ pub(super) fn stamp_digest(path: &Path, digest: &str) -> bool {
             s.push('\n');
             artifact::write_bytes(path, s.as_bytes()).is_ok()
         }
+    }
+}
+
+/// Fills in each container's inputs digest and the steps `deploy` would skip because their
+/// artifact shows success for the same digest (snapshots: for the same workflow run `run_id`),
+/// exactly as `deploy` decides (what `plan` and `release-pr` show). `repo` is the checkout,
+/// `dir` the artifacts directory (made here when missing). A digest that cannot be computed leaves the
+/// container without skips (deploy would run its steps), with a warning.
+pub fn mark_done_steps(repo: &Path, dir: &ArtifactDir, inv: &Inventory, p: &mut Plan, run_id: Option<&str>) {
+    use super::{inputs_digest, run_digest, step_artifact};
+    // The directory plan.json goes to, made now so that the digest can leave it out.
+    let _ = std::fs::create_dir_all(dir.root());
+    let (Ok(root), Ok(artifacts)) = (repo.canonicalize(), dir.root().canonicalize()) else { return };
+    for c in &mut p.containers {
+        let Some(spec) = inv.container(&c.name) else { continue };
+        let digest = match inputs_digest(&root, inv, spec, &artifacts) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("{}: cannot compute the inputs digest: {e}", c.name);
+                continue;
+            }
+        };
+        // Live work (the container is to be created, changed or moved) is never skipped, and a
+        // container provisioned again is configured again, as deploy decides.
+        let live_work = c
+            .provision
+            .as_ref()
+            .is_some_and(|cp| !matches!(cp.action, crate::model::Action::Nothing) || cp.migrate.is_some());
+        for step in c.steps.clone() {
+            if live_work && c.steps.contains(&Step::Provision) {
+                break;
+            }
+            let want = match step {
+                Step::Snapshot => run_id.map(|r| run_digest(&digest, r)),
+                _ => Some(digest.clone()),
+            };
+            let status = read_step_status(&step_artifact(dir, step, &c.name));
+            if want.is_some() && status.is_some_and(|s| s.ok == Some(true) && s.digest == want) {
+                c.skipped_steps.push(step);
+            }
+        }
+        c.inputs_digest = Some(digest);
     }
 }
 

@@ -3,6 +3,8 @@
 //! The plan itself ([`ContainerPlan`]) is plain data in [`crate::model`]; the words a
 //! person reads are the CLI's business, so they live here and not in a backend or a step.
 
+pub mod plan;
+
 use crate::model::{Action, ContainerPlan, SettingChange};
 
 /// Appends `markdown` to the job summary when `$GITHUB_STEP_SUMMARY` is set (see
@@ -198,6 +200,14 @@ fn describe_action(plan: &ContainerPlan) -> String {
         }
         Action::Refused { reasons, needs_recreate: false } => format!("refused: {}", reasons.join("; ")),
     }
+}
+
+/// The file names of installed workflows, comma-separated (`-` for none), for the tables.
+pub fn workflow_names(files: &[std::path::PathBuf]) -> String {
+    if files.is_empty() {
+        return "-".into();
+    }
+    files.iter().map(|f| f.file_name().unwrap_or(f.as_os_str()).to_string_lossy()).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]
