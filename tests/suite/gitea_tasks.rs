@@ -460,7 +460,7 @@ impl Loop {
             ("PROXMOX_HOST".into(), "127.0.0.1".into()),
             ("PROXMOX_PORT".into(), self.pve.port.to_string()),
             ("PROXMOX_USER".into(), "root@pam".into()),
-            ("PROXMOX_PASSWORD".into(), "secret".into()),
+            ("PROXMOX_PASSWORD".into(), fakepve::PASSWORD.into()),
             ("PROXMOX_TEMPLATE".into(), fakepve::TEMPLATE.into()),
             ("PROXMOX_STORAGE".into(), "local".into()),
             ("PROXMOX_GATEWAY".into(), "127.0.20.254".into()),
@@ -868,7 +868,7 @@ fn auto_merge_blocks_a_stale_checkout_and_reports_a_failed_merge() {
     assert_ne!(release("web"), before.0);
     // No secret in the report or the output.
     for t in [text(&out.stdout), text(&out.stderr), std::fs::read_to_string(l.art().join("auto-merge.json")).unwrap()] {
-        assert!(!t.contains(PASSWORD) && !t.contains("secret"), "{t}");
+        assert!(!t.contains(PASSWORD) && !t.contains(fakepve::PASSWORD), "{t}");
     }
     l.d.assert_spec_conformant();
 }
