@@ -198,7 +198,7 @@ async fn a_removed_mount_point_is_pending_under_never_and_applied_by_a_reboot_wh
              no longer needed"
                 .to_string(),
             "pending until the next restart: CT 101 applies mp0 (delete) when it starts again; the recreate policy \
-             `never` allows no restart — re-run with --allow-recreate, or run `pct reboot 101` on node pve1"
+             `never` allows no restart; re-run with --allow-recreate, or run `pct reboot 101` on node pve1"
                 .to_string(),
         ]
     );
