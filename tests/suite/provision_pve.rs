@@ -1128,10 +1128,12 @@ fn cli_recreate_hint_is_phrased_for_the_entry_point() {
     assert_eq!(code, Some(1), "{local}");
     let hint = "re-run with --allow-recreate: `sudo ./local/run.sh --allow-recreate broker`";
     assert!(local.contains(&format!("{refusal}{hint}\n")), "{local}");
-    // The artifact holds the same text ./local/run.sh's own advice reads.
+    // The artifact holds the same text, and still the container's address: nothing changed, and
+    // the guard and `destroy` reach the container through it.
     let p: Provision = artifact::read(&repo.path().join(".proxmox-gitops/provision/broker.json")).unwrap();
     let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
     assert!(error.ends_with(hint), "{error}");
+    assert_eq!(p.address.as_deref(), Some("127.0.0.1"), "{p:#?}");
 
     let (code, _, actions) = run(next, &[("GITEA_ACTIONS", "true".as_ref())]);
     assert_eq!(code, Some(1), "{actions}");

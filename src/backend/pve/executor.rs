@@ -39,9 +39,18 @@ impl PveBackend {
         let node = plan.node.clone().or_else(|| {
             spec.node.clone().or_else(|| self.opts.node.clone()).or_else(|| self.discovered.get().cloned())
         });
+        // A run that ended before the address was read (a refusal, a failed task) still records
+        // the static address the spec gives, as a run that failed before its plan does
+        // (`failed_before_plan`): the container that is still there is reached through the
+        // artifact by the protect-before-destroy guard and `destroy`. Not a foreign one's.
+        let address = fin.address.or_else(|| match (&plan.action, &spec.ip) {
+            (Action::Foreign { .. }, _) => None,
+            (_, IpConfig::Static { address, .. }) => Some(address.to_string()),
+            (_, IpConfig::Dhcp) => None,
+        });
         Provision {
             node,
-            address: fin.address,
+            address,
             actions: rec.actions,
             warnings: rec.warnings,
             status: fin.status,
