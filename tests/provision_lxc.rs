@@ -307,7 +307,7 @@ fn test_recreate_refused_without_the_flag() -> Result<(), Failed> {
             p.outcome,
             Outcome::Failed {
                 error: format!(
-                    "container `{}` must be recreated (vmid changed from 90005 to 90006), but the recreate policy forbids it: rerun with --allow-recreate",
+                    "container `{}` must be recreated (vmid changed from 90005 to 90006), but the recreate policy forbids it; re-run with --allow-recreate",
                     spec.hostname
                 )
             }

@@ -105,5 +105,6 @@ if [ "$#" -eq 0 ]; then
   cargo clippy --locked --all-targets -- -D warnings
 fi
 
-cargo test --locked "$@"
+# --no-fail-fast: a failing test binary does not hide what the others would report.
+cargo test --locked --no-fail-fast "$@"
 
