@@ -80,7 +80,7 @@ pub fn mask(secret: &str) {
 ///
 /// A value of at least [`MIN_MASK_ANYWHERE`] characters is replaced wherever it occurs; a
 /// shorter one only where it stands as a value of its own, between whitespace, quotes, brackets
-/// or `=:,;@/|` (see [`replace_whole`]): with the password `x`, `x`, `pw=x.` and `user:x@host` are
+/// or `=:,;@/|` (see `replace_whole`): with the password `x`, `x`, `pw=x.` and `user:x@host` are
 /// masked, `extension` and `x-ray` are not.
 /// Used on text that comes from elsewhere (a tool's output, a remote log tail) before it is
 /// logged or stored in an artifact, and on every message the CLI prints.

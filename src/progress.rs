@@ -109,7 +109,7 @@ fn clear(bar: Option<ProgressBar>) {
 
 /// The overall line of one run of parallel work over containers: `WHAT DONE/TOTAL containers
 /// [elapsed]`, on top of the waits of the containers in flight. Nothing is drawn when not
-/// [`interactive`] (each container's result is logged by its step), nor for a single container
+/// `interactive` (each container's result is logged by its step), nor for a single container
 /// (a deploy's per-container steps run their own work on one container). Cleared when dropped.
 pub struct Overall {
     bar: Option<ProgressBar>,

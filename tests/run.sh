@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Sets up everything the test suite needs on a fresh Debian/Ubuntu machine (as root), then runs
 # it. Idempotent: a second run installs nothing new. This is the README's test command and what
-# .ci/run calls. Without arguments it checks formatting and lints first (cargo fmt --check,
-# cargo clippy -D warnings); extra arguments go to `cargo test` alone (e.g. `./tests/run.sh
-# --test suite resolve::`: the integration tests are the binary `suite`, one module per area,
-# and `provision_lxc`).
+# .ci/run calls. Without arguments it checks formatting, lints and the API docs first (cargo fmt
+# --check, cargo clippy -D warnings, cargo doc with warnings denied); extra arguments go to
+# `cargo test` alone (e.g. `./tests/run.sh --test suite resolve::`: the integration tests are the
+# binary `suite`, one module per area, and `provision_lxc`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -103,6 +103,9 @@ if [ "$#" -eq 0 ]; then
   cargo fmt --check
   echo "==> cargo clippy --all-targets -- -D warnings" >&2
   cargo clippy --locked --all-targets -- -D warnings
+  # The API docs build without a warning: no link to a missing or private item.
+  echo "==> cargo doc --no-deps (warnings denied)" >&2
+  RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
 fi
 
 # --no-fail-fast: a failing test binary does not hide what the others would report.

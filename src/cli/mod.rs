@@ -9,7 +9,7 @@
 //! A run that ends with exit 2 leaves the artifacts directory as it found it. Each subcommand
 //! checks all its inputs (settings, credentials, selection, arguments) before its step writes
 //! anything, and the one artifact written on the way (`inventory.json`, when a command resolves
-//! the repository itself) is held back by [`Ctx::inventory`] until [`Ctx::inputs_checked`] — or,
+//! the repository itself) is held back by `Ctx::inventory` until `Ctx::inputs_checked` — or,
 //! for commands whose step validates the selection itself, until the command ends without an
 //! input error ([`main`]).
 

@@ -75,7 +75,7 @@ pub enum Step {
 }
 
 /// A remedy for a failure, as data: what the user can do next. Rendered by [`Hint::render`] for
-/// the [`EntryPoint`]; attached to a [`Problem`] ([`Problem::hint`]) or to an `anyhow` failure
+/// the [`EntryPoint`]; attached to a [`Problem`](super::Problem) ([`Problem::hint`](super::Problem::hint)) or to an `anyhow` failure
 /// ([`Hinted`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hint {

@@ -113,7 +113,7 @@ pub fn binary_url(site: &str, program: Program, version: &str, arch: &str) -> Re
 }
 
 /// Downloads `url` to `dest` (mode 0755) when its SHA-256 matches `url.sha256`; returns the
-/// digest. Nothing is written at `dest` unless it matches. At most [`DOWNLOAD_TIMEOUT`] per file.
+/// digest. Nothing is written at `dest` unless it matches. At most `DOWNLOAD_TIMEOUT` per file.
 ///
 /// # Errors
 /// [`DownloadError`]: unreachable site, HTTP error, malformed checksum file, digest mismatch,

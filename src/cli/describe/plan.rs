@@ -1,5 +1,5 @@
 //! The plan in words: the table `plan` prints, and the job summary `plan` and `release-pr`
-//! write (with the reason when only the desired side is known, [`Offline`]).
+//! write (with the reason when only the desired side is known, `Offline`).
 
 use crate::cli::table_of;
 use crate::model::Action;

@@ -36,7 +36,7 @@
 //! After a container's `configure` succeeded (or was skipped as already done), its lib's outputs
 //! are set as variables of the lib's Gitea repository when the runner has Gitea settings
 //! ([`StepRunner::output_variables`]); what was set, or why not, is the container's `variables`
-//! in `deploy.json`. A failure there is a warning, never a failed deploy (see [`variables`]).
+//! in `deploy.json`. A failure there is a warning, never a failed deploy (see `variables`).
 //!
 //! # Steps are pluggable
 //!

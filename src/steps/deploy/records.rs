@@ -74,7 +74,7 @@ pub struct ContainerRecord {
     pub error: Option<String>,
     /// The lib's configure outputs set as variables of its Gitea repository, when configure
     /// succeeded (or was skipped) with Gitea settings and the lib has outputs (see
-    /// [`super::variables`]); absent otherwise.
+    /// `super::variables`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variables: Option<super::variables::VariablesRecord>,
 }

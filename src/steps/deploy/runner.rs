@@ -53,7 +53,7 @@ pub trait StepRunner: Send + Sync + 'static {
     fn run(&self, step: Step, spec: &ContainerSpec, ctx: &StepContext) -> impl Future<Output = StepResult> + Send;
 
     /// Where the outputs of a successful `configure` go as variables of the lib's Gitea
-    /// repository (see [`super::variables`]); `None`, the default: nowhere.
+    /// repository (see `super::variables`); `None`, the default: nowhere.
     fn output_variables(&self) -> Option<&super::variables::OutputVariables> {
         None
     }
