@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod ct;
 pub mod error;
 pub mod node;
+pub mod task_prior;
 pub mod task_wait;
 pub mod tls;
 
@@ -34,5 +35,5 @@ pub use cluster::{ClusterResources, CtResource, NodeResource, StorageResource};
 pub use ct::{Ct, CtConfig, CtInterface, CtSnapshotEntry, CtStatus, PendingKey};
 pub use error::PveError;
 pub use node::{Node, NodeEntry, TaskEntry, TaskFilter};
-pub use task_wait::TaskOutcome;
+pub use task_wait::{TaskOutcome, upid_start};
 pub use tls::TlsMode;

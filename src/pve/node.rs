@@ -34,6 +34,13 @@ pub struct TaskEntry {
     pub id: Option<String>,
     /// True while it runs: no `endtime`, and no `status` other than `running`.
     pub running: bool,
+    /// `starttime`: UNIX seconds.
+    pub starttime: Option<u64>,
+    /// `endtime`: UNIX seconds, once it ended.
+    pub endtime: Option<u64>,
+    /// `status`: the exit status once it ended (`OK`, `WARNINGS: n`, an error), else `running`
+    /// or none.
+    pub status: Option<String>,
 }
 
 /// Which tasks [`Node::tasks`] asks for.
@@ -184,6 +191,9 @@ impl Node<'_> {
                         _ => None,
                     }),
                     running: !ended && status.as_deref().is_none_or(|s| s == "running"),
+                    starttime: t.get("starttime").and_then(Value::as_u64),
+                    endtime: t.get("endtime").and_then(Value::as_u64),
+                    status,
                 })
             })
             .collect())

@@ -17,8 +17,9 @@
 //! `(lo, secs]` the duration was last seen in ([`Learned`]; in memory, and in a small JSON file
 //! across runs when [`crate::pve::ClientOptions::task_times`] names one), and the schedule polls
 //!
-//! * **known interval**: once a second while the interval is more than a second away (so that a
-//!   much faster task is noticed within a second), then
+//! * **known interval**: a tick every third of the expected duration (at least a second, at
+//!   most ten) while the interval is further away than that (so that a much faster task is
+//!   noticed within a third of what was expected, and a 13 s create costs two ticks), then
 //!   * while the interval is wider than max(5 ms, 0.5 % of `secs`) — *learning* — one probe in
 //!     its middle (a probe finding the task stopped ends the wait early and halves the interval
 //!     from above, one finding it running halves it from below: a bit per poll, which costs the
@@ -31,10 +32,15 @@
 //!     sees the task running, and the waits after learn again,
 //!   * then the *target* just after `secs` (+ max(4 ms, 0.3 %)); if still running, every
 //!     max(5 ms, 1 %) until `1.25 secs + 50 ms`, then as for an unknown duration;
-//! * **unknown duration**: at once, after 50 ms, then doubling, at most every 500 ms.
+//! * **nothing learned, but the node lists earlier tasks of the type** (a runner's first run, or
+//!   a runner whose cache is new every job): one request for the node's task list gives their
+//!   whole-second durations, [`crate::pve::task_prior`] turns them into a guessed interval and
+//!   poll points at its quantiles (as many as the poll bound allows by its end), polled like a
+//!   known interval's probes;
+//! * **unknown duration** (nothing listed either): at once, after 50 ms, then doubling, at most
+//!   every 500 ms.
 //!
-//! A steady task therefore costs one poll per wait besides the once-a-second polls of a long
-//! task (plus two about every tenth wait: the check and the bisection after it), and its end is
+//! A steady task therefore costs one poll per wait besides the ticks of a long task (plus two about every tenth wait: the check and the bisection after it), and its end is
 //! noticed within about 1 % of its duration, after a few learning waits. Never more than
 //! `4 + 2 × elapsed seconds` status polls in all (two per task-second, plus the first four, so
 //! that a task of well under a second can still be bracketed), whatever the learned interval
@@ -48,6 +54,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::task_prior::Prior;
 use super::{PveClient, PveError};
 
 /// How many log lines a failed task's error carries.
@@ -88,7 +95,14 @@ impl PveClient {
         let status_path = format!("/nodes/{node}/tasks/{upid}/status");
         let key = upid_type(upid).map(|t| format!("{node}/{t}"));
         let start = Instant::now();
-        let mut schedule = PollSchedule::new(key.as_deref().and_then(|k| self.task_times().learned(k)));
+        let mut schedule = match key.as_deref().map(|k| (k, self.task_times().learned(k))) {
+            Some((_, Some(learned))) => PollSchedule::new(Some(learned)),
+            Some((k, None)) => match self.history_prior(node, k, upid).await {
+                Some(prior) => PollSchedule::from_prior(&prior),
+                None => PollSchedule::new(None),
+            },
+            None => PollSchedule::new(None),
+        };
         let mut wait: Option<crate::progress::Wait> = None;
         loop {
             let first = schedule.next_poll();
@@ -139,6 +153,43 @@ impl PveClient {
         }
     }
 
+    /// A first guess at how long a task of `key`'s type (`NODE/TYPE`) takes, from the node's
+    /// task list (`GET /nodes/{node}/tasks?typefilter=TYPE&limit=50`: the successful ones,
+    /// `upid` excluded), asked once per key and process, and only when nothing was learned
+    /// of it (see [`crate::pve::task_prior`]). `None` when the node lists none, or the list
+    /// cannot be read (the wait then polls as for an unknown duration).
+    async fn history_prior(&self, node: &str, key: &str, upid: &str) -> Option<Prior> {
+        if !self.task_times().first_look(key) {
+            return None;
+        }
+        let kind = key.rsplit('/').next()?;
+        let filter = super::TaskFilter { vmid: None, kind: Some(kind.into()), active: false, limit: 50 };
+        let tasks = match self.node(node).tasks(&filter).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!("no task history of {key} ({e}): polling as for an unknown duration");
+                return None;
+            }
+        };
+        let durations: Vec<u64> = tasks
+            .iter()
+            .filter(|t| t.kind == kind && t.upid != upid && t.status.as_deref() == Some("OK"))
+            .filter_map(|t| t.endtime?.checked_sub(t.starttime?))
+            .collect();
+        // No more points than the poll budget allows by the prior's upper end, after the ticks
+        // before its lower end (see `PollSchedule::running_at`): points the budget would push
+        // past their place only make the end noticed later.
+        let prior = Prior::from_whole_seconds(&durations, PRIOR_POINTS).and_then(|p| {
+            let (lo, hi) = (p.lo.as_secs_f64(), p.hi.as_secs_f64());
+            let ticks = (lo / (hi / 3.0).max(TICK.as_secs_f64())).floor() as usize;
+            let budget = (4.0 + 2.0 * hi).floor() as usize;
+            let k = budget.saturating_sub(ticks).clamp(2, PRIOR_POINTS);
+            if k < p.points.len() { Prior::from_whole_seconds(&durations, k) } else { Some(p) }
+        });
+        tracing::debug!("{key}: {} past tasks listed, first guess {prior:?}", durations.len());
+        prior
+    }
+
     /// The task's log lines (`GET /nodes/{node}/tasks/{upid}/log`, up to 5000 lines), redacted.
     ///
     /// # Errors
@@ -158,6 +209,12 @@ impl PveClient {
 pub fn upid_type(upid: &str) -> Option<&str> {
     let mut parts = upid.split(':');
     (parts.next() == Some("UPID")).then(|| parts.nth(4)).flatten().filter(|t| !t.is_empty())
+}
+
+/// The task's start in a UPID (`…:STARTTIME:…`, hexadecimal UNIX seconds of the node's clock).
+pub fn upid_start(upid: &str) -> Option<u64> {
+    let mut parts = upid.split(':');
+    (parts.next() == Some("UPID")).then(|| parts.nth(3)).flatten().and_then(|t| u64::from_str_radix(t, 16).ok())
 }
 
 const MS: Duration = Duration::from_millis(1);
@@ -188,6 +245,9 @@ impl Learned {
     }
 }
 
+/// Poll points placed by a first guess from the node's task history ([`Prior`]).
+const PRIOR_POINTS: usize = 10;
+
 /// Waits without a probe after which a narrow interval is checked from below (so a check, and
 /// the bisection it starts, come about every tenth wait).
 pub const CHECK_EVERY: u32 = 8;
@@ -215,7 +275,8 @@ fn close(e: Duration) -> Duration {
 /// The next whole second after `at`, or the point `t` when that second is not clearly
 /// before it (a poll just before `t` would find the task running for nothing).
 fn tick_or(at: Duration, e: Duration, t: Duration) -> Duration {
-    let tick = TICK * (at.as_millis() / TICK.as_millis() + 1) as u32;
+    let every = (e / 3).clamp(TICK, 10 * TICK);
+    let tick = every * (at.as_millis() / every.as_millis() + 1) as u32;
     if tick + (e / 20).max(50 * MS) >= t { t } else { tick }
 }
 
@@ -262,6 +323,23 @@ impl PollSchedule {
             _ => Duration::ZERO,
         };
         PollSchedule { learned, points, check, polls: 0, last_running: None, next }
+    }
+
+    /// A schedule for a task whose duration nothing was learned of, guessed from the node's task
+    /// history ([`Prior`]): the prior's points are the probes and its upper end the target, as
+    /// for an interval still being learned, so that a late task is followed the same way and the
+    /// wait learns the interval its polls saw.
+    pub fn from_prior(prior: &Prior) -> Self {
+        let Some(&last) = prior.points.last() else { return Self::new(None) };
+        let hi = prior.hi.max(last);
+        if hi.as_secs_f64() <= 0.020 {
+            return Self::new(None);
+        }
+        let learned = Learned { secs: hi.as_secs_f64(), lo: prior.lo.min(hi).as_secs_f64(), since: 0 };
+        let mut points: Vec<Duration> = prior.points.iter().copied().filter(|p| *p < hi).collect();
+        points.push(hi + margin(hi));
+        let next = tick_or(Duration::ZERO, hi, points[0]);
+        PollSchedule { learned: Some(learned), points, check: false, polls: 0, last_running: None, next }
     }
 
     /// When the next status poll is due.
@@ -363,6 +441,8 @@ pub struct TaskTimes {
     prefix: String,
     file: Option<PathBuf>,
     map: Mutex<BTreeMap<String, Entry>>,
+    /// Keys whose task history was asked for (once per process).
+    looked: Mutex<std::collections::BTreeSet<String>>,
     /// The generation of the newest snapshot handed to a writer.
     generation: std::sync::atomic::AtomicU64,
     /// Held while writing: the generation last written (an older snapshot is then skipped).
@@ -409,9 +489,16 @@ impl TaskTimes {
             prefix: format!("{base} "),
             file,
             map: Mutex::new(map),
+            looked: Mutex::new(Default::default()),
             generation: std::sync::atomic::AtomicU64::new(0),
             written: std::sync::Arc::new(Mutex::new(0)),
         }
+    }
+
+    /// True the first time it is asked for `key` in this process (then false): whether a wait
+    /// may ask the node's task history for a first guess.
+    pub fn first_look(&self, key: &str) -> bool {
+        self.looked.lock().unwrap_or_else(|e| e.into_inner()).insert(key.to_string())
     }
 
     /// The interval learned for `key` (`NODE/TYPE`), if any.
@@ -562,15 +649,39 @@ mod tests {
             let e = Duration::from_secs_f64(secs);
             let learned = Learned { secs, lo: secs - narrow(e).as_secs_f64() / 2.0, since: 0 };
             let (at, polls, l) = run(PollSchedule::new(Some(learned)), e - MS);
-            assert_eq!(polls, secs.ceil() as u32, "{secs}: one a second, then the one just after it");
+            let every = (secs / 3.0).max(1.0);
+            let ticks = ((secs - 1e-9) / every).floor() as u32;
+            assert_eq!(polls, ticks + 1, "{secs}: a tick every max(1 s, a third), then the one just after it");
             assert!(at - e <= margin(e), "{secs}: {at:?}");
             assert_eq!((l.secs, l.since), (secs, 1), "the interval holds");
         }
-        // A much faster task than expected is noticed within a second, and moves the interval.
+        // A much faster task than expected is noticed at the next tick (every third of the
+        // expected duration, at most 10 s), and moves the interval.
+        let learned = Learned { secs: 12.0, lo: 11.9, since: 0 };
+        let (at, _, l) = run(PollSchedule::new(Some(learned)), Duration::from_secs_f64(3.5));
+        assert_eq!(at, Duration::from_secs(4));
+        assert_eq!(l.secs, 4.0);
         let learned = Learned { secs: 100.0, lo: 99.9, since: 0 };
         let (at, _, l) = run(PollSchedule::new(Some(learned)), Duration::from_secs_f64(9.5));
         assert_eq!(at, Duration::from_secs(10));
-        assert_eq!((l.secs, l.lo), (10.0, 9.0));
+        assert_eq!(l.secs, 10.0);
+    }
+
+    #[test]
+    fn a_first_guess_from_the_history_notices_the_end_within_its_point_spacing() {
+        // Ten listed creates of a 13.3 s task (whole seconds: 13 seven times, 14 three times).
+        let prior = Prior::from_whole_seconds(&[13, 14, 13, 13, 14, 13, 13, 14, 13, 13], 10).unwrap();
+        let spacing = prior.points.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        let t = Duration::from_secs_f64(13.3);
+        let (at, polls, l) = run(PollSchedule::from_prior(&prior), t);
+        assert!(at >= t && at - t <= spacing, "{at:?} {prior:?}");
+        assert!(polls <= 4 + 10, "two ticks, the points up to the end: {polls}");
+        // What the wait learned is the narrow interval its polls saw.
+        assert!(l.secs - l.lo <= spacing.as_secs_f64() + 1e-9, "{l:?}");
+        // A task far slower than the history says is still followed to its end.
+        let slow = Duration::from_secs(40);
+        let (at, _, _) = run(PollSchedule::from_prior(&prior), slow);
+        assert!(at >= slow && at - slow <= Duration::from_millis(500), "{at:?}");
     }
 
     #[test]

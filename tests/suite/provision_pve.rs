@@ -198,7 +198,7 @@ fn create_actions(vmid: u32, ssh_port: u16, user: &str) -> Value {
     json!([
         {"action": "create", "upid": format!("UPID:pve1:vzcreate:{vmid}:{user}"), "exit_status": "OK", "duration_ms": 0,
          "detail": format!("local:vztmpl/{TEMPLATE_FILE}")},
-        {"action": "start", "upid": format!("UPID:pve1:vzstart:{vmid}:{user}"), "exit_status": "OK", "duration_ms": 0, "detail": null},
+        {"action": "start", "upid": null, "exit_status": null, "duration_ms": 0, "detail": "with the create (start=1)"},
         {"action": "wait-ssh", "upid": null, "exit_status": null, "duration_ms": 0, "detail": format!("127.0.0.1:{ssh_port}")}
     ])
 }
@@ -225,8 +225,9 @@ async fn create_from_nothing_with_ticket_auth() {
     assert_eq!(on_disk, out[0]);
     // Exactly these requests: one login, the cluster's view (where the container is; the only
     // online node), arch, live state, template check, create (with our lease in its
-    // description), start (time scale 0: each task is done at the first poll), and the lease's
-    // release (read, write with the digest).
+    // description, and `start=1`), the node's earlier creates (nothing learned yet: a first
+    // guess of the task's duration), the task's status (time scale 0: done at the first poll),
+    // the status saying it runs, and the lease's release (read, write with the digest).
     assert_eq!(
         paths(&env.pve.requests(false)),
         vec![
@@ -236,12 +237,17 @@ async fn create_from_nothing_with_ticket_auth() {
             "GET /nodes/pve1/lxc/101/config",
             "GET /nodes/pve1/storage/local/content",
             "POST /nodes/pve1/lxc",
+            "GET /nodes/pve1/tasks",
             "GET /nodes/pve1/tasks/UPID:pve1:vzcreate:101:root@pam/status",
-            "POST /nodes/pve1/lxc/101/status/start",
-            "GET /nodes/pve1/tasks/UPID:pve1:vzstart:101:root@pam/status",
+            "GET /nodes/pve1/lxc/101/status/current",
             "GET /nodes/pve1/lxc/101/config",
             "PUT /nodes/pve1/lxc/101/config",
         ]
+    );
+    let create = env.pve.writes(false).into_iter().find(|(m, p, _)| m == "POST" && p == "/nodes/pve1/lxc").unwrap();
+    assert!(
+        create.2.contains("start=1") || create.2.contains("\"start\": 1") || create.2.contains("\"start\":1"),
+        "{create:?}"
     );
     // The password went in the login body only (fakepve records it redacted), never a URL.
     let reqs = env.pve.requests(false);
@@ -908,7 +914,7 @@ async fn task_warnings_are_success_and_surfaced() {
     env.pve.exec(
         "orig = pve.task\n\
          async def warn(node, ttype, tid, user, body, **kw):\n    upid = await orig(node, ttype, tid, user, body, **kw)\n    \
-         if ttype == 'vzstart':\n        rec = pve.tasks[upid]\n        rec['exitstatus'] = 'WARNINGS: 1'\n        \
+         if ttype == 'vzcreate':\n        rec = pve.tasks[upid]\n        rec['exitstatus'] = 'WARNINGS: 1'\n        \
          rec['log'].insert(-1, 'WARN: systemd 219 in the container is too old')\n    return upid\n\
          pve.task = warn",
     );
@@ -916,9 +922,62 @@ async fn task_warnings_are_success_and_surfaced() {
     let out = env.provision_one(&b, spec("broker", 101)).await;
     let p = &out[0];
     assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
-    assert_eq!(p.actions[1].action, "start");
-    assert_eq!(p.actions[1].exit_status.as_deref(), Some("WARNINGS: 1"));
+    assert_eq!(p.actions[0].action, "create");
+    assert_eq!(p.actions[0].exit_status.as_deref(), Some("WARNINGS: 1"));
     assert_eq!(p.warnings, vec!["WARN: systemd 219 in the container is too old"]);
+}
+
+/// PVE's own create with `start=1` (`PVE/API2/LXC.pm`): the `vzcreate` worker forks a `vzstart`
+/// task of its own, which waits for the config lock the create holds, and ends. fakepve runs the
+/// start inside the create task; this makes it PVE's way (its start taking `start_secs`, failing
+/// with `start_error` when set).
+const PVE_FORKS_THE_START: &str = "orig_steps = pve._start_steps\n\
+    async def steps(ct, user, skiplock=None):\n    \
+    if skiplock is not None:\n        return await orig_steps(ct, user, skiplock)\n    \
+    async def body():\n        await orig_steps(ct, user, False)\n    \
+    await pve.task(ct.node, 'vzstart', ct.vmid, user, body, vm=ct)\n\
+    pve._start_steps = steps";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_with_start_waits_for_the_vzstart_task_pve_forks_and_reports_its_failure() {
+    // Tasks take a hundredth of their PVE seconds: the create 0.1 s, the start 0.3 s.
+    let env = Env::scaled(0.01).await;
+    env.pve.add_template();
+    env.pve.exec(PVE_FORKS_THE_START);
+    env.pve.exec(
+        "import fakepve.lxc\ninit = fakepve.lxc.FakeCt.__init__\n\
+         def patched(self, *a, **k):\n    init(self, *a, **k)\n    self.start_secs = 30\n\
+         fakepve.lxc.FakeCt.__init__ = patched",
+    );
+    let b = env.backend(Login::Root);
+    env.pve.requests(true);
+    let out = env.provision_one(&b, spec("broker", 101)).await;
+    let p = &out[0];
+    assert_eq!(p.outcome, Outcome::Ok, "{p:#?}");
+    let start = &p.actions[1];
+    assert_eq!(start.action, "start");
+    assert!(start.upid.as_deref().is_some_and(|u| u.contains(":vzstart:101:")), "{start:?}");
+    assert_eq!(start.detail.as_deref(), Some("started by the create (start=1)"));
+    assert_eq!(env.pve.ct_config(101).unwrap()["status"], "running");
+    let got = paths(&env.pve.requests(false));
+    assert!(!got.iter().any(|r| r.ends_with("/status/start")), "no start of our own: {got:#?}");
+    assert_eq!(got.iter().filter(|r| *r == "POST /nodes/pve1/lxc").count(), 1, "{got:#?}");
+
+    // The start PVE forks fails: reported as a failed start, with its log.
+    env.pve.exec(
+        "import fakepve.lxc\ninit2 = fakepve.lxc.FakeCt.__init__\n\
+         def failing(self, *a, **k):\n    init2(self, *a, **k)\n    self.start_error = \"startup for container '102' failed\"\n\
+         fakepve.lxc.FakeCt.__init__ = failing",
+    );
+    let out = env.provision_one(&b, spec("web", 102)).await;
+    let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
+    assert!(
+        error.starts_with("web: cannot start CT 102 on node pve1: task UPID:pve1:")
+            || error.contains("cannot start CT 102 on node pve1: task UPID:pve1:"),
+        "{error}"
+    );
+    assert!(error.contains(":vzstart:102:root@pam: failed: startup for container '102' failed"), "{error}");
+    assert!(error.contains("TASK ERROR: startup for container '102' failed"), "{error}");
 }
 
 // ---------------------------------------------------------------- no destroy without a snapshot

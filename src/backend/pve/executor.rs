@@ -240,7 +240,7 @@ impl PveBackend {
                 self.update_in_place(node, spec, &plan, changes, resizes, rec).await?;
             }
         }
-        if plan.start || fin.created {
+        if (plan.start || fin.created) && !fin.started_by_create {
             self.start(node, vmid, rec).await?;
         }
         // Started now, or already running (the plan only skips the start for a running CT).
@@ -276,8 +276,11 @@ impl PveBackend {
         fin: &mut Final,
     ) -> anyhow::Result<Option<ContainerPlan>> {
         let lease = new_lease(self.client.server_now());
-        match self.create(node, d, opts, &lease, rec).await? {
-            Created::Yes => {
+        // Every create is followed by a start (see `apply`): PVE's `start=1` makes it one
+        // request and no gap between the two tasks (`lifecycle::create`).
+        match self.create(node, d, opts, &lease, true, rec).await? {
+            Created::Yes { started } => {
+                fin.started_by_create = started;
                 if let Some(old) = held.replace(self.hold_after_create(node, spec.vmid, &lease).await) {
                     old.stop();
                 }
@@ -591,6 +594,8 @@ struct Final {
     address: Option<String>,
     status: Option<String>,
     created: bool,
+    /// The create started it too (`start=1`), so no start of its own follows.
+    started_by_create: bool,
     /// The plan carried out, when it differs from the one given (planned again under the lease).
     replanned: Option<ContainerPlan>,
 }

@@ -19,8 +19,9 @@ use crate::pve::{PveError, TaskFilter, TaskOutcome};
 /// What a create did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Created {
-    /// This run created the container.
-    Yes,
+    /// This run created the container; `started` when it runs now too (the create's `start=1`
+    /// and the start it led to both ended well, see [`PveBackend::create`]).
+    Yes { started: bool },
     /// The vmid was taken when the create arrived: nothing was created.
     Taken,
 }
@@ -102,14 +103,18 @@ impl PveBackend {
         d: &Desired,
         opts: &ApplyOptions,
         lease: &Lease,
+        start: bool,
         rec: &mut Rec,
     ) -> anyhow::Result<Created> {
         let key = crate::ssh::keys::ensure(&opts.share, d.vmid, &d.hostname)?;
         let params = create_params(d, &key.public_line);
-        let params: Vec<(&str, String)> = params
+        let mut params: Vec<(&str, String)> = params
             .iter()
             .map(|(k, v)| (k.as_str(), if k == "description" { with_lease(v, lease) } else { v.clone() }))
             .collect();
+        if start {
+            params.push(("start", "1".into()));
+        }
         let pve_node = self.client.node(node);
         let started = Instant::now();
         let mut lost_answers = 0;
@@ -138,7 +143,53 @@ impl PveBackend {
             .await
             .with_context(|| format!("creating CT {} on node {node} failed", d.vmid))?;
         rec.push("create", Some(&out), started, Some(d.ostemplate.clone()));
-        Ok(Created::Yes)
+        let started = if start { self.started_with_create(node, d.vmid, &upid, rec).await? } else { false };
+        Ok(Created::Yes { started })
+    }
+
+    /// After a create with `start=1` ended well: did the start happen? PVE's create worker
+    /// starts the container itself when the create succeeded (`PVE/API2/LXC.pm`, `create_vm`:
+    /// `vm_start` from inside the `vzcreate` worker, which forks a `vzstart` task of its own and
+    /// ends; some set-ups, fakepve among them, run the start inside the create task). So: the
+    /// container runs now (`GET …/status/current`) — started; else the `vzstart` task of the
+    /// vmid begun since the create is waited for like any start (its failure is reported with
+    /// its log); no such task — not started, and the caller starts it.
+    ///
+    /// # Errors
+    /// The `vzstart` task failed or timed out; API errors.
+    async fn started_with_create(
+        &self,
+        node: &str,
+        vmid: u32,
+        create_upid: &str,
+        rec: &mut Rec,
+    ) -> anyhow::Result<bool> {
+        let started = Instant::now();
+        let ct = self.client.ct(node, vmid);
+        if ct.status().await?.is_some_and(|s| s.running()) {
+            rec.push("start", None, started, Some("with the create (start=1)".into()));
+            return Ok(true);
+        }
+        let since = crate::pve::upid_start(create_upid).unwrap_or(0);
+        let filter = TaskFilter { vmid: Some(vmid), kind: Some("vzstart".into()), active: false, limit: 5 };
+        let task = self
+            .client
+            .node(node)
+            .tasks(&filter)
+            .await?
+            .into_iter()
+            .find(|t| t.kind == "vzstart" && crate::pve::upid_start(&t.upid).is_some_and(|s| s >= since));
+        let Some(task) = task else {
+            tracing::info!("CT {vmid}: created with start=1 but not running, and no vzstart task of it: starting it");
+            return Ok(false);
+        };
+        let out = self
+            .client
+            .wait_task(&task.upid, self.opts.timeouts.start, &format!("start CT {vmid}"))
+            .await
+            .with_context(|| format!("cannot start CT {vmid} on node {node}"))?;
+        rec.push("start", Some(&out), started, Some("started by the create (start=1)".into()));
+        Ok(true)
     }
 
     /// The latest `vzcreate` task of `vmid` started by this identity (after a create whose
