@@ -20,7 +20,7 @@
 //! * **known interval**: a tick every third of the expected duration (at least a second, at
 //!   most ten) while the interval is further away than that (so that a much faster task is
 //!   noticed within a third of what was expected, and a 13 s create costs two ticks), then
-//!   * while the interval is wider than max(5 ms, 0.5 % of `secs`) — *learning* — one probe in
+//!   * while the interval is wider than max(5 ms, 0.25 % of `secs`) — *learning* — one probe in
 //!     its middle (a probe finding the task stopped ends the wait early and halves the interval
 //!     from above, one finding it running halves it from below: a bit per poll, which costs the
 //!     fewest polls; three probes per wait learn in fewer waits but cost more polls per
@@ -30,8 +30,8 @@
 //!     becomes the new `lo` (the old one may be stale), so the next wait bisects once more; one
 //!     finding it stopped moves `secs` down and widens `lo` geometrically below it until a poll
 //!     sees the task running, and the waits after learn again,
-//!   * then the *target* just after `secs` (+ max(4 ms, 0.3 %)); if still running, every
-//!     max(5 ms, 1 %) until `1.25 secs + 50 ms`, then as for an unknown duration;
+//!   * then the *target* just after `secs` (+ max(4 ms, 0.15 %)); if still running, every
+//!     max(5 ms, 0.5 %) until `1.25 secs + 50 ms`, then as for an unknown duration;
 //! * **nothing learned, but the node lists earlier tasks of the type** (a runner's first run, or
 //!   a runner whose cache is new every job): one request for the node's task list gives their
 //!   whole-second durations, [`crate::pve::task_prior`] turns them into a guessed interval and
@@ -41,7 +41,7 @@
 //!   every 500 ms.
 //!
 //! A steady task therefore costs one poll per wait besides the ticks of a long task (plus two about every tenth wait: the check and the bisection after it), and its end is
-//! noticed within about 1 % of its duration, after a few learning waits. Never more than
+//! noticed within about 0.5 % of its duration, after a few learning waits. Never more than
 //! `4 + 2 × elapsed seconds` status polls in all (two per task-second, plus the first four, so
 //! that a task of well under a second can still be bracketed), whatever the learned interval
 //! says. Every wait ends at its timeout. Measurements: `docs/benchmarks/latency.md`.
@@ -257,19 +257,19 @@ const MAX_PROBES: u32 = 1;
 /// faster) task is noticed within this.
 const TICK: Duration = Duration::from_secs(1);
 
-/// An interval narrower than this is learned: max(5 ms, 0.5 % of `e`).
+/// An interval narrower than this is learned: max(5 ms, 0.25 % of `e`).
 fn narrow(e: Duration) -> Duration {
-    (e / 200).max(5 * MS)
+    (e / 400).max(5 * MS)
 }
 
-/// The target poll comes this long after the expected end: max(4 ms, 0.3 % of `e`).
+/// The target poll comes this long after the expected end: max(4 ms, 0.15 % of `e`).
 fn margin(e: Duration) -> Duration {
-    (e * 3 / 1000).max(4 * MS)
+    (e * 3 / 2000).max(4 * MS)
 }
 
-/// Between polls of a task later than expected: max(5 ms, 1 % of `e`).
+/// Between polls of a task later than expected: max(5 ms, 0.5 % of `e`).
 fn close(e: Duration) -> Duration {
-    (e / 100).max(5 * MS)
+    (e / 200).max(5 * MS)
 }
 
 /// The next whole second after `at`, or the point `t` when that second is not clearly
