@@ -111,7 +111,9 @@ pub(super) async fn run_engines(
     } else {
         let (_, values) = engine_values(inv, spec, opts, address, "", pubkey, &client.0, control_plane)?;
         let base = inv.base.as_ref().map(|b| inv.root.join(b));
-        let engine = format!("{:?}", spec.engine);
+        // The backend too: the values handed to the engines differ by it (the share's client),
+        // and a container that moved to another backend is configured fully once.
+        let engine = format!("{:?} on {backend}", spec.engine);
         Some(
             stamp::inputs_digest(&engine, base.as_deref(), &lib_dir, &values)
                 .context("cannot read the base role's or the lib's files")?,

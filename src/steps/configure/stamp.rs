@@ -81,7 +81,8 @@ pub const WRITE_SCRIPT: &str = concat!(
 pub const REMOVE_SCRIPT: &str = "rm -f \"$1\" \"$1.tmp\"";
 
 /// The SHA-256 (hex) of everything a configure run depends on besides the container itself:
-/// our version and [`STAMP_FORMAT`], the lib's engine, the base role's tree (every file's path,
+/// our version and [`STAMP_FORMAT`], `engine` (the lib's engine and the backend, e.g.
+/// `Shell on lxc`), the base role's tree (every file's path,
 /// executable bit and content, as a deterministic tar: see [`TarUpload::dir`]; `None` when the
 /// monorepo has no `base/`), the lib's directory (the same way), and `vars`: the values handed to
 /// the engines (the extra-vars JSON: the contract with globals, env, `IP`, `ID`, `HOSTNAME`,
