@@ -32,12 +32,19 @@ pub const STAMP_FORMAT: &str = "1";
 /// `/etc` on its file system (path, type, size, mode, owner, group, mtime with fractions, symlink
 /// target: enabled units are the symlinks under `/etc/systemd/system`), the failed units and the
 /// running services (without the per-login `user@UID` and `user-runtime-dir@UID` services, which
-/// come and go with SSH sessions). A missing tool prints its error instead, the same each time.
-/// About 40 ms on a small Debian container (`systemctl list-unit-files` is left out: it alone
-/// takes a second).
+/// come and go with SSH sessions). About 40 ms on a small Debian container (`systemctl
+/// list-unit-files` is left out: it alone takes a second).
+///
+/// A container that cannot list all of it — no `dpkg-query`, no GNU `find`, no `sha256sum`, or
+/// systemd not running (`/run/systemd/system`) — gets `s=unavailable` instead: a listing that
+/// silently held an error message in place of the packages or services would read as
+/// "unchanged" however they changed. Such a container is always configured fully.
 macro_rules! state_digest {
     () => {
         concat!(
+            "if command -v dpkg-query >/dev/null && command -v systemctl >/dev/null",
+            " && command -v sha256sum >/dev/null && [ -d /run/systemd/system ]",
+            " && find /etc -maxdepth 0 -printf '' >/dev/null 2>&1; then\n",
             "s=$({\n",
             "  echo '## packages'; dpkg-query -W -f '${Package} ${Version} ${Status}\\n' 2>&1 | LC_ALL=C sort\n",
             "  echo '## etc'; find /etc -xdev -printf '%p %y %s %m %U %G %T@ %l\\n' 2>&1 | LC_ALL=C sort\n",
@@ -46,6 +53,7 @@ macro_rules! state_digest {
             "  echo '## running'; systemctl list-units --type=service --state=running --no-legend --no-pager",
             " --plain 2>&1 | grep -v -e '^user@' -e '^user-runtime-dir@' | LC_ALL=C sort\n",
             "} | sha256sum | cut -d ' ' -f 1)\n",
+            "else s=unavailable; fi\n",
         )
     };
 }
@@ -62,12 +70,15 @@ pub const PROBE_SCRIPT: &str = concat!(
 );
 
 /// Writes the stamp after a successful run (as root, `sh -c WRITE_SCRIPT pgo-stamp STAMP_PATH`):
-/// computes the state digest, then writes stdin (the stamp's other lines) and the `state=` line
+/// computes the state digest (exit 3 when it is unavailable: no stamp), then writes stdin (the stamp's other lines) and the `state=` line
 /// to `$1.tmp` (mode 0600; a directory it creates is 0700) and renames it over `$1`. Prints the
 /// state line.
 pub const WRITE_SCRIPT: &str = concat!(
     "set -e\n",
     state_digest!(),
+    "if [ \"$s\" = unavailable ]; then\n",
+    "  echo 'the container lacks dpkg-query, GNU find, sha256sum or a running systemd' >&2; exit 3\n",
+    "fi\n",
     "umask 077\n",
     "mkdir -p \"${1%/*}\"\n",
     "{ cat; printf 'state=%s\\n' \"$s\"; } > \"$1.tmp\"\n",
@@ -278,7 +289,12 @@ mod tests {
         let out = std::process::Command::new("sh").args(["-c", STATE_SCRIPT]).output().unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
         let state = text.trim().strip_prefix("state=").unwrap();
-        assert!(is_digest(state), "{text}");
+        // `unavailable` where systemd does not run (a build container, say).
+        let systemd = std::path::Path::new("/run/systemd/system").is_dir();
+        assert!(if systemd { is_digest(state) } else { state == "unavailable" }, "{text}");
+        // `unavailable` never compares equal, not even to itself.
+        let p = format!("state=unavailable\n-- stamp\n{}state=unavailable\n", stamp_head("in", ""));
+        assert_eq!(compare(&p, "in"), Check::Changed("the container's state could not be read"));
         assert!(PROBE_SCRIPT.starts_with(&STATE_SCRIPT[..STATE_SCRIPT.find("printf").unwrap()]));
     }
 }
