@@ -12,6 +12,11 @@
 #                         (its SNAPSHOT data is snapshotted first and restored by configure)
 #   --recreate POLICY     the recreate policy: never (default), when-needed, always
 #   --no-snapshot         recreate or destroy without taking a data snapshot first (data is lost)
+# and one passed to `configure`:
+#   --full                run the base role and each lib's engine even when nothing changed since
+#                         the container's last configure (by default a re-run that changes nothing
+#                         skips them: docs/configure.md, "Re-runs"); the same as
+#                         PROXMOX_GITOPS_CONFIGURE=full
 #
 # Before the (long, first) build it decides the local settings (local/settings.py): LOGIN and
 # PASSWORD, when set nowhere, are generated once into local/config.local.json (mode 0600,
@@ -31,8 +36,9 @@
 # (LXC path, default from `lxc-config lxc.lxcpath`), PGO_STAGE (default main), PGO_PROFILE (cargo
 # profile, default release), PGO_LXC_BASE (base for --purge, default pgo-base-bookworm),
 # PGO_NO_SNAPSHOT=1 (same as --no-snapshot), PGO_BINARY (a built proxmox-gitops to use instead of
-# building one). For `config`: PGO_GITEA_BINARY, PGO_GITEA_STATIC, PGO_RUNNER_BINARY (the control
-# plane's programs; unset, they are downloaded from Gitea's release site and verified).
+# building one), PROXMOX_GITOPS_CONFIGURE=full (same as --full). For `config`: PGO_GITEA_BINARY,
+# PGO_GITEA_STATIC, PGO_RUNNER_BINARY (the control plane's programs; unset, they are downloaded
+# from Gitea's release site and verified).
 #
 # `config` is the control plane: once it runs Gitea, this monorepo is published into it
 # (`publish --release-from-root`) and the run ends with the release pull request to accept and
@@ -53,6 +59,7 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 usage() { printf 'error: %s (see %s --help)\n' "$*" "$self" >&2; exit 2; }
 
 mode=deploy
+full=
 no_snapshot=()
 [ "${PGO_NO_SNAPSHOT:-}" = 1 ] && no_snapshot=(--no-snapshot)
 policy=()
@@ -64,6 +71,7 @@ while [ $# -gt 0 ]; do
       [ "$mode" = deploy ] || usage "--destroy and --purge exclude each other"
       mode=${arg#--} ;;
     --no-snapshot) no_snapshot=(--no-snapshot) ;;
+    --full) full=1 ;;
     --allow-recreate)
       [ "${#policy[@]}" -eq 0 ] || usage "--allow-recreate and --recreate exclude each other"
       policy=(--allow-recreate) ;;
@@ -79,7 +87,7 @@ while [ $# -gt 0 ]; do
         never|when-needed|always) policy=(--recreate "$value") ;;
         *) usage "--recreate \`$value\`: expected never, when-needed or always" ;;
       esac ;;
-    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) usage "unknown option \`$arg\`" ;;
     *) libs+=("$arg") ;;
   esac
@@ -91,6 +99,9 @@ case "$mode" in
 esac
 [ "${#policy[@]}" -eq 0 ] || [ "$mode" = deploy ] || usage "${policy[0]} only goes with a deploy (it is provision's recreate policy)"
 [ "${#no_snapshot[@]}" -eq 0 ] || [ "$mode" != purge ] || usage "--no-snapshot does not go with --purge"
+[ -z "$full" ] || [ "$mode" = deploy ] || usage "--full only goes with a deploy (it is configure's option)"
+# configure reads it (the same as its --force); set in the environment, it is passed through.
+[ -z "$full" ] || export PROXMOX_GITOPS_CONFIGURE=full
 stage="${PGO_STAGE:-main}"
 profile="${PGO_PROFILE:-release}"
 [ "$(id -u)" -eq 0 ] || die "LXC containers need root: run \`sudo $self${args[*]:+ ${args[*]}}\`"
@@ -115,9 +126,12 @@ if [ "$mode" = deploy ] && printf '%s\n' "${libs[@]}" | grep -qx config && comma
 fi
 
 # 1. Packages.
+# One dpkg-query for all of them (a re-run's every step counts: docs/benchmarks/rerun.md).
 missing=()
+installed=$(dpkg-query -W -f '${Package} ${Status}\n' lxc debootstrap dnsmasq-base ansible openssh-client \
+  python3 iproute2 procps 2>/dev/null || true)
 for pkg in lxc debootstrap dnsmasq-base ansible openssh-client python3 iproute2 procps; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  grep -qx "$pkg install ok installed" <<<"$installed" || missing+=("$pkg")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get: install them by hand"
@@ -129,7 +143,8 @@ fi
 # 2. The local settings, decided before the build so that nothing is asked for after it: LOGIN and
 # PASSWORD (generated once when set nowhere), the share (see local/settings.py).
 if [ "$mode" != purge ]; then
-  share=$(python3 "$repo/local/settings.py" "$repo") || exit $?
+  # -S: the standard library only, without site's start-up (tens of ms on every run).
+  share=$(python3 -S "$repo/local/settings.py" "$repo") || exit $?
 fi
 
 # sudo resets PATH (secure_path): look where rustup puts cargo, for root and for the sudo user.
@@ -158,13 +173,22 @@ if [ -n "${PGO_BINARY:-}" ]; then
   bin=$PGO_BINARY
 else
 quiet=1
-if [ -x "$repo/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/proxmox-gitops" ]; then
+skip_build=
+built="$repo/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/proxmox-gitops"
+if [ -x "$built" ] && [ -z "$(find "$repo/src" "$repo/Cargo.toml" "$repo/Cargo.lock" -newer "$built" -print -quit 2>/dev/null)" ]; then
+  # Nothing cargo builds it from is newer than the binary: cargo's own no-op check (about 0.4 s)
+  # is skipped. A source that changed with an older mtime (`cp -p`, `tar -x`) is not seen: touch
+  # it, or remove the binary.
+  skip_build=1
+elif [ -x "$built" ]; then
   say "building proxmox-gitops ($profile)"
 else
   say "building proxmox-gitops ($profile; the first build can take 15 minutes on 2 cores)"
   quiet=
 fi
-if [ "$profile" = release ]; then
+if [ -n "$skip_build" ]; then
+  bin=$built
+elif [ "$profile" = release ]; then
   cargo build --release --locked ${quiet:+--quiet}
   bin="$repo/target/release/proxmox-gitops"
 else
@@ -395,7 +419,7 @@ for lib in "${libs[@]}"; do
   say "configuring $lib"
   pgo configure --container "$lib" || { rc=$?; break; }
 done
-python3 "$repo/local/summary.py" "$repo" "$artifacts" "$run_mark" "${done_libs[@]}" || true
+python3 -S "$repo/local/summary.py" "$repo" "$artifacts" "$run_mark" "${done_libs[@]}" || true
 [ "$rc" -eq 0 ] || exit "$rc"
 
 # 6. The control plane: once `config` runs Gitea, this monorepo is published into it and its

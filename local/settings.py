@@ -26,10 +26,11 @@ the build rather than after it), or the file would not be git-ignored.
 
 import json
 import os
-import secrets
 import string
-import subprocess
 import sys
+
+# `secrets` and `subprocess` are imported where they are needed (generating a password, asking
+# git): a re-run needs neither, and every local run starts this script (and summary.py imports it).
 
 LOCAL = "local/config.local.json"
 BASE = "local/config.json"
@@ -144,6 +145,8 @@ def lookup(env, local, base, var, *keys):
 
 def git_ignored(root, rel):
     """True when git ignores `rel`, or `root` is not a git work tree (nothing to commit it to)."""
+    import subprocess
+
     try:
         inside = subprocess.run(
             ["git", "-C", root, "rev-parse", "--is-inside-work-tree"],
@@ -199,6 +202,8 @@ def main(argv, env):
         generated.append("login")
     password, _ = lookup(env, local, base, "PASSWORD", "password")
     if password is None:
+        import secrets
+
         local["password"] = "".join(secrets.choice(PASSWORD_ALPHABET) for _ in range(PASSWORD_LENGTH))
         generated.append("password")
 

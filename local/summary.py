@@ -52,6 +52,8 @@ def engine_run(label, run):
     """`lib (ansible): 2 changed, 10 ok, 12.3 s` — the counts the engine reports."""
     if not run:
         return None
+    if run.get("skipped"):
+        return f"{label} ({run.get('engine', '?')}): skipped, unchanged since the last configure"
     parts = []
     if run.get("changed") is not None:
         parts.append(f"{run['changed']} changed")

@@ -40,6 +40,12 @@ pub struct ConfigureArgs {
     /// PGO_GITEA_BINARY/PGO_RUNNER_BINARY are not set).
     #[arg(long)]
     check: bool,
+    /// Run the base role and the lib's engine even when nothing changed since the container's
+    /// last successful configure (by default that is proven with a stamp in the container and the
+    /// engines are skipped; see docs/configure.md). The environment's
+    /// `PROXMOX_GITOPS_CONFIGURE=full` does the same.
+    #[arg(long)]
+    force: bool,
 }
 
 /// What `configure --check --json` prints, output kind `requirements-check` (1.0): every
@@ -73,6 +79,7 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
         run_timeout: Duration::from_secs(args.run_timeout),
         control_plane: settings.control_plane.clone(),
         deploys_to_pve: settings.pve.host.is_some(),
+        full: args.force || crate::settings::configure_full(&crate::settings::ProcessEnv).map_err(Error::Input)?,
         ..ConfigureOptions::default()
     };
     if args.check {
@@ -145,7 +152,10 @@ pub fn run(ctx: &Ctx, args: ConfigureArgs) -> Result<()> {
                         c.name.clone(),
                         c.address.clone().unwrap_or_default(),
                         c.user.clone().unwrap_or_default(),
-                        c.base.as_ref().and_then(|b| b.changed).map(|n| n.to_string()).unwrap_or("-".into()),
+                        match &c.base {
+                            Some(b) if b.skipped => "skipped".into(),
+                            b => b.as_ref().and_then(|b| b.changed).map(|n| n.to_string()).unwrap_or("-".into()),
+                        },
                         format!("{:?}", c.engine).to_lowercase(),
                         c.outputs.keys().cloned().collect::<Vec<_>>().join(","),
                         format!("{:.1}s", c.duration_ms as f64 / 1000.0),

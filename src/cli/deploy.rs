@@ -42,7 +42,8 @@ pub struct DeployArgs {
     /// Run these steps instead of the ref's (workflow dispatch); repeatable or comma-separated.
     #[arg(long = "step", value_enum, value_delimiter = ',')]
     steps: Vec<StepArg>,
-    /// Run steps even when their artifact shows success for the same inputs.
+    /// Run steps even when their artifact shows success for the same inputs; configure then also
+    /// runs every engine, unchanged or not (see `configure --force`).
     #[arg(long)]
     force: bool,
     #[command(flatten)]
@@ -123,6 +124,9 @@ pub fn run(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         no_snapshot: args.no_snapshot,
         plan_wording: super::describe::describe,
         saved_plan: saved.as_ref().map(|s| Arc::new(s.plan.clone())),
+        // `--force` re-runs configure fully too.
+        configure_full: args.force
+            || crate::settings::configure_full(&crate::settings::ProcessEnv).map_err(crate::error::Error::Input)?,
     };
     let opts = DeployOptions {
         repo: ctx.repo.clone(),

@@ -242,6 +242,31 @@ pub fn monorepo(env: &dyn EnvSource) -> Option<String> {
     env.get("PROXMOX_GITOPS_MONOREPO").map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
+/// The variable that forces `configure`'s full run ([`configure_full`]).
+pub const CONFIGURE_VAR: &str = "PROXMOX_GITOPS_CONFIGURE";
+
+/// `PROXMOX_GITOPS_CONFIGURE`, trimmed: `full` runs the base role and every lib's engine even when
+/// the stamp in the container shows nothing changed since the last successful run (the same as
+/// `configure --force`); unset, empty or `auto` skips what is proven unchanged. The one place the
+/// variable is read.
+///
+/// # Errors
+/// Any other value, as a problem located at the variable.
+pub fn configure_full(env: &dyn EnvSource) -> Result<bool, Problems> {
+    match env.get(CONFIGURE_VAR).as_deref().map(str::trim) {
+        None | Some("") | Some("auto") => Ok(false),
+        Some("full") => Ok(true),
+        Some(other) => {
+            let mut p = Problems::new();
+            p.add(
+                Location::environment(CONFIGURE_VAR),
+                format!("expected `full` (run every engine) or `auto` (skip what is unchanged), found `{other}`"),
+            );
+            Err(p)
+        }
+    }
+}
+
 /// The variable `./local/run.sh` exports (`PGO_ENTRY=local-run`) so that hints name its options.
 pub const ENTRY_VAR: &str = "PGO_ENTRY";
 

@@ -218,3 +218,16 @@ fn entry_point_from_the_environment() {
     // A runner started from ./local/run.sh may inherit PGO_ENTRY: Actions wins.
     assert_eq!(entry_point(&env(&[("GITEA_ACTIONS", "true"), ("PGO_ENTRY", "local-run")])), EntryPoint::Actions);
 }
+
+#[test]
+fn configure_full_is_full_or_auto() {
+    let env = |v: Option<&str>| -> BTreeMap<String, String> {
+        v.map(|v| BTreeMap::from([(CONFIGURE_VAR.to_string(), v.to_string())])).unwrap_or_default()
+    };
+    assert!(!configure_full(&env(None)).unwrap());
+    assert!(!configure_full(&env(Some(""))).unwrap());
+    assert!(!configure_full(&env(Some("auto"))).unwrap());
+    assert!(configure_full(&env(Some(" full "))).unwrap());
+    let e = configure_full(&env(Some("yes"))).unwrap_err().to_string();
+    assert!(e.contains("PROXMOX_GITOPS_CONFIGURE") && e.contains("found `yes`"), "{e}");
+}

@@ -246,7 +246,8 @@ fn broker_and_proxy_end_to_end() {
     let _ = s.read_to_string(&mut include);
     assert!(include.ends_with("include works"), "{include}");
 
-    // 2. Second run, through the CLI: user config, zero changes everywhere Ansible counts.
+    // 2. Second run, through the CLI with `--force` (nothing changed, so without it the engines
+    // would be skipped: see 2b): user config, zero changes everywhere Ansible counts.
     // A second provision finds both containers in state: nothing created.
     let pa2 = rt.block_on(lab.provision(inv.container("broker").unwrap(), &artifacts));
     let pp2 = rt.block_on(lab.provision(inv.container("proxy").unwrap(), &artifacts));
@@ -269,7 +270,7 @@ fn broker_and_proxy_end_to_end() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let out = cli(
-        &["--stage", &stage, "-v", "configure", "-c", "broker", "-c", "proxy"],
+        &["--stage", &stage, "-v", "configure", "--force", "-c", "broker", "-c", "proxy"],
         &root,
         &artifacts,
         &share,
@@ -307,7 +308,8 @@ fn broker_and_proxy_end_to_end() {
                 ok: Some(0),
                 exit_code: Some(0),
                 success: true,
-                duration_ms: 0
+                duration_ms: 0,
+                skipped: false,
             }),
             restore: None,
             lib: Some(EngineRun {
@@ -316,14 +318,97 @@ fn broker_and_proxy_end_to_end() {
                 ok: None,
                 exit_code: Some(0),
                 success: true,
-                duration_ms: 0
+                duration_ms: 0,
+                skipped: false,
             }),
             outputs: BTreeMap::from([("LIBS_BROKER_ENDPOINT".to_string(), format!("mqtt://{}:1883", a.ip))]),
             duration_ms: 0,
             log_tail: vec![],
+            skipped: None,
+            full_run: Some("forced".into()),
             outcome: Outcome::Ok,
         }
     );
+    assert_eq!(p2.full_run.as_deref(), Some("forced"));
+    // The stamp is root's alone inside the container.
+    let stamp = lab.attach(&a.name, &["stat", "-c", "%a %U", proxmox_gitops::steps::configure::STAMP_PATH]);
+    assert_eq!(String::from_utf8_lossy(&stamp.stdout).trim(), "600 root");
+
+    // 2b. Nothing changed since: both engines are skipped on both containers, said in the
+    // artifact and the log line, and the broker's outputs are the recorded ones.
+    let out =
+        cli(&["--stage", &stage, "configure", "-c", "broker", "-c", "proxy"], &root, &artifacts, &share, &password);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "third configure failed:\n{text}");
+    assert!(text.contains("broker: unchanged since its last configure"), "{text}");
+    assert_no_secret("the CLI's output", &text, &password);
+    for name in ["broker", "proxy"] {
+        let c: Configure = artifact::read(&artifacts.join(format!("configure/{name}.json"))).unwrap();
+        assert_eq!(c.skipped.as_deref(), Some("unchanged"), "{name}: {c:?}");
+        assert_eq!(c.full_run, None);
+        assert!(c.base.as_ref().unwrap().skipped && c.lib.as_ref().unwrap().skipped, "{name}: {c:?}");
+        assert_eq!(c.base.as_ref().unwrap().changed, None);
+        if name == "broker" {
+            assert_eq!(
+                c.outputs,
+                BTreeMap::from([("LIBS_BROKER_ENDPOINT".to_string(), format!("mqtt://{}:1883", a.ip))])
+            );
+        }
+    }
+    let raw = std::fs::read_to_string(artifacts.join("configure/broker.json")).unwrap();
+    assert!(raw.contains("\"schema_version\": \"1.2\"") && raw.contains("\"skipped\": \"unchanged\""), "{raw}");
+
+    // 2c. Drift inside the container: the broker's configuration edited in /etc. The next run
+    // sees the state changed, runs fully and puts the file right.
+    let conf = "/etc/mosquitto/conf.d/proxmox-gitops.conf";
+    let want_conf = lab.attach(&a.name, &["cat", conf]).stdout;
+    let edited = lab.attach(&a.name, &["sh", "-c", "echo 'listener 1884' >> \"$1\"", "sh", conf]);
+    assert!(edited.status.success());
+    let broker_only = |opts: ConfigureOptions| {
+        let r = rt.block_on(configure(&inv, &opts)).unwrap();
+        assert!(r[0].ok(), "{:?}\n{}", r[0].outcome, r[0].log_tail.join("\n"));
+        r.into_iter().next().unwrap()
+    };
+    let c = broker_only(options(&artifacts, &["broker"], &password));
+    assert_eq!(c.skipped, None);
+    assert_eq!(c.full_run.as_deref(), Some("the container's state changed (packages, /etc or systemd units)"));
+    assert_eq!(c.base.as_ref().unwrap().changed, Some(0));
+    assert!(!c.lib.as_ref().unwrap().skipped);
+    assert_eq!(lab.attach(&a.name, &["cat", conf]).stdout, want_conf, "the drifted file was not put right");
+    mqtt_round_trip(&a.ip, LOGIN, &password);
+    // A package the base role installs, removed: put back by the next run.
+    let removed = lab.attach(&a.name, &["dpkg", "--remove", "less"]);
+    assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
+    let c = broker_only(options(&artifacts, &["broker"], &password));
+    assert!(c.full_run.as_deref().is_some_and(|w| w.starts_with("the container's state changed")), "{c:?}");
+    assert!(c.base.as_ref().unwrap().changed.unwrap() > 0);
+    let less = lab.attach(&a.name, &["dpkg-query", "-W", "-f", "${Status}", "less"]);
+    assert_eq!(String::from_utf8_lossy(&less.stdout), "install ok installed");
+    assert_eq!(broker_only(options(&artifacts, &["broker"], &password)).skipped.as_deref(), Some("unchanged"));
+    // A changed input of the lib (a new file in its directory): a full run.
+    std::fs::write(root.join("libs/broker/NOTES.txt"), "changed input\n").unwrap();
+    let c = broker_only(options(&artifacts, &["broker"], &password));
+    assert_eq!(c.full_run.as_deref(), Some("the inputs changed (base role, lib files, engine or contract values)"));
+    assert_eq!(broker_only(options(&artifacts, &["broker"], &password)).skipped.as_deref(), Some("unchanged"));
+    // Forced through the environment, as ./local/run.sh --full and the workflows do.
+    let out = Command::new(env!("CARGO_BIN_EXE_proxmox-gitops"))
+        .arg("--repo")
+        .arg(&root)
+        .arg("--artifacts")
+        .arg(&artifacts)
+        .args(["--stage", &stage, "configure", "-c", "broker"])
+        .env("PROXMOX_SHARE", &share)
+        .env("LOGIN", LOGIN)
+        .env("PASSWORD", &password)
+        .env("HOST", "http://127.0.0.1:9")
+        .env("PROXMOX_GITOPS_CONFIGURE", "full")
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITEA_ACTIONS")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: Configure = artifact::read(&artifacts.join("configure/broker.json")).unwrap();
+    assert_eq!((c.skipped, c.full_run.as_deref()), (None, Some("forced")));
     // Root may no longer log in; config may, with passwordless sudo.
     let root_login = Command::new("ssh")
         .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-i"])

@@ -287,6 +287,7 @@ fn engine_run(engine: &str, changed: Option<u64>, ok: Option<u64>, exit_code: i3
         exit_code: Some(exit_code),
         success: exit_code == 0,
         duration_ms: ms,
+        skipped: false,
     }
 }
 
@@ -313,6 +314,8 @@ fn configure(
         outputs: outputs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         duration_ms: 12000,
         log_tail: vec![],
+        skipped: None,
+        full_run: None,
         outcome,
     }
 }

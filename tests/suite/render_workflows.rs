@@ -115,7 +115,8 @@ fn renders_every_lib_and_the_workflow_has_the_expected_structure() {
     assert_eq!(env["PROXMOX_CA"], "${{ vars.PROXMOX_CA }}");
     assert_eq!(env["PROXMOX_TOKEN_ID"], "${{ vars.PROXMOX_TOKEN_ID }}");
     assert_eq!(env["PROXMOX_TOKEN_SECRET"], "${{ secrets.PROXMOX_TOKEN_SECRET }}");
-    assert_eq!(env.len(), 22);
+    assert_eq!(env["PROXMOX_GITOPS_CONFIGURE"], "${{ vars.PROXMOX_GITOPS_CONFIGURE }}");
+    assert_eq!(env.len(), 23);
     assert_eq!(
         wf["jobs"],
         serde_json::json!({"deploy": {

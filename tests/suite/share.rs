@@ -349,9 +349,11 @@ async fn share_server_clients_and_the_cifs_units() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && !text.contains("media"), "systemd-analyze verify: {text}");
 
-    // 7. A second configure changes nothing: the share lib, and the base role on both (the
-    // client's failed mount is retried, which is no change).
-    let again = configure(&inv, &options(&artifacts, &["share", "client"], &password)).await.unwrap();
+    // 7. A second configure, forced (with nothing changed it would skip both engines), changes
+    // nothing: the share lib, and the base role on both (the client's failed mount is retried,
+    // which is no change).
+    let forced = ConfigureOptions { full: true, ..options(&artifacts, &["share", "client"], &password) };
+    let again = configure(&inv, &forced).await.unwrap();
     for c in &again {
         assert_ok(c);
         assert_eq!(c.base.as_ref().unwrap().changed, Some(0), "{}: the base role changed something", c.name);

@@ -182,6 +182,13 @@ fn snapshot_over_ssh_then_configure_restores_the_wiped_data() {
     // Data present now: a restore is not attempted again.
     assert_eq!(rt.block_on(step::restore_if_empty(&spec, conn.exec.as_ref(), &opts)), None);
     drop(conn);
+    // A re-run with nothing changed skips the base role and the lib (the data is there: no
+    // restore either) and still reports the lib's outputs.
+    let again = rt.block_on(configure(&inv, &copts)).unwrap();
+    let c = &again[0];
+    assert!(c.ok(), "{:?}\n{}", c.outcome, c.log_tail.join("\n"));
+    assert_eq!((c.skipped.as_deref(), c.restore.as_ref()), (Some("unchanged"), None));
+    assert_eq!(c.outputs, BTreeMap::from([("KEEPER_COUNTER".to_string(), "41".to_string())]));
 
     // 5. The CLI over SSH (`--transport ssh` for an lxc container), with retention: the first
     // archive is pruned, the new one verified.

@@ -11,11 +11,76 @@ use anyhow::{Context, anyhow};
 use super::contract::{containers_json, contract, env_file, parse_outputs};
 use super::recap::summarize;
 use super::restore::restore_data;
+use super::stamp::{self, Check, PROBE_SCRIPT, REMOVE_SCRIPT, STAMP_PATH, WRITE_SCRIPT};
 use super::{ConfigureOptions, EngineRun, Log, Partial};
 use crate::inventory::{ContainerSpec, Engine, Inventory, Mount};
 use crate::model::BackendKind;
 use crate::share::{ClientInput, ShareClient};
 use crate::ssh::{Connection, TarUpload};
+
+/// The contract as a flat map and the extra-vars JSON handed to Ansible (the contract, plus
+/// `pgo_containers`, `pgo_config_pubkey`, `pgo_share*` and, for the control plane,
+/// `pgo_control_plane`), with `output` as `PGO_OUTPUT`.
+#[allow(clippy::too_many_arguments)]
+fn engine_values(
+    inv: &Inventory,
+    spec: &ContainerSpec,
+    opts: &ConfigureOptions,
+    address: &str,
+    output: &str,
+    pubkey: &str,
+    client: &ShareClient,
+    control_plane: Option<&crate::control_plane::Vars>,
+) -> anyhow::Result<(std::collections::BTreeMap<String, String>, serde_json::Value)> {
+    let vars = contract(inv, spec, opts, address, output);
+    let mut extra = serde_json::Map::new();
+    for (k, v) in &vars {
+        extra.insert(k.clone(), v.clone().into());
+    }
+    extra.insert("pgo_containers".into(), containers_json(inv, opts));
+    extra.insert("pgo_config_pubkey".into(), pubkey.into());
+    extra.insert("pgo_share".into(), "/share".into());
+    extra.insert("pgo_share_mount".into(), spec.mounts.iter().any(|m| matches!(m, Mount::Share { .. })).into());
+    extra.insert("pgo_share_host".into(), inv.globals.get("SHARE_HOST").cloned().unwrap_or_default().into());
+    extra.insert("pgo_share_client".into(), serde_json::to_value(client)?);
+    if let Some(cp) = control_plane {
+        extra.insert("pgo_control_plane".into(), serde_json::to_value(cp)?);
+    }
+    Ok((vars, serde_json::Value::Object(extra)))
+}
+
+/// The engine name a lib's run is recorded with (`None` for engine `none`).
+fn engine_name(engine: Engine) -> Option<&'static str> {
+    match engine {
+        Engine::None => None,
+        Engine::Ansible => Some("ansible"),
+        Engine::Shell => Some("shell"),
+        Engine::Cinc => Some("cinc"),
+    }
+}
+
+/// Bound of the stamp's round trips (probe, write, remove).
+const STAMP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs one of the stamp's fixed scripts as root with [`STAMP_PATH`] as `$1`.
+async fn stamp_script(conn: &Connection, script: &str, input: Option<&[u8]>) -> anyhow::Result<String> {
+    let out = conn.run(&["sh", "-c", script, "pgo-stamp", STAMP_PATH], input, true, STAMP_TIMEOUT).await?;
+    if !out.success() {
+        anyhow::bail!("exit code {:?}: {}", out.code, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Stores the lib's `$PGO_OUTPUT` text as the artifact's outputs (secrets masked), logging the
+/// lines that are not `KEY=value`.
+fn set_outputs(spec: &ContainerSpec, text: &str, log: &mut Log, part: &mut Partial) {
+    let (outputs, bad) = parse_outputs(text);
+    for b in &bad {
+        log.push(&spec.name, b);
+        tracing::warn!("{}: {b}", spec.name);
+    }
+    part.outputs = outputs;
+}
 
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn run_engines(
@@ -30,15 +95,77 @@ pub(super) async fn run_engines(
     log: &mut Log,
     part: &mut Partial,
 ) -> anyhow::Result<()> {
+    let lib_dir = inv.root.join(&spec.dir);
+    let lib_name = spec.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(spec.name.clone());
+    let client = share_client(&spec.mounts, &spec.dir.join("container.env"), &inv.globals, &opts.contract, backend)?;
+    if let Some(note) = &client.1 {
+        log.push(&spec.name, note);
+        tracing::warn!("{}: {note}", spec.name);
+    }
+
+    // Skip when the stamp shows that nothing changed (see stamp.rs); the control plane always
+    // runs (its programs and Gitea's state are more than the stamp compares).
+    let inputs = if spec.name == crate::inventory::CONTROL_PLANE {
+        part.full_run = Some("the control plane is always configured fully".into());
+        None
+    } else {
+        let (_, values) = engine_values(inv, spec, opts, address, "", pubkey, &client.0, control_plane)?;
+        let base = inv.base.as_ref().map(|b| inv.root.join(b));
+        // The backend too: the values handed to the engines differ by it (the share's client),
+        // and a container that moved to another backend is configured fully once.
+        let engine = format!("{:?} on {backend}", spec.engine);
+        Some(
+            stamp::inputs_digest(&engine, base.as_deref(), &lib_dir, &values)
+                .context("cannot read the base role's or the lib's files")?,
+        )
+    };
+    let mut base_done = false;
+    if let Some(inputs) = &inputs {
+        let check = if opts.full {
+            Check::Changed("forced")
+        } else {
+            match stamp_script(conn, PROBE_SCRIPT, None).await {
+                Ok(probe) => stamp::compare(&probe, inputs),
+                Err(e) => {
+                    log.push(&spec.name, &format!("stamp: cannot read the container's state: {e:#}"));
+                    Check::Changed("the container's state could not be read")
+                }
+            }
+        };
+        match check {
+            Check::Changed(why) => {
+                log.push(&spec.name, &format!("full run: {why}"));
+                tracing::info!("{}: full run: {why}", spec.name);
+                part.full_run = Some(why.into());
+            }
+            Check::Unchanged { outputs } => {
+                log.push(&spec.name, "unchanged since the last configure (inputs and container state)");
+                if inv.base.is_some() {
+                    part.base = Some(EngineRun::skipped("ansible"));
+                }
+                // Empty data with a snapshot is restored as in a full run; then the lib runs.
+                restore_data(inv, spec, opts, conn, log, part).await?;
+                if part.restore.is_none() {
+                    part.skipped = Some("unchanged".into());
+                    part.lib = engine_name(spec.engine).map(EngineRun::skipped);
+                    set_outputs(spec, &outputs, log, part);
+                    return Ok(());
+                }
+                part.full_run = Some("data restored from a snapshot: the lib runs".into());
+                base_done = true;
+            }
+        }
+        // A run that fails half-way leaves no stamp: the next one runs fully too.
+        stamp_script(conn, REMOVE_SCRIPT, None).await.context("cannot remove the configure stamp")?;
+    }
+
     let tmp = conn.make_temp_dir(true).await?;
     let result = async {
         let output = format!("{tmp}/output");
-        let vars = contract(inv, spec, opts, address, &output);
+        let (vars, extra) = engine_values(inv, spec, opts, address, &output, pubkey, &client.0, control_plane)?;
         let mut bundle = TarUpload::new();
         bundle.file("env", env_file(&vars).as_bytes(), 0o600)?;
         bundle.file("output", b"", 0o600)?;
-        let lib_dir = inv.root.join(&spec.dir);
-        let lib_name = spec.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(spec.name.clone());
         match spec.engine {
             Engine::Shell => bundle.dir("lib", &lib_dir)?,
             Engine::Cinc => bundle.dir(&format!("cookbooks/{lib_name}"), &lib_dir)?,
@@ -46,44 +173,22 @@ pub(super) async fn run_engines(
         }
         conn.upload_tar(&tmp, &bundle.finish()?, true, Duration::from_secs(300)).await?;
 
-        let mut extra = serde_json::Map::new();
-        for (k, v) in &vars {
-            extra.insert(k.clone(), v.clone().into());
-        }
-        extra.insert("pgo_containers".into(), containers_json(inv, opts));
-        extra.insert("pgo_config_pubkey".into(), pubkey.into());
-        extra.insert("pgo_share".into(), "/share".into());
-        extra.insert("pgo_share_mount".into(), spec.mounts.iter().any(|m| matches!(m, Mount::Share { .. })).into());
-        extra.insert(
-            "pgo_share_host".into(),
-            inv.globals.get("SHARE_HOST").cloned().unwrap_or_default().into(),
-        );
-        let client =
-            share_client(&spec.mounts, &spec.dir.join("container.env"), &inv.globals, &opts.contract, backend)?;
-        if let Some(note) = &client.1 {
-            log.push(&spec.name, note);
-            tracing::warn!("{}: {note}", spec.name);
-        }
-        extra.insert("pgo_share_client".into(), serde_json::to_value(&client.0)?);
-        if let Some(cp) = control_plane {
-            extra.insert("pgo_control_plane".into(), serde_json::to_value(cp)?);
-        }
-        let extra = serde_json::Value::Object(extra);
-
-        if let Some(base) = &inv.base {
-            let playbook = inv.root.join(base).join("playbook.yml");
-            log.push(&spec.name, &format!("base role: {}", playbook.display()));
-            let run = ansible(opts, conn, spec, &playbook, &extra, log).await?;
-            let ok = run.success;
-            part.base = Some(run);
-            if !ok {
-                anyhow::bail!("the base role failed (see the log tail)");
+        // Already done when the stamp showed the base role unchanged and data was restored.
+        if !base_done {
+            if let Some(base) = &inv.base {
+                let playbook = inv.root.join(base).join("playbook.yml");
+                log.push(&spec.name, &format!("base role: {}", playbook.display()));
+                let run = ansible(opts, conn, spec, &playbook, &extra, log).await?;
+                let ok = run.success;
+                part.base = Some(run);
+                if !ok {
+                    anyhow::bail!("the base role failed (see the log tail)");
+                }
+            } else {
+                tracing::warn!("{}: the monorepo has no base/ directory; skipping the base role", spec.name);
             }
-        } else {
-            tracing::warn!("{}: the monorepo has no base/ directory; skipping the base role", spec.name);
+            restore_data(inv, spec, opts, conn, log, part).await?;
         }
-
-        restore_data(inv, spec, opts, conn, log, part).await?;
 
         let lib_start = Instant::now();
         let lib = match spec.engine {
@@ -102,6 +207,7 @@ pub(super) async fn run_engines(
                     exit_code: code,
                     success: code == Some(0),
                     duration_ms: lib_start.elapsed().as_millis() as u64,
+                    skipped: false,
                 })
             }
             Engine::Cinc => {
@@ -121,6 +227,7 @@ pub(super) async fn run_engines(
                     exit_code: code,
                     success: code == Some(0),
                     duration_ms: lib_start.elapsed().as_millis() as u64,
+                    skipped: false,
                 };
                 if code == Some(127) && text.lines().any(|l| l == "cinc-client: command not found") {
                     part.lib = Some(run);
@@ -140,12 +247,16 @@ pub(super) async fn run_engines(
             );
         }
         let text = conn.read_file(&output, true).await?;
-        let (outputs, bad) = parse_outputs(&String::from_utf8_lossy(&text));
-        for b in &bad {
-            log.push(&spec.name, b);
-            tracing::warn!("{}: {b}", spec.name);
+        let text = String::from_utf8_lossy(&text).into_owned();
+        set_outputs(spec, &text, log, part);
+        if let Some(inputs) = &inputs {
+            // Not fatal: without a stamp the next run is a full one.
+            if let Err(e) = stamp_script(conn, WRITE_SCRIPT, Some(stamp::stamp_head(inputs, &text).as_bytes())).await {
+                let msg = format!("cannot write the configure stamp {STAMP_PATH}: {e:#}; the next run is a full one");
+                tracing::warn!("{}: {msg}", spec.name);
+                log.push(&spec.name, &msg);
+            }
         }
-        part.outputs = outputs;
         Ok(())
     }
     .await;
@@ -339,6 +450,7 @@ async fn ansible(
         exit_code: out.status.code(),
         success: out.status.success() && !failed,
         duration_ms: start.elapsed().as_millis() as u64,
+        skipped: false,
     })
 }
 

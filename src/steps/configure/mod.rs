@@ -26,14 +26,27 @@
 //!
 //! Outputs: `KEY=value` lines in `$PGO_OUTPUT` become the artifact's `outputs` (values holding a
 //! secret are masked as `***`).
+//!
+//! # Re-runs that change nothing
+//!
+//! A successful run leaves a stamp in the container ([`STAMP_PATH`], see `stamp.rs`): the digest
+//! of its inputs (base role tree, the lib's directory, the engine, the values handed to the
+//! engines, our version) and the digest of the container's state right after it (packages,
+//! `/etc`, failed units, running services). The next run compares both in one SSH round trip and,
+//! when they are equal, skips the base role and the lib's engine (the artifact says
+//! `skipped: "unchanged"`; the lib's outputs are the ones the stamp recorded). The data restore
+//! still runs; when it restores, the lib runs. The control plane (`config`) always runs fully, and
+//! [`ConfigureOptions::full`] (`--force`, `PROXMOX_GITOPS_CONFIGURE=full`) forces a full run.
 
 mod contract;
 mod engines;
 mod recap;
 mod restore;
+mod stamp;
 
 pub use contract::{Contract, missing_requirements, requirements_error};
 pub use engines::cinc_missing;
+pub use stamp::{STAMP_PATH, STATE_SCRIPT};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -79,6 +92,9 @@ pub struct ConfigureOptions {
     /// True when the PVE settings are set: the control plane deploys to Proxmox VE, so `config`'s
     /// own runner takes the pipeline's jobs (label `shell`) instead of idling.
     pub deploys_to_pve: bool,
+    /// Run the base role and the lib's engine even when the stamp in the container shows that
+    /// nothing changed since the last successful run (`--force`, `PROXMOX_GITOPS_CONFIGURE=full`).
+    pub full: bool,
 }
 
 impl Default for ConfigureOptions {
@@ -93,6 +109,7 @@ impl Default for ConfigureOptions {
             ansible_playbook: "ansible-playbook".into(),
             control_plane: Default::default(),
             deploys_to_pve: false,
+            full: false,
         }
     }
 }
@@ -114,6 +131,25 @@ pub struct EngineRun {
     pub success: bool,
     /// Wall time in milliseconds.
     pub duration_ms: u64,
+    /// True when the engine was not run because nothing changed since the last successful run
+    /// (the artifact's `skipped`); `changed`, `ok` and `exit_code` are then `None`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
+}
+
+impl EngineRun {
+    /// The run of `engine` that was skipped: success, nothing counted, no time.
+    pub fn skipped(engine: &str) -> Self {
+        Self {
+            engine: engine.into(),
+            changed: None,
+            ok: None,
+            exit_code: None,
+            success: true,
+            duration_ms: 0,
+            skipped: true,
+        }
+    }
 }
 
 /// The `configure/<name>.json` artifact.
@@ -151,6 +187,16 @@ pub struct Configure {
     pub duration_ms: u64,
     /// The last lines of the log when the container failed (redacted), empty otherwise.
     pub log_tail: Vec<String>,
+    /// `unchanged` when the base role and the lib's engine were skipped: the inputs and the
+    /// container's state equal those of the last successful run (see the module docs). `None`
+    /// when they ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Why the engines ran instead of being skipped, e.g. `forced`, `no stamp of an earlier
+    /// configure in the container`, `the inputs changed (…)`, `the container's state changed (…)`;
+    /// `None` when skipped or when the run stopped before it was decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_run: Option<String>,
     /// Result.
     #[serde(flatten)]
     pub outcome: Outcome,
@@ -158,8 +204,9 @@ pub struct Configure {
 
 impl Artifact for Configure {
     const KIND: &'static str = "configure";
-    // 1.1: `restore`.
-    const SCHEMA_VERSION: (u32, u32) = (1, 1);
+    // 1.1: `restore`. 1.2: `skipped` and `full_run`, and `skipped` in the engine runs (all
+    // optional: a 1.1 artifact reads as a full run).
+    const SCHEMA_VERSION: (u32, u32) = (1, 2);
 }
 
 impl Configure {
@@ -241,6 +288,12 @@ pub async fn configure(inv: &Inventory, opts: &ConfigureOptions) -> Result<Vec<C
         let path = opts.artifacts.configure(&c.name);
         artifact::write(&path, &c).map_err(|e| Error::Failed(e.into()))?;
         match &c.outcome {
+            Outcome::Ok if c.skipped.is_some() => tracing::info!(
+                "{}: unchanged since its last configure (inputs and container state): base role and lib skipped, \
+                 checked in {:.1}s",
+                c.name,
+                c.duration_ms as f64 / 1000.0
+            ),
             Outcome::Ok => tracing::info!("{}: configured in {:.1}s", c.name, c.duration_ms as f64 / 1000.0),
             Outcome::Failed { error } => tracing::error!("{}: configure failed: {error}", c.name),
         }
@@ -276,6 +329,8 @@ struct Partial {
     restore: Option<Snapshot>,
     lib: Option<EngineRun>,
     outputs: BTreeMap<String, String>,
+    skipped: Option<String>,
+    full_run: Option<String>,
 }
 
 async fn configure_one(inv: &Inventory, spec: &ContainerSpec, opts: &ConfigureOptions) -> Configure {
@@ -290,6 +345,8 @@ async fn configure_one(inv: &Inventory, spec: &ContainerSpec, opts: &ConfigureOp
         restore: None,
         lib: None,
         outputs: BTreeMap::new(),
+        skipped: None,
+        full_run: None,
     };
     let res = run_container(inv, spec, opts, &mut log, &mut part).await;
     let outcome = match res {
@@ -316,6 +373,8 @@ async fn configure_one(inv: &Inventory, spec: &ContainerSpec, opts: &ConfigureOp
         outputs: part.outputs,
         duration_ms: start.elapsed().as_millis() as u64,
         log_tail: if failed { log.tail() } else { Vec::new() },
+        skipped: part.skipped,
+        full_run: part.full_run,
         outcome,
     }
 }

@@ -98,6 +98,9 @@ pub struct RunnerOptions {
     /// plan or PVE config digest differs from the saved one ([`crate::steps::plan::live_moved`])
     /// instead of applying it; [`RunnerOptions::policy`] should be the plan's policy.
     pub saved_plan: Option<Arc<crate::steps::plan::Plan>>,
+    /// Configure runs every engine even when the stamp in the container shows nothing changed
+    /// ([`crate::steps::configure::ConfigureOptions::full`]).
+    pub configure_full: bool,
 }
 
 /// [`RunnerOptions::plan_wording`] when the caller gives none: the action's debug form.
@@ -119,6 +122,7 @@ impl Default for RunnerOptions {
             no_snapshot: false,
             plan_wording: plan_as_data,
             saved_plan: None,
+            configure_full: false,
         }
     }
 }
@@ -277,6 +281,7 @@ impl BuiltinRunner {
             run_timeout: self.options.run_timeout,
             control_plane: self.settings.control_plane.clone(),
             deploys_to_pve: self.settings.pve.host.is_some(),
+            full: self.options.configure_full,
             ..ConfigureOptions::default()
         };
         let results = configure(&ctx.inventory, &opts).await?;
