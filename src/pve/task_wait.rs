@@ -177,13 +177,14 @@ impl PveClient {
             .filter_map(|t| t.endtime?.checked_sub(t.starttime?))
             .collect();
         // No more points than the poll budget allows by the prior's upper end, after the ticks
-        // before its lower end (see `PollSchedule::running_at`): points the budget would push
-        // past their place only make the end noticed later.
+        // before its lower end and two kept for a task later than guessed (see
+        // `PollSchedule::running_at`): points the budget would push past their place only make
+        // the end noticed later.
         let prior = Prior::from_whole_seconds(&durations, PRIOR_POINTS).and_then(|p| {
             let (lo, hi) = (p.lo.as_secs_f64(), p.hi.as_secs_f64());
             let ticks = (lo / (hi / 3.0).max(TICK.as_secs_f64())).floor() as usize;
             let budget = (4.0 + 2.0 * hi).floor() as usize;
-            let k = budget.saturating_sub(ticks).clamp(2, PRIOR_POINTS);
+            let k = budget.saturating_sub(ticks + 2).clamp(2, PRIOR_POINTS);
             if k < p.points.len() { Prior::from_whole_seconds(&durations, k) } else { Some(p) }
         });
         tracing::debug!("{key}: {} past tasks listed, first guess {prior:?}", durations.len());
