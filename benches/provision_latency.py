@@ -9,10 +9,13 @@ certificate, the template present) runs with realistic durations — `vzcreate` 
 (1: real durations, 13 s; 0.1: scaled tenfold, 1.3 s; 0: no task time, which leaves the
 client's own cost). For each scale, ROUNDS fresh runs of `provision -c ct000` (the container
 removed between runs, the SSH wait answered by a banner listener on 127.0.0.1), each a new
-process; the rounds of one scale share one `XDG_CACHE_HOME` (and `HOME`), a fresh one per scale:
-round 1 knows no task duration (cold); later rounds use the intervals learned before (src/pve/task_wait.rs), and are
-"learning" while an interval is still wide enough for the schedule to probe inside it, "steady"
-after.
+process. Per scale, on one fakepve: round 1 is the first create the node ever ran, by a runner
+that knows nothing ("first on the node"); then ROUNDS "cold" rounds, each with a new
+`XDG_CACHE_HOME` (and `HOME`) — a runner whose home is new every job: nothing learned, but the
+node lists the earlier rounds' tasks (src/pve/task_prior.rs); then ROUNDS rounds sharing one cache:
+the first of them cold, the later ones use the intervals learned before (src/pve/task_wait.rs) and
+are "learning" while an interval is still wide enough for the schedule to probe inside it,
+"steady" after ("warm" is both).
 
 Per round: wall time of the process, the limit, wall / limit, the task status polls
 (`GET /nodes/…/tasks/…/status`), polls per task-second, and every API request fakepve answered
@@ -111,14 +114,14 @@ def provision(binary, served, repo_dir, share, cache, ssh_port):
 
 def learning(cache):
     """True when a learned interval in the cache is still wider than the schedule's `narrow`
-    (max(5 ms, 0.5 %), src/pve/task_wait.rs): the next run will probe inside it."""
+    (max(5 ms, 0.25 %), src/pve/task_wait.rs): the next run will probe inside it."""
     path = os.path.join(cache, 'proxmox-gitops', 'pve-task-times.json')
     try:
         with open(path) as f:
             entries = json.load(f).values()
     except OSError:
         return False
-    return any(isinstance(e, dict) and e['secs'] - e['lo'] > max(0.005, e['secs'] / 200) for e in entries)
+    return any(isinstance(e, dict) and e['secs'] - e['lo'] > max(0.005, e['secs'] / 400) for e in entries)
 
 
 def rate(polls, task_secs):
@@ -138,40 +141,56 @@ def main():
     for scale in scales:
         with tempfile.TemporaryDirectory() as tmp:
             served = Served(tmp, scale)
-            cache = tempfile.mkdtemp(dir=tmp)
+            shared = tempfile.mkdtemp(dir=tmp)
             limit = (CREATE_SECS + START_SECS) * scale
-            # Per kind of round (warm: learned before; steady: learned and narrow): ratios, polls.
-            kinds = {'warm': ([], 0), 'steady': ([], 0)}
-            for r in range(1, rounds + 1):
+            # Per kind of round: wall / limit ratios, status polls, API requests.
+            kinds = {}
+            # Round 1: the first create this node ever ran, by a runner that knows nothing. Then
+            # ROUNDS cold runs (a runner whose cache is new each job: nothing learned, but the node
+            # lists the earlier tasks), then ROUNDS runs sharing one cache (the first of them cold
+            # again, the others warm: learning, then steady).
+            plan = ([('new node', None)] + [('cold', None)] * rounds + [('shared', shared)] * rounds)
+            for r, (what, cache) in enumerate(plan, 1):
                 repo_dir = tempfile.mkdtemp(dir=tmp)
                 share = tempfile.mkdtemp(dir=tmp)
                 repo(repo_dir)
-                kind = ('no task time' if not limit else 'cold' if r == 1
-                        else 'learning' if learning(cache) else 'steady')
+                if cache is None:
+                    cache = tempfile.mkdtemp(dir=tmp)
+                    fresh = True
+                else:
+                    fresh = not os.path.exists(os.path.join(cache, 'proxmox-gitops', 'pve-task-times.json'))
+                kind = ('no task time' if not limit else 'first on the node' if what == 'new node'
+                        else 'cold' if fresh else 'learning' if learning(cache) else 'steady')
                 served.call(lambda: served.pve.cts.clear())
                 served.call(lambda: served.pve.requests.clear())
                 wall = provision(binary, served, repo_dir, share, cache, ssh_port)
                 reqs = served.call(lambda: list(served.pve.requests))
                 polls = sum(1 for (m, p, _) in reqs if m == 'GET' and '/tasks/' in p and p.endswith('/status'))
-                for k in ('warm', 'steady') if kind == 'steady' else ('warm',) if kind == 'learning' else ():
-                    ratios, n = kinds[k]
-                    kinds[k] = (ratios + [wall / limit if limit else 0.0], n + polls)
+                for k in (kind, 'warm') if kind in ('learning', 'steady') else (kind,):
+                    kinds.setdefault(k, []).append((wall / limit if limit else 0.0, polls, len(reqs)))
                 ratio = '{0:.3f}'.format(wall / limit) if limit else '-'
                 print('| {0:g} | {1} ({2}) | {3:.3f} s | {4:.3f} s | {5} | {6} | {7} | {8} |'.format(
                     scale, r, kind, wall, limit, ratio, polls, rate(polls, limit), len(reqs)))
                 sys.stdout.flush()
             served.stop()
-            if limit:
-                summary.append((scale, limit, kinds))
+            summary.append((scale, limit, kinds))
     print()
-    print('| time scale | rounds | wall / limit min / mean / max | status polls per task-second |')
-    print('|---|---|---|---|')
+    print('| time scale | rounds | wall / limit min / mean / max | status polls per task-second '
+          '| API requests mean (min–max) |')
+    print('|---|---|---|---|---|')
     for scale, limit, kinds in summary:
-        for k, (ratios, polls) in kinds.items():
-            if ratios:
-                print('| {0:g} | {1} ({2}) | {3:.3f} / {4:.3f} / {5:.3f} | {6} |'.format(
-                    scale, k, len(ratios), min(ratios), sum(ratios) / len(ratios), max(ratios),
-                    rate(polls, limit * len(ratios))))
+        for k in ('no task time', 'first on the node', 'cold', 'warm', 'learning', 'steady'):
+            runs = kinds.get(k)
+            if not runs:
+                continue
+            ratios = [x[0] for x in runs]
+            polls = sum(x[1] for x in runs)
+            reqs = [x[2] for x in runs]
+            spread = ('{0:.3f} / {1:.3f} / {2:.3f}'.format(min(ratios), sum(ratios) / len(ratios), max(ratios))
+                      if limit else '-')
+            print('| {0:g} | {1} ({2}) | {3} | {4} | {5:.1f} ({6}–{7}) |'.format(
+                scale, k, len(runs), spread, rate(polls, limit * len(runs)), sum(reqs) / len(reqs),
+                min(reqs), max(reqs)))
 
 
 if __name__ == '__main__':
