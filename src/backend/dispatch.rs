@@ -150,6 +150,20 @@ pub struct Planned {
     pub plan: anyhow::Result<ContainerPlan>,
 }
 
+/// Runs `work` with at most `jobs` futures at a time and returns their outputs in the given
+/// order. The next one starts as soon as any running one ends — not only when the oldest of
+/// the window has ended, as `StreamExt::buffered` does, where one slow container (a long boot,
+/// a lock waited out) would stall every slot behind it until it ended.
+pub async fn pooled<F: std::future::Future>(work: impl IntoIterator<Item = F>, jobs: usize) -> Vec<F::Output> {
+    let mut done: Vec<(usize, F::Output)> =
+        futures_util::stream::iter(work.into_iter().enumerate().map(|(i, f)| async move { (i, f.await) }))
+            .buffer_unordered(jobs.max(1))
+            .collect()
+            .await;
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, out)| out).collect()
+}
+
 /// Plans `specs` on `backend` with at most `jobs` at a time (reads live state only, nothing
 /// changes); the result is in the given order, one [`Planned`] per spec, planning errors included.
 /// On PVE the plans are one planning round: the cluster is read once for all of them
@@ -166,12 +180,13 @@ pub async fn plan_all(
         Backend::Pve(b) if specs.len() > 1 => b.begin_plan_round().await.is_ok(),
         _ => false,
     };
-    let planned = futures_util::stream::iter(specs.into_iter().map(|spec| async move {
-        let plan = backend.plan(&spec, policy).await;
-        Planned { spec, plan }
-    }))
-    .buffered(jobs.max(1))
-    .collect()
+    let planned = pooled(
+        specs.into_iter().map(|spec| async move {
+            let plan = backend.plan(&spec, policy).await;
+            Planned { spec, plan }
+        }),
+        jobs,
+    )
     .await;
     if let (true, Backend::Pve(b)) = (round, backend) {
         b.end_plan_round();

@@ -8,6 +8,7 @@
 //!
 //! Pushing is not done here: gix cannot push, the `rewrite`/`publish` steps use the git CLI.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::{Location, Problems};
@@ -76,25 +77,38 @@ struct Entry {
     url_line: Option<usize>,
 }
 
-/// The 1-based line of the last `key = …` in section `[submodule "name"]` of a `.gitmodules`
-/// text. A plain scan for messages (gix does not report positions): the header is matched as
-/// git writes it, `[submodule "name"]`, keys case-insensitively.
-fn key_line(text: &str, name: &str, key: &str) -> Option<usize> {
-    let header = format!("[submodule \"{}\"]", name.replace('\\', "\\\\").replace('"', "\\\""));
-    let mut in_section = false;
-    let mut found = None;
-    for (i, line) in text.lines().enumerate() {
-        let t = line.trim();
-        if t.starts_with('[') {
-            in_section = t.split_whitespace().collect::<Vec<_>>().join(" ") == header;
-            continue;
+/// The 1-based line of the last `key = …` of every section of a `.gitmodules` text, read in one
+/// pass (gix does not report positions; a scan of the whole text per submodule made reading a
+/// `.gitmodules` quadratic in its submodules). A plain scan for messages: a section is matched
+/// by its header as git writes it, `[submodule "name"]` (runs of whitespace as one space), keys
+/// case-insensitively.
+struct KeyLines(HashMap<String, HashMap<String, usize>>);
+
+impl KeyLines {
+    fn new(text: &str) -> Self {
+        let mut sections: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        let mut header: Option<String> = None;
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim();
+            if t.starts_with('[') {
+                header = Some(t.split_whitespace().collect::<Vec<_>>().join(" "));
+                continue;
+            }
+            let k = t.split(['=', ' ', '\t']).next().unwrap_or("");
+            if let Some(h) = &header
+                && !k.is_empty()
+            {
+                sections.entry(h.clone()).or_default().insert(k.to_ascii_lowercase(), i + 1);
+            }
         }
-        let k = t.split(['=', ' ', '\t']).next().unwrap_or("");
-        if in_section && k.eq_ignore_ascii_case(key) {
-            found = Some(i + 1);
-        }
+        Self(sections)
     }
-    found
+
+    /// The line of the last `key = …` in section `[submodule "name"]`.
+    fn get(&self, name: &str, key: &str) -> Option<usize> {
+        let header = format!("[submodule \"{}\"]", name.replace('\\', "\\\\").replace('"', "\\\""));
+        self.0.get(&header)?.get(&key.to_ascii_lowercase()).copied()
+    }
 }
 
 /// Why git must never see `url` (a submodule URL from `.gitmodules`), or `None` when it is an
@@ -139,7 +153,7 @@ fn read_gitmodules(workdir: &Path, display: &Path) -> Result<Vec<Entry>, String>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(format!("cannot read {}: {e}", display.display())),
     };
-    let text = String::from_utf8_lossy(&bytes);
+    let lines = KeyLines::new(&String::from_utf8_lossy(&bytes));
     let modules = gix::submodule::File::from_bytes(&bytes, file.clone(), &gix::config::File::default())
         .map_err(|e| format!("cannot parse: {e}"))?;
     let mut out = Vec::new();
@@ -148,7 +162,7 @@ fn read_gitmodules(workdir: &Path, display: &Path) -> Result<Vec<Entry>, String>
         let url =
             modules.config().string_by("submodule", Some(name), "url").map(|u| u.to_string()).filter(|u| !u.is_empty());
         let name = name.to_string();
-        let (path_line, url_line) = (key_line(&text, &name, "path"), key_line(&text, &name, "url"));
+        let (path_line, url_line) = (lines.get(&name, "path"), lines.get(&name, "url"));
         out.push(Entry { path: path.to_string(), url, path_line, url_line, name });
     }
     Ok(out)
@@ -164,13 +178,15 @@ fn check_entries(entries: Vec<Entry>, display: &Path, problems: &mut Problems) -
         loc
     };
     let mut kept: Vec<Entry> = Vec::with_capacity(entries.len());
+    // The index in `kept` of each path (a map: a scan of `kept` per entry was quadratic).
+    let mut at_path: HashMap<String, usize> = HashMap::with_capacity(entries.len());
     for e in entries {
         if let Some(why) = e.url.as_deref().and_then(refused_url) {
             problems.add(at(e.url_line, &e.name, "url"), format!("submodule `{}`: {why}", e.name));
             continue;
         }
         let path = e.path.trim_end_matches('/');
-        if let Some(first) = kept.iter().find(|k| k.path.trim_end_matches('/') == path) {
+        if let Some(first) = at_path.get(path).map(|&i| &kept[i]) {
             let first_at = first.path_line.map(|l| format!(" (line {l})")).unwrap_or_default();
             problems.add(
                 at(e.path_line, &e.name, "path"),
@@ -182,6 +198,7 @@ fn check_entries(entries: Vec<Entry>, display: &Path, problems: &mut Problems) -
             );
             continue;
         }
+        at_path.insert(path.to_string(), kept.len());
         kept.push(e);
     }
     kept
@@ -306,11 +323,13 @@ mod tests {
 
     #[test]
     fn key_lines_follow_sections() {
-        let text = "[submodule \"a\"]\n\tpath = libs/a\n\turl = ../a.git\n[submodule \"b\"]\n\tURL=../b.git\n\tpath = libs/a\n";
-        assert_eq!(key_line(text, "a", "path"), Some(2));
-        assert_eq!(key_line(text, "a", "url"), Some(3));
-        assert_eq!(key_line(text, "b", "url"), Some(5));
-        assert_eq!(key_line(text, "b", "path"), Some(6));
-        assert_eq!(key_line(text, "c", "path"), None);
+        let text = "[submodule \"a\"]\n\tpath = libs/a\n\turl = ../a.git\n[submodule \"b\"]\n\tURL=../b.git\n\tpath = libs/a\n\
+                    [submodule  \"a\"]\n\tpath = libs/a2\n";
+        let lines = KeyLines::new(text);
+        assert_eq!(lines.get("a", "path"), Some(8), "the last in a repeated section");
+        assert_eq!(lines.get("a", "url"), Some(3));
+        assert_eq!(lines.get("b", "url"), Some(5));
+        assert_eq!(lines.get("b", "PATH"), Some(6));
+        assert_eq!(lines.get("c", "path"), None);
     }
 }

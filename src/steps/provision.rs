@@ -16,9 +16,9 @@
 use std::path::Path;
 
 use anyhow::Context;
-use futures_util::StreamExt;
 
 use crate::artifact::{self, ArtifactDir};
+use crate::backend::dispatch::pooled;
 use crate::backend::{Backend, Planned, failed_before_plan};
 use crate::error::{Error, Result};
 use crate::model::{ApplyOptions, Provision};
@@ -38,18 +38,20 @@ pub async fn apply_all(
 ) -> Result<Vec<Provision>> {
     let overall = crate::progress::Overall::start("provision", planned.len());
     let overall = &overall;
-    let results: Vec<anyhow::Result<Provision>> = futures_util::stream::iter(planned.into_iter().map(|p| async move {
-        let _group = crate::actions::Group::start(&format!("provision {}", p.spec.name));
-        let prov = match &p.plan {
-            Ok(plan) => backend.apply(&p.spec, plan, opts, artifacts).await,
-            Err(e) => failed_before_plan(backend.kind(), &p.spec, opts, e),
-        };
-        overall.done(!matches!(prov.outcome, crate::model::Outcome::Ok));
-        write_artifact(&artifacts.provision(&prov.name), &prov)?;
-        Ok(prov)
-    }))
-    .buffered(jobs.max(1))
-    .collect()
+    // A free slot takes the next container at once, whichever one ended (see `pooled`).
+    let results: Vec<anyhow::Result<Provision>> = pooled(
+        planned.into_iter().map(|p| async move {
+            let _group = crate::actions::Group::start(&format!("provision {}", p.spec.name));
+            let prov = match &p.plan {
+                Ok(plan) => backend.apply(&p.spec, plan, opts, artifacts).await,
+                Err(e) => failed_before_plan(backend.kind(), &p.spec, opts, e),
+            };
+            overall.done(!matches!(prov.outcome, crate::model::Outcome::Ok));
+            write_artifact(&artifacts.provision(&prov.name), &prov)?;
+            Ok(prov)
+        }),
+        jobs,
+    )
     .await;
     results.into_iter().map(|r| r.map_err(Error::Failed)).collect()
 }

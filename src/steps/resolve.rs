@@ -15,7 +15,7 @@
 //!
 //! Every problem of a run is collected and reported together (exit 2); nothing is written then.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Location, Problems, Result};
@@ -69,7 +69,13 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
     let globals = read_globals(&root, &mut problems);
 
     let all_submodules = crate::git::flatten(&tree.submodules);
-    let submodule_at = |rel: &Path| all_submodules.iter().find(|s| s.path == rel).copied();
+    // Looked up once per lib and task: a map, not a scan of every submodule each time (which
+    // made resolve quadratic in the number of submodules). The first one at a path wins.
+    let mut by_path: HashMap<&Path, &crate::inventory::Submodule> = HashMap::with_capacity(all_submodules.len());
+    for s in &all_submodules {
+        by_path.entry(s.path.as_path()).or_insert(*s);
+    }
+    let submodule_at = |rel: &Path| by_path.get(rel).copied();
 
     // Valid containers, control plane first, then libs by name; and the identity (vmid, IP,
     // hostname) of every container whose env files parse, valid or not, for the cross-checks.
@@ -156,7 +162,7 @@ pub fn resolve(opts: &ResolveOptions, env: &dyn EnvSource) -> Result<Inventory> 
             c.sources.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" < ")
         );
     }
-    let tasks = read_tasks(&root, &all_submodules, &mut problems);
+    let tasks = read_tasks(&root, &by_path, &mut problems);
     tracing::debug!(
         "{} submodule(s) ({} checked out), {} task(s), {} global(s)",
         all_submodules.len(),
@@ -316,7 +322,11 @@ pub use crate::inventory::scheduled::find_cron;
 
 /// Reads every task directory `tasks/<name>/` (hidden ones skipped), by name: a submodule that is
 /// not checked out is named as such; otherwise see [`crate::inventory::scheduled::read_task`].
-fn read_tasks(root: &Path, submodules: &[&crate::inventory::Submodule], problems: &mut Problems) -> Vec<Task> {
+fn read_tasks(
+    root: &Path,
+    submodules: &HashMap<&Path, &crate::inventory::Submodule>,
+    problems: &mut Problems,
+) -> Vec<Task> {
     let mut names: Vec<String> = match std::fs::read_dir(root.join("tasks")) {
         Ok(rd) => rd
             .filter_map(|e| e.ok())
@@ -332,7 +342,7 @@ fn read_tasks(root: &Path, submodules: &[&crate::inventory::Submodule], problems
             continue;
         }
         let rel = Path::new("tasks").join(&name);
-        match submodules.iter().find(|s| s.path == rel) {
+        match submodules.get(rel.as_path()) {
             Some(sm) if !sm.checked_out => problems.add(Location::file(&rel), unchecked_submodule("task", &name)),
             _ => tasks.extend(crate::inventory::scheduled::read_task(root, &rel, problems)),
         }
