@@ -9,7 +9,7 @@
 //! narrow it down: two listed durations `D` and `D + 1` leave only `(D, D + 1)`. But the start
 //! phases are not always random — runs started by a script one after another begin at about the
 //! same point of their second, and then every one of them lists the same `D` — so the product of
-//! the triangles is tempered to count as at most [`EFFECTIVE`] tasks: it keeps to where all listed
+//! the triangles is tempered to count as at most two tasks: it keeps to where all listed
 //! durations agree without growing more certain inside that than two tasks could make it.
 //! [`Prior::from_whole_seconds`] computes that posterior on a grid (blended with a flat floor, so
 //! that tasks of one type with different durations — another template, a busy disk — widen it
