@@ -22,7 +22,6 @@ Per round: wall time of the process, the limit, wall / limit, the task status po
 (login included). Prints Markdown. Loopback only.
 """
 
-import asyncio
 import json
 import os
 import socket
@@ -33,11 +32,8 @@ import threading
 import time
 
 import fakepve.lxc
-from fakepve import FakePve
-from fakepve.certs import make_cert
 
-TEMPLATE = 'debian-13-standard_13.1-2'
-CREATE_SECS = 10
+from served import CREATE_SECS, TEMPLATE, Served
 START_SECS = 3
 
 
@@ -49,28 +45,6 @@ def every_new_ct_starts_in(secs):
         init(self, *args, **kwargs)
         self.start_secs = secs
     fakepve.lxc.FakeCt.__init__ = patched
-
-
-class Served:
-    def __init__(self, directory, scale):
-        cert, key, _ = make_cert(directory, hosts=('127.0.0.1',))
-        self.ca = cert
-        self.pve = FakePve(user='root@pam', password='secret', host='127.0.0.1', port=0)
-        self.pve.time_scale = scale
-        self.pve.ct_secs['create'] = CREATE_SECS
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        asyncio.run_coroutine_threadsafe(self.pve.start(cert, key), self.loop).result(30)
-        self.call(lambda: self.pve.store_file('local', TEMPLATE + '_amd64.tar.zst', 1024 ** 2, content='vztmpl'))
-
-    def call(self, fn):
-        async def run():
-            return fn()
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
-
-    def stop(self):
-        asyncio.run_coroutine_threadsafe(self.pve.stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def ssh_banner():

@@ -12,7 +12,6 @@ template present), an SSH-banner listener on 127.0.0.1, and the release binary:
 Prints a Markdown table. Loopback only.
 """
 
-import asyncio
 import os
 import re
 import socket
@@ -22,27 +21,7 @@ import tempfile
 import threading
 import time
 
-from fakepve import FakePve
-from fakepve.certs import make_cert
-
-TEMPLATE = 'debian-13-standard_13.1-2'
-
-
-class Served:
-    def __init__(self, directory):
-        cert, key, _ = make_cert(directory, hosts=('127.0.0.1',))
-        self.ca = cert
-        self.pve = FakePve(user='root@pam', password='secret', host='127.0.0.1', port=0)
-        self.pve.time_scale = 0
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        asyncio.run_coroutine_threadsafe(self.pve.start(cert, key), self.loop).result(30)
-        self.call(lambda: self.pve.store_file('local', TEMPLATE + '_amd64.tar.zst', 1024 ** 2, content='vztmpl'))
-
-    def call(self, fn):
-        async def run():
-            return fn()
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
+from served import TEMPLATE, Served
 
 
 def ssh_banner(address='127.0.0.1', port=0):
@@ -103,7 +82,7 @@ def main():
         ssh_banner(address(i), ssh_port)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        served = Served(tmp)
+        served = Served(tmp, 0.0)
         # 1. One container: create + start + SSH wait; best of 5 fresh runs.
         best, requests = None, None
         for attempt in range(5):

@@ -34,7 +34,6 @@ process. Prints Markdown; writes nothing else. Loopback only (127.0.0.1 and the 
 addresses of the containers).
 """
 
-import asyncio
 import os
 import re
 import resource
@@ -47,10 +46,8 @@ import time
 
 import fakepve.lxc
 from fakepve import FakePve
-from fakepve.certs import make_cert
 
-TEMPLATE = 'debian-13-standard_13.1-2'
-CREATE_SECS = 10
+from served import CREATE_SECS, TEMPLATE, Served
 START_SECS = 3
 # No single run may take longer than this (real seconds): a bound on every wait of the benchmark.
 RUN_TIMEOUT = 1800
@@ -89,34 +86,6 @@ def count_connections():
         peer = request.transport.get_extra_info('peername') if request.transport else None
         self.peers.add(tuple(peer[:2]) if peer else None)
     FakePve._record = patched
-
-
-class Served:
-    """fakepve on its own event loop thread."""
-
-    def __init__(self, directory, scale):
-        cert, key, _ = make_cert(directory, hosts=('127.0.0.1',))
-        self.ca = cert
-        self.pve = FakePve(user='root@pam', password='secret', host='127.0.0.1', port=0)
-        self.pve.time_scale = scale
-        self.pve.ct_secs['create'] = CREATE_SECS
-        self.pve.max_requests = 10 ** 7  # keep every request: they are counted
-        self.pve.peers = set()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self.pve.start(cert, key), self.loop).result(30)
-        self.call(lambda: self.pve.store_file('local', TEMPLATE + '_amd64.tar.zst', 1024 ** 2, content='vztmpl'))
-
-    def call(self, fn):
-        async def run():
-            return fn()
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
-
-    def stop(self):
-        asyncio.run_coroutine_threadsafe(self.pve.stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(30)
 
 
 def address(i):
@@ -218,7 +187,8 @@ def main():
             fresh, again = [], []
             for _ in range(repeat):
                 with tempfile.TemporaryDirectory() as tmp:
-                    served = Served(tmp, scale)
+                    served = Served(tmp, scale, keep_requests=True)
+                    served.pve.peers = set()
                     repo, share, cache = (tempfile.mkdtemp(dir=tmp) for _ in range(3))
                     make_repo(n, repo)
                     fresh.append(run(binary, served, repo, share, cache, ssh_port, jobs))
