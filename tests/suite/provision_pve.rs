@@ -978,6 +978,33 @@ async fn a_create_with_start_waits_for_the_vzstart_task_pve_forks_and_reports_it
     );
     assert!(error.contains(":vzstart:102:root@pam: failed: startup for container '102' failed"), "{error}");
     assert!(error.contains("TASK ERROR: startup for container '102' failed"), "{error}");
+    // It was created all the same: the artifact says so, and our lease line is gone.
+    assert!(out[0].created, "{:#?}", out[0]);
+    let cfg = env.pve.ct_config(102).unwrap();
+    assert!(!cfg["description"].as_str().unwrap_or_default().contains("lease"), "{cfg}");
+}
+
+/// fakepve runs a `start=1` start inside the create task, so a failing start fails that task:
+/// the container stands, and is recorded as created, its lease removed, the start blamed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_failing_inside_the_create_task_still_records_the_container_as_created() {
+    let env = Env::with_template().await;
+    env.pve.exec(
+        "import fakepve.lxc\ninit = fakepve.lxc.FakeCt.__init__\n\
+         def failing(self, *a, **k):\n    init(self, *a, **k)\n    self.start_error = \"startup for container '101' failed\"\n\
+         fakepve.lxc.FakeCt.__init__ = failing",
+    );
+    let b = env.backend(Login::Root);
+    let out = env.provision_one(&b, spec("broker", 101)).await;
+    let p = &out[0];
+    let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
+    assert!(error.contains("cannot start CT 101 on node pve1: task UPID:pve1:"), "{error}");
+    assert!(error.contains("TASK ERROR: startup for container '101' failed"), "{error}");
+    assert!(p.created, "{p:#?}");
+    assert_eq!(p.actions.first().map(|a| a.action.as_str()), Some("create"), "{p:#?}");
+    let cfg = env.pve.ct_config(101).unwrap();
+    assert_eq!(cfg["status"], "stopped");
+    assert!(!cfg["description"].as_str().unwrap_or_default().contains("lease"), "{cfg}");
 }
 
 // ---------------------------------------------------------------- no destroy without a snapshot

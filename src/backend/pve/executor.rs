@@ -279,12 +279,17 @@ impl PveBackend {
         // Every create is followed by a start (see `apply`): PVE's `start=1` makes it one
         // request and no gap between the two tasks (`lifecycle::create`).
         match self.create(node, d, opts, &lease, true, rec).await? {
-            Created::Yes { started } => {
-                fin.started_by_create = started;
+            Created::Yes { upid, failed } => {
+                // Created, whatever comes next: the artifact says so, and the lease is released
+                // also when the start fails.
                 if let Some(old) = held.replace(self.hold_after_create(node, spec.vmid, &lease).await) {
                     old.stop();
                 }
                 fin.created = true;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                fin.started_by_create = self.started_with_create(node, spec.vmid, &upid, rec).await?;
                 Ok(None)
             }
             Created::Taken => self.after_lost_race(spec, node, held, rec, fin).await.map(Some),

@@ -17,11 +17,12 @@ use crate::model::{ActionRecord, ApplyOptions};
 use crate::pve::{PveError, TaskFilter, TaskOutcome};
 
 /// What a create did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) enum Created {
-    /// This run created the container; `started` when it runs now too (the create's `start=1`
-    /// and the start it led to both ended well, see [`PveBackend::create`]).
-    Yes { started: bool },
+    /// This run created the container with the task `upid`. `failed`: the task failed, but the
+    /// container stands (a set-up that runs a `start=1` start inside the create task failed that
+    /// start); the caller records the container as created, releases its lease, and reports it.
+    Yes { upid: String, failed: Option<anyhow::Error> },
     /// The vmid was taken when the create arrived: nothing was created.
     Taken,
 }
@@ -136,15 +137,34 @@ impl PveBackend {
                 Err(e) => return Err(e).with_context(|| format!("cannot create CT {} on node {node}", d.vmid)),
             }
         };
-        let out = self
+        let waited = self
             .locked("create", || async {
                 self.client.wait_task(&upid, self.opts.timeouts.create, &format!("create CT {}", d.vmid)).await
             })
-            .await
-            .with_context(|| format!("creating CT {} on node {node} failed", d.vmid))?;
+            .await;
+        let out = match waited {
+            Ok(out) => out,
+            // PVE removes what a failed create made; a container still there without its
+            // `create` lock was made, and what failed came after (a start run inside the task).
+            Err(e @ PveError::Task { .. })
+                if start
+                    && self
+                        .client
+                        .ct(node, d.vmid)
+                        .config()
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_some_and(|c| c.lock().is_none()) =>
+            {
+                rec.push("create", None, started, Some(d.ostemplate.clone()));
+                let failed = anyhow::Error::new(e).context(format!("cannot start CT {} on node {node}", d.vmid));
+                return Ok(Created::Yes { upid, failed: Some(failed) });
+            }
+            Err(e) => return Err(e).with_context(|| format!("creating CT {} on node {node} failed", d.vmid)),
+        };
         rec.push("create", Some(&out), started, Some(d.ostemplate.clone()));
-        let started = if start { self.started_with_create(node, d.vmid, &upid, rec).await? } else { false };
-        Ok(Created::Yes { started })
+        Ok(Created::Yes { upid, failed: None })
     }
 
     /// After a create with `start=1` ended well: did the start happen? PVE's create worker
@@ -157,7 +177,7 @@ impl PveBackend {
     ///
     /// # Errors
     /// The `vzstart` task failed or timed out; API errors.
-    async fn started_with_create(
+    pub(super) async fn started_with_create(
         &self,
         node: &str,
         vmid: u32,
