@@ -35,13 +35,14 @@
 //! * **nothing learned, but the node lists earlier tasks of the type** (a runner's first run, or
 //!   a runner whose cache is new every job): one request for the node's task list gives their
 //!   whole-second durations, [`crate::pve::task_prior`] turns them into a guessed interval and
-//!   poll points at its quantiles (as many as the poll bound allows by its end), polled like a
-//!   known interval's probes;
+//!   the poll points that cost the least expected lateness plus 0.2 % of the guess per poll
+//!   within the poll bound, polled like a known interval's probes, the ticks first;
 //! * **unknown duration** (nothing listed either): at once, after 50 ms, then doubling, at most
 //!   every 500 ms.
 //!
-//! A steady task therefore costs one poll per wait besides the ticks of a long task (plus two about every tenth wait: the check and the bisection after it), and its end is
-//! noticed within about 0.5 % of its duration, after a few learning waits. Never more than
+//! A steady task therefore costs one poll per wait besides the ticks of a long task (plus two
+//! about every tenth wait: the check and the bisection after it), and its end is noticed within
+//! about 0.5 % of its duration, after a few learning waits. Never more than
 //! `4 + 2 × elapsed seconds` status polls in all (two per task-second, plus the first four, so
 //! that a task of well under a second can still be bracketed), whatever the learned interval
 //! says. Every wait ends at its timeout. Measurements: `docs/benchmarks/latency.md`.
@@ -54,7 +55,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::task_prior::Prior;
+use super::task_prior::{Posterior, Prior};
 use super::{PveClient, PveError};
 
 /// How many log lines a failed task's error carries.
@@ -176,19 +177,18 @@ impl PveClient {
             .filter(|t| t.kind == kind && t.upid != upid && t.status.as_deref() == Some("OK"))
             .filter_map(|t| t.endtime?.checked_sub(t.starttime?))
             .collect();
-        // No more points than the poll budget allows by the prior's upper end, after the ticks
-        // before its lower end and two kept for a task later than guessed (see
-        // `PollSchedule::running_at`): points the budget would push past their place only make
-        // the end noticed later.
-        let prior = Prior::from_whole_seconds(&durations, PRIOR_POINTS).and_then(|p| {
-            let (lo, hi) = (p.lo.as_secs_f64(), p.hi.as_secs_f64());
-            let ticks = (lo / (hi / 3.0).max(TICK.as_secs_f64())).floor() as usize;
-            let budget = (4.0 + 2.0 * hi).floor() as usize;
-            let k = budget.saturating_sub(ticks + 2).clamp(2, PRIOR_POINTS);
-            if k < p.points.len() { Prior::from_whole_seconds(&durations, k) } else { Some(p) }
-        });
-        tracing::debug!("{key}: {} past tasks listed, first guess {prior:?}", durations.len());
-        prior
+        let posterior = Posterior::from_whole_seconds(&durations)?;
+        // The ticks before the guessed range come first (see `tick_or`).
+        let ticks = (posterior.lo().as_nanos() / tick_every(posterior.hi()).as_nanos()) as usize;
+        let prior = posterior.prior(ticks, PRIOR_POINTS);
+        tracing::debug!(
+            "{key}: {} past tasks listed; first guess {:.3}–{:.3} s, polled at {}",
+            durations.len(),
+            prior.lo.as_secs_f64(),
+            prior.hi.as_secs_f64(),
+            prior.points.iter().map(|p| format!("{:.3}", p.as_secs_f64())).collect::<Vec<_>>().join(", ")
+        );
+        Some(prior)
     }
 
     /// The task's log lines (`GET /nodes/{node}/tasks/{upid}/log`, up to 5000 lines), redacted.
@@ -273,10 +273,16 @@ fn close(e: Duration) -> Duration {
     (e / 200).max(5 * MS)
 }
 
-/// The next whole second after `at`, or the point `t` when that second is not clearly
-/// before it (a poll just before `t` would find the task running for nothing).
+/// Between ticks while a task expected to take `e` has not reached its interval: a third of
+/// `e`, at least [`TICK`] and at most ten of it.
+fn tick_every(e: Duration) -> Duration {
+    (e / 3).clamp(TICK, 10 * TICK)
+}
+
+/// The next tick after `at` (a multiple of [`tick_every`]), or the point `t` when that tick is
+/// not clearly before it (a poll just before `t` would find the task running for nothing).
 fn tick_or(at: Duration, e: Duration, t: Duration) -> Duration {
-    let every = (e / 3).clamp(TICK, 10 * TICK);
+    let every = tick_every(e);
     let tick = every * (at.as_millis() / every.as_millis() + 1) as u32;
     if tick + (e / 20).max(50 * MS) >= t { t } else { tick }
 }
@@ -671,8 +677,15 @@ mod tests {
     #[test]
     fn a_first_guess_from_the_history_notices_the_end_within_its_point_spacing() {
         // Ten listed creates of a 13.3 s task (whole seconds: 13 seven times, 14 three times).
-        let prior = Prior::from_whole_seconds(&[13, 14, 13, 13, 14, 13, 13, 14, 13, 13], 10).unwrap();
-        let spacing = prior.points.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        let prior =
+            Posterior::from_whole_seconds(&[13, 14, 13, 13, 14, 13, 13, 14, 13, 13]).unwrap().prior(2, PRIOR_POINTS);
+        let spacing = prior
+            .points
+            .windows(2)
+            .chain([[*prior.points.last().unwrap(), prior.hi].as_slice()])
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap();
         let t = Duration::from_secs_f64(13.3);
         let (at, polls, l) = run(PollSchedule::from_prior(&prior), t);
         assert!(at >= t && at - t <= spacing, "{at:?} {prior:?}");
