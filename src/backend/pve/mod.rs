@@ -40,7 +40,8 @@
 //!   template index (`GET /nodes/{node}/aplinfo`, see [`desired::template`]); a template the
 //!   index does not list for the node's architecture is an error naming the architecture.
 //! * the container is looked up in `GET /cluster/resources` first, and read on the node it is
-//!   on; a migration (`POST …/migrate`, restart mode for a running container) is waited for
+//!   on (for `root@pam`, who sees every guest there, a vmid not listed is absent without a
+//!   read); a migration (`POST …/migrate`, restart mode for a running container) is waited for
 //!   like any task, and the rest of the plan is applied on the new node.
 
 mod address;
@@ -465,8 +466,14 @@ impl PveBackend {
         let np = self.node_plan(spec).await?;
         let node = np.node.clone();
         let d = self.desired_for(spec, &node).await?;
-        let at = np.live_node.clone().unwrap_or_else(|| node.clone());
-        let (live, digest, notes) = self.read_settled(spec, &at).await?;
+        // root@pam sees every guest of the cluster in `GET /cluster/resources`, so a vmid it
+        // does not list does not exist: there is no config to read. (Should one appear before
+        // the create, PVE refuses the create — `CT … already exists` — and nothing is written.)
+        // Other identities see only what they may audit, and read the config.
+        let (live, digest, notes) = match &np.live_node {
+            None if self.client.auth().is_root() => (PveObserved::Absent, None, Vec::new()),
+            live_node => self.read_settled(spec, live_node.as_deref().unwrap_or(&node)).await?,
+        };
         let mut planned = planner::plan_with(&d, &live, policy, self.client.auth().is_root(), adopt);
         planned.warnings.splice(0..0, notes);
         // A node change alone is a migration; a recreate (for other reasons) destroys on the
