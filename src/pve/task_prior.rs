@@ -21,7 +21,7 @@
 //! places the poll points. With only "running" or "stopped" to learn from, a wait's polls are a
 //! fixed sequence until the first finds the task stopped, so the best sequence can be computed
 //! up front: it minimises the expected lateness (from the task's end to the poll that sees it)
-//! plus [`POLL_COST`] per expected poll, under the wait's poll bound (poll `m` not before
+//! plus [`poll_cost`] per expected poll, under the wait's poll bound (poll `m` not before
 //! `(m − 4) / 2` s). A dynamic program over a grid finds it exactly; the points come out
 //! denser where the end is likely and still cover the tails, and fewer where a poll saves less
 //! than it costs. [`super::task_wait::PollSchedule::from_prior`] polls them.
@@ -44,6 +44,15 @@ const TAIL: f64 = 0.005;
 /// lateness than this is not placed. 0.2 %: the order of a learned interval (0.25 %,
 /// [`super::task_wait`]), so that a cold wait costs about the polls of a learning one.
 pub const POLL_COST: f64 = 0.002;
+/// What one poll is worth at least (seconds): about what a request costs the client and PVE
+/// together, so that short tasks are not polled more densely than a poll is worth.
+pub const MIN_POLL_COST: f64 = 0.002;
+
+/// What one poll of a task expected to take `secs` seconds is worth, in seconds of lateness:
+/// [`POLL_COST`] × `secs`, at least [`MIN_POLL_COST`].
+pub fn poll_cost(secs: f64) -> f64 {
+    (POLL_COST * secs).max(MIN_POLL_COST)
+}
 
 /// The posterior of a task type's duration given the whole-second durations the node lists
 /// (seconds, on a uniform grid).
@@ -141,7 +150,7 @@ impl Posterior {
     }
 
     /// The poll points before [`Posterior::hi`] (where the wait's target poll goes) that
-    /// minimise the expected lateness plus [`POLL_COST`] × `hi` per expected poll (see the
+    /// minimise the expected lateness plus [`poll_cost`]`(hi)` per expected poll (see the
     /// module docs), at most `max_points` of them, for a wait that will have polled
     /// `polls_before` times (its ticks) before the first point. Point `j` is placed no earlier
     /// than the poll bound allows poll `polls_before + j` (`4 + 2 × seconds` polls by then), and
@@ -153,7 +162,7 @@ impl Posterior {
         let places: Vec<f64> = (0..).map(|i| lo + i as f64 * step).take_while(|&t| t < hi).collect();
         let at: Vec<(f64, f64)> = places.iter().map(|&t| self.at(t)).collect();
         let (c_hi, m_hi) = self.at(hi);
-        let cost = POLL_COST * hi;
+        let cost = poll_cost(hi);
         let by_hi = (4.0 + 2.0 * hi).floor() as usize;
         let k = max_points.min(by_hi.saturating_sub(polls_before + 2));
         // Lateness of the ends in (places[p], t] noticed at t, and the poll at t, which is made
@@ -301,7 +310,7 @@ mod tests {
             let n = p.points.len();
             let cost = |points: &[f64]| {
                 let (late, polls) = expected(&post, points, hi);
-                late + POLL_COST * hi * polls
+                late + poll_cost(hi) * polls
             };
             let ours: Vec<f64> = p.points.iter().map(|t| secs(*t)).collect();
             let quantiles: Vec<f64> =

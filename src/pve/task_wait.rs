@@ -20,11 +20,13 @@
 //! * **known interval**: a tick every third of the expected duration (at least a second, at
 //!   most ten) while the interval is further away than that (so that a much faster task is
 //!   noticed within a third of what was expected, and a 13 s create costs two ticks), then
-//!   * while the interval is wider than max(5 ms, 0.25 % of `secs`) — *learning* — one probe in
-//!     its middle (a probe finding the task stopped ends the wait early and halves the interval
-//!     from above, one finding it running halves it from below: a bit per poll, which costs the
-//!     fewest polls; three probes per wait learn in fewer waits but cost more polls per
-//!     task-second),
+//!   * while the interval is wider than max(5 ms, 0.25 % of `secs`) — *learning* — probes
+//!     evenly inside it, as many as cost the least expected lateness plus 0.2 % of `secs` (at
+//!     least 2 ms) per expected poll (the cost a cold wait's guess uses,
+//!     [`crate::pve::task_prior`]): one, a
+//!     bisection, for a narrow interval; several for a wide one, which the next wait then
+//!     knows within one step (a probe finding the task stopped ends the wait early and becomes
+//!     the upper end, the last one finding it running the lower end),
 //!   * once narrow, after eight waits without a probe — a *check* — one probe twice that width
 //!     below `secs`, so that a task that got faster is followed: a check finding it running
 //!     becomes the new `lo` (the old one may be stale), so the next wait bisects once more; one
@@ -35,8 +37,8 @@
 //! * **nothing learned, but the node lists earlier tasks of the type** (a runner's first run, or
 //!   a runner whose cache is new every job): one request for the node's task list gives their
 //!   whole-second durations, [`crate::pve::task_prior`] turns them into a guessed interval and
-//!   the poll points that cost the least expected lateness plus 0.2 % of the guess per poll
-//!   within the poll bound, polled like a known interval's probes, the ticks first;
+//!   the poll points that cost the least expected lateness plus 0.2 % of the guess (at least
+//!   2 ms) per poll within the poll bound, polled like a known interval's probes, the ticks first;
 //! * **unknown duration** (nothing listed either): at once, after 50 ms, then doubling, at most
 //!   every 500 ms.
 //!
@@ -252,8 +254,8 @@ const PRIOR_POINTS: usize = 10;
 /// Waits without a probe after which a narrow interval is checked from below (so a check, and
 /// the bisection it starts, come about every tenth wait).
 pub const CHECK_EVERY: u32 = 8;
-/// Probes in one learning wait, at most (1: bisection, see the module docs).
-const MAX_PROBES: u32 = 1;
+/// Probes in one learning wait, at most (see [`learning_probes`]).
+const MAX_PROBES: u32 = 8;
 /// Between polls while a task with a known duration has not reached it: a mispredicted (much
 /// faster) task is noticed within this.
 const TICK: Duration = Duration::from_secs(1);
@@ -271,6 +273,18 @@ fn margin(e: Duration) -> Duration {
 /// Between polls of a task later than expected: max(5 ms, 0.5 % of `e`).
 fn close(e: Duration) -> Duration {
     (e / 200).max(5 * MS)
+}
+
+/// Probes for a learning wait over an interval `width` wide of a task expected to take `e`:
+/// the count `k` (1 to [`MAX_PROBES`]) with the least expected lateness plus
+/// [`poll_cost`](super::task_prior::poll_cost)`(e)` per expected poll, for an end
+/// anywhere in the interval and `k` probes evenly inside it: `width / (2 (k + 1))` late, and
+/// `1 + k / 2` polls (each probe, and the target, is made only when the task ran past the one
+/// before).
+fn learning_probes(width: Duration, e: Duration) -> u32 {
+    let (w, cost) = (width.as_secs_f64(), super::task_prior::poll_cost(e.as_secs_f64()));
+    let expected = |k: u32| w / (2.0 * f64::from(k + 1)) + cost * (1.0 + f64::from(k) / 2.0);
+    (1..=MAX_PROBES).min_by(|a, b| expected(*a).total_cmp(&expected(*b))).unwrap_or(1)
 }
 
 /// Between ticks while a task expected to take `e` has not reached its interval: a third of
@@ -317,7 +331,7 @@ impl PollSchedule {
             let width = e - lo;
             let n = narrow(e);
             if width > n {
-                let k = (width.as_nanos().div_ceil(n.as_nanos()) as u32).saturating_sub(1).clamp(1, MAX_PROBES);
+                let k = learning_probes(width, e).min((width.as_nanos() / n.as_nanos()) as u32).max(1);
                 points.extend((1..=k).map(|i| lo + width * i / (k + 1)));
             } else if l.since >= CHECK_EVERY && e > 2 * n {
                 check = true;
@@ -696,6 +710,28 @@ mod tests {
         let slow = Duration::from_secs(40);
         let (at, _, _) = run(PollSchedule::from_prior(&prior), slow);
         assert!(at >= slow && at - slow <= Duration::from_millis(500), "{at:?}");
+    }
+
+    #[test]
+    fn a_wide_interval_is_learned_with_several_probes_a_narrow_one_is_bisected() {
+        let e = Duration::from_millis(1300);
+        assert!(learning_probes(Duration::from_millis(130), e) >= 3);
+        assert_eq!(learning_probes(Duration::from_millis(10), e), 1);
+        // A short task: a poll costs at least 2 ms, so a few ms of interval get one probe.
+        assert_eq!(learning_probes(Duration::from_millis(10), Duration::from_millis(300)), 1);
+        // From what a cold wait at 1.3 s leaves (about 130 ms wide), narrow after three waits,
+        // each noticing the end sooner than a bisection's would.
+        let mut learned = Learned { secs: 1.42, lo: 1.29, since: 0 };
+        let t = Duration::from_millis(1313);
+        let mut lateness = Vec::new();
+        for _ in 0..3 {
+            let (at, polls, l) = run(PollSchedule::new(Some(learned)), t);
+            assert!(f64::from(polls) <= 4.0 + 2.0 * at.as_secs_f64(), "{polls} polls by {at:?}");
+            lateness.push(at - t);
+            learned = l;
+        }
+        assert!(Duration::from_secs_f64(learned.secs - learned.lo) <= narrow(e), "{learned:?}");
+        assert!(lateness[0] < Duration::from_millis(35), "{lateness:?}");
     }
 
     #[test]
