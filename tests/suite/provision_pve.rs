@@ -618,7 +618,12 @@ async fn task_error_fails_with_the_log_tail() {
     assert_eq!(p.plan.action, Action::Nothing);
     assert!(p.plan.start);
     let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
-    assert!(error.starts_with("cannot start CT 101 on node pve1: task UPID:pve1:"), "{error}");
+    // The remedy names the command that shows LXC's own log of the start.
+    assert!(
+        error
+            .starts_with("cannot start CT 101 on node pve1; run `pct start 101 --debug` on node pve1: task UPID:pve1:"),
+        "{error}"
+    );
     assert!(error.contains(":vzstart:101:root@pam: failed: startup for container '101' failed"), "{error}");
     assert!(error.contains("task log (last 2 lines):\n    startup for container '101' failed\n    TASK ERROR: startup for container '101' failed"), "{error}");
     assert_eq!(p.status, None);
@@ -971,8 +976,7 @@ async fn a_create_with_start_waits_for_the_vzstart_task_pve_forks_and_reports_it
     let out = env.provision_one(&b, spec("web", 102)).await;
     let Outcome::Failed { error } = &out[0].outcome else { panic!("{:#?}", out[0]) };
     assert!(
-        error.starts_with("web: cannot start CT 102 on node pve1: task UPID:pve1:")
-            || error.contains("cannot start CT 102 on node pve1: task UPID:pve1:"),
+        error.contains("cannot start CT 102 on node pve1; run `pct start 102 --debug` on node pve1: task UPID:pve1:"),
         "{error}"
     );
     assert!(error.contains(":vzstart:102:root@pam: failed: startup for container '102' failed"), "{error}");
@@ -997,7 +1001,10 @@ async fn a_start_failing_inside_the_create_task_still_records_the_container_as_c
     let out = env.provision_one(&b, spec("broker", 101)).await;
     let p = &out[0];
     let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
-    assert!(error.contains("cannot start CT 101 on node pve1: task UPID:pve1:"), "{error}");
+    assert!(
+        error.contains("cannot start CT 101 on node pve1; run `pct start 101 --debug` on node pve1: task UPID:pve1:"),
+        "{error}"
+    );
     assert!(error.contains("TASK ERROR: startup for container '101' failed"), "{error}");
     assert!(p.created, "{p:#?}");
     assert_eq!(p.actions.first().map(|a| a.action.as_str()), Some("create"), "{p:#?}");

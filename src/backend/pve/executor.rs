@@ -390,7 +390,7 @@ impl PveBackend {
                 }
             })
             .await
-            .with_context(|| format!("cannot start CT {vmid} on node {node}"))?;
+            .map_err(|e| super::lifecycle::start_failed(vmid, node, e))?;
         let detail = if out.is_none() { Some("already running".to_string()) } else { None };
         rec.push("start", out.as_ref(), started, detail);
         Ok(())

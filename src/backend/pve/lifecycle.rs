@@ -12,6 +12,7 @@ use super::desired::template::template_source;
 use super::desired::{Desired, Lease, create_params, template_file, template_volid, with_lease};
 use super::lease::Acquired;
 use super::{PveBackend, Rec};
+use crate::error::{Hint, Hinted};
 use crate::inventory::ContainerSpec;
 use crate::model::{ActionRecord, ApplyOptions};
 use crate::pve::{PveError, TaskFilter, TaskOutcome};
@@ -158,7 +159,7 @@ impl PveBackend {
                         .is_some_and(|c| c.lock().is_none()) =>
             {
                 rec.push("create", None, started, Some(d.ostemplate.clone()));
-                let failed = anyhow::Error::new(e).context(format!("cannot start CT {} on node {node}", d.vmid));
+                let failed = start_failed(d.vmid, node, e);
                 return Ok(Created::Yes { upid, failed: Some(failed) });
             }
             Err(e) => return Err(e).with_context(|| format!("creating CT {} on node {node} failed", d.vmid)),
@@ -207,7 +208,7 @@ impl PveBackend {
             .client
             .wait_task(&task.upid, self.opts.timeouts.start, &format!("start CT {vmid}"))
             .await
-            .with_context(|| format!("cannot start CT {vmid} on node {node}"))?;
+            .map_err(|e| start_failed(vmid, node, e))?;
         rec.push("start", Some(&out), started, Some("started by the create (start=1)".into()));
         Ok(true)
     }
@@ -317,5 +318,19 @@ impl PveBackend {
             }
         }
         Ok(rec.actions)
+    }
+}
+
+/// The failure of CT `vmid`'s start on `node`. A start task that failed names the way to see
+/// why: `pct start VMID --debug` on the node prints LXC's own log of the start, which the task
+/// log does not hold. Other failures (API, lock, timeout) keep their own remedies.
+pub(super) fn start_failed(vmid: u32, node: &str, e: impl Into<anyhow::Error>) -> anyhow::Error {
+    let e: anyhow::Error = e.into();
+    let message = format!("cannot start CT {vmid} on node {node}");
+    if matches!(e.downcast_ref::<PveError>(), Some(PveError::Task { .. })) {
+        let debug = ["pct".to_string(), "start".into(), vmid.to_string(), "--debug".into()];
+        Hinted::new(message, Hint::on_node(debug, node)).because(e).into()
+    } else {
+        e.context(message)
     }
 }

@@ -170,7 +170,8 @@ impl Rec {
         }
         tracing::info!(
             "{action}{}{} ({} ms)",
-            task.map(|t| format!(" {}: {}", t.upid, t.exit_status)).unwrap_or_default(),
+            // A UPID ends with its own colon: `UPID:…:root@pam: OK`.
+            task.map(|t| format!(" {} {}", t.upid, t.exit_status)).unwrap_or_default(),
             detail.as_deref().map(|d| format!(" — {d}")).unwrap_or_default(),
             started.elapsed().as_millis()
         );
