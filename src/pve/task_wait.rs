@@ -38,7 +38,8 @@
 //!   a runner whose cache is new every job): one request for the node's task list gives their
 //!   whole-second durations, [`crate::pve::task_prior`] turns them into a guessed interval and
 //!   the poll points that cost the least expected lateness plus 0.2 % of the guess (at least
-//!   2 ms) per poll within the poll bound, polled like a known interval's probes, the ticks first;
+//!   2 ms) per poll within the poll bound, polled like a known interval's probes, the ticks first
+//!   (a node that lists only tasks of 0 s, which took anything under a second: as unknown);
 //! * **unknown duration** (nothing listed either): at once, after 50 ms, then doubling, at most
 //!   every 500 ms.
 //!
@@ -151,7 +152,7 @@ impl PveClient {
             if start.elapsed() >= timeout {
                 return Err(PveError::Timeout { what: format!("{what} ({upid})"), secs: timeout.as_secs() });
             }
-            let w = wait.get_or_insert_with(|| crate::progress::Wait::start(format!("{what} ({upid})")));
+            let w = wait.get_or_insert_with(|| crate::progress::Wait::since(format!("{what} ({upid})"), start));
             w.state(if status.is_empty() { "waiting" } else { status });
         }
     }
@@ -159,8 +160,9 @@ impl PveClient {
     /// A first guess at how long a task of `key`'s type (`NODE/TYPE`) takes, from the node's
     /// task list (`GET /nodes/{node}/tasks?typefilter=TYPE&limit=50`: the successful ones,
     /// `upid` excluded), asked once per key and process, and only when nothing was learned
-    /// of it (see [`crate::pve::task_prior`]). `None` when the node lists none, or the list
-    /// cannot be read (the wait then polls as for an unknown duration).
+    /// of it (see [`crate::pve::task_prior`]). `None` when the node lists none, only tasks
+    /// under a second, or the list cannot be read (the wait then polls as for an unknown
+    /// duration).
     async fn history_prior(&self, node: &str, key: &str, upid: &str) -> Option<Prior> {
         if !self.task_times().first_look(key) {
             return None;
@@ -179,6 +181,14 @@ impl PveClient {
             .filter(|t| t.kind == kind && t.upid != upid && t.status.as_deref() == Some("OK"))
             .filter_map(|t| t.endtime?.checked_sub(t.starttime?))
             .collect();
+        // Tasks the node lists as taking 0 s took anything under a second: the schedule for an
+        // unknown duration (at once, 50 ms, doubling) is made for those, and notices a task of a
+        // few milliseconds at once, where a guess spread over the second would wait for its first
+        // point.
+        if durations.iter().all(|&d| d == 0) {
+            tracing::debug!("{key}: the node lists only tasks under a second; polling as for an unknown duration");
+            return None;
+        }
         let posterior = Posterior::from_whole_seconds(&durations)?;
         // The ticks before the guessed range come first (see `tick_or`).
         let ticks = (posterior.lo().as_nanos() / tick_every(posterior.hi()).as_nanos()) as usize;
