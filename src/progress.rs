@@ -41,6 +41,14 @@ impl Wait {
         Self::start_on(display(), what.into(), true)
     }
 
+    /// [`Wait::start`], for a wait that began at `started` (before its first state was worth
+    /// showing): [`Wait::finish`] counts from then, so its "after N s" is the whole wait.
+    pub fn since(what: impl Into<String>, started: Instant) -> Self {
+        let mut wait = Self::start(what);
+        wait.started = started;
+        wait
+    }
+
     /// [`Wait::start`] on `display` (`None`: log the states instead); `tick`: the spinner turns
     /// on its own (not in tests, whose draws must not depend on time).
     fn start_on(display: Option<&MultiProgress>, what: String, tick: bool) -> Self {

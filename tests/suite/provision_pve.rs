@@ -1007,7 +1007,11 @@ async fn a_start_failing_inside_the_create_task_still_records_the_container_as_c
     );
     assert!(error.contains("TASK ERROR: startup for container '101' failed"), "{error}");
     assert!(p.created, "{p:#?}");
-    assert_eq!(p.actions.first().map(|a| a.action.as_str()), Some("create"), "{p:#?}");
+    // The create's record keeps its task: the UPID and the exit status it ended with.
+    let create = p.actions.first().unwrap();
+    assert_eq!(create.action, "create", "{p:#?}");
+    assert!(create.upid.as_deref().is_some_and(|u| u.contains(":vzcreate:101:")), "{p:#?}");
+    assert_eq!(create.exit_status.as_deref(), Some("startup for container '101' failed"), "{p:#?}");
     let cfg = env.pve.ct_config(101).unwrap();
     assert_eq!(cfg["status"], "stopped");
     assert!(!cfg["description"].as_str().unwrap_or_default().contains("lease"), "{cfg}");

@@ -158,7 +158,17 @@ impl PveBackend {
                         .flatten()
                         .is_some_and(|c| c.lock().is_none()) =>
             {
-                rec.push("create", None, started, Some(d.ostemplate.clone()));
+                // The create's own record keeps its UPID and the exit status the task ended with.
+                let task = match &e {
+                    PveError::Task { upid, exit_status, .. } => Some(TaskOutcome {
+                        upid: upid.clone(),
+                        exit_status: exit_status.clone(),
+                        warnings: Vec::new(),
+                        duration: started.elapsed(),
+                    }),
+                    _ => None,
+                };
+                rec.push("create", task.as_ref(), started, Some(d.ostemplate.clone()));
                 let failed = start_failed(d.vmid, node, e);
                 return Ok(Created::Yes { upid, failed: Some(failed) });
             }
