@@ -23,10 +23,10 @@
 //!   * while the interval is wider than max(5 ms, 0.25 % of `secs`) — *learning* — probes
 //!     evenly inside it, as many as cost the least expected lateness plus 0.2 % of `secs` (at
 //!     least 2 ms) per expected poll (the cost a cold wait's guess uses,
-//!     [`crate::pve::task_prior`]): one, a
-//!     bisection, for a narrow interval; several for a wide one, which the next wait then
-//!     knows within one step (a probe finding the task stopped ends the wait early and becomes
-//!     the upper end, the last one finding it running the lower end),
+//!     [`crate::pve::task_prior`]): one, a bisection, for a narrow interval; several for a wide
+//!     one, which the next wait then knows within one step (a probe finding the task stopped
+//!     ends the wait early and becomes the upper end, the last one finding it running the lower
+//!     end),
 //!   * once narrow, after eight waits without a probe — a *check* — one probe twice that width
 //!     below `secs`, so that a task that got faster is followed: a check finding it running
 //!     becomes the new `lo` (the old one may be stale), so the next wait bisects once more; one
@@ -100,7 +100,14 @@ impl PveClient {
         let key = upid_type(upid).map(|t| format!("{node}/{t}"));
         let start = Instant::now();
         let mut schedule = match key.as_deref().map(|k| (k, self.task_times().learned(k))) {
-            Some((_, Some(learned))) => PollSchedule::new(Some(learned)),
+            Some((k, Some(learned))) => {
+                tracing::debug!(
+                    "{k}: learned before: ends within {:.3}–{:.3} s of its start",
+                    learned.lo,
+                    learned.secs
+                );
+                PollSchedule::new(Some(learned))
+            }
             Some((k, None)) => match self.history_prior(node, k, upid).await {
                 Some(prior) => PollSchedule::from_prior(&prior),
                 None => PollSchedule::new(None),
@@ -194,7 +201,7 @@ impl PveClient {
         let ticks = (posterior.lo().as_nanos() / tick_every(posterior.hi()).as_nanos()) as usize;
         let prior = posterior.prior(ticks, PRIOR_POINTS);
         tracing::debug!(
-            "{key}: {} past tasks listed; first guess {:.3}–{:.3} s, polled at {}",
+            "{key}: {} past tasks listed; first guess {:.3}–{:.3} s after the task's start, polls planned at {}",
             durations.len(),
             prior.lo.as_secs_f64(),
             prior.hi.as_secs_f64(),
