@@ -188,18 +188,13 @@ impl PveClient {
             .filter(|t| t.kind == kind && t.upid != upid && t.status.as_deref() == Some("OK"))
             .filter_map(|t| t.endtime?.checked_sub(t.starttime?))
             .collect();
-        // Tasks the node lists as taking 0 s took anything under a second: the schedule for an
-        // unknown duration (at once, 50 ms, doubling) is made for those, and notices a task of a
-        // few milliseconds at once, where a guess spread over the second would wait for its first
-        // point.
-        if durations.iter().all(|&d| d == 0) {
-            tracing::debug!("{key}: the node lists only tasks under a second; polling as for an unknown duration");
+        let Some(prior) = first_guess(&durations) else {
+            tracing::debug!(
+                "{key}: {} past tasks listed: no first guess (all under a second, or spread over an hour)",
+                durations.len()
+            );
             return None;
-        }
-        let posterior = Posterior::from_whole_seconds(&durations)?;
-        // The ticks before the guessed range come first (see `tick_or`).
-        let ticks = (posterior.lo().as_nanos() / tick_every(posterior.hi()).as_nanos()) as usize;
-        let prior = posterior.prior(ticks, PRIOR_POINTS);
+        };
         tracing::debug!(
             "{key}: {} past tasks listed; first guess {:.3}–{:.3} s after the task's start, polls planned at {}",
             durations.len(),
@@ -302,6 +297,21 @@ fn learning_probes(width: Duration, e: Duration) -> u32 {
     let (w, cost) = (width.as_secs_f64(), super::task_prior::poll_cost(e.as_secs_f64()));
     let expected = |k: u32| w / (2.0 * f64::from(k + 1)) + cost * (1.0 + f64::from(k) / 2.0);
     (1..=MAX_PROBES).min_by(|a, b| expected(*a).total_cmp(&expected(*b))).unwrap_or(1)
+}
+
+/// The first guess from the whole-second durations the node lists for a task type (see
+/// [`crate::pve::task_prior`]), its points placed after the ticks before its range (see
+/// [`tick_or`]). `None` without durations, or when all are 0 s: those tasks took anything under
+/// a second, and the schedule for an unknown duration (at once, 50 ms, doubling) is made for
+/// them — it notices a task of a few milliseconds at once, where a guess spread over the second
+/// would wait for its first point.
+fn first_guess(durations: &[u64]) -> Option<Prior> {
+    if durations.iter().all(|&d| d == 0) {
+        return None;
+    }
+    let posterior = Posterior::from_whole_seconds(durations)?;
+    let ticks = (posterior.lo().as_nanos() / tick_every(posterior.hi()).as_nanos()) as usize;
+    Some(posterior.prior(ticks, PRIOR_POINTS))
 }
 
 /// Between ticks while a task expected to take `e` has not reached its interval: a third of
@@ -727,6 +737,19 @@ mod tests {
         let slow = Duration::from_secs(40);
         let (at, _, _) = run(PollSchedule::from_prior(&prior), slow);
         assert!(at >= slow && at - slow <= Duration::from_millis(500), "{at:?}");
+    }
+
+    #[test]
+    fn tasks_listed_as_0_s_get_no_first_guess_and_are_polled_at_once() {
+        assert_eq!(first_guess(&[]), None);
+        assert_eq!(first_guess(&[0, 0, 0]), None);
+        let (at, polls, _) = run(PollSchedule::new(None), Duration::from_millis(3));
+        assert_eq!((at, polls), (Duration::from_millis(50), 2), "at once, then 50 ms");
+        // One listed second or more: a guess, its points after the ticks before its range.
+        let p = first_guess(&[0, 1, 1]).unwrap();
+        assert!(!p.points.is_empty() && p.points[0] > Duration::ZERO, "{p:?}");
+        let p = first_guess(&[13, 14, 13]).unwrap();
+        assert!(p.points.iter().all(|t| *t >= p.lo), "{p:?}");
     }
 
     #[test]
