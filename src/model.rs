@@ -382,9 +382,18 @@ pub struct Provision {
     pub warnings: Vec<String>,
     /// Live status afterwards (`running`, `stopped`).
     pub status: Option<String>,
-    /// True when this run created or re-created the container (its SSH host key is new, so
-    /// `configure` replaces the recorded one).
+    /// True when this run created or re-created the container. Workflows read it as "this run
+    /// made it"; `configure` decides on host keys by [`Self::created_at`], which outlives the run.
     pub created: bool,
+    /// When proxmox-gitops last created (or re-created) this container, RFC 3339 UTC: taken just
+    /// before this run's create when [`Self::created`], else carried over from the artifact of
+    /// the previous run ([`Provision::carry_created_at`]). `configure` replaces a recorded SSH
+    /// host key only when it was recorded before this time
+    /// ([`crate::ssh::recreated_since_recorded`]). Absent when unknown — an artifact of schema
+    /// 1.0, a container found absent, destroyed or not made by us — and a changed key is then
+    /// refused.
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<time::OffsetDateTime>,
     /// The data snapshot that protected a destroy, when one was taken.
     pub protected_by: Option<String>,
     /// Digest of the inputs (spec + lib tree + base tree) this result is for, used by `deploy` to
@@ -397,7 +406,8 @@ pub struct Provision {
 
 impl Provision {
     /// The artifact of `spec` on `backend` before anything is done: `plan`, no node, no address,
-    /// no actions, warnings or status, not created, outcome `ok`. Each backend fills in the rest.
+    /// no actions, warnings or status, not created (no creation time), outcome `ok`. Each backend
+    /// fills in the rest.
     pub fn new(backend: BackendKind, spec: &ContainerSpec, plan: ContainerPlan, opts: &ApplyOptions) -> Self {
         Provision {
             backend,
@@ -412,16 +422,62 @@ impl Provision {
             warnings: vec![],
             status: None,
             created: false,
+            created_at: None,
             protected_by: None,
             inputs_digest: None,
             outcome: Outcome::Ok,
         }
     }
+
+    /// Carries [`Self::created_at`] over from `previous` (the artifact the previous run wrote for
+    /// this container) when this run did not create the container, so that a run that leaves a
+    /// recreated container alone does not make `configure` refuse its new host key.
+    ///
+    /// Carried only while `previous` describes the same container, one this run found in place
+    /// and ours: the same backend and vmid, the same node where both name one (on PVE, the node
+    /// a migration started from), and on lxc the same host name (the container's name there);
+    /// `previous` not marked destroyed; and a plan of this run that does not create (the
+    /// container was found absent), nor recreate — unless the recreate did nothing at all (no
+    /// action: refused by the protect-before-destroy guard, or before its first action), as a
+    /// recreate that failed midway may have left nothing — nor finds a container that is not
+    /// ours (`foreign`, `adopt`). Otherwise the time is unknown (`None`).
+    pub fn carry_created_at(&mut self, previous: Option<&Provision>) {
+        if self.created {
+            return;
+        }
+        self.created_at = previous.filter(|p| self.continues(p)).and_then(|p| p.created_at);
+    }
+
+    /// True when `previous` describes the container this run found in place (see
+    /// [`Provision::carry_created_at`]).
+    fn continues(&self, previous: &Provision) -> bool {
+        let found_on = match &self.plan.migrate {
+            Some(m) => Some(m.from.as_str()),
+            None => self.node.as_deref(),
+        };
+        let same_node = match (found_on, previous.node.as_deref()) {
+            (Some(now), Some(before)) => now == before,
+            _ => true,
+        };
+        let same_name = self.backend != BackendKind::Lxc || self.hostname == previous.hostname;
+        let in_place = match self.plan.action {
+            Action::Recreate { .. } => self.actions.is_empty(),
+            Action::Create | Action::Foreign { .. } | Action::Adopt { .. } => false,
+            Action::Nothing | Action::Update { .. } | Action::Refused { .. } => true,
+        };
+        previous.backend == self.backend
+            && previous.vmid == self.vmid
+            && same_node
+            && same_name
+            && previous.status.as_deref() != Some("destroyed")
+            && in_place
+    }
 }
 
 impl Artifact for Provision {
     const KIND: &'static str = "provision";
-    const SCHEMA_VERSION: (u32, u32) = (1, 0);
+    /// 1.1 adds `created_at`.
+    const SCHEMA_VERSION: (u32, u32) = (1, 1);
 }
 
 /// Options for executing a plan, common to every backend.
@@ -470,5 +526,145 @@ impl KeyDrift {
     /// A difference.
     pub fn new(key: impl Into<String>, desired: impl Into<String>, live: impl Into<String>) -> Self {
         KeyDrift { key: key.into(), desired: desired.into(), live: live.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The artifact of `broker` (vmid 101) on pve1 after a run that planned `action`.
+    fn prov(action: Action) -> Provision {
+        Provision {
+            backend: BackendKind::Pve,
+            name: "broker".into(),
+            node: Some("pve1".into()),
+            vmid: 101,
+            hostname: "broker".into(),
+            address: Some("10.0.0.5".into()),
+            ssh_port: 22,
+            plan: ContainerPlan::new("broker", 101, "broker", action, false),
+            actions: vec![],
+            warnings: vec![],
+            status: Some("running".into()),
+            created: false,
+            created_at: None,
+            protected_by: None,
+            inputs_digest: None,
+            outcome: Outcome::Ok,
+        }
+    }
+
+    fn created(at: time::OffsetDateTime) -> Provision {
+        Provision { created: true, created_at: Some(at), ..prov(Action::Create) }
+    }
+
+    /// `p`'s `created_at` once carried over from `previous`.
+    fn unknown_or(mut p: Provision, previous: &Provision) -> Option<time::OffsetDateTime> {
+        p.carry_created_at(Some(previous));
+        p.created_at
+    }
+
+    #[test]
+    fn the_last_creation_is_carried_over_by_runs_that_leave_the_container_in_place() {
+        let at = time::macros::datetime!(2026-05-01 10:00:00.25 UTC);
+        let before = created(at);
+        for action in [
+            Action::Nothing,
+            Action::Update { changes: vec![], resizes: vec![], reboot_needed: false },
+            Action::refused_recreate(vec!["ostemplate changes".into()]),
+            Action::refused_blocked(vec!["planning failed: PVE unreachable".into()]),
+        ] {
+            let mut p = prov(action.clone());
+            p.carry_created_at(Some(&before));
+            assert_eq!(p.created_at, Some(at), "{action:?}");
+            // … and on to the run after it.
+            let mut next = prov(Action::Nothing);
+            next.carry_created_at(Some(&p));
+            assert_eq!(next.created_at, Some(at), "{action:?}");
+        }
+        // A failed run that changed nothing keeps it too, as does a recreate the snapshot guard
+        // refused (no action, and no node) and a migration from that node.
+        let mut p = Provision { outcome: Outcome::Failed { error: "x".into() }, ..prov(Action::Nothing) };
+        p.carry_created_at(Some(&before));
+        assert_eq!(p.created_at, Some(at));
+        let refused = Provision {
+            node: None,
+            outcome: Outcome::Failed { error: "refusing to destroy broker".into() },
+            ..prov(Action::Recreate { reasons: vec!["x".into()] })
+        };
+        assert_eq!(unknown_or(refused, &before), Some(at));
+        let mut p = Provision { node: Some("pve2".into()), ..prov(Action::Nothing) };
+        p.plan.migrate = Some(Migration { from: "pve1".into(), to: "pve2".into(), restart: true });
+        p.carry_created_at(Some(&before));
+        assert_eq!(p.created_at, Some(at));
+        // This run's own creation wins.
+        let later = at + time::Duration::hours(1);
+        let mut p = created(later);
+        p.carry_created_at(Some(&before));
+        assert_eq!(p.created_at, Some(later));
+    }
+
+    #[test]
+    fn the_last_creation_is_unknown_when_the_container_may_be_another_one() {
+        let at = time::macros::datetime!(2026-05-01 10:00:00 UTC);
+        let before = created(at);
+        let unknown = unknown_or;
+        assert_eq!(unknown(prov(Action::Nothing), &prov(Action::Nothing)), None, "never known");
+        assert_eq!(prov(Action::Nothing).created_at, None);
+        let mut none = prov(Action::Nothing);
+        none.carry_created_at(None);
+        assert_eq!(none.created_at, None, "no previous artifact");
+        // Found absent, or a recreate that acted but did not create: nothing of ours may be left.
+        assert_eq!(unknown(prov(Action::Create), &before), None);
+        let mut halfway = prov(Action::Recreate { reasons: vec!["x".into()] });
+        halfway.actions.push(ActionRecord {
+            action: "shutdown".into(),
+            upid: None,
+            exit_status: None,
+            duration_ms: 1,
+            detail: None,
+        });
+        assert_eq!(unknown(halfway, &before), None);
+        // Not ours at that vmid.
+        assert_eq!(unknown(prov(Action::Foreign { reason: "x".into() }), &before), None);
+        let adopt = Action::Adopt { changes: vec![], resizes: vec![], reboot_needed: false };
+        assert_eq!(unknown(prov(adopt), &before), None);
+        // Destroyed since (`destroy` marks the artifact).
+        let destroyed = Provision { status: Some("destroyed".into()), ..before.clone() };
+        assert_eq!(unknown(prov(Action::Nothing), &destroyed), None);
+        // Another container: vmid, node, backend, lxc name.
+        assert_eq!(unknown(Provision { vmid: 102, ..prov(Action::Nothing) }, &before), None);
+        assert_eq!(unknown(Provision { node: Some("pve2".into()), ..prov(Action::Nothing) }, &before), None);
+        let lxc = |p: Provision| Provision { backend: BackendKind::Lxc, node: None, ..p };
+        assert_eq!(unknown(lxc(prov(Action::Nothing)), &before), None);
+        assert_eq!(
+            unknown(Provision { hostname: "other".into(), ..lxc(prov(Action::Nothing)) }, &lxc(before.clone())),
+            None
+        );
+        assert_eq!(unknown(lxc(prov(Action::Nothing)), &lxc(before.clone())), Some(at));
+    }
+
+    #[test]
+    fn created_at_is_rfc3339_absent_when_unknown_and_old_artifacts_still_read() {
+        let at = time::macros::datetime!(2026-05-01 10:00:00.25 UTC);
+        let v = crate::artifact::to_value(&created(at));
+        assert_eq!(v["schema_version"], "1.1");
+        assert_eq!(v["created_at"], "2026-05-01T10:00:00.25Z");
+        let v = crate::artifact::to_value(&prov(Action::Nothing));
+        assert!(v.get("created_at").is_none(), "{v}");
+        // A 1.0 artifact (no `created_at`) reads as unknown.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.json");
+        let mut old = v.clone();
+        old["schema_version"] = "1.0".into();
+        old["created"] = true.into();
+        std::fs::write(&path, old.to_string()).unwrap();
+        let read: Provision = crate::artifact::read(&path).unwrap();
+        assert!(read.created);
+        assert_eq!(read.created_at, None);
+        let path = dir.path().join("created.json");
+        crate::artifact::write(&path, &created(at)).unwrap();
+        assert_eq!(crate::artifact::read::<Provision>(&path).unwrap().created_at, Some(at));
     }
 }

@@ -155,7 +155,7 @@ pub async fn destroy_one(
     }
 }
 
-/// Marks `provision/<name>.json` (when present) as destroyed.
+/// Marks `provision/<name>.json` (when present) as destroyed: no address, no last creation.
 fn mark_provision(path: &Path) -> anyhow::Result<()> {
     let mut p: Provision = match artifact::read(path) {
         Ok(p) => p,
@@ -166,6 +166,7 @@ fn mark_provision(path: &Path) -> anyhow::Result<()> {
     };
     p.status = Some("destroyed".into());
     p.address = None;
+    p.created_at = None;
     artifact::write(path, &p)?;
     Ok(())
 }

@@ -12,6 +12,11 @@
 //! declares `SNAPSHOT` paths gets a verified data snapshot; when it cannot be reached or the
 //! snapshot fails, the recreate is refused and nothing is touched, unless `--no-snapshot`
 //! ([`ApplyOptions::no_snapshot`]). `Provision.protected_by` records the outcome.
+//!
+//! **When the container was last created** outlives the run that created it: before an artifact
+//! is written over the previous one, [`carry_created_at`] takes `created_at` over from it when
+//! this run left the container in place, so `configure` still replaces the host key of a
+//! container recreated by an earlier run ([`crate::ssh::recreated_since_recorded`]).
 
 use std::path::Path;
 
@@ -46,14 +51,38 @@ pub async fn apply_all(
                 Ok(plan) => backend.apply(&p.spec, plan, opts, artifacts).await,
                 Err(e) => failed_before_plan(backend.kind(), &p.spec, opts, e),
             };
+            let mut prov = prov;
             overall.done(!matches!(prov.outcome, crate::model::Outcome::Ok));
-            write_artifact(&artifacts.provision(&prov.name), &prov)?;
+            let path = artifacts.provision(&prov.name);
+            carry_created_at(&mut prov, &path);
+            write_artifact(&path, &prov)?;
             Ok(prov)
         }),
         jobs,
     )
     .await;
     results.into_iter().map(|r| r.map_err(Error::Failed)).collect()
+}
+
+/// Sets [`Provision::created_at`] of `prov` from the artifact at `path` that the previous run
+/// wrote for the container ([`Provision::carry_created_at`]), before `prov` replaces it. No
+/// artifact there means no earlier creation known; one that cannot be read is treated the same,
+/// with a warning naming it (the container's host key then cannot be replaced by `configure`
+/// until it is created again).
+pub fn carry_created_at(prov: &mut Provision, path: &Path) {
+    let previous = match artifact::read::<Provision>(path) {
+        Ok(p) => Some(p),
+        Err(artifact::ArtifactError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            let msg = format!(
+                "cannot read the previous provision artifact ({e}): when the container was last created is unknown"
+            );
+            tracing::warn!("{}: {msg}", prov.name);
+            prov.warnings.push(crate::actions::redact(&msg));
+            None
+        }
+    };
+    prov.carry_created_at(previous.as_ref());
 }
 
 fn write_artifact(path: &Path, prov: &Provision) -> anyhow::Result<()> {

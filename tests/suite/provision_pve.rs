@@ -143,9 +143,17 @@ fn short_upid(u: &str) -> String {
     format!("UPID:{}:{}:{}:{}", p[1], p[5], p[6], p[7])
 }
 
-/// The artifact as JSON with UPIDs shortened and durations zeroed, for whole-artifact asserts.
+/// The artifact as JSON with UPIDs shortened, durations zeroed and a `created_at` (checked to be
+/// RFC 3339 within the last hour) replaced by `"<time>"`, for whole-artifact asserts.
 fn normalised(p: &Provision) -> Value {
     let mut v = artifact::to_value(p);
+    if let Some(at) = v.get_mut("created_at") {
+        let t =
+            time::OffsetDateTime::parse(at.as_str().unwrap(), &time::format_description::well_known::Rfc3339).unwrap();
+        let age = time::OffsetDateTime::now_utc() - t;
+        assert!(age >= time::Duration::ZERO && age < time::Duration::hours(1), "created_at {t}");
+        *at = json!("<time>");
+    }
     for a in v["actions"].as_array_mut().unwrap() {
         a["duration_ms"] = json!(0);
         if let Some(u) = a["upid"].as_str() {
@@ -174,7 +182,7 @@ fn paths(reqs: &[(String, String, String)]) -> Vec<String> {
 fn expected_created(name: &str, vmid: u32, ssh_port: u16, actions: Value) -> Value {
     json!({
         "kind": "provision",
-        "schema_version": "1.0",
+        "schema_version": "1.1",
         "backend": "pve",
         "name": name,
         "node": "pve1",
@@ -188,6 +196,7 @@ fn expected_created(name: &str, vmid: u32, ssh_port: u16, actions: Value) -> Val
         "warnings": [],
         "status": "running",
         "created": true,
+        "created_at": "<time>",
         "protected_by": null,
         "inputs_digest": null,
         "result": "ok"
@@ -1076,11 +1085,13 @@ async fn recreate_is_refused_when_the_data_snapshot_cannot_be_taken() {
     assert_eq!(
         normalised(p),
         json!({
-            "kind": "provision", "schema_version": "1.0", "backend": "pve", "name": "broker", "node": null,
+            "kind": "provision", "schema_version": "1.1", "backend": "pve", "name": "broker", "node": null,
             "vmid": 101, "hostname": "broker", "address": "127.0.0.1", "ssh_port": opts.ssh_port,
             "plan": {"name": "broker", "vmid": 101, "hostname": "broker", "action": "recreate", "reasons": [reason], "start": true,
                      "node": "pve1", "policy": "when-needed"},
             "actions": [], "warnings": [], "status": null, "created": false,
+            // The container is still the one created above: when is carried over.
+            "created_at": "<time>",
             "protected_by": null, "inputs_digest": null, "result": "failed", "error": error
         })
     );

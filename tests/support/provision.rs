@@ -8,7 +8,8 @@ use proxmox_gitops::model::{Action, BackendKind, ContainerPlan, Outcome, Provisi
 
 /// The provision artifact of container `name` (vmid `vmid`, host name `hostname`) on `backend`
 /// that was running and left as it was: no node, no address, SSH port 22, plan `Nothing`
-/// without a start, no actions or warnings, status `running`, not created, outcome ok. Tests
+/// without a start, no actions or warnings, status `running`, not created (no creation time),
+/// outcome ok. Tests
 /// change the fields their case needs.
 pub fn running(backend: BackendKind, name: &str, vmid: u32, hostname: &str) -> Provision {
     Provision {
@@ -24,6 +25,7 @@ pub fn running(backend: BackendKind, name: &str, vmid: u32, hostname: &str) -> P
         warnings: vec![],
         status: Some("running".into()),
         created: false,
+        created_at: None,
         protected_by: None,
         inputs_digest: None,
         outcome: Outcome::Ok,

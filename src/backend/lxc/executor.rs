@@ -233,6 +233,8 @@ impl LxcBackend {
             p.actions.push(record("remove-interrupted", t, Some(what)));
         }
         interrupted::mark(&marker, spec.vmid)?;
+        // Before the clone: no host key of the new container exists yet.
+        let at = time::OffsetDateTime::now_utc();
         let t = Instant::now();
         let how = match self.clone_base(name).await {
             Ok(how) => how,
@@ -246,6 +248,7 @@ impl LxcBackend {
         };
         p.actions.push(record("clone", t, Some(format!("{how} of {}", self.opts.base))));
         p.created = true;
+        p.created_at = Some(at);
         let t = Instant::now();
         match self.configure_new(spec, opts).await.and_then(|r| interrupted::clear(&marker).map(|()| r)) {
             Ok((desired, key, detail)) => {
@@ -266,6 +269,7 @@ impl LxcBackend {
                     let _ = interrupted::clear(&marker);
                 }
                 p.created = false;
+                p.created_at = None;
                 Err(e.context(format!("cannot configure the new container `{name}` (removed again)")))
             }
         }

@@ -54,7 +54,8 @@ impl PveBackend {
             actions: rec.actions,
             warnings: rec.warnings,
             status: fin.status,
-            created: fin.created,
+            created: fin.created_at.is_some(),
+            created_at: fin.created_at,
             outcome,
             ..Provision::new(BackendKind::Pve, spec, fin.replanned.unwrap_or_else(|| plan.clone()), opts)
         }
@@ -240,7 +241,7 @@ impl PveBackend {
                 self.update_in_place(node, spec, &plan, changes, resizes, rec).await?;
             }
         }
-        if (plan.start || fin.created) && !fin.started_by_create {
+        if (plan.start || fin.created_at.is_some()) && !fin.started_by_create {
             self.start(node, vmid, rec).await?;
         }
         // Started now, or already running (the plan only skips the start for a running CT).
@@ -276,6 +277,9 @@ impl PveBackend {
         fin: &mut Final,
     ) -> anyhow::Result<Option<ContainerPlan>> {
         let lease = new_lease(self.client.server_now());
+        // Before the create: no host key of the new container exists yet (an old one's, recorded
+        // by the protect-before-destroy guard, is older still).
+        let at = time::OffsetDateTime::now_utc();
         // Every create is followed by a start (see `apply`): PVE's `start=1` makes it one
         // request and no gap between the two tasks (`lifecycle::create`).
         match self.create(node, d, opts, &lease, true, rec).await? {
@@ -285,7 +289,7 @@ impl PveBackend {
                 if let Some(old) = held.replace(self.hold_after_create(node, spec.vmid, &lease).await) {
                     old.stop();
                 }
-                fin.created = true;
+                fin.created_at = Some(at);
                 if let Some(e) = failed {
                     return Err(e);
                 }
@@ -598,7 +602,9 @@ fn lease_free(config: &std::collections::BTreeMap<String, String>) -> std::colle
 struct Final {
     address: Option<String>,
     status: Option<String>,
-    created: bool,
+    /// When this run created the container (taken just before its create), `None` when it did
+    /// not: [`Provision::created`] and [`Provision::created_at`].
+    created_at: Option<time::OffsetDateTime>,
     /// The create started it too (`start=1`), so no start of its own follows.
     started_by_create: bool,
     /// The plan carried out, when it differs from the one given (planned again under the lease).

@@ -237,6 +237,7 @@ impl BuiltinRunner {
             }
         };
         prov.inputs_digest = Some(ctx.digest.clone());
+        crate::steps::provision::carry_created_at(&mut prov, &path);
         for w in &prov.warnings {
             tracing::warn!("{}: {w}", spec.name);
         }
