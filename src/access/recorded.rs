@@ -91,7 +91,7 @@ pub async fn exec_recorded(
         path: path.clone(),
     })?;
     let known_hosts = artifacts.known_hosts(&spec.name);
-    let replace = crate::ssh::recreated_since_recorded(prov.created, &path, &known_hosts);
+    let replace = crate::ssh::recreated_since_recorded(prov.created_at, &known_hosts);
     let target = super::ssh_target(&spec.name, spec.vmid, &address, prov.ssh_port, share, known_hosts, replace)?;
     let exec = super::ssh_exec(&target, &opts.ssh, SSH_EXEC_TIMEOUT).await?;
     tracing::info!("{}: connected over SSH as {}", spec.name, exec.connection().user());

@@ -2,6 +2,9 @@
 //! (`<artifacts>/known_hosts/<name>`), and when a (re)created container's new key replaces it.
 
 use std::path::Path;
+use std::time::SystemTime;
+
+use time::OffsetDateTime;
 
 /// The SHA-256 fingerprint (`SHA256:…`) of the first key recorded in `known_hosts`.
 pub fn recorded_fingerprint(known_hosts: &Path) -> Option<String> {
@@ -16,19 +19,21 @@ pub fn recorded_fingerprint(known_hosts: &Path) -> Option<String> {
     })
 }
 
-/// True when the container's host key must be learned again: the provision artifact at
-/// `provision` says this provision run created the container (`created`), and that artifact is
-/// newer than the recorded key (or no key is recorded). Once a later connection has recorded the
-/// new key, the same `created` artifact no longer replaces it, so a changed key is refused again.
-pub fn recreated_since_recorded(created: bool, provision: &Path, known_hosts: &Path) -> bool {
-    if !created {
+/// True when the container's host key must be learned again: proxmox-gitops created the
+/// container at `created_at` ([`crate::model::Provision::created_at`], carried across provision
+/// runs that left it in place), after the key in `known_hosts` was recorded, or no key is
+/// recorded yet. When the key was recorded is the file's modification time: the file belongs to
+/// this one container and only ssh writes it, when it records a key (our client config leaves
+/// `UpdateHostKeys` off). Once a connection has recorded the new key, the same creation no
+/// longer replaces it, so a later change is refused again; an unknown creation time never
+/// replaces a recorded key.
+pub fn recreated_since_recorded(created_at: Option<OffsetDateTime>, known_hosts: &Path) -> bool {
+    let Some(created) = created_at else {
         return false;
-    }
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (mtime(known_hosts), mtime(provision)) {
-        (None, _) => true,
-        (Some(recorded), Some(provisioned)) => provisioned > recorded,
-        (Some(_), None) => false,
+    };
+    match std::fs::metadata(known_hosts).and_then(|m| m.modified()) {
+        Ok(recorded) => recorded < SystemTime::from(created),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
 }
 
@@ -37,24 +42,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_key_is_replaced_only_for_a_newer_creation() {
+    fn host_key_is_replaced_only_when_recorded_before_the_last_creation() {
         let dir = tempfile::tempdir().unwrap();
-        let prov = dir.path().join("provision.json");
         let kh = dir.path().join("known_hosts");
-        std::fs::write(&prov, "{}").unwrap();
-        assert!(recreated_since_recorded(true, &prov, &kh), "no record yet");
-        assert!(!recreated_since_recorded(false, &prov, &kh));
+        // Whole seconds: every file system keeps them exactly.
+        let now = OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
+        let set_recorded = |at: OffsetDateTime| {
+            std::fs::File::options().write(true).open(&kh).unwrap().set_modified(SystemTime::from(at)).unwrap();
+        };
+        assert!(recreated_since_recorded(Some(now), &kh), "no record yet: learned");
+        assert!(!recreated_since_recorded(None, &kh), "unknown creation");
         std::fs::write(&kh, "x").unwrap();
-        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
-        std::fs::File::options().write(true).open(&prov).unwrap().set_modified(old).unwrap();
-        assert!(!recreated_since_recorded(true, &prov, &kh), "key learned after the creation");
-        std::fs::File::options()
-            .write(true)
-            .open(&kh)
-            .unwrap()
-            .set_modified(old - std::time::Duration::from_secs(60))
-            .unwrap();
-        assert!(recreated_since_recorded(true, &prov, &kh), "creation after the record");
+        set_recorded(now - time::Duration::minutes(1));
+        assert!(recreated_since_recorded(Some(now), &kh), "recorded before the creation");
+        assert!(!recreated_since_recorded(None, &kh), "unknown creation never replaces a record");
+        assert!(!recreated_since_recorded(Some(now - time::Duration::minutes(2)), &kh), "recorded after it");
+        set_recorded(now);
+        assert!(!recreated_since_recorded(Some(now), &kh), "recorded at the same instant: kept");
     }
 
     #[test]

@@ -24,8 +24,9 @@
 //! Trust on first use: the first connection records the server's key in the target's own
 //! known-hosts file (`<artifacts>/known_hosts/<name>`, `StrictHostKeyChecking=accept-new`); a
 //! later connection presenting another key fails with [`SshError::HostKeyChanged`]. When
-//! `provision` has just (re)created the container, the caller sets
-//! [`Target::replace_host_key`], the old record is dropped first and the new key recorded.
+//! `provision` (re)created the container after the key was recorded
+//! ([`recreated_since_recorded`]), the caller sets [`Target::replace_host_key`], the old record is
+//! dropped first and the new key recorded.
 //!
 //! # Files
 //!

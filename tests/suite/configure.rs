@@ -538,16 +538,20 @@ fn broker_and_proxy_end_to_end() {
         o => panic!("expected a host key failure, got {o:?}"),
     }
     assert!(r[0].base.is_none());
-    // … except right after provision (re)created the container: the record is replaced.
+    // … except when provision (re)created the container after the key was recorded: the record
+    // is replaced.
     let mut recreated: proxmox_gitops::model::Provision =
         artifact::read(&artifacts.join("provision/broker.json")).unwrap();
     recreated.created = true;
+    recreated.created_at = Some(time::OffsetDateTime::now_utc());
+    let before = std::time::SystemTime::now() - std::time::Duration::from_secs(5);
+    std::fs::File::options().write(true).open(&kh).unwrap().set_modified(before).unwrap();
     artifact::write(&artifacts.join("provision/broker.json"), &recreated).unwrap();
     let r = rt.block_on(configure(&inv, &options(&artifacts, &["broker"], &password))).unwrap();
     assert!(r[0].ok(), "{:?}\n{}", r[0].outcome, r[0].log_tail.join("\n"));
     assert_eq!(r[0].host_key_fingerprint.as_deref(), Some(fingerprint.as_str()));
-    // The key learned after that provision run is kept: the same `created` artifact does not
-    // make a later change acceptable.
+    // The key learned after that creation is kept: the same `created_at` does not make a later
+    // change acceptable.
     let learned = std::fs::read_to_string(&kh).unwrap();
     std::fs::write(&kh, format!("{} {}\n", a.ip, fake.public_key().to_openssh().unwrap())).unwrap();
     let r = rt.block_on(configure(&inv, &options(&artifacts, &["broker"], &password))).unwrap();

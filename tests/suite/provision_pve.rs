@@ -452,6 +452,60 @@ async fn template_change_is_refused_without_allow_recreate_and_recreated_with_it
     assert_eq!(cfg["status"], "running");
 }
 
+/// A container recreated by one run and left alone by the next (configure did not run in
+/// between) still has its new host key accepted: `created` says what each run did, and the time
+/// of the recreation (`created_at`) is carried over, so a key recorded before it is replaced and
+/// one recorded after it is not.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_changes_nothing_keeps_the_time_of_the_recreation_for_the_host_key() {
+    use proxmox_gitops::ssh::recreated_since_recorded;
+    let (env, _b) = with_broker().await;
+    let dir = ArtifactDir::new(env.artifacts.path());
+    let first: Provision = artifact::read(&dir.provision("broker")).unwrap();
+    let first_at = first.created_at.expect("the create is timed");
+    // `configure` recorded the first container's key.
+    let kh = dir.known_hosts("broker");
+    std::fs::create_dir_all(kh.parent().unwrap()).unwrap();
+    std::fs::write(&kh, "127.0.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n")
+        .unwrap();
+    let recorded = std::time::SystemTime::now() - Duration::from_secs(5);
+    std::fs::File::options().write(true).open(&kh).unwrap().set_modified(recorded).unwrap();
+    // A new template: recreated with --allow-recreate.
+    let mut settings = env.settings(Login::Root);
+    settings.pve.template = Some("debian-13-standard_13.2-1".into());
+    let b2 = backend::open(proxmox_gitops::model::BackendKind::Pve, &settings, &env.connect()).unwrap();
+    let recreated = env.provision(&b2, vec![spec("broker", 101)], RecreatePolicy::WhenNeeded, 1).await;
+    assert!(matches!(recreated[0].plan.action, Action::Recreate { .. }), "{:#?}", recreated[0]);
+    assert!(recreated[0].created);
+    let recreated_at = recreated[0].created_at.expect("the recreate is timed");
+    assert!(recreated_at > first_at);
+    // configure does not run; the next two provision runs find nothing to do.
+    for _ in 0..2 {
+        let again = env.provision_one(&b2, spec("broker", 101)).await;
+        assert_eq!(again[0].plan.action, Action::Nothing, "{:#?}", again[0]);
+        assert!(!again[0].created, "`created` still says what this run did");
+        assert_eq!(again[0].created_at, Some(recreated_at));
+    }
+    let prov: Provision = artifact::read(&dir.provision("broker")).unwrap();
+    assert_eq!(prov.created_at, Some(recreated_at), "written as such");
+    assert!(recreated_since_recorded(prov.created_at, &kh), "the key recorded before the recreation is replaced");
+    // Once configure recorded the new key, a later change is refused again.
+    std::fs::File::options().write(true).open(&kh).unwrap().set_modified(std::time::SystemTime::now()).unwrap();
+    assert!(!recreated_since_recorded(prov.created_at, &kh), "the key recorded after it is kept");
+    // Destroyed: no creation is known any more, and none is carried into a later artifact.
+    let destroyed = proxmox_gitops::steps::destroy::destroy_all(
+        &b2,
+        &[spec("broker", 101)],
+        &proxmox_gitops::steps::destroy::DestroyOptions { share: env.share.path().to_path_buf(), no_snapshot: false },
+        &dir,
+    )
+    .await
+    .unwrap();
+    assert!(destroyed[0].destroyed, "{:#?}", destroyed[0]);
+    let prov: Provision = artifact::read(&dir.provision("broker")).unwrap();
+    assert_eq!((prov.status.as_deref(), prov.created_at), (Some("destroyed"), None));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn api_token_auth_creates_without_ticket_or_csrf() {
     let (env, b, _out) = created_broker(Login::Token, "root@pam!ci").await;

@@ -157,6 +157,7 @@ pub fn write_provision(artifacts: &Path, name: &str, vmid: u32, address: &str, p
     p.plan.action = Action::Create;
     p.plan.start = true;
     p.created = created;
+    p.created_at = created.then(time::OffsetDateTime::now_utc);
     super::provision::write(artifacts, &p);
 }
 
