@@ -92,7 +92,7 @@ pub struct PveSnapshotArgs {
     #[command(flatten)]
     pub tls: PveTlsArgs,
     /// Seconds a PVE container-snapshot task (create, rollback, delete) may take.
-    #[arg(long, value_name = "SECS", default_value_t = 600, alias = "timeout-create")]
+    #[arg(long, value_name = "SECS", default_value_t = 600, alias = "timeout-create", env = "PGO_TIMEOUT_SNAPSHOT")]
     pub timeout_snapshot: u64,
 }
 
@@ -108,16 +108,16 @@ impl PveSnapshotArgs {
 #[derive(Debug, Args, Clone)]
 pub struct PveStopArgs {
     /// Seconds a clean shutdown may take before the container is stopped.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, env = "PGO_TIMEOUT_SHUTDOWN")]
     pub timeout_shutdown: u64,
     /// Seconds a stop may take.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    #[arg(long, value_name = "SECS", default_value_t = 60, env = "PGO_TIMEOUT_STOP")]
     pub timeout_stop: u64,
     /// Seconds a destroy may take.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    #[arg(long, value_name = "SECS", default_value_t = 300, env = "PGO_TIMEOUT_DESTROY")]
     pub timeout_destroy: u64,
     /// Seconds to keep retrying while a container is locked (backup, snapshot …).
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, env = "PGO_TIMEOUT_LOCK")]
     pub timeout_lock: u64,
 }
 
@@ -163,23 +163,23 @@ pub struct PveArgs {
     #[command(flatten)]
     pub tls: PveTlsArgs,
     /// Seconds a container create may take (slow storage needs minutes).
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    #[arg(long, value_name = "SECS", default_value_t = 600, env = "PGO_TIMEOUT_CREATE")]
     pub timeout_create: u64,
     /// Seconds a start may take.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, env = "PGO_TIMEOUT_START")]
     pub timeout_start: u64,
     /// Stop and destroy task timeouts (a recreate destroys).
     #[command(flatten)]
     pub stop: PveStopArgs,
     /// Seconds a template download may take.
-    #[arg(long, value_name = "SECS", default_value_t = 1800)]
+    #[arg(long, value_name = "SECS", default_value_t = 1800, env = "PGO_TIMEOUT_DOWNLOAD")]
     pub timeout_download: u64,
     /// Seconds moving a container to its NODE may take (PVE copies local volumes).
-    #[arg(long, value_name = "SECS", default_value_t = 1800)]
+    #[arg(long, value_name = "SECS", default_value_t = 1800, env = "PGO_TIMEOUT_MIGRATE")]
     pub timeout_migrate: u64,
     /// Seconds to wait while another proxmox-gitops run holds a container's lease (works on it);
     /// with `--backend lxc`, its lock file `<lxcpath>/.<name>.lock`.
-    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    #[arg(long, value_name = "SECS", default_value_t = 900, env = "PGO_TIMEOUT_LEASE")]
     pub timeout_lease: u64,
 }
 

@@ -1683,3 +1683,32 @@ fn request_timeouts_are_settable_by_flag_and_environment() {
         assert!(out.contains(flag) && out.contains(&format!("[env: {var}=")), "{out}");
     }
 }
+
+/// Every PVE task timeout is settable as `PGO_TIMEOUT_NAME` too (a value that is no number is
+/// refused naming the option), and the help shows the variable.
+#[test]
+fn task_timeouts_are_settable_by_environment() {
+    let pve = FakePve::start();
+    let (repo, share) = broker_repo("ID=101\nIP=127.0.0.1/8\n");
+    let (_, help, _) = run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[], &["provision", "--help"]);
+    let (_, snapshot_help, _) = run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[], &["snapshot", "--help"]);
+    for (name, command, help) in [
+        ("create", "provision", &help),
+        ("start", "provision", &help),
+        ("shutdown", "provision", &help),
+        ("stop", "provision", &help),
+        ("destroy", "provision", &help),
+        ("lock", "provision", &help),
+        ("download", "provision", &help),
+        ("migrate", "provision", &help),
+        ("lease", "provision", &help),
+        ("snapshot", "snapshot", &snapshot_help),
+    ] {
+        let (var, flag) = (format!("PGO_TIMEOUT_{}", name.to_uppercase()), format!("--timeout-{name}"));
+        assert!(help.contains(&flag) && help.contains(&format!("[env: {var}=")), "{var}: {help}");
+        let (code, _, err) =
+            run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[(var.as_str(), "soon".as_ref())], &[command, "--all"]);
+        assert_eq!(code, Some(2), "{var}: {err}");
+        assert!(err.contains(&flag) && err.contains("soon"), "{var}: {err}");
+    }
+}
