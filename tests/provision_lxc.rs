@@ -44,6 +44,14 @@ async fn first(f: &'static Fixture) -> &'static (ContainerSpec, Provision) {
 /// normalised.
 fn normalised(p: &Provision) -> Value {
     let mut v = serde_json::to_value(p).unwrap();
+    // When this run created it: RFC 3339, within the last hour.
+    if let Some(at) = v.get_mut("created_at") {
+        let t =
+            time::OffsetDateTime::parse(at.as_str().unwrap(), &time::format_description::well_known::Rfc3339).unwrap();
+        let age = time::OffsetDateTime::now_utc() - t;
+        assert!(age >= time::Duration::ZERO && age < time::Duration::hours(1), "created_at {t}");
+        *at = json!("<time>");
+    }
     let address = p.address.clone().unwrap_or_default();
     for a in v["actions"].as_array_mut().unwrap() {
         a["duration_ms"] = json!(0);
@@ -123,6 +131,7 @@ fn test_create_from_nothing_bootstraps_the_base() -> Result<(), Failed> {
                 "warnings": [warning],
                 "status": "running",
                 "created": true,
+                "created_at": "<time>",
                 "protected_by": null,
                 "inputs_digest": null,
                 "result": "ok",
