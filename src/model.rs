@@ -389,9 +389,10 @@ pub struct Provision {
     /// before this run's create when [`Self::created`], else carried over from the artifact of
     /// the previous run ([`Provision::carry_created_at`]). `configure` replaces a recorded SSH
     /// host key only when it was recorded before this time
-    /// ([`crate::ssh::recreated_since_recorded`]). Absent when unknown — an artifact of schema
-    /// 1.0, a container found absent, destroyed or not made by us — and a changed key is then
-    /// refused.
+    /// ([`crate::ssh::recreated_since_recorded`], through [`Provision::last_creation`]). Absent
+    /// when unknown — an artifact of schema 1.0, a container found absent, destroyed or not made
+    /// by us — and a changed key is then refused (for a 1.0 artifact that says `created`, see
+    /// [`Provision::last_creation`]).
     #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
     pub created_at: Option<time::OffsetDateTime>,
     /// The data snapshot that protected a destroy, when one was taken.
@@ -446,6 +447,19 @@ impl Provision {
             return;
         }
         self.created_at = previous.filter(|p| self.continues(p)).and_then(|p| p.created_at);
+    }
+
+    /// When proxmox-gitops last created this container, for the host-key decision
+    /// ([`crate::ssh::recreated_since_recorded`]): [`Self::created_at`], or, for an artifact
+    /// written before schema 1.1 (no `created_at`) that says [`Self::created`], the modification
+    /// time of that artifact at `path` — the rule of those versions, so that a container an older
+    /// build re-created still gets its new key accepted. `None` when unknown.
+    pub fn last_creation(&self, path: &std::path::Path) -> Option<time::OffsetDateTime> {
+        if self.created_at.is_some() || !self.created {
+            return self.created_at;
+        }
+        let written = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
+        Some(time::OffsetDateTime::from(written))
     }
 
     /// True when `previous` describes the container this run found in place (see
@@ -666,5 +680,22 @@ mod tests {
         let path = dir.path().join("created.json");
         crate::artifact::write(&path, &created(at)).unwrap();
         assert_eq!(crate::artifact::read::<Provision>(&path).unwrap().created_at, Some(at));
+    }
+
+    #[test]
+    fn the_last_creation_of_an_artifact_from_before_1_1_is_when_it_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.json");
+        std::fs::write(&path, "{}").unwrap();
+        let written = time::macros::datetime!(2026-05-01 10:00:00 UTC);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(written.into()).unwrap();
+        // 1.0 said `created` and nothing more: the old rule (the artifact's time) holds.
+        let old = Provision { created: true, ..prov(Action::Create) };
+        assert_eq!(old.last_creation(&path), Some(written));
+        // A known time wins; a run that did not create, with no known time, knows none.
+        let at = time::macros::datetime!(2026-04-01 09:00:00 UTC);
+        assert_eq!(created(at).last_creation(&path), Some(at));
+        assert_eq!(prov(Action::Nothing).last_creation(&path), None);
+        assert_eq!(old.last_creation(&dir.path().join("missing.json")), None);
     }
 }

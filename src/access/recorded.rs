@@ -1,5 +1,5 @@
 //! Entering a container from its `provision/<name>.json` artifact: the backend that made it,
-//! the node, the address and port `provision` reached, and whether that run created it.
+//! the node, the address and port `provision` reached, and when proxmox-gitops last created it.
 //!
 //! * backend `lxc` with [`Transport::Auto`]: `lxc-attach` on this host, under the LXC path the
 //!   backend uses ([`crate::lxc::resolve_path`]: `$PGO_LXC_PATH`, else `lxc-config
@@ -91,7 +91,7 @@ pub async fn exec_recorded(
         path: path.clone(),
     })?;
     let known_hosts = artifacts.known_hosts(&spec.name);
-    let replace = crate::ssh::recreated_since_recorded(prov.created_at, &known_hosts);
+    let replace = crate::ssh::recreated_since_recorded(prov.last_creation(&path), &known_hosts);
     let target = super::ssh_target(&spec.name, spec.vmid, &address, prov.ssh_port, share, known_hosts, replace)?;
     let exec = super::ssh_exec(&target, &opts.ssh, SSH_EXEC_TIMEOUT).await?;
     tracing::info!("{}: connected over SSH as {}", spec.name, exec.connection().user());

@@ -130,8 +130,8 @@ pub enum SshError {
     /// The server's host key differs from the recorded one.
     #[error(
         "{name}: the SSH host key of {address}:{port} changed since it was recorded in {known_hosts}; \
-         this is refused (possible man-in-the-middle). If the container was re-created outside \
-         `provision`, delete that file to trust the new key"
+         this is refused (possible man-in-the-middle). If the container was re-created and you trust \
+         its new key, delete that file: rm {known_hosts}"
     )]
     HostKeyChanged {
         /// Container name.
@@ -196,14 +196,16 @@ fn classify(target: &Target, err: &openssh::Error) -> Attempt {
 }
 
 /// Writes an ssh client config that pins what the session may do: key auth only, no agent, no
-/// global known-hosts file, no forwarding. Returned as a temp file kept alive with the session.
+/// global known-hosts file, no forwarding, and no rewriting of the known-hosts file once a key is
+/// recorded (`UpdateHostKeys no`: its modification time is when the key was recorded,
+/// [`recreated_since_recorded`]). Returned as a temp file kept alive with the session.
 fn client_config(dir: &Path) -> std::io::Result<PathBuf> {
     let path = dir.join("ssh_config");
     std::fs::write(
         &path,
         "Host *\n  PasswordAuthentication no\n  KbdInteractiveAuthentication no\n  \
          PubkeyAuthentication yes\n  GlobalKnownHostsFile /dev/null\n  ForwardAgent no\n  \
-         ForwardX11 no\n  LogLevel ERROR\n  HashKnownHosts no\n  ServerAliveCountMax 3\n",
+         ForwardX11 no\n  LogLevel ERROR\n  HashKnownHosts no\n  UpdateHostKeys no\n  ServerAliveCountMax 3\n",
     )?;
     Ok(path)
 }

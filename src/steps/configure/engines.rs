@@ -388,7 +388,7 @@ async fn ansible(
     }
     let ssh_args = format!(
         "-o ControlMaster=auto -o ControlPersist=60s -o ControlPath={} -o UserKnownHostsFile={} \
-         -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes \
+         -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o UpdateHostKeys=no -o IdentitiesOnly=yes \
          -o PasswordAuthentication=no -o BatchMode=yes",
         conn.control_socket().display(),
         t.known_hosts.display()

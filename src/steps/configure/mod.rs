@@ -545,7 +545,7 @@ async fn run_container(
     // The same door as every other way into a container (crate::access): configure keeps the
     // connection itself, for Ansible's ControlPath.
     let known_hosts = opts.artifacts.known_hosts(&spec.name);
-    let replace = crate::ssh::recreated_since_recorded(prov.created_at, &known_hosts);
+    let replace = crate::ssh::recreated_since_recorded(prov.last_creation(&prov_path), &known_hosts);
     let target = crate::access::ssh_target(
         &spec.name,
         spec.vmid,
