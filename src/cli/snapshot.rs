@@ -59,7 +59,7 @@ pub struct SnapshotArgs {
     #[arg(long, value_enum, default_value = "auto")]
     transport: TransportArg,
     /// Seconds for one SSH connect attempt.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
     connect_timeout: u64,
     /// Seconds all SSH connect attempts may take together.
     #[arg(long, default_value_t = 60)]

@@ -48,7 +48,7 @@ pub struct UpdateArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     check_timeout: u64,
     /// Seconds the clean shutdown of a PVE reboot may take before the container is stopped.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, env = "PGO_TIMEOUT_SHUTDOWN")]
     timeout_shutdown: u64,
     #[command(flatten)]
     reach: ReachArgs,

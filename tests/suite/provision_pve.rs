@@ -1692,6 +1692,7 @@ fn task_timeouts_are_settable_by_environment() {
     let (repo, share) = broker_repo("ID=101\nIP=127.0.0.1/8\n");
     let (_, help, _) = run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[], &["provision", "--help"]);
     let (_, snapshot_help, _) = run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[], &["snapshot", "--help"]);
+    let (_, update_help, _) = run_cli(&pve, repo.path(), share.path(), TEMPLATE, &[], &["update", "--help"]);
     for (name, command, help) in [
         ("create", "provision", &help),
         ("start", "provision", &help),
@@ -1703,6 +1704,7 @@ fn task_timeouts_are_settable_by_environment() {
         ("migrate", "provision", &help),
         ("lease", "provision", &help),
         ("snapshot", "snapshot", &snapshot_help),
+        ("shutdown", "update", &update_help),
     ] {
         let (var, flag) = (format!("PGO_TIMEOUT_{}", name.to_uppercase()), format!("--timeout-{name}"));
         assert!(help.contains(&flag) && help.contains(&format!("[env: {var}=")), "{var}: {help}");
