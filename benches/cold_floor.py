@@ -2,35 +2,39 @@
 
 Usage: python3 benches/cold_floor.py [DURATION=1.3] [CLIENT_MS=16] [ROUNDS=8]
 
-How late must a wait be, at best, when all it knows of a task's duration is what the node lists?
-PVE lists a finished task's `starttime` and `endtime` in whole seconds, so (module docs of
+DURATION (seconds, at least 1.1 and at least 0.1 s from a whole second) is the task's duration,
+CLIENT_MS the client's own cost (time scale 0 of benches/provision_latency.py), ROUNDS the number
+of cold rounds (the latency benchmark's cold rounds see 1, 2, … listed tasks).
+
+How late must a wait be when all it knows of a task's duration is what the node lists? PVE lists
+a finished task's `starttime` and `endtime` in whole seconds, so (module docs of
 src/pve/task_prior.rs) a task of `d` seconds lists `⌊d⌋ + 1` with probability `frac(d)` and `⌊d⌋`
 otherwise. Until a status poll finds the task stopped, a poll only says "running", so the polls of
 a wait are a fixed sequence chosen up front, under the poll bound of src/pve/task_wait.rs (the
 m-th poll no earlier than (m − 4) / 2 s). Lateness is the time from the task's end to the first
 poll at or after it.
 
-For n = 1 … ROUNDS listed tasks (the latency benchmark's cold rounds see 1, 2, … of them) this
-computes, exactly (a dynamic program over a grid of poll times, no cost per poll, no other request
-counted against the bound), two floors:
+For n = 1 … ROUNDS listed tasks this places polls exactly (a dynamic program over a 5 ms grid of
+poll times, no cost per poll, no other request counted against the bound: more freedom than the
+client has) for two rules, and gives their expected lateness for true durations within ±0.1 s of
+DURATION, which the listing cannot tell apart:
 
-- "listing only": the placement that is best on average over every duration the listed seconds
-  allow (a flat prior on (0, max D + 1) and the exact likelihood of the listings, no tempering,
-  no floor), evaluated for true durations within ±0.1 s of DURATION (a rule cannot tell these
-  apart from the listing, so one of them is as likely as another). No rule that sees only the
-  listing does better on average over all durations; at DURATION it can only by being tuned to it.
-- "told the second": the same when the rule is also told that the duration lies in
-  [⌊DURATION⌋, ⌊DURATION⌋ + 1), averaged over that second. This is a lower bound for the average
-  over that second of any rule whatever.
+- "listing only": the placement best on average over every duration the listed seconds allow (a
+  flat prior on (0, max D + 1) and the exact likelihood of the listings: no tempering, no flat
+  floor). No rule that sees only the listing does better on average over all durations; near
+  DURATION one can only by being tuned to it.
+- "told the second": the same rule also told that the duration lies in
+  [⌊DURATION⌋, ⌊DURATION⌋ + 1) — knowledge no client has — to show how little more that buys.
 
-Then the mean over the rounds, and the ratio to the limit (DURATION) once the client's own cost
-(CLIENT_MS: time scale 0 of benches/provision_latency.py) is added. Prints Markdown.
+Then the mean over the rounds, and the ratio to the limit (DURATION) once CLIENT_MS is added.
+Prints Markdown.
 """
 
 import math
 import sys
 
-GRID = 400  # poll times on (0, horizon]
+CELLS_PER_SECOND = 200  # a 5 ms grid of poll times, aligned to whole seconds
+USAGE = 'usage: python3 benches/cold_floor.py [DURATION=1.3] [CLIENT_MS=16] [ROUNDS=8]'
 
 
 def bound_ok(m, t):
@@ -89,35 +93,58 @@ def listing_probability(listed, d):
 
 
 def floors(duration, n):
+    """Expected lateness (seconds) of the two rules with n listed tasks, near `duration`."""
     whole = math.floor(duration)
     truths = [duration - 0.1 + 0.01 * i for i in range(21)]
-    second = [whole + (i + 0.5) / 100 for i in range(100)]
+    step = 1 / CELLS_PER_SECOND
+    cells = [(i + 0.5) * step for i in range((whole + 2) * CELLS_PER_SECOND)]
     listing_only = told = 0.0
     for up in range(n + 1):
         listed = [whole] * (n - up) + [whole + 1] * up
-        horizon = whole + 2
-        step = horizon / GRID
-        cells = [(i + 0.5) * step for i in range(GRID)]
         prior = [listing_probability(listed, c) for c in cells]
         told_prior = [p if whole <= c < whole + 1 else 0.0 for p, c in zip(prior, cells)]
-        for weights, truth, acc in ((prior, truths, 'listing'), (told_prior, second, 'told')):
+        for weights, rule in ((prior, 'listing'), (told_prior, 'told')):
             total = sum(weights)
-            if total == 0:
-                continue
             polls = placement([w / total for w in weights], step)
             late = sum(listing_probability(listed, d) * math.comb(n, up) * lateness(polls, d)
-                       for d in truth) / len(truth)
-            if acc == 'listing':
+                       for d in truths) / len(truths)
+            if rule == 'listing':
                 listing_only += late
             else:
                 told += late
     return listing_only, told
 
 
+def arguments(argv):
+    """(duration, client seconds, rounds) from the command line; exits with the usage on bad ones."""
+    def bad(why):
+        print('{0}\n{1}'.format(why, USAGE), file=sys.stderr)
+        sys.exit(2)
+    if any(a in ('-h', '--help') for a in argv):
+        print(USAGE)
+        sys.exit(0)
+    if len(argv) > 3:
+        bad('at most three arguments')
+    try:
+        duration = float(argv[0]) if argv else 1.3
+        client = float(argv[1]) if len(argv) > 1 else 16.0
+        rounds = int(argv[2]) if len(argv) > 2 else 8
+    except ValueError as e:
+        bad('not a number: {0}'.format(e))
+    frac = duration - math.floor(duration)
+    if not (duration >= 1.1 and 0.1 <= frac <= 0.9 and math.isfinite(duration)):
+        bad('DURATION must be at least 1.1 s and at least 0.1 s from a whole second (under a second, '
+            'the client polls as for an unknown duration; near a whole second the ±0.1 s window '
+            'crosses it): {0}'.format(duration))
+    if not (client >= 0 and math.isfinite(client)):
+        bad('CLIENT_MS must be 0 or more: {0}'.format(client))
+    if rounds < 1:
+        bad('ROUNDS must be 1 or more: {0}'.format(rounds))
+    return duration, client / 1000, rounds
+
+
 def main():
-    duration = float(sys.argv[1]) if len(sys.argv) > 1 else 1.3
-    client = (float(sys.argv[2]) if len(sys.argv) > 2 else 16.0) / 1000
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 8
+    duration, client, rounds = arguments(sys.argv[1:])
     print('| listed tasks | floor, listing only | floor, told the second |')
     print('|---|---|---|')
     sums = [0.0, 0.0]
