@@ -65,13 +65,18 @@ pub async fn apply_all(
 }
 
 /// Sets [`Provision::created_at`] of `prov` from the artifact at `path` that the previous run
-/// wrote for the container ([`Provision::carry_created_at`]), before `prov` replaces it. No
-/// artifact there means no earlier creation known; one that cannot be read is treated the same,
-/// with a warning naming it (the container's host key then cannot be replaced by `configure`
-/// until it is created again).
+/// wrote for the container ([`Provision::carry_created_at`]), before `prov` replaces it. The
+/// previous artifact's creation is [`Provision::last_creation`]: for one written before schema
+/// 1.1 that says `created`, its modification time, so that a recreate by an older build survives
+/// a run of this one. No artifact there means no earlier creation known; one that cannot be read
+/// is treated the same, with a warning naming it (the container's host key then cannot be
+/// replaced by `configure` until it is created again).
 pub fn carry_created_at(prov: &mut Provision, path: &Path) {
     let previous = match artifact::read::<Provision>(path) {
-        Ok(p) => Some(p),
+        Ok(mut p) => {
+            p.created_at = p.last_creation(path);
+            Some(p)
+        }
         Err(artifact::ArtifactError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => {
             let msg = format!(
@@ -87,4 +92,44 @@ pub fn carry_created_at(prov: &mut Provision, path: &Path) {
 
 fn write_artifact(path: &Path, prov: &Provision) -> anyhow::Result<()> {
     artifact::write(path, prov).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An artifact of `broker` (vmid 101 on pve1) that planned `action`, as JSON.
+    fn artifact(action: &str, created: bool) -> serde_json::Value {
+        serde_json::json!({
+            "kind": "provision", "schema_version": "1.0", "backend": "pve", "name": "broker",
+            "node": "pve1", "vmid": 101, "hostname": "broker", "address": "10.0.0.5", "ssh_port": 22,
+            "plan": {"name": "broker", "vmid": 101, "hostname": "broker", "action": action, "start": false,
+                     "policy": "never"},
+            "actions": [], "warnings": [], "status": "running", "created": created, "protected_by": null,
+            "inputs_digest": null, "result": "ok"
+        })
+    }
+
+    #[test]
+    fn a_recreate_recorded_by_a_build_before_created_at_survives_a_run_of_this_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.json");
+        std::fs::write(&path, artifact("create", true).to_string()).unwrap();
+        let written = time::macros::datetime!(2026-05-01 10:00:00 UTC);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(written.into()).unwrap();
+        let mut now: Provision = serde_json::from_value(artifact("nothing", false)).unwrap();
+        carry_created_at(&mut now, &path);
+        assert_eq!(now.created_at, Some(written));
+        assert!(now.warnings.is_empty(), "{:?}", now.warnings);
+        // An old artifact that did not create knows no creation.
+        std::fs::write(&path, artifact("nothing", false).to_string()).unwrap();
+        let mut now: Provision = serde_json::from_value(artifact("nothing", false)).unwrap();
+        carry_created_at(&mut now, &path);
+        assert_eq!(now.created_at, None);
+        // An unreadable one: unknown, with a warning naming it.
+        std::fs::write(&path, "{").unwrap();
+        carry_created_at(&mut now, &path);
+        assert_eq!(now.created_at, None);
+        assert!(now.warnings.iter().any(|w| w.contains("broker.json")), "{:?}", now.warnings);
+    }
 }
