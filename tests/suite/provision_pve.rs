@@ -1078,6 +1078,16 @@ async fn a_start_failing_inside_the_create_task_still_records_the_container_as_c
     let cfg = env.pve.ct_config(101).unwrap();
     assert_eq!(cfg["status"], "stopped");
     assert!(!cfg["description"].as_str().unwrap_or_default().contains("lease"), "{cfg}");
+
+    // Run again: nothing to change, a start of its own, which fails too. Its record keeps the
+    // `vzstart` task like the create's did.
+    let out = env.provision_one(&b, spec("broker", 101)).await;
+    let p = &out[0];
+    let Outcome::Failed { error } = &p.outcome else { panic!("{p:#?}") };
+    assert!(error.contains("run `pct start 101 --debug` on node pve1: task UPID:pve1:"), "{error}");
+    let start = p.actions.iter().find(|a| a.action == "start").unwrap_or_else(|| panic!("{p:#?}"));
+    assert!(start.upid.as_deref().is_some_and(|u| u.contains(":vzstart:101:") && error.contains(u)), "{p:#?}");
+    assert_eq!(start.exit_status.as_deref(), Some("startup for container '101' failed"), "{p:#?}");
 }
 
 // ---------------------------------------------------------------- no destroy without a snapshot

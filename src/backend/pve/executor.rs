@@ -393,8 +393,18 @@ impl PveBackend {
                     Err(e) => Err(e),
                 }
             })
-            .await
-            .map_err(|e| super::lifecycle::start_failed(vmid, node, e))?;
+            .await;
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                // A start task that failed is recorded like one that ended well: its UPID and
+                // exit status, next to the error that names it.
+                if let Some(task) = super::lifecycle::failed_task(&e, started) {
+                    rec.push("start", Some(&task), started, None);
+                }
+                return Err(super::lifecycle::start_failed(vmid, node, e));
+            }
+        };
         let detail = if out.is_none() { Some("already running".to_string()) } else { None };
         rec.push("start", out.as_ref(), started, detail);
         Ok(())

@@ -159,16 +159,7 @@ impl PveBackend {
                         .is_some_and(|c| c.lock().is_none()) =>
             {
                 // The create's own record keeps its UPID and the exit status the task ended with.
-                let task = match &e {
-                    PveError::Task { upid, exit_status, .. } => Some(TaskOutcome {
-                        upid: upid.clone(),
-                        exit_status: exit_status.clone(),
-                        warnings: Vec::new(),
-                        duration: started.elapsed(),
-                    }),
-                    _ => None,
-                };
-                rec.push("create", task.as_ref(), started, Some(d.ostemplate.clone()));
+                rec.push("create", failed_task(&e, started).as_ref(), started, Some(d.ostemplate.clone()));
                 let failed = start_failed(d.vmid, node, e);
                 return Ok(Created::Yes { upid, failed: Some(failed) });
             }
@@ -328,6 +319,21 @@ impl PveBackend {
             }
         }
         Ok(rec.actions)
+    }
+}
+
+/// The record of a task that ran and failed (`e` is [`PveError::Task`]): its UPID and the exit
+/// status it ended with, timed from `started`; `None` for any other error (no task ran to the
+/// end).
+pub(super) fn failed_task(e: &PveError, started: Instant) -> Option<TaskOutcome> {
+    match e {
+        PveError::Task { upid, exit_status, .. } => Some(TaskOutcome {
+            upid: upid.clone(),
+            exit_status: exit_status.clone(),
+            warnings: Vec::new(),
+            duration: started.elapsed(),
+        }),
+        _ => None,
     }
 }
 
